@@ -1,0 +1,2 @@
+//! `frognano`: the binary. One module per subcommand, wiring only.
+fn main() {}

@@ -1,0 +1,1 @@
+//! Prompts → tokens: sampling, stop rules, logprobs, sessions.

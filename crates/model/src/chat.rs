@@ -1,0 +1,1 @@
+//! Chat templates rendered with minijinja to the bytes transformers renders.

@@ -1,0 +1,278 @@
+//! The gated delta rule (qwen35.md §3.4 step 6 and §3.5), per value head, all f32.
+//!
+//! Layouts: `q`, `k` are `[T, Hk, dk]` (key heads, already l2-normalised, q scaled);
+//! `v` is `[T, Hv, dv]`; `g` (log decay) and `beta` are `[T, Hv]`; the state is
+//! `[Hv, dk, dv]`; the output is `[T, Hv, dv]`. Value head `h` reads key head
+//! `key_head[h]` — grouped (`h / r`) for HF weights, tiled (`h % Hk`) for GGUF.
+//!
+//! Two forms: [`recurrent`] (one step at a time, for decode) and [`chunked`] (the WY form with
+//! chunk 64, for prefill). They are the same function; a test holds them equal.
+
+use rayon::prelude::*;
+
+/// Shapes of one delta-rule call.
+#[derive(Debug, Clone)]
+pub struct DeltaShape {
+    /// Tokens.
+    pub t: usize,
+    /// Key heads.
+    pub hk: usize,
+    /// Value heads.
+    pub hv: usize,
+    /// Key dim.
+    pub dk: usize,
+    /// Value dim.
+    pub dv: usize,
+    /// Key head read by each value head.
+    pub key_head: Vec<usize>,
+}
+
+/// Chunk length of the WY form (as transformers and FLA).
+pub const CHUNK: usize = 64;
+
+/// Inputs of one call.
+pub struct DeltaInputs<'a> {
+    /// `[T, Hk, dk]`.
+    pub q: &'a [f32],
+    /// `[T, Hk, dk]`.
+    pub k: &'a [f32],
+    /// `[T, Hv, dv]`.
+    pub v: &'a [f32],
+    /// `[T, Hv]` log decay (≤ 0).
+    pub g: &'a [f32],
+    /// `[T, Hv]`.
+    pub beta: &'a [f32],
+}
+
+fn head_rows<'a>(x: &'a [f32], t: usize, heads: usize, h: usize, d: usize) -> impl Iterator<Item = &'a [f32]> + 'a {
+    (0..t).map(move |i| &x[(i * heads + h) * d..(i * heads + h + 1) * d])
+}
+
+/// Writes head `h`'s rows of `o_h` (`[T, dv]`) into `out` (`[T, Hv, dv]`).
+fn scatter(out: &mut [f32], o_heads: Vec<Vec<f32>>, s: &DeltaShape) {
+    for (h, oh) in o_heads.into_iter().enumerate() {
+        for i in 0..s.t {
+            out[(i * s.hv + h) * s.dv..(i * s.hv + h + 1) * s.dv].copy_from_slice(&oh[i * s.dv..(i + 1) * s.dv]);
+        }
+    }
+}
+
+/// Step-by-step recurrence; updates `state` and returns the output.
+pub fn recurrent(x: &DeltaInputs, state: &mut [f32], s: &DeltaShape) -> Vec<f32> {
+    let (dk, dv) = (s.dk, s.dv);
+    let o_heads: Vec<Vec<f32>> = state
+        .par_chunks_mut(dk * dv)
+        .enumerate()
+        .map(|(h, st)| {
+            let kh = s.key_head[h];
+            let mut o = vec![0.0f32; s.t * dv];
+            let mut d = vec![0.0f32; dv];
+            let rows = head_rows(x.q, s.t, s.hk, kh, dk).zip(head_rows(x.k, s.t, s.hk, kh, dk));
+            for (i, ((q, k), v)) in rows.zip(head_rows(x.v, s.t, s.hv, h, dv)).enumerate() {
+                let alpha = x.g[i * s.hv + h].exp();
+                let beta = x.beta[i * s.hv + h];
+                st.iter_mut().for_each(|e| *e *= alpha);
+                // d = beta · (v − kᵀS)
+                d.copy_from_slice(v);
+                for (a, srow) in k.iter().zip(st.chunks_exact(dv)) {
+                    for (dj, sj) in d.iter_mut().zip(srow) {
+                        *dj -= a * sj;
+                    }
+                }
+                d.iter_mut().for_each(|e| *e *= beta);
+                // S += k ⊗ d ; o = qᵀS
+                let oi = &mut o[i * dv..(i + 1) * dv];
+                for ((a, b), srow) in k.iter().zip(q).zip(st.chunks_exact_mut(dv)) {
+                    for ((sj, dj), oj) in srow.iter_mut().zip(&d).zip(oi.iter_mut()) {
+                        *sj += a * dj;
+                        *oj += b * *sj;
+                    }
+                }
+            }
+            o
+        })
+        .collect();
+    let mut out = vec![0.0f32; s.t * s.hv * dv];
+    scatter(&mut out, o_heads, s);
+    out
+}
+
+/// Chunked (WY / UT-transform) form, chunk [`CHUNK`]; a ragged last chunk is processed at its
+/// own length, which equals zero-padding (padded steps have g = 0, k = v = 0).
+pub fn chunked(x: &DeltaInputs, state: &mut [f32], s: &DeltaShape) -> Vec<f32> {
+    let (dk, dv) = (s.dk, s.dv);
+    let o_heads: Vec<Vec<f32>> = state
+        .par_chunks_mut(dk * dv)
+        .enumerate()
+        .map(|(h, st)| {
+            let kh = s.key_head[h];
+            let mut o = vec![0.0f32; s.t * dv];
+            let mut n0 = 0;
+            while n0 < s.t {
+                let c = CHUNK.min(s.t - n0);
+                chunk_step(x, st, s, h, kh, n0, c, &mut o[n0 * dv..(n0 + c) * dv]);
+                n0 += c;
+            }
+            o
+        })
+        .collect();
+    let mut out = vec![0.0f32; s.t * s.hv * dv];
+    scatter(&mut out, o_heads, s);
+    out
+}
+
+/// One chunk of `c` steps starting at `n0` for value head `h`; writes `o` (`[c, dv]`).
+#[allow(clippy::too_many_arguments)]
+fn chunk_step(
+    x: &DeltaInputs,
+    st: &mut [f32],
+    s: &DeltaShape,
+    h: usize,
+    kh: usize,
+    n0: usize,
+    c: usize,
+    o: &mut [f32],
+) {
+    let (dk, dv) = (s.dk, s.dv);
+    let row = |buf: &[f32], heads: usize, head: usize, d: usize, i: usize| -> Vec<f32> {
+        buf[((n0 + i) * heads + head) * d..((n0 + i) * heads + head + 1) * d].to_vec()
+    };
+    let qm: Vec<Vec<f32>> = (0..c).map(|i| row(x.q, s.hk, kh, dk, i)).collect();
+    let km: Vec<Vec<f32>> = (0..c).map(|i| row(x.k, s.hk, kh, dk, i)).collect();
+    let vm: Vec<Vec<f32>> = (0..c).map(|i| row(x.v, s.hv, h, dv, i)).collect();
+    let beta: Vec<f32> = (0..c).map(|i| x.beta[(n0 + i) * s.hv + h]).collect();
+    // Cumulative log decay within the chunk.
+    let cum: Vec<f32> = (0..c)
+        .scan(0.0f32, |acc, i| {
+            *acc += x.g[(n0 + i) * s.hv + h];
+            Some(*acc)
+        })
+        .collect();
+    let decay = |i: usize, j: usize| (cum[i] - cum[j]).exp(); // only for i ≥ j
+    let dotv = |a: &[f32], b: &[f32]| crate::tensor::dot(a, b);
+
+    // A = strictly_lower((Kβ Kᵀ) ⊙ D); solve (I + A) [U | W] = [Vβ | diag(exp c) Kβ].
+    let mut u: Vec<Vec<f32>> = Vec::with_capacity(c);
+    let mut w: Vec<Vec<f32>> = Vec::with_capacity(c);
+    for i in 0..c {
+        let mut ui: Vec<f32> = vm[i].iter().map(|v| v * beta[i]).collect();
+        let eci = cum[i].exp();
+        let mut wi: Vec<f32> = km[i].iter().map(|v| v * beta[i] * eci).collect();
+        for j in 0..i {
+            let a = beta[i] * dotv(&km[i], &km[j]) * decay(i, j);
+            for (e, uj) in ui.iter_mut().zip(&u[j]) {
+                *e -= a * uj;
+            }
+            for (e, wj) in wi.iter_mut().zip(&w[j]) {
+                *e -= a * wj;
+            }
+        }
+        u.push(ui);
+        w.push(wi);
+    }
+    // Vnew = U − W S
+    let mut vnew = u;
+    for (vn, wi) in vnew.iter_mut().zip(&w) {
+        for (a, srow) in wi.iter().zip(st.chunks_exact(dv)) {
+            for (e, sj) in vn.iter_mut().zip(srow) {
+                *e -= a * sj;
+            }
+        }
+    }
+    // O = (diag(exp c) Q) S + lower_incl((Q Kᵀ) ⊙ D) Vnew
+    for i in 0..c {
+        let oi = &mut o[i * dv..(i + 1) * dv];
+        let eci = cum[i].exp();
+        for (a, srow) in qm[i].iter().zip(st.chunks_exact(dv)) {
+            let a = a * eci;
+            for (e, sj) in oi.iter_mut().zip(srow) {
+                *e += a * sj;
+            }
+        }
+        for j in 0..=i {
+            let a = dotv(&qm[i], &km[j]) * decay(i, j);
+            for (e, vj) in oi.iter_mut().zip(&vnew[j]) {
+                *e += a * vj;
+            }
+        }
+    }
+    // S ← exp(c_last) S + (diag(exp(c_last − c)) K)ᵀ Vnew
+    let last = cum[c - 1];
+    let el = last.exp();
+    st.iter_mut().for_each(|e| *e *= el);
+    for j in 0..c {
+        let f = (last - cum[j]).exp();
+        for (a, srow) in km[j].iter().zip(st.chunks_exact_mut(dv)) {
+            let a = a * f;
+            for (e, vj) in srow.iter_mut().zip(&vnew[j]) {
+                *e += a * vj;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn random_case(t: usize, hk: usize, hv: usize, dk: usize, dv: usize, seed: u64) -> (Vec<Vec<f32>>, DeltaShape) {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut unit = |n: usize, heads: usize, d: usize| {
+            let mut x: Vec<f32> = (0..n * heads * d).map(|_| rng.random_range(-1.0..1.0)).collect();
+            for r in x.chunks_exact_mut(d) {
+                crate::kernels::l2_normalize(r, 1e-6);
+            }
+            x
+        };
+        let q = unit(t, hk, dk);
+        let k = unit(t, hk, dk);
+        let v: Vec<f32> = (0..t * hv * dv).map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0).collect();
+        let g: Vec<f32> = (0..t * hv).map(|i| -((i * 31 % 100) as f32) / 100.0).collect();
+        let beta: Vec<f32> = (0..t * hv).map(|i| (i * 17 % 100) as f32 / 100.0).collect();
+        let r = hv / hk;
+        let shape = DeltaShape { t, hk, hv, dk, dv, key_head: (0..hv).map(|h| h / r).collect() };
+        (vec![q, k, v, g, beta], shape)
+    }
+
+    fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+        a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    }
+
+    #[test]
+    fn chunked_equals_recurrent_over_several_chunks_with_ragged_tail_and_dk_ne_dv() {
+        let (dk, dv, hk, hv) = (16, 24, 2, 4);
+        let (x, s) = random_case(150, hk, hv, dk, dv, 7);
+        let inputs = DeltaInputs { q: &x[0], k: &x[1], v: &x[2], g: &x[3], beta: &x[4] };
+        let s0: Vec<f32> = (0..hv * dk * dv).map(|i| ((i % 13) as f32 - 6.0) / 20.0).collect();
+        let (mut sa, mut sb) = (s0.clone(), s0);
+        let oa = recurrent(&inputs, &mut sa, &s);
+        let ob = chunked(&inputs, &mut sb, &s);
+        assert!(max_diff(&oa, &ob) < 1e-4, "outputs differ by {}", max_diff(&oa, &ob));
+        assert!(max_diff(&sa, &sb) < 1e-4, "states differ by {}", max_diff(&sa, &sb));
+    }
+
+    #[test]
+    fn chunked_in_two_pieces_equals_one_pass() {
+        let (dk, dv, hk, hv) = (8, 8, 1, 2);
+        let (x, s) = random_case(100, hk, hv, dk, dv, 3);
+        let full_in = DeltaInputs { q: &x[0], k: &x[1], v: &x[2], g: &x[3], beta: &x[4] };
+        let mut s_full = vec![0.0; hv * dk * dv];
+        let o_full = chunked(&full_in, &mut s_full, &s);
+        let split = 70;
+        let part = |a: usize, b: usize| {
+            let sl = |buf: &[f32], w: usize| buf[a * w..b * w].to_vec();
+            [sl(&x[0], hk * dk), sl(&x[1], hk * dk), sl(&x[2], hv * dv), sl(&x[3], hv), sl(&x[4], hv)]
+        };
+        let mut st = vec![0.0; hv * dk * dv];
+        let mut o = Vec::new();
+        for (a, b) in [(0, split), (split, 100)] {
+            let p = part(a, b);
+            let inp = DeltaInputs { q: &p[0], k: &p[1], v: &p[2], g: &p[3], beta: &p[4] };
+            let sh = DeltaShape { t: b - a, ..s.clone() };
+            o.extend(chunked(&inp, &mut st, &sh));
+        }
+        assert!(max_diff(&o, &o_full) < 1e-5);
+        assert!(max_diff(&st, &s_full) < 1e-5);
+    }
+}

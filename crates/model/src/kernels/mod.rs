@@ -1,0 +1,124 @@
+//! Element-wise and small kernels shared by the architectures. Hot kernels with a plain
+//! reference twin live in their own files ([`delta_rule`], [`conv`]).
+
+pub mod conv;
+pub mod delta_rule;
+
+use crate::tensor::{round_bf16, round_f16};
+
+/// The dtype activations are held in between operations (what transformers casts to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Act {
+    /// Keep full f32 (f32 checkpoints, GGUF).
+    F32,
+    /// Round to bf16 after every op, as a bf16 transformers run does.
+    BF16,
+    /// Round to f16 after every op.
+    F16,
+}
+
+impl Act {
+    /// Round `x` in place to the activation dtype.
+    #[inline]
+    pub fn round(self, x: &mut [f32]) {
+        match self {
+            Act::F32 => {}
+            Act::BF16 => x.iter_mut().for_each(|v| *v = round_bf16(*v)),
+            Act::F16 => x.iter_mut().for_each(|v| *v = round_f16(*v)),
+        }
+    }
+    /// Round one value.
+    #[inline]
+    pub fn r(self, v: f32) -> f32 {
+        match self {
+            Act::F32 => v,
+            Act::BF16 => round_bf16(v),
+            Act::F16 => round_f16(v),
+        }
+    }
+}
+
+/// RMSNorm over rows of width `scale.len()`: `y = x · rsqrt(mean(x²) + eps) · scale`.
+/// Zero-centred norms pass `scale = 1 + w` (precomputed at load; GGUF stores it that way).
+pub fn rms_norm(x: &[f32], scale: &[f32], eps: f32) -> Vec<f32> {
+    let n = scale.len();
+    let mut y = vec![0.0; x.len()];
+    for (xr, yr) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
+        let ms = xr.iter().map(|v| v * v).sum::<f32>() / n as f32;
+        let inv = 1.0 / (ms + eps).sqrt();
+        for ((o, v), s) in yr.iter_mut().zip(xr).zip(scale) {
+            *o = v * inv * s;
+        }
+    }
+    y
+}
+
+/// SiLU `x · σ(x)`.
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// Logistic sigmoid.
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// Softplus with PyTorch's threshold (linear above 20).
+#[inline]
+pub fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+/// Scales `x` to unit L2 norm: `x · rsqrt(Σx² + eps)`.
+pub fn l2_normalize(x: &mut [f32], eps: f32) {
+    let inv = 1.0 / (x.iter().map(|v| v * v).sum::<f32>() + eps).sqrt();
+    x.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// Numerically stable in-place softmax.
+pub fn softmax(x: &mut [f32]) {
+    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut s = 0.0;
+    for v in x.iter_mut() {
+        *v = (*v - m).exp();
+        s += *v;
+    }
+    let inv = 1.0 / s;
+    x.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// Rotate-half (NeoX) RoPE on the first `rotary_dim` dims of a head, the rest untouched.
+#[derive(Debug, Clone)]
+pub struct Rope {
+    inv_freq: Vec<f32>,
+    /// Dims rotated per head.
+    pub rotary_dim: usize,
+}
+
+impl Rope {
+    /// `inv_freq[j] = theta^(-2j/R)`, computed in f32 as transformers does.
+    pub fn new(rotary_dim: usize, theta: f64) -> Self {
+        let inv_freq =
+            (0..rotary_dim / 2).map(|j| 1.0 / (theta as f32).powf((2 * j) as f32 / rotary_dim as f32)).collect();
+        Rope { inv_freq, rotary_dim }
+    }
+
+    /// Rotates one head vector `x` (length ≥ rotary_dim) for position `pos`; cos/sin are
+    /// rounded to the activation dtype first, like transformers.
+    pub fn apply(&self, x: &mut [f32], pos: usize, act: Act) {
+        let half = self.rotary_dim / 2;
+        for j in 0..half {
+            let angle = pos as f32 * self.inv_freq[j];
+            let (c, s) = (act.r(angle.cos()), act.r(angle.sin()));
+            let (a, b) = (x[j], x[j + half]);
+            x[j] = act.r(act.r(a * c) - act.r(b * s));
+            x[j + half] = act.r(act.r(b * c) + act.r(a * s));
+        }
+    }
+}

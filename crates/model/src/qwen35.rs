@@ -1,0 +1,457 @@
+//! Qwen3.5 text model (FrogNano-4B-2609): a hybrid decoder of Gated DeltaNet layers and gated
+//! full-attention layers, 3:1, every layer pre-norm with a SwiGLU MLP. Section numbers refer
+//! to `shared/docs/qwen35.md`.
+//!
+//! Norm scales are stored as the factor actually multiplied (`1 + w` for the zero-centred
+//! norms, as GGUF stores them), `A` as `−exp(A_log)`, so HF and GGUF weights meet in the same
+//! structs.
+
+use std::path::Path;
+
+use rayon::prelude::*;
+
+use crate::cache::{Cache, LayerCache};
+use crate::config::{LayerType, Qwen35Config};
+use crate::error::{ModelError, Result};
+use crate::kernels::conv::causal_conv1d;
+use crate::kernels::delta_rule::{self, DeltaInputs, DeltaShape};
+use crate::kernels::{l2_normalize, rms_norm, sigmoid, silu, softmax, softplus, Act, Rope};
+use crate::safetensors_dir::SafetensorsDir;
+use crate::tensor::{DType, Matrix};
+use crate::CausalLm;
+
+/// SwiGLU MLP (§3.6).
+#[derive(Debug, Clone)]
+pub struct Mlp {
+    /// `[intermediate, d]`.
+    pub gate: Matrix,
+    /// `[intermediate, d]`.
+    pub up: Matrix,
+    /// `[d, intermediate]`.
+    pub down: Matrix,
+}
+
+impl Mlp {
+    /// `(silu(x·Wgᵀ) ⊙ x·Wuᵀ)·Wdᵀ`, rounded like a `dt` run.
+    pub fn forward(&self, x: &[f32], t: usize, act: Act) -> Vec<f32> {
+        let mut g = self.gate.matmul(x, t);
+        act.round(&mut g);
+        let mut u = self.up.matmul(x, t);
+        act.round(&mut u);
+        for (a, b) in g.iter_mut().zip(&u) {
+            *a = act.r(act.r(silu(*a)) * b);
+        }
+        let mut y = self.down.matmul(&g, t);
+        act.round(&mut y);
+        y
+    }
+}
+
+/// Gated full attention (§3.3).
+#[derive(Debug, Clone)]
+pub struct GatedAttention {
+    /// `[Hq·2·dh, d]`, per head `[query | gate]`.
+    pub q_proj: Matrix,
+    /// `[Hkv·dh, d]`.
+    pub k_proj: Matrix,
+    /// `[Hkv·dh, d]`.
+    pub v_proj: Matrix,
+    /// `[d, Hq·dh]`.
+    pub o_proj: Matrix,
+    /// Per-head q norm scale (`1 + w`), `[dh]`.
+    pub q_norm: Vec<f32>,
+    /// Per-head k norm scale (`1 + w`), `[dh]`.
+    pub k_norm: Vec<f32>,
+}
+
+/// Gated DeltaNet (§3.4).
+#[derive(Debug, Clone)]
+pub struct GatedDeltaNet {
+    /// `[2·Hk·dk + Hv·dv, d]`, rows `[q ; k ; v]`.
+    pub in_proj_qkv: Matrix,
+    /// `[Hv·dv, d]`.
+    pub in_proj_z: Matrix,
+    /// `[Hv, d]` → beta.
+    pub in_proj_b: Matrix,
+    /// `[Hv, d]` → decay.
+    pub in_proj_a: Matrix,
+    /// Depthwise conv kernel `[conv_dim, K]`.
+    pub conv1d: Vec<f32>,
+    /// `[Hv]`.
+    pub dt_bias: Vec<f32>,
+    /// `−exp(A_log)`, `[Hv]`.
+    pub neg_a: Vec<f32>,
+    /// Gated-norm scale (plain `w`), `[dv]`.
+    pub norm: Vec<f32>,
+    /// `[d, Hv·dv]`.
+    pub out_proj: Matrix,
+    /// Key head read by each value head: grouped (`v / r`) for HF, tiled (`v % Hk`) for GGUF.
+    pub key_head: Vec<usize>,
+}
+
+/// The mixer of one layer.
+#[derive(Debug, Clone)]
+pub enum Mixer {
+    /// Linear attention.
+    DeltaNet(GatedDeltaNet),
+    /// Full attention.
+    Attention(GatedAttention),
+}
+
+/// One decoder layer.
+#[derive(Debug, Clone)]
+pub struct Layer {
+    /// Pre-mixer norm scale (`1 + w`).
+    pub input_norm: Vec<f32>,
+    /// Pre-MLP norm scale (`1 + w`).
+    pub post_attention_norm: Vec<f32>,
+    /// Attention or DeltaNet.
+    pub mixer: Mixer,
+    /// SwiGLU MLP.
+    pub mlp: Mlp,
+}
+
+/// The whole text model.
+#[derive(Debug, Clone)]
+pub struct Qwen35 {
+    /// Shapes and hyper-parameters.
+    pub cfg: Qwen35Config,
+    /// `[vocab, d]`.
+    pub embed_tokens: Matrix,
+    /// `[vocab, d]`; `None` when tied to the embedding.
+    pub lm_head: Option<Matrix>,
+    /// Decoder layers.
+    pub layers: Vec<Layer>,
+    /// Final norm scale (`1 + w`).
+    pub norm: Vec<f32>,
+    /// Activation dtype (what transformers would compute in).
+    pub act: Act,
+    rope: Rope,
+}
+
+impl Qwen35 {
+    /// Assembles a model from loaded parts (the safetensors and GGUF loaders both end here).
+    pub fn new(
+        cfg: Qwen35Config,
+        embed_tokens: Matrix,
+        lm_head: Option<Matrix>,
+        layers: Vec<Layer>,
+        norm: Vec<f32>,
+        act: Act,
+    ) -> Self {
+        let rope = Rope::new(cfg.rotary_dim(), cfg.rope_theta);
+        Qwen35 { cfg, embed_tokens, lm_head, layers, norm, act, rope }
+    }
+
+    /// Loads `config.json` + safetensors from a Hugging Face checkpoint folder.
+    pub fn from_safetensors(dir: &Path) -> Result<Self> {
+        let cfg = Qwen35Config::from_file(&dir.join("config.json"))?;
+        let st = SafetensorsDir::open(dir)?;
+        Self::from_safetensors_parts(cfg, &st)
+    }
+
+    /// Loads the weights named by HF conventions from an opened checkpoint.
+    pub fn from_safetensors_parts(cfg: Qwen35Config, st: &SafetensorsDir) -> Result<Self> {
+        let d = cfg.hidden_size;
+        let one_plus = |v: Vec<f32>| v.into_iter().map(|w| 1.0 + w).collect::<Vec<_>>();
+        let embed_tokens = st.matrix("model.embed_tokens.weight", cfg.vocab_size, d)?;
+        let act = match embed_tokens.dtype {
+            DType::F32 => Act::F32,
+            DType::BF16 => Act::BF16,
+            DType::F16 => Act::F16,
+        };
+        let lm_head = if st.contains("lm_head.weight") {
+            Some(st.matrix("lm_head.weight", cfg.vocab_size, d)?)
+        } else if cfg.tie_word_embeddings {
+            None
+        } else {
+            return Err(ModelError::MissingTensor {
+                path: st.dir().to_path_buf(),
+                name: "lm_head.weight (config.json says tie_word_embeddings is false)".into(),
+            });
+        };
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for (i, ty) in cfg.layer_types.iter().enumerate() {
+            let p = format!("model.layers.{i}");
+            let mixer = match ty {
+                LayerType::Full => {
+                    let (hq, hkv, dh) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim);
+                    Mixer::Attention(GatedAttention {
+                        q_proj: st.matrix(&format!("{p}.self_attn.q_proj.weight"), hq * 2 * dh, d)?,
+                        k_proj: st.matrix(&format!("{p}.self_attn.k_proj.weight"), hkv * dh, d)?,
+                        v_proj: st.matrix(&format!("{p}.self_attn.v_proj.weight"), hkv * dh, d)?,
+                        o_proj: st.matrix(&format!("{p}.self_attn.o_proj.weight"), d, hq * dh)?,
+                        q_norm: one_plus(st.f32(&format!("{p}.self_attn.q_norm.weight"), &[dh])?),
+                        k_norm: one_plus(st.f32(&format!("{p}.self_attn.k_norm.weight"), &[dh])?),
+                    })
+                }
+                LayerType::Linear => {
+                    let (hk, hv, dv, kk) = (
+                        cfg.linear_num_key_heads,
+                        cfg.linear_num_value_heads,
+                        cfg.linear_value_head_dim,
+                        cfg.linear_conv_kernel_dim,
+                    );
+                    let conv_dim = cfg.conv_dim();
+                    let a_log = st.f32(&format!("{p}.linear_attn.A_log"), &[hv])?;
+                    let r = hv / hk;
+                    Mixer::DeltaNet(GatedDeltaNet {
+                        in_proj_qkv: st.matrix(&format!("{p}.linear_attn.in_proj_qkv.weight"), conv_dim, d)?,
+                        in_proj_z: st.matrix(&format!("{p}.linear_attn.in_proj_z.weight"), hv * dv, d)?,
+                        in_proj_b: st.matrix(&format!("{p}.linear_attn.in_proj_b.weight"), hv, d)?,
+                        in_proj_a: st.matrix(&format!("{p}.linear_attn.in_proj_a.weight"), hv, d)?,
+                        conv1d: st.f32(&format!("{p}.linear_attn.conv1d.weight"), &[conv_dim, 1, kk])?,
+                        dt_bias: st.f32(&format!("{p}.linear_attn.dt_bias"), &[hv])?,
+                        neg_a: a_log.iter().map(|a| -a.exp()).collect(),
+                        norm: st.f32(&format!("{p}.linear_attn.norm.weight"), &[dv])?,
+                        out_proj: st.matrix(&format!("{p}.linear_attn.out_proj.weight"), d, hv * dv)?,
+                        key_head: (0..hv).map(|v| v / r).collect(),
+                    })
+                }
+            };
+            layers.push(Layer {
+                input_norm: one_plus(st.f32(&format!("{p}.input_layernorm.weight"), &[d])?),
+                post_attention_norm: one_plus(st.f32(&format!("{p}.post_attention_layernorm.weight"), &[d])?),
+                mixer,
+                mlp: Mlp {
+                    gate: st.matrix(&format!("{p}.mlp.gate_proj.weight"), cfg.intermediate_size, d)?,
+                    up: st.matrix(&format!("{p}.mlp.up_proj.weight"), cfg.intermediate_size, d)?,
+                    down: st.matrix(&format!("{p}.mlp.down_proj.weight"), d, cfg.intermediate_size)?,
+                },
+            });
+        }
+        let norm = one_plus(st.f32("model.norm.weight", &[d])?);
+        Ok(Qwen35::new(cfg, embed_tokens, lm_head, layers, norm, act))
+    }
+
+    fn eps(&self) -> f32 {
+        self.cfg.rms_norm_eps as f32
+    }
+}
+
+impl GatedAttention {
+    /// Attention over `t` new tokens at positions `pos0..`, appending to the KV cache.
+    fn forward(
+        &self,
+        x: &[f32],
+        t: usize,
+        pos0: usize,
+        k_cache: &mut Vec<f32>,
+        v_cache: &mut Vec<f32>,
+        m: &Qwen35,
+    ) -> Vec<f32> {
+        let act = m.act;
+        let c = &m.cfg;
+        let (hq, hkv, dh) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let eps = m.eps();
+        let mut qg = self.q_proj.matmul(x, t);
+        act.round(&mut qg);
+        // Split the per-head [query | gate] interleave.
+        let mut q = vec![0.0f32; t * hq * dh];
+        let mut gate = vec![0.0f32; t * hq * dh];
+        for (i, row) in qg.chunks_exact(2 * dh).enumerate() {
+            q[i * dh..(i + 1) * dh].copy_from_slice(&row[..dh]);
+            gate[i * dh..(i + 1) * dh].copy_from_slice(&row[dh..]);
+        }
+        let mut q = rms_norm(&q, &self.q_norm, eps);
+        act.round(&mut q);
+        let mut k = self.k_proj.matmul(x, t);
+        act.round(&mut k);
+        let mut k = rms_norm(&k, &self.k_norm, eps);
+        act.round(&mut k);
+        let mut v = self.v_proj.matmul(x, t);
+        act.round(&mut v);
+        for (i, head) in q.chunks_exact_mut(dh).enumerate() {
+            m.rope.apply(head, pos0 + i / hq, act);
+        }
+        for (i, head) in k.chunks_exact_mut(dh).enumerate() {
+            m.rope.apply(head, pos0 + i / hkv, act);
+        }
+        k_cache.extend_from_slice(&k);
+        v_cache.extend_from_slice(&v);
+        let total = pos0 + t;
+        let (kc, vc) = (&*k_cache, &*v_cache);
+        let group = hq / hkv;
+        let scale = 1.0 / (dh as f32).sqrt();
+        // o[i, h, :] for every (token, head), in parallel.
+        let mut o = vec![0.0f32; t * hq * dh];
+        o.par_chunks_mut(dh).enumerate().for_each(|(idx, oh)| {
+            let (i, h) = (idx / hq, idx % hq);
+            let kvh = h / group;
+            let qh = &q[idx * dh..(idx + 1) * dh];
+            let n = pos0 + i + 1; // causal: keys 0..=pos
+            let mut s: Vec<f32> = (0..n)
+                .map(|j| act.r(crate::tensor::dot(qh, &kc[(j * hkv + kvh) * dh..(j * hkv + kvh + 1) * dh]) * scale))
+                .collect();
+            softmax(&mut s);
+            for (j, p) in s.iter().enumerate() {
+                let p = act.r(*p);
+                let vr = &vc[(j * hkv + kvh) * dh..(j * hkv + kvh + 1) * dh];
+                for (e, vv) in oh.iter_mut().zip(vr) {
+                    *e += p * vv;
+                }
+            }
+            act.round(oh);
+        });
+        debug_assert_eq!(kc.len(), total * hkv * dh);
+        for (e, gt) in o.iter_mut().zip(&gate) {
+            *e = act.r(*e * act.r(sigmoid(*gt)));
+        }
+        let mut y = self.o_proj.matmul(&o, t);
+        act.round(&mut y);
+        y
+    }
+}
+
+impl GatedDeltaNet {
+    /// DeltaNet over `t` new tokens, advancing the conv and recurrent state.
+    fn forward(
+        &self,
+        x: &[f32],
+        t: usize,
+        conv_state: &mut [f32],
+        state: &mut [f32],
+        m: &Qwen35,
+        decode: bool,
+    ) -> Vec<f32> {
+        let act = m.act;
+        let c = &m.cfg;
+        let (hk, hv, dk, dv) =
+            (c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim);
+        let (key_dim, conv_dim) = (c.key_dim(), c.conv_dim());
+        let mut mix = self.in_proj_qkv.matmul(x, t);
+        act.round(&mut mix);
+        let mut z = self.in_proj_z.matmul(x, t);
+        act.round(&mut z);
+        let mut b = self.in_proj_b.matmul(x, t);
+        act.round(&mut b);
+        let mut a = self.in_proj_a.matmul(x, t);
+        act.round(&mut a);
+        // Causal conv + SiLU, computed in dt.
+        let mut conv = causal_conv1d(&mix, conv_state, &self.conv1d, conv_dim, c.linear_conv_kernel_dim);
+        act.round(&mut conv);
+        act.round(conv_state);
+        for e in conv.iter_mut() {
+            *e = act.r(silu(*e));
+        }
+        // Split channels into q, k, v; l2-normalise q and k (eps 1e-6 on the sum), scale q.
+        let mut q = Vec::with_capacity(t * key_dim);
+        let mut k = Vec::with_capacity(t * key_dim);
+        let mut v = Vec::with_capacity(t * hv * dv);
+        for row in conv.chunks_exact(conv_dim) {
+            q.extend_from_slice(&row[..key_dim]);
+            k.extend_from_slice(&row[key_dim..2 * key_dim]);
+            v.extend_from_slice(&row[2 * key_dim..]);
+        }
+        let qscale = 1.0 / (dk as f32).sqrt();
+        for r in q.chunks_exact_mut(dk) {
+            l2_normalize(r, 1e-6);
+            r.iter_mut().for_each(|e| *e *= qscale);
+        }
+        for r in k.chunks_exact_mut(dk) {
+            l2_normalize(r, 1e-6);
+        }
+        // beta = sigmoid(b) in dt; g = −exp(A_log)·softplus(a + dt_bias) in f32.
+        let beta: Vec<f32> = b.iter().map(|e| act.r(sigmoid(*e))).collect();
+        let g: Vec<f32> =
+            a.iter().enumerate().map(|(i, e)| self.neg_a[i % hv] * softplus(e + self.dt_bias[i % hv])).collect();
+        let shape = DeltaShape { t, hk, hv, dk, dv, key_head: self.key_head.clone() };
+        let inputs = DeltaInputs { q: &q, k: &k, v: &v, g: &g, beta: &beta };
+        let mut o = if decode {
+            delta_rule::recurrent(&inputs, state, &shape)
+        } else {
+            delta_rule::chunked(&inputs, state, &shape)
+        };
+        act.round(&mut o);
+        // Gated RMSNorm per value head: norm, cast, scale by w (dt), times silu(z) (f32), cast.
+        let eps = m.eps();
+        for (oh, zh) in o.chunks_exact_mut(dv).zip(z.chunks_exact(dv)) {
+            let ms = oh.iter().map(|e| e * e).sum::<f32>() / dv as f32;
+            let inv = 1.0 / (ms + eps).sqrt();
+            for ((e, w), zz) in oh.iter_mut().zip(&self.norm).zip(zh) {
+                let n = act.r(act.r(*e * inv) * w);
+                *e = act.r(n * silu(*zz));
+            }
+        }
+        let mut y = self.out_proj.matmul(&o, t);
+        act.round(&mut y);
+        y
+    }
+}
+
+impl CausalLm for Qwen35 {
+    fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+
+    fn max_context(&self) -> usize {
+        self.cfg.max_position_embeddings
+    }
+
+    fn new_cache(&self) -> Cache {
+        let c = &self.cfg;
+        let layers = c
+            .layer_types
+            .iter()
+            .map(|ty| match ty {
+                LayerType::Full => LayerCache::Attention { k: Vec::new(), v: Vec::new() },
+                LayerType::Linear => LayerCache::Linear {
+                    conv: vec![0.0; (c.linear_conv_kernel_dim - 1) * c.conv_dim()],
+                    state: vec![0.0; c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim],
+                },
+            })
+            .collect();
+        Cache { layers, pos: 0 }
+    }
+
+    fn forward(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Vec<f32>> {
+        let d = self.cfg.hidden_size;
+        let t = ids.len();
+        if t == 0 {
+            return Err(ModelError::Input("no input tokens".into()));
+        }
+        if let Some(bad) = ids.iter().find(|&&id| id as usize >= self.cfg.vocab_size) {
+            return Err(ModelError::Input(format!(
+                "token id {bad} is out of vocabulary (vocab_size {})",
+                self.cfg.vocab_size
+            )));
+        }
+        if cache.layers.len() != self.layers.len() {
+            return Err(ModelError::Input("cache belongs to a different model".into()));
+        }
+        let act = self.act;
+        let pos0 = cache.pos;
+        let decode = t == 1 && pos0 > 0;
+        let mut h = Vec::with_capacity(t * d);
+        for &id in ids {
+            h.extend(self.embed_tokens.row(id as usize));
+        }
+        for (layer, lc) in self.layers.iter().zip(cache.layers.iter_mut()) {
+            let mut u = rms_norm(&h, &layer.input_norm, self.eps());
+            act.round(&mut u);
+            let u = match (&layer.mixer, lc) {
+                (Mixer::Attention(a), LayerCache::Attention { k, v }) => a.forward(&u, t, pos0, k, v, self),
+                (Mixer::DeltaNet(n), LayerCache::Linear { conv, state }) => n.forward(&u, t, conv, state, self, decode),
+                _ => return Err(ModelError::Input("cache layout does not match the model's layer types".into())),
+            };
+            for (a, b) in h.iter_mut().zip(&u) {
+                *a = act.r(*a + b);
+            }
+            let mut u = rms_norm(&h, &layer.post_attention_norm, self.eps());
+            act.round(&mut u);
+            let u = layer.mlp.forward(&u, t, act);
+            for (a, b) in h.iter_mut().zip(&u) {
+                *a = act.r(*a + b);
+            }
+        }
+        cache.pos += t;
+        let rows = if all_logits { &h[..] } else { &h[(t - 1) * d..] };
+        let n = rows.len() / d;
+        let mut x = rms_norm(rows, &self.norm, self.eps());
+        act.round(&mut x);
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
+        let mut logits = head.matmul(&x, n);
+        act.round(&mut logits);
+        Ok(logits)
+    }
+}

@@ -1,0 +1,258 @@
+//! Weight matrices as they lie in the file (memory-mapped, never copied) and the one
+//! operation the model needs from them: `y = x · Wᵀ` for a batch of rows of `x`.
+//!
+//! Activations are always `f32`. Weights keep their stored dtype and are widened row by row
+//! inside the kernel, so a bf16 checkpoint costs its file size in memory, not twice that.
+
+use std::sync::Arc;
+
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+/// Storage type of a weight matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DType {
+    /// IEEE binary32.
+    F32,
+    /// IEEE binary16.
+    F16,
+    /// bfloat16 (the upper half of an f32).
+    BF16,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::BF16 => 2,
+        }
+    }
+}
+
+/// Bytes shared with their owner (a memory map or an owned buffer).
+#[derive(Clone)]
+pub struct Bytes {
+    owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    start: usize,
+    len: usize,
+}
+
+impl std::fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Bytes({} bytes)", self.len)
+    }
+}
+
+/// An owned `f32` buffer usable as [`Bytes`] (for weights made in memory or re-laid out).
+struct OwnedF32(Vec<f32>);
+
+impl AsRef<[u8]> for OwnedF32 {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: f32 has no padding and every bit pattern is a valid u8.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast(), self.0.len() * 4) }
+    }
+}
+
+impl Bytes {
+    /// A view of `owner[start..start + len]`; the caller checks the range.
+    pub fn new(owner: Arc<dyn AsRef<[u8]> + Send + Sync>, start: usize, len: usize) -> Self {
+        assert!(start + len <= (*owner).as_ref().len());
+        Bytes { owner, start, len }
+    }
+    /// Bytes that own a copy of `v`.
+    pub fn from_f32(v: Vec<f32>) -> Self {
+        let len = v.len() * 4;
+        Bytes { owner: Arc::new(OwnedF32(v)), start: 0, len }
+    }
+    /// Bytes that own `v`.
+    pub fn from_vec(v: Vec<u8>) -> Self {
+        let len = v.len();
+        Bytes { owner: Arc::new(v), start: 0, len }
+    }
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        &(*self.owner).as_ref()[self.start..self.start + self.len]
+    }
+    /// Number of bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Decode a little-endian buffer of `dtype` into f32 values.
+pub fn to_f32_vec(bytes: &[u8], dtype: DType) -> Vec<f32> {
+    let mut out = vec![0.0; bytes.len() / dtype.size()];
+    widen(bytes, dtype, &mut out);
+    out
+}
+
+/// Widen `out.len()` elements of `dtype` from `bytes` into `out`.
+fn widen(bytes: &[u8], dtype: DType, out: &mut [f32]) {
+    match dtype {
+        DType::F32 => {
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+        DType::BF16 => {
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
+            }
+        }
+        DType::F16 => {
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
+            }
+        }
+    }
+}
+
+/// Round an f32 to the nearest bf16 and back (what a bf16 model stores between ops).
+#[inline]
+pub fn round_bf16(x: f32) -> f32 {
+    bf16::from_f32(x).to_f32()
+}
+
+/// Round an f32 to the nearest f16 and back.
+#[inline]
+pub fn round_f16(x: f32) -> f32 {
+    f16::from_f32(x).to_f32()
+}
+
+/// A 2-D weight `[rows, cols]` (PyTorch `[out, in]` layout), stored row-major.
+#[derive(Debug, Clone)]
+pub struct Matrix {
+    /// Output features.
+    pub rows: usize,
+    /// Input features.
+    pub cols: usize,
+    /// Stored element type.
+    pub dtype: DType,
+    bytes: Bytes,
+}
+
+/// Rows handled by one parallel task; their widened copies stay in cache while every input
+/// row streams past them once.
+const ROW_BLOCK: usize = 16;
+
+impl Matrix {
+    /// A matrix over `bytes` (which must hold exactly `rows * cols` elements of `dtype`).
+    pub fn new(rows: usize, cols: usize, dtype: DType, bytes: Bytes) -> Self {
+        assert_eq!(bytes.len(), rows * cols * dtype.size(), "matrix byte length");
+        Matrix { rows, cols, dtype, bytes }
+    }
+
+    /// An f32 matrix owning `data`.
+    pub fn from_f32(rows: usize, cols: usize, data: Vec<f32>) -> Self {
+        Matrix::new(rows, cols, DType::F32, Bytes::from_f32(data))
+    }
+
+    /// Bytes held by this matrix.
+    pub fn byte_len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Row `r` widened to f32 into `out` (length `cols`).
+    pub fn row_into(&self, r: usize, out: &mut [f32]) {
+        let w = self.cols * self.dtype.size();
+        widen(&self.bytes.as_slice()[r * w..(r + 1) * w], self.dtype, out);
+    }
+
+    /// Row `r` as a new f32 vector (embedding lookup).
+    pub fn row(&self, r: usize) -> Vec<f32> {
+        let mut v = vec![0.0; self.cols];
+        self.row_into(r, &mut v);
+        v
+    }
+
+    /// All of it as f32 (tests and small tensors).
+    pub fn to_f32(&self) -> Vec<f32> {
+        to_f32_vec(self.bytes.as_slice(), self.dtype)
+    }
+
+    /// `y[t, r] = Σ_k x[t, k] · W[r, k]` for `t` rows of `x` (`x.len() == t * cols`);
+    /// returns `y` as `[t, rows]`.
+    pub fn matmul(&self, x: &[f32], t: usize) -> Vec<f32> {
+        let (rows, cols) = (self.rows, self.cols);
+        assert_eq!(x.len(), t * cols, "matmul input length");
+        // Work in [rows, t] so each task owns a contiguous slice, then transpose.
+        let mut yt = vec![0.0f32; rows * t];
+        yt.par_chunks_mut(ROW_BLOCK * t).enumerate().for_each(|(blk, out)| {
+            let r0 = blk * ROW_BLOCK;
+            let nr = out.len() / t;
+            let mut wbuf = vec![0.0f32; nr * cols];
+            for i in 0..nr {
+                self.row_into(r0 + i, &mut wbuf[i * cols..(i + 1) * cols]);
+            }
+            for (tt, xr) in x.chunks_exact(cols).enumerate() {
+                for (i, wr) in wbuf.chunks_exact(cols).enumerate() {
+                    out[i * t + tt] = dot(wr, xr);
+                }
+            }
+        });
+        if t == 1 {
+            return yt;
+        }
+        let mut y = vec![0.0f32; rows * t];
+        for r in 0..rows {
+            for tt in 0..t {
+                y[tt * rows + r] = yt[r * t + tt];
+            }
+        }
+        y
+    }
+}
+
+/// Dot product with eight independent accumulators so the compiler can vectorise it.
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0.0f32; 8];
+    let ca = a.chunks_exact(8);
+    let cb = b.chunks_exact(8);
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matmul_matches_naive_for_every_dtype() {
+        let (rows, cols, t) = (37, 29, 5);
+        let w: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919) % 113) as f32 / 50.0 - 1.0).collect();
+        let x: Vec<f32> = (0..t * cols).map(|i| ((i * 31) % 17) as f32 / 8.0 - 1.0).collect();
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let bytes: Vec<u8> = match dtype {
+                DType::F32 => w.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                DType::BF16 => w.iter().flat_map(|v| bf16::from_f32(*v).to_le_bytes()).collect(),
+                DType::F16 => w.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect(),
+            };
+            let m = Matrix::new(rows, cols, dtype, Bytes::from_vec(bytes));
+            let wq = m.to_f32();
+            let y = m.matmul(&x, t);
+            for tt in 0..t {
+                for r in 0..rows {
+                    let want: f32 = (0..cols).map(|k| x[tt * cols + k] * wq[r * cols + k]).sum();
+                    assert!((y[tt * rows + r] - want).abs() < 1e-4, "{dtype:?} t={tt} r={r}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Tokenizer: Hugging Face tokenizer.json through the `tokenizers` crate.
