@@ -41,9 +41,8 @@ pub fn rewrite_eval_script(script: &str) -> String {
 }
 
 /// File extensions swebench does not pass to the test runner (`NON_TEST_EXTS`; `csv` has no dot).
-pub const NON_TEST_EXTS: &[&str] = &[
-    ".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml",
-];
+pub const NON_TEST_EXTS: &[&str] =
+    &[".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml"];
 
 /// The `b/` paths of `diff --git a/X b/Y` lines.
 pub fn diff_paths(patch: &str) -> Vec<String> {
@@ -56,10 +55,7 @@ pub fn diff_paths(patch: &str) -> Vec<String> {
 
 /// Test directives: the test patch's paths minus non-test files.
 pub fn test_directives(test_patch: &str) -> Vec<String> {
-    diff_paths(test_patch)
-        .into_iter()
-        .filter(|p| !NON_TEST_EXTS.iter().any(|e| p.ends_with(e)))
-        .collect()
+    diff_paths(test_patch).into_iter().filter(|p| !NON_TEST_EXTS.iter().any(|e| p.ends_with(e))).collect()
 }
 
 /// Pre-image paths of files the test patch modifies (not ones it creates): these are reset
@@ -113,11 +109,7 @@ pub fn local_eval_script(
     } else {
         Some(format!(
             "git checkout {base_commit} {}",
-            reset
-                .iter()
-                .map(|p| shell_quote(p))
-                .collect::<Vec<_>>()
-                .join(" ")
+            reset.iter().map(|p| shell_quote(p)).collect::<Vec<_>>().join(" ")
         ))
     };
     let mut lines = vec![format!("cd {}", shell_quote(workdir))];
@@ -131,9 +123,7 @@ pub fn local_eval_script(
         if !body.ends_with('\n') {
             body.push('\n');
         }
-        lines.push(format!(
-            "git apply -v - <<'EOF_114329324912'\n{body}EOF_114329324912"
-        ));
+        lines.push(format!("git apply -v - <<'EOF_114329324912'\n{body}EOF_114329324912"));
     }
     lines.push(format!(": '{START_TEST_OUTPUT}'"));
     let directives = test_directives(test_patch);
@@ -153,9 +143,7 @@ mod tests {
 
     #[test]
     fn exit_code_lines_wrap_the_end_marker() {
-        let s = rewrite_eval_script(
-            "#!/bin/bash\nset -uxo pipefail\nrun\n: '>>>>> End Test Output'\nreset\n",
-        );
+        let s = rewrite_eval_script("#!/bin/bash\nset -uxo pipefail\nrun\n: '>>>>> End Test Output'\nreset\n");
         assert_eq!(
             s,
             "#!/bin/bash\nset -uxo pipefail\nrun\nSWEBENCH_TEST_EXIT_CODE=$?\n: '>>>>> End Test Output'\necho \">>>>> Test Exit Code: $SWEBENCH_TEST_EXIT_CODE\"\nreset\n"
@@ -167,13 +155,7 @@ mod tests {
         let p = "diff --git a/tests/test_a.py b/tests/test_a.py\nindex 1..2\n--- a/tests/test_a.py\n+++ b/tests/test_a.py\n\
 diff --git a/tests/test_new.py b/tests/test_new.py\nnew file mode 100644\n--- /dev/null\n+++ b/tests/test_new.py\n\
 diff --git a/tests/data.json b/tests/data.json\n--- a/tests/data.json\n+++ b/tests/data.json\n";
-        assert_eq!(
-            test_files_to_reset(p),
-            vec!["tests/test_a.py", "tests/data.json"]
-        );
-        assert_eq!(
-            test_directives(p),
-            vec!["tests/test_a.py", "tests/test_new.py"]
-        );
+        assert_eq!(test_files_to_reset(p), vec!["tests/test_a.py", "tests/data.json"]);
+        assert_eq!(test_directives(p), vec!["tests/test_a.py", "tests/test_new.py"]);
     }
 }

@@ -132,10 +132,7 @@ pub fn parse_test_exit_code(text: &str) -> Option<i64> {
 /// `get_logs_eval` on already-decoded text (universal newlines applied): the status map and
 /// whether the log is usable.
 pub fn logs_eval(text: &str, parser: &str) -> Result<(StatusMap, bool), GradeError> {
-    if [APPLY_PATCH_FAIL, RESET_FAILED, TESTS_ERROR, TESTS_TIMEOUT]
-        .iter()
-        .any(|m| text.contains(m))
-    {
+    if [APPLY_PATCH_FAIL, RESET_FAILED, TESTS_ERROR, TESTS_TIMEOUT].iter().any(|m| text.contains(m)) {
         return Ok((StatusMap::new(), false));
     }
     if !(text.contains(START_TEST_OUTPUT) && text.contains(END_TEST_OUTPUT)) {
@@ -152,9 +149,7 @@ pub fn logs_eval(text: &str, parser: &str) -> Result<(StatusMap, bool), GradeErr
         return Ok((StatusMap::new(), false));
     }
     let exit_code = parse_test_exit_code(text);
-    if matches!(exit_code, Some(c) if c != 0)
-        && !map.is_empty()
-        && !map.values().any(|s| s == "FAILED" || s == "ERROR")
+    if matches!(exit_code, Some(c) if c != 0) && !map.is_empty() && !map.values().any(|s| s == "FAILED" || s == "ERROR")
     {
         return Ok((StatusMap::new(), false));
     }
@@ -163,8 +158,7 @@ pub fn logs_eval(text: &str, parser: &str) -> Result<(StatusMap, bool), GradeErr
 
 /// `get_logs_eval` on the raw bytes of a log file.
 pub fn logs_eval_bytes(bytes: &[u8], parser: &str) -> Result<(StatusMap, bool), GradeError> {
-    let text = crate::pytext::read_text_strict(bytes)
-        .map_err(|e| GradeError::InvalidUtf8(e.valid_up_to()))?;
+    let text = crate::pytext::read_text_strict(bytes).map_err(|e| GradeError::InvalidUtf8(e.valid_up_to()))?;
     logs_eval(&text, parser)
 }
 
@@ -321,46 +315,14 @@ pub fn classify_infra_failure(text: &str) -> Option<(&'static str, InfraTier)> {
     static SIGNATURES: LazyLock<Vec<(&'static str, InfraTier, Regex)>> = LazyLock::new(|| {
         use InfraTier::*;
         [
-            (
-                "browser_launch_failed",
-                Environment,
-                r"Failed to launch|Failed to connect to the bus",
-            ),
-            (
-                "display_unavailable",
-                Environment,
-                r"cannot open display|Missing X server|unable to open X display",
-            ),
-            (
-                "out_of_memory",
-                Environment,
-                r"Cannot allocate memory|OutOfMemoryError|^Killed$",
-            ),
-            (
-                "container_unavailable",
-                Environment,
-                r"Error response from daemon|Cannot connect to the Docker daemon",
-            ),
-            (
-                "network_unreachable",
-                Environment,
-                r"Could not resolve host|Temporary failure in name resolution",
-            ),
-            (
-                "missing_module",
-                Ambiguous,
-                r"Cannot find module|MODULE_NOT_FOUND|ModuleNotFoundError",
-            ),
-            (
-                "no_tests_collected",
-                Ambiguous,
-                r"no tests ran|collected 0 items",
-            ),
-            (
-                "tests_timed_out",
-                Ambiguous,
-                r"Timeout error: \d+ seconds exceeded",
-            ),
+            ("browser_launch_failed", Environment, r"Failed to launch|Failed to connect to the bus"),
+            ("display_unavailable", Environment, r"cannot open display|Missing X server|unable to open X display"),
+            ("out_of_memory", Environment, r"Cannot allocate memory|OutOfMemoryError|^Killed$"),
+            ("container_unavailable", Environment, r"Error response from daemon|Cannot connect to the Docker daemon"),
+            ("network_unreachable", Environment, r"Could not resolve host|Temporary failure in name resolution"),
+            ("missing_module", Ambiguous, r"Cannot find module|MODULE_NOT_FOUND|ModuleNotFoundError"),
+            ("no_tests_collected", Ambiguous, r"no tests ran|collected 0 items"),
+            ("tests_timed_out", Ambiguous, r"Timeout error: \d+ seconds exceeded"),
         ]
         .into_iter()
         .map(|(r, t, p)| (r, t, Regex::new(&format!("(?m){p}")).unwrap()))
@@ -369,21 +331,13 @@ pub fn classify_infra_failure(text: &str) -> Option<(&'static str, InfraTier)> {
     if text.is_empty() {
         return None;
     }
-    SIGNATURES
-        .iter()
-        .find(|(_, _, re)| re.is_match(text))
-        .map(|(r, t, _)| (*r, *t))
+    SIGNATURES.iter().find(|(_, _, re)| re.is_match(text)).map(|(r, t, _)| (*r, *t))
 }
 
 /// `classify_logs`: classifies the existing files among `paths`, joined by newlines.
-pub fn classify_infra_failure_files(
-    paths: &[&std::path::Path],
-) -> Option<(&'static str, InfraTier)> {
-    let chunks: Vec<String> = paths
-        .iter()
-        .filter_map(|p| std::fs::read(p).ok())
-        .map(|b| crate::pytext::read_text_replace(&b))
-        .collect();
+pub fn classify_infra_failure_files(paths: &[&std::path::Path]) -> Option<(&'static str, InfraTier)> {
+    let chunks: Vec<String> =
+        paths.iter().filter_map(|p| std::fs::read(p).ok()).map(|b| crate::pytext::read_text_replace(&b)).collect();
     classify_infra_failure(&chunks.join("\n"))
 }
 
@@ -422,11 +376,7 @@ pub struct Grade {
 /// `model_patch` is `None` for a `null` patch (early return, `patch_is_None: true`).
 /// `log_bytes` is the content of `test_output.txt`; `extra_logs` are the other logs
 /// `classify_logs` reads (swebench passes only the test log here).
-pub fn eval_report(
-    spec: &GradingSpec,
-    model_patch: Option<&str>,
-    log_bytes: &[u8],
-) -> Result<Grade, GradeError> {
+pub fn eval_report(spec: &GradingSpec, model_patch: Option<&str>, log_bytes: &[u8]) -> Result<Grade, GradeError> {
     let mut entry = Map::new();
     entry.insert("patch_is_None".into(), json!(false));
     entry.insert("patch_exists".into(), json!(false));
@@ -438,13 +388,8 @@ pub fn eval_report(
         outer.insert(spec.instance_id.clone(), Value::Object(entry));
         Value::Object(outer)
     };
-    let mut grade = Grade {
-        report: Value::Null,
-        resolved: false,
-        status_map: None,
-        tests_report: None,
-        resolution: None,
-    };
+    let mut grade =
+        Grade { report: Value::Null, resolved: false, status_map: None, tests_report: None, resolution: None };
     if model_patch.is_none() {
         entry.insert("patch_is_None".into(), json!(true));
         grade.report = wrap(entry);
@@ -455,10 +400,7 @@ pub fn eval_report(
     if !found {
         let text = crate::pytext::read_text_replace(log_bytes);
         if let Some((reason, tier)) = classify_infra_failure(&text) {
-            entry.insert(
-                "infra_failure".into(),
-                json!(tier == InfraTier::Environment),
-            );
+            entry.insert("infra_failure".into(), json!(tier == InfraTier::Environment));
             entry.insert("infra_failure_reason".into(), json!(reason));
         }
         grade.report = wrap(entry);
@@ -469,10 +411,7 @@ pub fn eval_report(
     let resolution = resolution_status(&tests);
     grade.resolved = resolution == ResolutionStatus::Full;
     entry.insert("resolved".into(), json!(grade.resolved));
-    entry.insert(
-        "tests_status".into(),
-        serde_json::to_value(&tests).expect("plain struct serialises"),
-    );
+    entry.insert("tests_status".into(), serde_json::to_value(&tests).expect("plain struct serialises"));
     grade.report = wrap(entry);
     grade.status_map = Some(map);
     grade.tests_report = Some(tests);
@@ -485,10 +424,7 @@ mod tests {
     use super::*;
 
     fn map(pairs: &[(&str, &str)]) -> StatusMap {
-        pairs
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect()
+        pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
     }
 
     #[test]
@@ -512,9 +448,7 @@ mod tests {
 
     #[test]
     fn spoofed_pass_with_nonzero_exit_is_not_usable() {
-        let log = format!(
-            "+ : '{START_TEST_OUTPUT}'\nPASSED t::a\n+ : '{END_TEST_OUTPUT}'\n{TEST_EXIT_CODE}: 1\n"
-        );
+        let log = format!("+ : '{START_TEST_OUTPUT}'\nPASSED t::a\n+ : '{END_TEST_OUTPUT}'\n{TEST_EXIT_CODE}: 1\n");
         let (m, found) = logs_eval(&log, "parse_log_pytest").unwrap();
         assert!(!found && m.is_empty());
     }

@@ -95,10 +95,7 @@ const KNOWN_FIELDS: &[&str] = &[
 
 impl SweInstance {
     /// Builds an instance from one JSON object; `err` builds the located error.
-    pub fn from_json(
-        value: Value,
-        err: &dyn Fn(&str, String) -> InstanceError,
-    ) -> Result<SweInstance, InstanceError> {
+    pub fn from_json(value: Value, err: &dyn Fn(&str, String) -> InstanceError) -> Result<SweInstance, InstanceError> {
         let Value::Object(mut obj) = value else {
             return Err(err("<record>", "expected a JSON object".into()));
         };
@@ -109,10 +106,7 @@ impl SweInstance {
                 Some(Value::String(s)) => Ok(Some(s)),
                 // `version` is sometimes written as a number; keep its text.
                 Some(Value::Number(n)) if name == "version" => Ok(Some(n.to_string())),
-                Some(other) => Err(err(
-                    name,
-                    format!("expected a string, found {}", kind(&other)),
-                )),
+                Some(other) => Err(err(name, format!("expected a string, found {}", kind(&other)))),
             }
         };
         let instance_id = take_str("instance_id", true)?.unwrap_or_default();
@@ -124,8 +118,7 @@ impl SweInstance {
         let hints_text = take_str("hints_text", false)?.unwrap_or_default();
         let created_at = take_str("created_at", false)?.unwrap_or_default();
         let version = take_str("version", false)?.unwrap_or_default();
-        let environment_setup_commit =
-            take_str("environment_setup_commit", false)?.unwrap_or_default();
+        let environment_setup_commit = take_str("environment_setup_commit", false)?.unwrap_or_default();
         let image = take_str("image", false)?;
         let eval_script = take_str("eval_script", false)?;
         let log_parser = take_str("log_parser", false)?;
@@ -134,10 +127,7 @@ impl SweInstance {
         let test_cmd = take_str("test_cmd", false)?;
         if let Some(t) = &eval_type {
             if EvalType::parse(t).is_none() {
-                return Err(err(
-                    "eval_type",
-                    format!("{t:?} is not `pass_and_fail` or `fail_only`"),
-                ));
+                return Err(err("eval_type", format!("{t:?} is not `pass_and_fail` or `fail_only`")));
             }
         }
         let fail_to_pass = test_list(obj.shift_remove("FAIL_TO_PASS"), "FAIL_TO_PASS", err)?;
@@ -185,10 +175,7 @@ impl SweInstance {
         m.insert("version".into(), s(&self.version));
         m.insert("FAIL_TO_PASS".into(), self.fail_to_pass.clone().into());
         m.insert("PASS_TO_PASS".into(), self.pass_to_pass.clone().into());
-        m.insert(
-            "environment_setup_commit".into(),
-            s(&self.environment_setup_commit),
-        );
+        m.insert("environment_setup_commit".into(), s(&self.environment_setup_commit));
         for (k, v) in [
             ("image", &self.image),
             ("eval_script", &self.eval_script),
@@ -217,15 +204,13 @@ impl SweInstance {
         if let Some(p) = &self.log_parser {
             return Ok(p.clone());
         }
-        crate::parsers::parser_for_repo(&self.repo)
-            .map(str::to_string)
-            .ok_or_else(|| {
-                anyhow::anyhow!(
-                    "instance {}: field `log_parser` is missing and repo {:?} has no default parser",
-                    self.instance_id,
-                    self.repo
-                )
-            })
+        crate::parsers::parser_for_repo(&self.repo).map(str::to_string).ok_or_else(|| {
+            anyhow::anyhow!(
+                "instance {}: field `log_parser` is missing and repo {:?} has no default parser",
+                self.instance_id,
+                self.repo
+            )
+        })
     }
 
     /// The eval type: `eval_type` (v5), else `fail_only` for swebench 4.x's fail-only repos.
@@ -273,10 +258,7 @@ fn string_list(
         .enumerate()
         .map(|(i, item)| match item {
             Value::String(s) => Ok(s),
-            other => Err(err(
-                field,
-                format!("item {i} is {}, expected a string", kind(&other)),
-            )),
+            other => Err(err(field, format!("item {i} is {}, expected a string", kind(&other)))),
         })
         .collect()
 }
@@ -290,8 +272,8 @@ fn test_list(
     match v {
         None | Some(Value::Null) => Err(err(field, "missing".into())),
         Some(Value::String(s)) => {
-            let parsed: Value = serde_json::from_str(&s)
-                .map_err(|e| err(field, format!("JSON-encoded string does not parse: {e}")))?;
+            let parsed: Value =
+                serde_json::from_str(&s).map_err(|e| err(field, format!("JSON-encoded string does not parse: {e}")))?;
             string_list(parsed, field, err)
         }
         Some(v) => string_list(v, field, err),
@@ -335,8 +317,7 @@ pub fn parse_jsonl_instances(text: &str, source: &str) -> Result<Vec<SweInstance
             field: field.to_string(),
             problem,
         };
-        let value: Value = serde_json::from_str(line)
-            .map_err(|e| err("<record>", format!("invalid JSON: {e}")))?;
+        let value: Value = serde_json::from_str(line).map_err(|e| err("<record>", format!("invalid JSON: {e}")))?;
         out.push(SweInstance::from_json(value, &err)?);
     }
     Ok(out)
@@ -350,17 +331,11 @@ pub fn parse_json_instances(text: &str, source: &str) -> Result<Vec<SweInstance>
         field: "<file>".into(),
         problem,
     };
-    let value: Value =
-        serde_json::from_str(text).map_err(|e| top_err(format!("invalid JSON: {e}")))?;
+    let value: Value = serde_json::from_str(text).map_err(|e| top_err(format!("invalid JSON: {e}")))?;
     let items = match value {
         Value::Array(items) => items,
         obj @ Value::Object(_) => vec![obj],
-        other => {
-            return Err(top_err(format!(
-                "expected a list of instances, found {}",
-                kind(&other)
-            )))
-        }
+        other => return Err(top_err(format!("expected a list of instances, found {}", kind(&other)))),
     };
     items
         .into_iter()
@@ -405,14 +380,8 @@ impl Prediction {
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
         m.insert("instance_id".into(), self.instance_id.clone().into());
-        m.insert(
-            "model_name_or_path".into(),
-            self.model_name_or_path.clone().into(),
-        );
-        m.insert(
-            "model_patch".into(),
-            self.model_patch.clone().map_or(Value::Null, Value::String),
-        );
+        m.insert("model_name_or_path".into(), self.model_name_or_path.clone().into());
+        m.insert("model_patch".into(), self.model_patch.clone().map_or(Value::Null, Value::String));
         for (k, v) in &self.extra {
             m.insert(k.clone(), v.clone());
         }
@@ -425,34 +394,24 @@ impl Prediction {
         };
         let instance_id = match obj.shift_remove("instance_id") {
             Some(Value::String(s)) => s,
-            Some(other) => anyhow::bail!(
-                "{location}: field `instance_id` must be a string, found {}",
-                kind(&other)
-            ),
+            Some(other) => anyhow::bail!("{location}: field `instance_id` must be a string, found {}", kind(&other)),
             None => anyhow::bail!("{location}: each prediction must contain `instance_id`"),
         };
         let model_name_or_path = match obj.shift_remove("model_name_or_path") {
             Some(Value::String(s)) => s,
             None | Some(Value::Null) => String::new(),
-            Some(other) => anyhow::bail!(
-                "{location}: field `model_name_or_path` must be a string, found {}",
-                kind(&other)
-            ),
+            Some(other) => {
+                anyhow::bail!("{location}: field `model_name_or_path` must be a string, found {}", kind(&other))
+            }
         };
         let model_patch = match obj.shift_remove("model_patch") {
             Some(Value::String(s)) => Some(s),
             None | Some(Value::Null) => None,
-            Some(other) => anyhow::bail!(
-                "{location}: field `model_patch` must be a string or null, found {}",
-                kind(&other)
-            ),
+            Some(other) => {
+                anyhow::bail!("{location}: field `model_patch` must be a string or null, found {}", kind(&other))
+            }
         };
-        Ok(Prediction {
-            instance_id,
-            model_name_or_path,
-            model_patch,
-            extra: obj,
-        })
+        Ok(Prediction { instance_id, model_name_or_path, model_patch, extra: obj })
     }
 }
 
@@ -463,8 +422,7 @@ pub fn load_predictions(path: &Path, instances: &[SweInstance]) -> anyhow::Resul
         return Ok(gold_predictions(instances));
     }
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| anyhow::anyhow!("cannot read predictions {name}: {e}"))?;
+    let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read predictions {name}: {e}"))?;
     parse_predictions(&text, &name)
 }
 
@@ -477,20 +435,18 @@ pub fn parse_predictions(text: &str, name: &str) -> anyhow::Result<Vec<Predictio
                 continue;
             }
             let loc = format!("{name}:{}", i + 1);
-            let v: Value = serde_json::from_str(line)
-                .map_err(|e| anyhow::anyhow!("{loc}: invalid JSON: {e}"))?;
+            let v: Value = serde_json::from_str(line).map_err(|e| anyhow::anyhow!("{loc}: invalid JSON: {e}"))?;
             out.push(Prediction::from_json(v, &loc)?);
         }
         Ok(out)
     } else if name.ends_with(".json") {
-        let v: Value =
-            serde_json::from_str(text).map_err(|e| anyhow::anyhow!("{name}: invalid JSON: {e}"))?;
+        let v: Value = serde_json::from_str(text).map_err(|e| anyhow::anyhow!("{name}: invalid JSON: {e}"))?;
         let items: Vec<Value> = match v {
             Value::Array(items) => items,
             Value::Object(map) => map.into_iter().map(|(_, v)| v).collect(),
-            _ => anyhow::bail!(
-                "{name}: predictions must be a list[prediction] or a dictionary[instance_id: prediction]"
-            ),
+            _ => {
+                anyhow::bail!("{name}: predictions must be a list[prediction] or a dictionary[instance_id: prediction]")
+            }
         };
         items
             .into_iter()
@@ -561,9 +517,7 @@ mod tests {
         let e = parse_jsonl_instances(&format!("{good}\n\n{bad}\n"), "set.jsonl").unwrap_err();
         assert_eq!(e.line, Some(3));
         assert_eq!(e.field, "FAIL_TO_PASS");
-        assert!(e
-            .to_string()
-            .starts_with("set.jsonl:3: field `FAIL_TO_PASS`"));
+        assert!(e.to_string().starts_with("set.jsonl:3: field `FAIL_TO_PASS`"));
     }
 
     #[test]
@@ -577,8 +531,7 @@ mod tests {
 
     #[test]
     fn predictions_dict_form_ignores_keys() {
-        let text =
-            r#"{"k": {"instance_id": "a", "model_name_or_path": "m/x", "model_patch": null}}"#;
+        let text = r#"{"k": {"instance_id": "a", "model_name_or_path": "m/x", "model_patch": null}}"#;
         let p = parse_predictions(text, "preds.json").unwrap();
         assert_eq!(p[0].instance_id, "a");
         assert!(p[0].is_empty_patch());

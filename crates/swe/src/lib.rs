@@ -6,13 +6,16 @@
 //! [`report`] (swebench's report files), [`executor`] (local workspace, patch chain, test
 //! run), [`runs`] (grade and solve runs over many instances), [`cli`] (`frognano eval`).
 
+pub mod cli;
 pub mod eval_script;
+pub mod executor;
 pub mod grading;
 pub mod instance;
 pub mod parsers;
 pub mod pyjson;
 pub mod pytext;
 pub mod report;
+pub mod runs;
 pub mod status;
 
 pub use grading::{eval_report, EvalType, Grade, GradingSpec, ResolutionStatus, TestsReport};

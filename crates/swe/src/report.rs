@@ -27,9 +27,7 @@ pub fn run_dir(root: &Path, run_id: &str) -> PathBuf {
 
 /// `logs/run_evaluation/<run_id>/<model>/<instance_id>` under `root`.
 pub fn instance_dir(root: &Path, run_id: &str, pred: &Prediction) -> PathBuf {
-    run_dir(root, run_id)
-        .join(pred.model_dir_name())
-        .join(&pred.instance_id)
+    run_dir(root, run_id).join(pred.model_dir_name()).join(&pred.instance_id)
 }
 
 /// The text of `report.json` as swebench writes it (`indent=4`, no trailing newline).
@@ -87,9 +85,7 @@ pub fn make_run_report(
             continue;
         }
         completed.insert(id.clone());
-        let text = std::fs::read(&file)
-            .map(|b| crate::pytext::read_text_replace(&b))
-            .unwrap_or_default();
+        let text = std::fs::read(&file).map(|b| crate::pytext::read_text_replace(&b)).unwrap_or_default();
         let text = crate::pytext::py_strip(&text);
         match serde_json::from_str::<Value>(text) {
             Ok(v) => match v.get(id).and_then(|e| e.get("resolved")) {
@@ -146,20 +142,11 @@ pub fn make_run_report(
     report.insert("ambiguous_failure_ids".into(), list(&ambiguous));
     report.insert(
         "failure_reasons".into(),
-        Value::Object(
-            reasons
-                .into_iter()
-                .map(|(k, v)| (k, Value::from(v)))
-                .collect(),
-        ),
+        Value::Object(reasons.into_iter().map(|(k, v)| (k, Value::from(v))).collect()),
     );
     report.insert("error_ids".into(), list(&errors));
     report.insert("schema_version".into(), json!(2));
-    let model = predictions
-        .values()
-        .next()
-        .map(Prediction::model_dir_name)
-        .unwrap_or_default();
+    let model = predictions.values().next().map(Prediction::model_dir_name).unwrap_or_default();
     (Value::Object(report), format!("{model}.{run_id}.json"))
 }
 

@@ -25,13 +25,8 @@ pub enum TestStatus {
 
 impl TestStatus {
     /// All statuses, in swebench's enum order.
-    pub const ALL: [TestStatus; 5] = [
-        TestStatus::Failed,
-        TestStatus::Passed,
-        TestStatus::Skipped,
-        TestStatus::Error,
-        TestStatus::Xfail,
-    ];
+    pub const ALL: [TestStatus; 5] =
+        [TestStatus::Failed, TestStatus::Passed, TestStatus::Skipped, TestStatus::Error, TestStatus::Xfail];
 
     /// The status token as it appears in logs and status maps.
     pub fn as_str(self) -> &'static str {

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use frognano_swe::eval_script::rewrite_eval_script;
 use frognano_swe::grading::{
-    classify_infra_failure, compute_fail_to_pass, compute_pass_to_pass, eval_report, logs_eval,
-    parse_test_exit_code, resolution_status, InfraTier,
+    classify_infra_failure, compute_fail_to_pass, compute_pass_to_pass, eval_report, logs_eval, parse_test_exit_code,
+    resolution_status, InfraTier,
 };
 use frognano_swe::instance::{parse_predictions, SweInstance};
 use frognano_swe::parsers::parse_log;
@@ -29,10 +29,7 @@ fn is_error(v: &Value) -> bool {
 }
 
 fn pairs(map: &frognano_swe::StatusMap) -> Value {
-    map.iter()
-        .map(|(k, v)| Value::from(vec![k.clone(), v.clone()]))
-        .collect::<Vec<_>>()
-        .into()
+    map.iter().map(|(k, v)| Value::from(vec![k.clone(), v.clone()])).collect::<Vec<_>>().into()
 }
 
 fn check_raw(case: &str, parser: &str, what: &str, text: &str, expected: &Value) -> usize {
@@ -54,18 +51,10 @@ fn parsers_grading_and_reports_match_swebench() {
     let mut compared = 0usize;
     for case in cases {
         let name = case["name"].as_str().unwrap();
-        let bytes = std::fs::read(
-            parity_dir()
-                .join("logs")
-                .join(case["log"].as_str().unwrap()),
-        )
-        .unwrap();
+        let bytes = std::fs::read(parity_dir().join("logs").join(case["log"].as_str().unwrap())).unwrap();
         let text = read_text_strict(&bytes);
         if case.get("read_error").is_some() {
-            assert!(
-                text.is_err(),
-                "{name}: Python could not read the log, we could"
-            );
+            assert!(text.is_err(), "{name}: Python could not read the log, we could");
         } else {
             let text = text.expect("log decodes");
             for (parser, exp) in case["raw"].as_object().unwrap() {
@@ -78,25 +67,15 @@ fn parsers_grading_and_reports_match_swebench() {
                 compared += 1;
             }
             assert_eq!(
-                parse_test_exit_code(&text)
-                    .map(Value::from)
-                    .unwrap_or(Value::Null),
+                parse_test_exit_code(&text).map(Value::from).unwrap_or(Value::Null),
                 case["exit_code"],
                 "{name}: exit code"
             );
             let classify = classify_infra_failure(&text).map(|(r, t)| {
-                let tier = if t == InfraTier::Environment {
-                    "environment"
-                } else {
-                    "ambiguous"
-                };
+                let tier = if t == InfraTier::Environment { "environment" } else { "ambiguous" };
                 Value::from(vec![r, tier])
             });
-            assert_eq!(
-                classify.unwrap_or(Value::Null),
-                case["classify"],
-                "{name}: infra class"
-            );
+            assert_eq!(classify.unwrap_or(Value::Null), case["classify"], "{name}: infra class");
         }
         for exp in case["instances"].as_array().unwrap() {
             let variant = exp["variant"].as_str().unwrap();
@@ -114,15 +93,10 @@ fn parsers_grading_and_reports_match_swebench() {
                 "{name}/{variant}: eval script rewrite"
             );
             let le = &exp["logs_eval"];
-            match read_text_strict(&bytes)
-                .map_err(|_| ())
-                .and_then(|t| logs_eval(&t, &spec.log_parser).map_err(|_| ()))
+            match read_text_strict(&bytes).map_err(|_| ()).and_then(|t| logs_eval(&t, &spec.log_parser).map_err(|_| ()))
             {
                 Ok((map, found)) => {
-                    assert!(
-                        !is_error(le),
-                        "{name}/{variant}: swebench raised, we did not"
-                    );
+                    assert!(!is_error(le), "{name}/{variant}: swebench raised, we did not");
                     assert_eq!(pairs(&map), le["map"], "{name}/{variant}: logs_eval map");
                     assert_eq!(Value::from(found), le["found"], "{name}/{variant}: found");
                     if found {
@@ -137,31 +111,15 @@ fn parsers_grading_and_reports_match_swebench() {
                             exp["tests_report"],
                             "{name}/{variant}: tests report"
                         );
-                        assert_eq!(
-                            resolution_status(&tr).as_str(),
-                            exp["resolution"],
-                            "{name}/{variant}: resolution"
-                        );
+                        assert_eq!(resolution_status(&tr).as_str(), exp["resolution"], "{name}/{variant}: resolution");
                         // serde_json parses floats to within 1 ulp; the verdict itself is compared exactly above.
-                        assert!(
-                            (compute_fail_to_pass(&tr) - exp["f2p"].as_f64().unwrap()).abs()
-                                < 1e-12
-                        );
-                        assert!(
-                            (compute_pass_to_pass(&tr) - exp["p2p"].as_f64().unwrap()).abs()
-                                < 1e-12
-                        );
+                        assert!((compute_fail_to_pass(&tr) - exp["f2p"].as_f64().unwrap()).abs() < 1e-12);
+                        assert!((compute_pass_to_pass(&tr) - exp["p2p"].as_f64().unwrap()).abs() < 1e-12);
                     }
                 }
-                Err(()) => assert!(
-                    is_error(le),
-                    "{name}/{variant}: we raised, swebench did not: {le}"
-                ),
+                Err(()) => assert!(is_error(le), "{name}/{variant}: we raised, swebench did not: {le}"),
             }
-            for (key, patch) in [
-                ("report_with_patch", Some("diff --git a/x b/x\n")),
-                ("report_null_patch", None),
-            ] {
+            for (key, patch) in [("report_with_patch", Some("diff --git a/x b/x\n")), ("report_null_patch", None)] {
                 let mut spec = spec.clone();
                 spec.instance_id = inst.instance_id.clone();
                 match (eval_report(&spec, patch, &bytes), &exp[key]) {
@@ -189,17 +147,12 @@ fn prediction_files_load_as_swebench_loads_them() {
         let want = &case["result"];
         match got {
             Ok(preds) => {
-                let want = want
-                    .as_array()
-                    .unwrap_or_else(|| panic!("{file}: swebench raised {want}"));
+                let want = want.as_array().unwrap_or_else(|| panic!("{file}: swebench raised {want}"));
                 assert_eq!(preds.len(), want.len(), "{file}");
                 for (p, w) in preds.iter().zip(want) {
                     assert_eq!(p.instance_id, w["instance_id"].as_str().unwrap());
                     assert_eq!(p.model_patch.as_deref(), w["model_patch"].as_str());
-                    assert_eq!(
-                        p.model_name_or_path,
-                        w["model_name_or_path"].as_str().unwrap()
-                    );
+                    assert_eq!(p.model_name_or_path, w["model_name_or_path"].as_str().unwrap());
                 }
             }
             Err(e) => assert!(is_error(want), "{file}: we failed ({e}), swebench did not"),
@@ -213,11 +166,7 @@ fn run_report_is_byte_identical() {
     let case = &g["run_report"];
     let run_id = case["run_id"].as_str().unwrap();
     let root = tempfile::tempdir().unwrap();
-    let base = root
-        .path()
-        .join("logs/run_evaluation")
-        .join(run_id)
-        .join("org__m");
+    let base = root.path().join("logs/run_evaluation").join(run_id).join("org__m");
     for (rel, content) in case["files"].as_object().unwrap() {
         let p = base.join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -225,17 +174,10 @@ fn run_report_is_byte_identical() {
     }
     let preds_text = serde_json::to_string(&case["predictions"]).unwrap();
     let preds = parse_predictions(&preds_text, "p.json").unwrap();
-    let ids: Vec<String> = case["dataset"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["instance_id"].as_str().unwrap().to_string())
-        .collect();
+    let ids: Vec<String> =
+        case["dataset"].as_array().unwrap().iter().map(|d| d["instance_id"].as_str().unwrap().to_string()).collect();
     let (report, file) = make_run_report(&predictions_by_id(&preds), &ids, run_id, root.path());
     assert_eq!(file, case["report_file"].as_str().unwrap());
-    assert_eq!(
-        run_report_text(&report),
-        case["report_text"].as_str().unwrap()
-    );
+    assert_eq!(run_report_text(&report), case["report_text"].as_str().unwrap());
     assert!(base.join("p__q-1").join(LOG_REPORT).exists());
 }

@@ -9,8 +9,7 @@ use crate::pytext::py_strip;
 
 /// `--- PASS|FAIL|SKIP: Name (0.00s)` lines of `go test -v`.
 pub fn parse_gotest(log: &str) -> Result<StatusMap, ParseError> {
-    static LINE: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r"^--- (PASS|FAIL|SKIP): (.+) \((.+)\)$").unwrap());
+    static LINE: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^--- (PASS|FAIL|SKIP): (.+) \((.+)\)$").unwrap());
     let mut map = StatusMap::new();
     for line in log.split('\n') {
         if let Some(c) = LINE.captures(py_strip(line)) {

@@ -12,8 +12,7 @@ pub use crate::status::StatusMap;
 pub use cargo::parse_cargo;
 pub use gotest::parse_gotest;
 pub use python::{
-    parse_django, parse_matplotlib, parse_pytest, parse_pytest_options, parse_pytest_v2,
-    parse_seaborn, parse_sympy,
+    parse_django, parse_matplotlib, parse_pytest, parse_pytest_options, parse_pytest_v2, parse_seaborn, parse_sympy,
 };
 
 /// Why a parser produced no map.
@@ -106,11 +105,7 @@ pub fn implemented_parsers() -> Vec<&'static str> {
 
 /// Looks a parser up by registry name (`parse_log_django`) or short name (`django`).
 pub fn parser_by_name(name: &str) -> Result<ParserFn, ParseError> {
-    let full = if name.starts_with("parse_log_") {
-        name.to_string()
-    } else {
-        format!("parse_log_{name}")
-    };
+    let full = if name.starts_with("parse_log_") { name.to_string() } else { format!("parse_log_{name}") };
     if let Some((_, f)) = IMPLEMENTED.iter().find(|(n, _)| *n == full) {
         return Ok(*f);
     }
@@ -147,13 +142,11 @@ pub fn parser_for_repo(repo: &str) -> Option<&'static str> {
         "sqlfluff/sqlfluff" => "parse_log_sqlfluff",
         "sphinx-doc/sphinx" => "parse_log_sphinx",
         "sympy/sympy" => "parse_log_sympy",
-        "burntsushi/ripgrep" | "sharkdp/bat" | "astral-sh/ruff" | "tokio-rs/tokio"
-        | "uutils/coreutils" | "nushell/nushell" | "tokio-rs/axum" => "parse_log_cargo",
-        "caddyserver/caddy"
-        | "hashicorp/terraform"
-        | "prometheus/prometheus"
-        | "gohugoio/hugo"
-        | "gin-gonic/gin" => "parse_log_gotest",
+        "burntsushi/ripgrep" | "sharkdp/bat" | "astral-sh/ruff" | "tokio-rs/tokio" | "uutils/coreutils"
+        | "nushell/nushell" | "tokio-rs/axum" => "parse_log_cargo",
+        "caddyserver/caddy" | "hashicorp/terraform" | "prometheus/prometheus" | "gohugoio/hugo" | "gin-gonic/gin" => {
+            "parse_log_gotest"
+        }
         _ => return None,
     })
 }

@@ -83,9 +83,7 @@ pub fn parse_pytest_options(log: &str) -> Result<StatusMap, ParseError> {
 pub fn parse_matplotlib(log: &str) -> Result<StatusMap, ParseError> {
     let mut map = StatusMap::new();
     for line in log.split('\n') {
-        let line = line
-            .replace("MouseButton.LEFT", "1")
-            .replace("MouseButton.RIGHT", "3");
+        let line = line.replace("MouseButton.LEFT", "1").replace("MouseButton.RIGHT", "3");
         if let Some((name, status)) = pytest_tokens(&line) {
             map.insert(name, status);
         }
@@ -100,10 +98,7 @@ pub fn parse_pytest_v2(log: &str) -> Result<StatusMap, ParseError> {
     let mut map = StatusMap::new();
     for raw in log.split('\n') {
         let no_colour = COLOUR.replace_all(raw, "");
-        let line: String = no_colour
-            .chars()
-            .filter(|c| !('\u{1}'..='\u{1f}').contains(c))
-            .collect();
+        let line: String = no_colour.chars().filter(|c| !('\u{1}'..='\u{1f}').contains(c)).collect();
         if has_status_prefix(&line) {
             let head = if line.starts_with("FAILED") {
                 line.split_once(" - ").map_or(line.as_str(), |(a, _)| a)
@@ -148,8 +143,7 @@ pub fn parse_seaborn(log: &str) -> Result<StatusMap, ParseError> {
 
 /// `parse_log_sympy`: `___ file.py:test ___` headers are failures, then per-line verdicts.
 pub fn parse_sympy(log: &str) -> Result<StatusMap, ParseError> {
-    static HEADER: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r"(_*) (.*)\.py:(.*) (_*)").unwrap());
+    static HEADER: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(_*) (.*)\.py:(.*) (_*)").unwrap());
     let mut map = StatusMap::new();
     for c in HEADER.captures_iter(log) {
         map.insert(format!("{}.py:{}", &c[2], &c[3]), "FAILED".into());
@@ -189,9 +183,7 @@ pub fn parse_django(log: &str) -> Result<StatusMap, ParseError> {
         for suffix in [" ... ok", " ... OK", " ...  OK"] {
             if line.ends_with(suffix) {
                 // django__django-7188: a migration message and the verdict share one line.
-                if py_strip(&line)
-                    .starts_with("Applying sites.0002_alter_domain_unique...test_no_migrations")
-                {
+                if py_strip(&line).starts_with("Applying sites.0002_alter_domain_unique...test_no_migrations") {
                     let after = line.split_once("...").map_or("", |(_, b)| b);
                     line = py_strip(after).to_string();
                 }
@@ -236,14 +228,9 @@ pub fn parse_django(log: &str) -> Result<StatusMap, ParseError> {
                 r"(?m)^(.*?){s}\.\.\.{s}Testing against Django installed in ((?s:.*?)) silenced\)\.\nok$"
             ))
             .unwrap(),
-            Regex::new(&format!(
-                r"(?m)^(.*?){s}\.\.\.{s}Internal Server Error: /(.*)/\nok$"
-            ))
-            .unwrap(),
-            Regex::new(&format!(
-                r"(?m)^(.*?){s}\.\.\.{s}System check identified no issues \(0 silenced\)\nok$"
-            ))
-            .unwrap(),
+            Regex::new(&format!(r"(?m)^(.*?){s}\.\.\.{s}Internal Server Error: /(.*)/\nok$")).unwrap(),
+            Regex::new(&format!(r"(?m)^(.*?){s}\.\.\.{s}System check identified no issues \(0 silenced\)\nok$"))
+                .unwrap(),
         ]
     });
     for pattern in PATTERNS.iter() {

@@ -1,0 +1,306 @@
+//! Local executor (no Docker): one git workspace per instance at `base_commit` with later
+//! history invisible, the model patch applied with swebench 5.0.2's fallback chain, the eval
+//! script run in `frognano-sandbox` under a timeout, the log graded.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use frognano_sandbox::{Command, Isolation, Sandbox, SandboxSpec};
+use serde_json::Value;
+
+use crate::eval_script::{local_eval_script, rewrite_eval_script};
+use crate::grading::{eval_report, APPLY_PATCH_FAIL, APPLY_PATCH_PASS};
+use crate::instance::{repo_source, Prediction, SweInstance};
+use crate::report::{instance_report_text, LOG_INSTANCE, LOG_PATCH, LOG_REPORT, LOG_TEST_OUTPUT};
+
+/// swebench 5.0.2's `GIT_APPLY_CMDS`, tried in order on the patch file.
+pub const GIT_APPLY_CMDS: &[&str] = &[
+    "git apply --verbose",
+    "git apply --verbose --3way",
+    "git apply --verbose --reject",
+    "patch --batch --forward --fuzz=5 -p1 -i",
+];
+
+/// How instances are executed.
+#[derive(Debug, Clone)]
+pub struct ExecOptions {
+    /// Directory with one clone per repository (`owner__name` or `name`).
+    pub repos: Option<PathBuf>,
+    /// Limit of the eval script (swebench's `--timeout`, default 1800 s).
+    pub timeout: Duration,
+    /// Confinement of the commands.
+    pub isolation: Isolation,
+    /// Where workspaces are created (removed after each instance).
+    pub work_root: PathBuf,
+}
+
+impl Default for ExecOptions {
+    fn default() -> Self {
+        ExecOptions {
+            repos: None,
+            timeout: Duration::from_secs(1800),
+            isolation: Isolation::Bubblewrap,
+            work_root: std::env::temp_dir(),
+        }
+    }
+}
+
+/// How one instance ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Graded; all FAIL_TO_PASS and PASS_TO_PASS succeed.
+    Resolved,
+    /// Graded; not resolved.
+    Unresolved,
+    /// `model_patch` empty or null: not run (swebench's empty-patch instances).
+    EmptyPatch,
+    /// No report: the instance could not be graded (swebench's error instances).
+    Error(ErrorKind),
+}
+
+/// Why an instance is an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The repository or base commit could not be found.
+    RepoMissing(String),
+    /// No command of the apply chain applied the patch.
+    PatchApplyFailed,
+    /// The eval script ran past the timeout.
+    TestTimeout(u64),
+    /// The sandbox could not run the script, or the grader raised.
+    Infra(String),
+}
+
+impl Outcome {
+    /// Short machine-readable label for result files.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Resolved => "resolved",
+            Outcome::Unresolved => "unresolved",
+            Outcome::EmptyPatch => "empty_patch",
+            Outcome::Error(ErrorKind::RepoMissing(_)) => "error_repo_missing",
+            Outcome::Error(ErrorKind::PatchApplyFailed) => "error_patch_apply_failed",
+            Outcome::Error(ErrorKind::TestTimeout(_)) => "error_test_timeout",
+            Outcome::Error(ErrorKind::Infra(_)) => "error",
+        }
+    }
+
+    /// Human-readable detail of an error.
+    pub fn detail(&self) -> Option<String> {
+        match self {
+            Outcome::Error(ErrorKind::RepoMissing(m)) | Outcome::Error(ErrorKind::Infra(m)) => Some(m.clone()),
+            Outcome::Error(ErrorKind::PatchApplyFailed) => {
+                Some("patch did not apply with any command of the fallback chain".into())
+            }
+            Outcome::Error(ErrorKind::TestTimeout(s)) => Some(format!("tests ran past the {s} s timeout")),
+            _ => None,
+        }
+    }
+}
+
+/// The result of running one prediction.
+#[derive(Debug, Clone)]
+pub struct InstanceResult {
+    /// Instance id.
+    pub instance_id: String,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// `report.json` content when graded.
+    pub report: Option<Value>,
+    /// Whether the model patch applied (false when not tried).
+    pub patch_applied: bool,
+    /// Seconds spent, total.
+    pub seconds: f64,
+    /// Seconds spent in the eval script (test command included).
+    pub test_seconds: f64,
+}
+
+/// Creates `dest` as a repository containing `base_commit` and its history only, checked out
+/// detached at it: later commits, branches and tags of the source are not fetched, so the
+/// agent cannot see the fix in the future history.
+pub fn create_workspace(source: &Path, base_commit: &str, dest: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dest)?;
+    let src =
+        source.canonicalize().map_err(|e| anyhow::anyhow!("repository {} not readable: {e}", source.display()))?;
+    let git = |args: &[&str]| -> anyhow::Result<std::process::Output> {
+        let out = std::process::Command::new("git")
+            .args(["-c", "safe.directory=*"])
+            .args(args)
+            .current_dir(dest)
+            .output()
+            .map_err(|e| anyhow::anyhow!("cannot run git: {e}"))?;
+        Ok(out)
+    };
+    let ok = |out: std::process::Output, what: &str| -> anyhow::Result<()> {
+        anyhow::ensure!(out.status.success(), "{what} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        Ok(())
+    };
+    ok(git(&["init", "-q"])?, "git init")?;
+    let src_str = src.to_string_lossy().to_string();
+    ok(
+        git(&["fetch", "-q", "--no-tags", &src_str, base_commit])?,
+        &format!("fetching base commit {base_commit} from {src_str}"),
+    )?;
+    ok(git(&["checkout", "-q", "--detach", "FETCH_HEAD"])?, "checkout of the base commit")?;
+    // The fetched commit may be named by a short hash; make sure it is the one asked for.
+    let head = git(&["rev-parse", "HEAD"])?;
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    anyhow::ensure!(
+        head.starts_with(base_commit) || base_commit.starts_with(&head),
+        "base commit {base_commit} resolved to {head}"
+    );
+    std::fs::remove_file(dest.join(".git/FETCH_HEAD")).ok();
+    Ok(())
+}
+
+fn sandbox_for(ws: &Path, opts: &ExecOptions, timeout: Duration) -> anyhow::Result<Sandbox> {
+    let spec = SandboxSpec::new(ws)
+        .isolation(opts.isolation)
+        .timeout(timeout)
+        .output_limit(64 << 20)
+        .flood_limit(256 << 20)
+        // Inside the sandbox the workspace may appear owned by another uid.
+        .env("GIT_CONFIG_COUNT", "1")
+        .env("GIT_CONFIG_KEY_0", "safe.directory")
+        .env("GIT_CONFIG_VALUE_0", "*");
+    Sandbox::new(spec).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Runs `script` with bash in the sandbox, stdout and stderr merged as in the harness.
+fn run_merged(sb: &Sandbox, script: &str, timeout: Duration) -> anyhow::Result<(String, i32, bool)> {
+    let cmd = Command::new("bash").arg("-c").arg(format!("exec 2>&1\n{script}")).timeout(timeout);
+    let out = sb.run(&cmd).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let code = out.returncode();
+    Ok((out.stdout, code, out.timed_out))
+}
+
+/// Applies the patch at `patch_file` with the 5.0.2 chain; returns the log lines and whether
+/// it applied (an already-applied patch counts as applied).
+pub fn apply_patch_chain(sb: &Sandbox, patch_file: &Path) -> anyhow::Result<(String, bool)> {
+    let p = crate::eval_script::shell_quote(&patch_file.to_string_lossy());
+    let mut log = String::new();
+    for (i, cmd) in GIT_APPLY_CMDS.iter().enumerate() {
+        if i > 0 {
+            run_merged(sb, "git checkout -- . ; git clean -fd", Duration::from_secs(120))?;
+        }
+        let (out, code, _) = run_merged(sb, &format!("{cmd} {p}"), Duration::from_secs(300))?;
+        log.push_str(&format!("$ {cmd} patch.diff\n{out}"));
+        if code == 0 {
+            log.push_str(&format!("{APPLY_PATCH_PASS}:\n"));
+            return Ok((log, true));
+        }
+        log.push_str(&format!("Failed to apply patch to container: {cmd}\n"));
+    }
+    let (_, code, _) = run_merged(sb, &format!("git apply --check --reverse {p}"), Duration::from_secs(120))?;
+    if code == 0 {
+        log.push_str(&format!("{APPLY_PATCH_PASS} (already applied)\n"));
+        return Ok((log, true));
+    }
+    log.push_str(&format!("{APPLY_PATCH_FAIL}:\n"));
+    Ok((log, false))
+}
+
+/// The eval script for an instance in workspace `ws`: generated from `test_cmd` when given,
+/// else the dataset's v5 `eval_script` rewritten by swebench's rules with `/testbed`
+/// replaced by the workspace.
+pub fn eval_script_for(inst: &SweInstance, ws: &Path) -> anyhow::Result<String> {
+    let ws_str = ws.to_string_lossy();
+    if let Some(cmd) = &inst.test_cmd {
+        return Ok(local_eval_script(&ws_str, &inst.base_commit, &inst.test_patch, cmd, &inst.setup_commands));
+    }
+    if let Some(script) = &inst.eval_script {
+        return Ok(rewrite_eval_script(&script.replace("/testbed", &ws_str)));
+    }
+    anyhow::bail!(
+        "instance {}: needs `test_cmd` (FrogNano) or `eval_script` (SWE-bench v5) to run locally",
+        inst.instance_id
+    )
+}
+
+/// Runs one prediction end to end and writes swebench's per-instance files into `log_dir`
+/// (`patch.diff`, `run_instance.log`, `eval.sh`, `test_output.txt`, `report.json` when graded).
+pub fn run_instance(inst: &SweInstance, pred: &Prediction, opts: &ExecOptions, log_dir: &Path) -> InstanceResult {
+    let started = Instant::now();
+    let mut result = InstanceResult {
+        instance_id: inst.instance_id.clone(),
+        outcome: Outcome::EmptyPatch,
+        report: None,
+        patch_applied: false,
+        seconds: 0.0,
+        test_seconds: 0.0,
+    };
+    if pred.is_empty_patch() {
+        return result;
+    }
+    if let Err(e) = std::fs::create_dir_all(log_dir) {
+        result.outcome = Outcome::Error(ErrorKind::Infra(format!("cannot create log dir {}: {e}", log_dir.display())));
+        return result;
+    }
+    let mut instance_log = String::new();
+    let outcome = run_instance_inner(inst, pred, opts, log_dir, &mut instance_log, &mut result);
+    if let Err(kind) = outcome {
+        instance_log.push_str(&format!("error: {}\n", Outcome::Error(kind.clone()).detail().unwrap_or_default()));
+        result.outcome = Outcome::Error(kind);
+    }
+    std::fs::write(log_dir.join(LOG_INSTANCE), instance_log).ok();
+    result.seconds = started.elapsed().as_secs_f64();
+    result
+}
+
+fn run_instance_inner(
+    inst: &SweInstance,
+    pred: &Prediction,
+    opts: &ExecOptions,
+    log_dir: &Path,
+    log: &mut String,
+    result: &mut InstanceResult,
+) -> Result<(), ErrorKind> {
+    let infra = |e: anyhow::Error| ErrorKind::Infra(format!("{e:#}"));
+    let spec = inst.grading_spec().map_err(infra)?;
+    let source = repo_source(inst, opts.repos.as_deref()).map_err(|e| ErrorKind::RepoMissing(format!("{e:#}")))?;
+    std::fs::create_dir_all(&opts.work_root).map_err(|e| infra(e.into()))?;
+    let ws_holder = tempfile::Builder::new()
+        .prefix(&format!("{}-", inst.instance_id))
+        .tempdir_in(&opts.work_root)
+        .map_err(|e| infra(e.into()))?;
+    let ws = ws_holder.path().join("repo");
+    create_workspace(&source, &inst.base_commit, &ws).map_err(|e| ErrorKind::RepoMissing(format!("{e:#}")))?;
+    let patch = pred.model_patch.clone().unwrap_or_default();
+    std::fs::write(log_dir.join(LOG_PATCH), &patch).map_err(|e| infra(e.into()))?;
+    // Inside the workspace's git dir: readable in the sandbox (its /tmp is private), and
+    // untouched by `git clean`.
+    let patch_file = ws.join(".git/frognano-patch.diff");
+    std::fs::write(&patch_file, &patch).map_err(|e| infra(e.into()))?;
+    let sb = sandbox_for(&ws, opts, opts.timeout).map_err(infra)?;
+    let (apply_log, applied) = apply_patch_chain(&sb, &patch_file).map_err(infra)?;
+    log.push_str(&apply_log);
+    if !applied {
+        return Err(ErrorKind::PatchApplyFailed);
+    }
+    result.patch_applied = true;
+    let script = eval_script_for(inst, &ws).map_err(infra)?;
+    std::fs::write(log_dir.join("eval.sh"), &script).map_err(|e| infra(e.into()))?;
+    let script_file = ws.join(".git/frognano-eval.sh");
+    std::fs::write(&script_file, &script).map_err(|e| infra(e.into()))?;
+    let t0 = Instant::now();
+    let (mut output, _code, timed_out) = run_merged(
+        &sb,
+        &format!("/bin/bash {}", crate::eval_script::shell_quote(&script_file.to_string_lossy())),
+        opts.timeout,
+    )
+    .map_err(infra)?;
+    result.test_seconds = t0.elapsed().as_secs_f64();
+    if timed_out {
+        let secs = opts.timeout.as_secs();
+        output.push_str(&format!("\n\nTimeout error: {secs} seconds exceeded."));
+        std::fs::write(log_dir.join(LOG_TEST_OUTPUT), &output).map_err(|e| infra(e.into()))?;
+        return Err(ErrorKind::TestTimeout(secs));
+    }
+    std::fs::write(log_dir.join(LOG_TEST_OUTPUT), &output).map_err(|e| infra(e.into()))?;
+    let grade = eval_report(&spec, Some(&patch), output.as_bytes())
+        .map_err(|e| ErrorKind::Infra(format!("grader error: {e}")))?;
+    std::fs::write(log_dir.join(LOG_REPORT), instance_report_text(&grade.report)).map_err(|e| infra(e.into()))?;
+    result.outcome = if grade.resolved { Outcome::Resolved } else { Outcome::Unresolved };
+    result.report = Some(grade.report);
+    Ok(())
+}

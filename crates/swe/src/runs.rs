@@ -1,0 +1,581 @@
+//! Runs over many instances: `grade` (predictions → reports) and `run` (solve with an agent,
+//! then grade), with workers, sharding, progress bars, resumable JSONL results and metrics.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+
+use serde_json::{json, Value};
+
+use crate::executor::{create_workspace, run_instance, ExecOptions, InstanceResult, Outcome};
+use crate::instance::{repo_source, Prediction, SweInstance};
+use crate::report::{instance_dir, make_run_report, predictions_by_id, run_dir, run_report_text};
+
+/// `--shard i/N`: this process takes the instances whose position modulo `N` is `i`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// 0-based shard index.
+    pub index: usize,
+    /// Number of shards.
+    pub count: usize,
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Shard, String> {
+        let (i, n) = s.split_once('/').ok_or_else(|| format!("shard {s:?} must look like i/N, e.g. 0/4"))?;
+        let index: usize = i.trim().parse().map_err(|_| format!("shard index {i:?} is not a number"))?;
+        let count: usize = n.trim().parse().map_err(|_| format!("shard count {n:?} is not a number"))?;
+        if count == 0 || index >= count {
+            return Err(format!("shard {s:?}: need 0 <= i < N"));
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+/// Keeps the instances of one shard, in dataset order.
+pub fn select_shard(instances: Vec<SweInstance>, shard: Option<Shard>) -> Vec<SweInstance> {
+    match shard {
+        None => instances,
+        Some(s) => instances.into_iter().enumerate().filter(|(i, _)| i % s.count == s.index).map(|(_, x)| x).collect(),
+    }
+}
+
+/// Reads a JSONL results file (missing file = no rows; unparsable lines are skipped with a
+/// warning so a crash mid-write never blocks a rerun).
+pub fn read_results(path: &Path) -> Vec<Value> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    text.split('\n')
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .filter_map(|(i, l)| match serde_json::from_str(l) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                eprintln!("warning: {}:{}: ignoring unreadable result line: {e}", path.display(), i + 1);
+                None
+            }
+        })
+        .collect()
+}
+
+fn append_line(path: &Path, value: &Value) -> anyhow::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| anyhow::anyhow!("cannot append to {}: {e}", path.display()))?;
+    writeln!(f, "{}", serde_json::to_string(value)?)?;
+    Ok(())
+}
+
+fn result_row(r: &InstanceResult, attempt: usize, model: &str) -> Value {
+    json!({
+        "instance_id": r.instance_id,
+        "attempt": attempt,
+        "model_name_or_path": model,
+        "status": r.outcome.label(),
+        "resolved": r.outcome == Outcome::Resolved,
+        "patch_applied": r.patch_applied,
+        "error": r.outcome.detail(),
+        "seconds": (r.seconds * 1000.0).round() / 1000.0,
+        "test_seconds": (r.test_seconds * 1000.0).round() / 1000.0,
+        "report": r.report,
+    })
+}
+
+fn progress(len: usize, what: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new(len as u64);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{prefix} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    pb.set_prefix(what.to_string());
+    pb
+}
+
+/// Runs `work` over `jobs` on `workers` threads; `on_done` sees each result on the calling
+/// thread as soon as it finishes (so it can append it to disk).
+fn parallel<J: Sync, R: Send>(
+    jobs: &[J],
+    workers: usize,
+    work: impl Fn(&J) -> R + Sync,
+    mut on_done: impl FnMut(&J, R),
+) {
+    let next = AtomicUsize::new(0);
+    let (tx, rx) = mpsc::channel::<(usize, R)>();
+    std::thread::scope(|s| {
+        for _ in 0..workers.max(1).min(jobs.len().max(1)) {
+            let tx = tx.clone();
+            let (next, work) = (&next, &work);
+            s.spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                if i >= jobs.len() {
+                    break;
+                }
+                if tx.send((i, work(&jobs[i]))).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        for (i, r) in rx {
+            on_done(&jobs[i], r);
+        }
+    });
+}
+
+/// Options of a `grade` run.
+#[derive(Debug, Clone)]
+pub struct GradeOptions {
+    /// Run id (log directory name).
+    pub run_id: String,
+    /// Root under which `logs/run_evaluation/<run_id>` and the run report go.
+    pub output: PathBuf,
+    /// Worker threads.
+    pub workers: usize,
+    /// Shard of the instances to take.
+    pub shard: Option<Shard>,
+    /// Execution settings.
+    pub exec: ExecOptions,
+}
+
+/// Summary of a finished run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSummary {
+    /// Instances considered (after sharding).
+    pub instances: usize,
+    /// Resolved instances (any attempt for `run`).
+    pub resolved: usize,
+    /// Error instances (no report).
+    pub errors: usize,
+    /// Path of the results JSONL.
+    pub results_path: PathBuf,
+    /// Path of the swebench run report (grade only).
+    pub report_path: Option<PathBuf>,
+}
+
+/// `frognano eval grade`: runs every prediction of the (sharded) instance set, appending one
+/// result line per instance to `<run dir>/results.jsonl`; a rerun skips instances already
+/// graded (errors are retried, as swebench retries instances without a report). Ends with
+/// swebench's run report `<model>.<run_id>.json` in `output`.
+pub fn grade(
+    instances: Vec<SweInstance>,
+    predictions: Vec<Prediction>,
+    opts: &GradeOptions,
+) -> anyhow::Result<RunSummary> {
+    let dataset_ids: Vec<String> = instances.iter().map(|i| i.instance_id.clone()).collect();
+    let by_id = predictions_by_id(&predictions);
+    let known: HashSet<&str> = dataset_ids.iter().map(String::as_str).collect();
+    if let Some(bad) = by_id.keys().find(|k| !known.contains(k.as_str())) {
+        anyhow::bail!("prediction for {bad:?}, which is not in the instance set");
+    }
+    let instances = select_shard(instances, opts.shard);
+    let dir = run_dir(&opts.output, &opts.run_id);
+    std::fs::create_dir_all(&dir)?;
+    let results_path = dir.join("results.jsonl");
+    let done: HashSet<String> = read_results(&results_path)
+        .iter()
+        .filter(|r| !r["status"].as_str().unwrap_or("error").starts_with("error"))
+        .filter_map(|r| r["instance_id"].as_str().map(str::to_string))
+        .collect();
+    let jobs: Vec<(&SweInstance, &Prediction)> = instances
+        .iter()
+        .filter(|i| !done.contains(&i.instance_id))
+        .filter_map(|i| by_id.get(&i.instance_id).map(|p| (i, p)))
+        .collect();
+    let pb = progress(jobs.len(), "grade");
+    let (mut resolved, mut errors) = (0usize, 0usize);
+    let mut write_err = None;
+    parallel(
+        &jobs,
+        opts.workers,
+        |(inst, pred)| {
+            let log_dir = instance_dir(&opts.output, &opts.run_id, pred);
+            run_instance(inst, pred, &opts.exec, &log_dir)
+        },
+        |(_, pred), r| {
+            match &r.outcome {
+                Outcome::Resolved => resolved += 1,
+                Outcome::Error(_) => errors += 1,
+                _ => {}
+            }
+            if let Err(e) = append_line(&results_path, &result_row(&r, 0, &pred.model_name_or_path)) {
+                write_err = Some(e);
+            }
+            pb.set_message(format!("resolved {resolved}, errors {errors}"));
+            pb.inc(1);
+        },
+    );
+    pb.finish();
+    if let Some(e) = write_err {
+        return Err(e);
+    }
+    let (report, file) = make_run_report(&by_id, &dataset_ids, &opts.run_id, &opts.output);
+    let report_path = opts.output.join(file);
+    std::fs::write(&report_path, run_report_text(&report))?;
+    let rows = read_results(&results_path);
+    Ok(RunSummary {
+        instances: instances.len(),
+        resolved: rows.iter().filter(|r| r["resolved"] == true).count(),
+        errors: report["error_instances"].as_u64().unwrap_or(0) as usize,
+        results_path,
+        report_path: Some(report_path),
+    })
+}
+
+/// What a solver hands back for one attempt.
+#[derive(Debug, Clone, Default)]
+pub struct Solution {
+    /// The patch (a `git diff` against the base commit); empty when nothing changed.
+    pub patch: String,
+    /// The trajectory, stored next to the result.
+    pub trajectory: Option<Value>,
+    /// Why the agent stopped (e.g. `submitted`, `max_steps`).
+    pub exit_reason: String,
+}
+
+/// Something that resolves an instance in a workspace: the FrogNano agent, an external
+/// command, or a test double. Called from worker threads.
+pub trait Solver: Sync {
+    /// Model name recorded in predictions.
+    fn model_name(&self) -> String;
+    /// Works in `workspace` (a checkout at the base commit) on `instance`; returns the patch.
+    fn solve(&self, instance: &SweInstance, workspace: &Path, attempt: usize) -> anyhow::Result<Solution>;
+}
+
+/// The workspace's changes against HEAD as a binary-safe diff (Harbor's recipe:
+/// `git add -A`, `git diff --cached --binary`, `git reset --mixed HEAD`).
+pub fn workspace_patch(ws: &Path) -> anyhow::Result<String> {
+    let git = |args: &[&str]| -> anyhow::Result<std::process::Output> {
+        let out =
+            std::process::Command::new("git").args(["-c", "safe.directory=*"]).args(args).current_dir(ws).output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "git {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        Ok(out)
+    };
+    git(&["add", "-A"])?;
+    let diff = git(&["diff", "--cached", "--binary"])?;
+    git(&["reset", "-q", "--mixed", "HEAD"])?;
+    Ok(String::from_utf8_lossy(&diff.stdout).into_owned())
+}
+
+/// Options of a `run`.
+#[derive(Debug, Clone)]
+pub struct SolveRunOptions {
+    /// Run id.
+    pub run_id: String,
+    /// Output root.
+    pub output: PathBuf,
+    /// Worker threads.
+    pub workers: usize,
+    /// Attempts per instance (for pass@k).
+    pub attempts: usize,
+    /// Shard.
+    pub shard: Option<Shard>,
+    /// Execution settings (grading).
+    pub exec: ExecOptions,
+}
+
+/// Metrics over attempts: resolve rate, pass@k (unbiased estimator) and Avg@k.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptMetrics {
+    /// Instances with at least one attempt.
+    pub instances: usize,
+    /// Attempts per instance used (k).
+    pub k: usize,
+    /// Share of instances resolved by at least one attempt (pass@k).
+    pub pass_at_k: f64,
+    /// Mean resolve rate over attempts (Avg@k).
+    pub avg_at_k: f64,
+    /// pass@1 (unbiased, from all attempts).
+    pub pass_at_1: f64,
+}
+
+/// Unbiased pass@k for one instance: `1 - C(n-c, k) / C(n, k)`.
+pub fn pass_at_k(n: usize, c: usize, k: usize) -> f64 {
+    if n == 0 || k == 0 {
+        return 0.0;
+    }
+    if n - c < k {
+        return 1.0;
+    }
+    let mut prod = 1.0;
+    for i in (n - c + 1)..=n {
+        prod *= 1.0 - k as f64 / i as f64;
+    }
+    1.0 - prod
+}
+
+/// Metrics from result rows (`instance_id`, `attempt`, `resolved`); the last row per
+/// (instance, attempt) wins.
+pub fn attempt_metrics(rows: &[Value], k: usize) -> AttemptMetrics {
+    let mut per: HashMap<String, HashMap<u64, bool>> = HashMap::new();
+    for r in rows {
+        if let (Some(id), Some(a)) = (r["instance_id"].as_str(), r["attempt"].as_u64()) {
+            per.entry(id.to_string()).or_default().insert(a, r["resolved"] == true);
+        }
+    }
+    let n_inst = per.len();
+    if n_inst == 0 {
+        return AttemptMetrics { instances: 0, k, pass_at_k: 0.0, avg_at_k: 0.0, pass_at_1: 0.0 };
+    }
+    let (mut pk, mut avg, mut p1) = (0.0, 0.0, 0.0);
+    for attempts in per.values() {
+        let n = attempts.len();
+        let c = attempts.values().filter(|r| **r).count();
+        pk += pass_at_k(n, c, k.min(n));
+        p1 += pass_at_k(n, c, 1);
+        avg += c as f64 / n as f64;
+    }
+    let d = n_inst as f64;
+    AttemptMetrics { instances: n_inst, k, pass_at_k: pk / d, avg_at_k: avg / d, pass_at_1: p1 / d }
+}
+
+/// `frognano eval run`: for each (instance, attempt), a fresh workspace at the base commit,
+/// the solver, the patch taken from the workspace, then grading as in [`grade`]. Each finished
+/// attempt appends a prediction to `preds.jsonl` and a row to `results.jsonl` (with the
+/// trajectory under `trajectories/`); a rerun skips attempts already recorded.
+pub fn solve_and_grade(
+    instances: Vec<SweInstance>,
+    solver: &dyn Solver,
+    opts: &SolveRunOptions,
+) -> anyhow::Result<(RunSummary, AttemptMetrics)> {
+    let instances = select_shard(instances, opts.shard);
+    let dir = run_dir(&opts.output, &opts.run_id);
+    std::fs::create_dir_all(dir.join("trajectories"))?;
+    let results_path = dir.join("results.jsonl");
+    let preds_path = dir.join("preds.jsonl");
+    let done: HashSet<(String, u64)> = read_results(&results_path)
+        .iter()
+        .filter_map(|r| Some((r["instance_id"].as_str()?.to_string(), r["attempt"].as_u64()?)))
+        .collect();
+    let jobs: Vec<(&SweInstance, usize)> = instances
+        .iter()
+        .flat_map(|i| (0..opts.attempts.max(1)).map(move |a| (i, a)))
+        .filter(|(i, a)| !done.contains(&(i.instance_id.clone(), *a as u64)))
+        .collect();
+    let model = solver.model_name();
+    let pb = progress(jobs.len(), "solve+grade");
+    let mut write_err = None;
+    let (mut resolved, mut errors) = (0usize, 0usize);
+    parallel(
+        &jobs,
+        opts.workers,
+        |(inst, attempt)| solve_one(inst, *attempt, solver, &model, opts),
+        |(inst, attempt), (pred, result, trajectory)| {
+            match &result.outcome {
+                Outcome::Resolved => resolved += 1,
+                Outcome::Error(_) => errors += 1,
+                _ => {}
+            }
+            let mut row = result_row(&result, *attempt, &model);
+            let traj_rel = format!("trajectories/{}.{attempt}.json", inst.instance_id);
+            if let Some(t) = trajectory {
+                if let Err(e) =
+                    std::fs::write(dir.join(&traj_rel), serde_json::to_string_pretty(&t).unwrap_or_default())
+                {
+                    write_err = Some(e.into());
+                }
+                row["trajectory"] = json!(traj_rel);
+            }
+            let mut p = pred.to_json();
+            p["attempt"] = json!(attempt);
+            if let Err(e) = append_line(&preds_path, &p).and_then(|_| append_line(&results_path, &row)) {
+                write_err = Some(e);
+            }
+            pb.set_message(format!("resolved {resolved}, errors {errors}"));
+            pb.inc(1);
+        },
+    );
+    pb.finish();
+    if let Some(e) = write_err {
+        return Err(e);
+    }
+    let ids: HashSet<&str> = instances.iter().map(|i| i.instance_id.as_str()).collect();
+    let rows: Vec<Value> = read_results(&results_path)
+        .into_iter()
+        .filter(|r| r["instance_id"].as_str().is_some_and(|id| ids.contains(id)))
+        .collect();
+    let metrics = attempt_metrics(&rows, opts.attempts.max(1));
+    let resolved_ids: HashSet<&str> =
+        rows.iter().filter(|r| r["resolved"] == true).filter_map(|r| r["instance_id"].as_str()).collect();
+    let summary = RunSummary {
+        instances: instances.len(),
+        resolved: resolved_ids.len(),
+        errors: rows.iter().filter(|r| r["status"].as_str().is_some_and(|s| s.starts_with("error"))).count(),
+        results_path,
+        report_path: None,
+    };
+    Ok((summary, metrics))
+}
+
+fn solve_one(
+    inst: &SweInstance,
+    attempt: usize,
+    solver: &dyn Solver,
+    model: &str,
+    opts: &SolveRunOptions,
+) -> (Prediction, InstanceResult, Option<Value>) {
+    let mut pred = Prediction {
+        instance_id: inst.instance_id.clone(),
+        model_name_or_path: model.to_string(),
+        model_patch: None,
+        extra: Default::default(),
+    };
+    let failed = |msg: String| InstanceResult {
+        instance_id: inst.instance_id.clone(),
+        outcome: Outcome::Error(crate::executor::ErrorKind::Infra(msg)),
+        report: None,
+        patch_applied: false,
+        seconds: 0.0,
+        test_seconds: 0.0,
+    };
+    let solved = (|| -> anyhow::Result<Solution> {
+        let source = repo_source(inst, opts.exec.repos.as_deref())?;
+        std::fs::create_dir_all(&opts.exec.work_root)?;
+        let holder = tempfile::Builder::new()
+            .prefix(&format!("{}-solve-", inst.instance_id))
+            .tempdir_in(&opts.exec.work_root)?;
+        let ws = holder.path().join("repo");
+        create_workspace(&source, &inst.base_commit, &ws)?;
+        let mut sol = solver.solve(inst, &ws, attempt)?;
+        let from_ws = workspace_patch(&ws)?;
+        // The patch comes from the workspace, not from the model, when the agent edited it.
+        if !from_ws.is_empty() {
+            sol.patch = from_ws;
+        }
+        Ok(sol)
+    })();
+    match solved {
+        Err(e) => (pred, failed(format!("solver failed: {e:#}")), None),
+        Ok(sol) => {
+            pred.model_patch = Some(sol.patch);
+            pred.extra.insert("exit_reason".into(), json!(sol.exit_reason));
+            let run_id = format!("{}/attempt-{attempt}", opts.run_id);
+            let log_dir = instance_dir(&opts.output, &run_id, &pred);
+            let result = run_instance(inst, &pred, &opts.exec, &log_dir);
+            (pred, result, sol.trajectory)
+        }
+    }
+}
+
+/// A solver that runs a shell command in the workspace (any agent with a CLI). The command
+/// gets `FROGNANO_ISSUE_FILE` (the problem statement), `FROGNANO_INSTANCE_ID` and
+/// `FROGNANO_ATTEMPT`; its edits to the workspace are the patch.
+#[derive(Debug, Clone)]
+pub struct CommandSolver {
+    /// Shell command line.
+    pub command: String,
+    /// Name recorded as `model_name_or_path`.
+    pub name: String,
+}
+
+impl Solver for CommandSolver {
+    fn model_name(&self) -> String {
+        self.name.clone()
+    }
+    fn solve(&self, instance: &SweInstance, workspace: &Path, attempt: usize) -> anyhow::Result<Solution> {
+        let issue = tempfile::NamedTempFile::new()?;
+        std::fs::write(issue.path(), &instance.problem_statement)?;
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&self.command)
+            .current_dir(workspace)
+            .env("FROGNANO_ISSUE_FILE", issue.path())
+            .env("FROGNANO_INSTANCE_ID", &instance.instance_id)
+            .env("FROGNANO_ATTEMPT", attempt.to_string())
+            .output()?;
+        Ok(Solution {
+            patch: String::new(),
+            trajectory: Some(json!({
+                "command": self.command,
+                "exit_code": out.status.code(),
+                "stdout": String::from_utf8_lossy(&out.stdout),
+                "stderr": String::from_utf8_lossy(&out.stderr),
+            })),
+            exit_reason: if out.status.success() { "submitted".into() } else { "command_failed".into() },
+        })
+    }
+}
+
+/// The FrogNano agent through its CLI: `frognano solve --repo WS --issue FILE --output DIR
+/// --instance-id ID (--endpoint URL --model M)`; reads `patch.diff` and `trajectory.json`.
+#[derive(Debug, Clone)]
+pub struct AgentCliSolver {
+    /// The `frognano` executable.
+    pub frognano: PathBuf,
+    /// Model name (at the endpoint, or a local model path).
+    pub model: String,
+    /// OpenAI-compatible endpoint, if any.
+    pub endpoint: Option<String>,
+    /// Extra arguments passed to `frognano solve`.
+    pub extra_args: Vec<String>,
+}
+
+impl Solver for AgentCliSolver {
+    fn model_name(&self) -> String {
+        self.model.clone()
+    }
+    fn solve(&self, instance: &SweInstance, workspace: &Path, attempt: usize) -> anyhow::Result<Solution> {
+        let tmp = tempfile::tempdir()?;
+        let issue = tmp.path().join("issue.md");
+        std::fs::write(&issue, &instance.problem_statement)?;
+        let out_dir = tmp.path().join("out");
+        let mut cmd = std::process::Command::new(&self.frognano);
+        cmd.arg("solve")
+            .arg("--repo")
+            .arg(workspace)
+            .arg("--issue")
+            .arg(&issue)
+            .arg("--output")
+            .arg(&out_dir)
+            .arg("--instance-id")
+            .arg(format!("{}.{attempt}", instance.instance_id))
+            .arg("--model")
+            .arg(&self.model);
+        if let Some(e) = &self.endpoint {
+            cmd.arg("--endpoint").arg(e);
+        }
+        cmd.args(&self.extra_args);
+        let out = cmd.output().map_err(|e| anyhow::anyhow!("cannot run {}: {e}", self.frognano.display()))?;
+        anyhow::ensure!(out.status.success(), "frognano solve failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        let patch = std::fs::read_to_string(out_dir.join("patch.diff")).unwrap_or_default();
+        let trajectory: Option<Value> =
+            std::fs::read_to_string(out_dir.join("trajectory.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
+        let exit_reason = trajectory.as_ref().and_then(|t| t["exit_reason"].as_str()).unwrap_or("unknown").to_string();
+        Ok(Solution { patch, trajectory, exit_reason })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pass_at_k_matches_the_unbiased_estimator() {
+        assert_eq!(pass_at_k(4, 0, 2), 0.0);
+        assert_eq!(pass_at_k(4, 4, 1), 1.0);
+        assert!((pass_at_k(4, 1, 1) - 0.25).abs() < 1e-12);
+        assert!((pass_at_k(4, 1, 2) - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn shard_parses_and_splits_round_robin() {
+        assert!("3/3".parse::<Shard>().is_err());
+        assert!("x/3".parse::<Shard>().is_err());
+        let s: Shard = "1/2".parse().unwrap();
+        let insts: Vec<SweInstance> =
+            (0..5).map(|i| SweInstance { instance_id: format!("i{i}"), ..Default::default() }).collect();
+        let ids: Vec<String> = select_shard(insts, Some(s)).into_iter().map(|i| i.instance_id).collect();
+        assert_eq!(ids, vec!["i1", "i3"]);
+    }
+}
