@@ -1,1 +1,16 @@
-//! The coding agent: Llm trait, tool-call codec, the five tools, the loop, trajectories.
+//! # frognano-agent
+//!
+//! The coding agent behind `frognano solve`: the [`llm::Llm`] trait with an OpenAI-compatible
+//! HTTP backend, the Qwen XML ⇄ OpenAI [`codec`], the five Leaf [`tools`], the [`agent`] loop
+//! with its limits and drift guards, the [`workspace`] the agent edits, [`trajectory`]
+//! records, [`replay`] of recorded runs, and the [`cli`] entry point.
+
+pub mod agent;
+pub mod cli;
+pub mod codec;
+pub mod demo;
+pub mod llm;
+pub mod replay;
+pub mod tools;
+pub mod trajectory;
+pub mod workspace;

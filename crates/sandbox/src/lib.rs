@@ -318,23 +318,14 @@ impl Sandbox {
             .canonicalize()
             .ok()
             .filter(|p| p.is_dir())
-            .ok_or_else(|| SandboxError::BadWorkspace {
-                path: spec.workspace.clone(),
-            })?;
+            .ok_or_else(|| SandboxError::BadWorkspace { path: spec.workspace.clone() })?;
         let bwrap = match spec.isolation {
-            Isolation::Bubblewrap => Some(
-                bwrap_status()
-                    .clone()
-                    .map_err(|reason| SandboxError::Unavailable { reason })?,
-            ),
+            Isolation::Bubblewrap => {
+                Some(bwrap_status().clone().map_err(|reason| SandboxError::Unavailable { reason })?)
+            }
             Isolation::Unconfined => None,
         };
-        Ok(Sandbox {
-            spec,
-            workspace,
-            bwrap,
-            pids_cgroup_root: pids_cgroup_root().clone(),
-        })
+        Ok(Sandbox { spec, workspace, bwrap, pids_cgroup_root: pids_cgroup_root().clone() })
     }
 
     /// Whether bubblewrap is usable on this machine (without building a sandbox); the error
@@ -378,17 +369,14 @@ impl Sandbox {
         for (k, v) in self.spec.env.iter().chain(&cmd.env) {
             proc.env(k, v);
         }
-        proc.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        proc.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         // Own process group: lets us kill the tree with one killpg, and keeps terminal
         // signals (Ctrl-C) aimed at us from reaching the command directly.
         proc.process_group(0);
         let cgroup = self.new_cgroup();
         if let Some(group) = &cgroup {
-            let procs =
-                std::ffi::CString::new(group.join("cgroup.procs").as_os_str().as_encoded_bytes())
-                    .expect("cgroup path has no NUL byte");
+            let procs = std::ffi::CString::new(group.join("cgroup.procs").as_os_str().as_encoded_bytes())
+                .expect("cgroup path has no NUL byte");
             // SAFETY: only async-signal-safe libc calls (open/write/close) on data prepared
             // before the fork.
             unsafe {
@@ -408,11 +396,7 @@ impl Sandbox {
                 });
             }
         }
-        let program = self
-            .bwrap
-            .as_ref()
-            .map(|b| b.display().to_string())
-            .unwrap_or_else(|| cmd.program.clone());
+        let program = self.bwrap.as_ref().map(|b| b.display().to_string()).unwrap_or_else(|| cmd.program.clone());
         let started = Instant::now();
         let mut child = match proc.spawn() {
             Ok(c) => c,
@@ -479,11 +463,8 @@ impl Sandbox {
             remove_cgroup(group);
         }
         let flooded = flooded.load(Ordering::Relaxed);
-        let (exit_code, signal) = if timed_out || flooded {
-            (None, Some(libc::SIGKILL))
-        } else {
-            decode_status(status)
-        };
+        let (exit_code, signal) =
+            if timed_out || flooded { (None, Some(libc::SIGKILL)) } else { decode_status(status) };
         Ok(Output {
             exit_code,
             signal,
@@ -538,11 +519,7 @@ impl Sandbox {
     fn new_cgroup(&self) -> Option<PathBuf> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let root = self.pids_cgroup_root.as_ref()?;
-        let name = format!(
-            "frognano-sandbox-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        );
+        let name = format!("frognano-sandbox-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
         let dir = root.join(name);
         std::fs::create_dir(&dir).ok()?;
         if std::fs::write(dir.join("pids.max"), self.spec.max_processes.to_string()).is_err() {
@@ -593,8 +570,7 @@ impl Capture {
                                 g.1 = true;
                             }
                             drop(g);
-                            if total.fetch_add(n as u64, Ordering::Relaxed) + n as u64 > flood_limit
-                            {
+                            if total.fetch_add(n as u64, Ordering::Relaxed) + n as u64 > flood_limit {
                                 flooded.store(true, Ordering::Relaxed);
                             }
                         }
@@ -634,10 +610,7 @@ fn kill_tree(pgid: i32, cgroup: Option<&Path>) {
     // A fork bomb keeps making processes while we kill; bounded by pids.max, so this ends.
     for _ in 0..2000 {
         let procs = std::fs::read_to_string(group.join("cgroup.procs")).unwrap_or_default();
-        let pids: Vec<i32> = procs
-            .split_whitespace()
-            .filter_map(|s| s.parse().ok())
-            .collect();
+        let pids: Vec<i32> = procs.split_whitespace().filter_map(|s| s.parse().ok()).collect();
         if pids.is_empty() {
             return;
         }
@@ -668,14 +641,7 @@ fn bwrap_status() -> &'static Result<PathBuf, String> {
         let path = find_in_path("bwrap").ok_or_else(|| "bwrap is not installed".to_string())?;
         let probe = std::process::Command::new(&path)
             .args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"])
-            .args([
-                "--tmpfs",
-                "/tmp",
-                "--unshare-all",
-                "--die-with-parent",
-                "--",
-                "true",
-            ])
+            .args(["--tmpfs", "/tmp", "--unshare-all", "--die-with-parent", "--", "true"])
             .stdin(Stdio::null())
             .output()
             .map_err(|e| format!("cannot run {}: {e}", path.display()))?;
@@ -692,9 +658,7 @@ fn bwrap_status() -> &'static Result<PathBuf, String> {
 
 fn find_in_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
+    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
 /// A pids cgroup directory under which this process may create child groups, found once.
@@ -715,9 +679,7 @@ fn pids_cgroup_root() -> &'static Option<PathBuf> {
                 let rel = own.lines().find_map(|l| {
                     let mut parts = l.splitn(3, ':');
                     let (_, ctl, path) = (parts.next()?, parts.next()?, parts.next()?);
-                    ctl.split(',')
-                        .any(|c| c == "pids")
-                        .then(|| path.to_string())
+                    ctl.split(',').any(|c| c == "pids").then(|| path.to_string())
                 });
                 if let Some(rel) = rel {
                     candidates.push(Path::new(mnt).join(rel.trim_start_matches('/')));
@@ -725,8 +687,7 @@ fn pids_cgroup_root() -> &'static Option<PathBuf> {
             } else if fstype == "cgroup2" {
                 let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?.to_string();
                 let dir = Path::new(mnt).join(rel.trim_start_matches('/'));
-                let ctl =
-                    std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
+                let ctl = std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
                 if ctl.split_whitespace().any(|c| c == "pids") {
                     candidates.push(dir);
                 }

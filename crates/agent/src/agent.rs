@@ -1,0 +1,273 @@
+//! The agent loop: ask the model, run every tool call in order, feed the results back, until
+//! the model answers without a tool call or a limit ends the run. Exit reasons and limits
+//! are the Leaf harness's; the drift guards ([`Guards`]) are additions, each switchable, all
+//! off under [`Guards::leaf_exact`].
+
+use crate::llm::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Sampling};
+use crate::tools::{self, ToolBox, Truncation};
+use crate::trajectory::{ExitReason, Observation, Step, Trajectory, FORMAT};
+use serde_json::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Mitigations against drift in long runs of a small model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Guards {
+    /// Retries of a reply with malformed tool-call text, each on a throw-away copy of the
+    /// history, so the broken turn never enters the context (0 = off).
+    pub malformed_retries: u32,
+    /// A reply cut by the per-turn token limit gets a notice asking for a shorter answer
+    /// (at most twice in a row) instead of ending the run.
+    pub cut_notice: bool,
+    /// The same calls made three steps in a row earn a notice in the observation.
+    pub repeat_notice: bool,
+    /// Over-long observations keep head and tail instead of only the head.
+    pub head_tail_truncation: bool,
+    /// In the last steps, the observation says how many steps remain.
+    pub steps_left_notice: bool,
+}
+
+impl Guards {
+    /// Exactly the Leaf harness: no guard at all.
+    pub fn leaf_exact() -> Self {
+        Guards {
+            malformed_retries: 0,
+            cut_notice: false,
+            repeat_notice: false,
+            head_tail_truncation: false,
+            steps_left_notice: false,
+        }
+    }
+}
+
+impl Default for Guards {
+    fn default() -> Self {
+        Guards {
+            malformed_retries: 3,
+            cut_notice: true,
+            repeat_notice: true,
+            head_tail_truncation: true,
+            steps_left_notice: true,
+        }
+    }
+}
+
+/// Limits and settings of one run. Defaults are the model card's.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Sampling settings sent with every request.
+    pub sampling: Sampling,
+    /// Steps (model calls) at most.
+    pub max_steps: usize,
+    /// Context limit in tokens (0 = none).
+    pub max_context_tokens: u64,
+    /// Wall-clock budget.
+    pub max_time: Option<Duration>,
+    /// Drift guards.
+    pub guards: Guards,
+    /// System prompt (the Leaf one by default).
+    pub system_prompt: String,
+    /// The tool list offered (the five Leaf tools by default).
+    pub tools: Vec<Value>,
+    /// Id recorded in the trajectory.
+    pub instance_id: String,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            sampling: Sampling::default(),
+            max_steps: 100,
+            max_context_tokens: 65_536,
+            max_time: None,
+            guards: Guards::default(),
+            system_prompt: tools::SYSTEM_PROMPT.to_string(),
+            tools: tools::tool_schemas(),
+            instance_id: "task".to_string(),
+        }
+    }
+}
+
+/// Notice sent (on the throw-away copy) after a malformed reply.
+pub const MALFORMED_NOTICE: &str = "Your last reply contained a malformed tool call";
+/// Notice sent after a reply cut by the token limit.
+pub const CUT_NOTICE: &str = "Your last reply was cut off";
+/// Notice appended to repeated identical actions.
+pub const REPEAT_NOTICE: &str = "[Notice: you made exactly the same call";
+
+/// Runs the loop on `task` and returns the trajectory (its `output_patch` is left empty:
+/// the patch comes from the workspace, see [`crate::workspace`]). `checkpoint` is called
+/// with a partial trajectory after every step.
+pub fn run(
+    llm: &mut dyn Llm,
+    tools: &mut ToolBox,
+    task: &str,
+    config: &AgentConfig,
+    cancel: &AtomicBool,
+    checkpoint: &mut dyn FnMut(&Trajectory),
+) -> Trajectory {
+    let started = Instant::now();
+    if config.guards.head_tail_truncation {
+        tools.truncation = Truncation::HeadTail;
+    }
+    let mut t = Trajectory {
+        trajectory_format: FORMAT.into(),
+        trajectory_id: format!("{:032x}", rand::random::<u128>()),
+        instance_id: config.instance_id.clone(),
+        seed: config.sampling.seed.unwrap_or(0),
+        messages: vec![Message::system(&config.system_prompt), Message::user(task)],
+        tools: config.tools.clone(),
+        steps: Vec::new(),
+        n_steps: 0,
+        exit_reason: ExitReason::MaxTurns,
+        error: None,
+        final_message: String::new(),
+        context_tokens: 0,
+        elapsed_sec: 0.0,
+        output_patch: String::new(),
+        partial: true,
+    };
+    let (mut cuts_in_a_row, mut last_calls, mut repeats) = (0, String::new(), 0);
+    for step in 0..config.max_steps {
+        if cancel.load(Ordering::Relaxed) {
+            t.exit_reason = ExitReason::Cancelled;
+            break;
+        }
+        if config.max_time.is_some_and(|m| started.elapsed() >= m) {
+            t.exit_reason = ExitReason::MaxTime;
+            break;
+        }
+        t.n_steps += 1;
+        let reply = match query(llm, &t.messages, config) {
+            Ok(r) => r,
+            Err(LlmError::ContextOverflow(_)) => {
+                t.exit_reason = ExitReason::MaxContextLen;
+                break;
+            }
+            Err(e) => {
+                t.exit_reason = ExitReason::LlmQueryError;
+                t.error = Some(e.to_string());
+                break;
+            }
+        };
+        let mut assistant = reply.message.clone();
+        t.context_tokens = reply
+            .usage
+            .map(|u| u.prompt_tokens + u.completion_tokens)
+            .unwrap_or_else(|| estimate_tokens(&t.messages) + estimate_tokens(&[assistant.clone()]));
+        let cut = reply.finish_reason == FinishReason::Length;
+        if cut && config.guards.cut_notice && cuts_in_a_row < 2 && !context_full(&reply, config) {
+            // The cut calls are incomplete and never run; keep the text, ask for less.
+            cuts_in_a_row += 1;
+            assistant.tool_calls = None;
+            t.messages.push(assistant.clone());
+            t.messages.push(Message::user(format!("{CUT_NOTICE} at the limit of {} tokens per reply. Reply again more briefly: keep the reasoning short and make one tool call at a time.", config.sampling.max_tokens)));
+            t.steps.push(Step { step, assistant, observations: vec![] });
+            continue;
+        }
+        t.messages.push(assistant.clone());
+        if cut || assistant.calls().is_empty() {
+            t.final_message = assistant.text().to_string();
+            t.exit_reason = match cut {
+                false => ExitReason::Agent,
+                true if context_full(&reply, config) => ExitReason::MaxContextLen,
+                true => ExitReason::MaxTokensPerTurn,
+            };
+            t.steps.push(Step { step, assistant, observations: vec![] });
+            break;
+        }
+        cuts_in_a_row = 0;
+        let mut observations = Vec::new();
+        for call in assistant.calls() {
+            let text = tools.execute(&call.function.name, &call.function.arguments);
+            observations.push(Observation { tool: call.function.name.clone(), observation: text });
+        }
+        let signature = serde_json::to_string(
+            &assistant.calls().iter().map(|c| (&c.function.name, &c.function.arguments)).collect::<Vec<_>>(),
+        )
+        .unwrap_or_default();
+        repeats = if signature == last_calls { repeats + 1 } else { 0 };
+        last_calls = signature;
+        if let Some(last) = observations.last_mut() {
+            if config.guards.repeat_notice && repeats >= 2 {
+                last.observation.push_str(&format!(
+                    "\n\n{REPEAT_NOTICE} {} times in a row; the result will not change. Try a different approach.]",
+                    repeats + 1
+                ));
+            }
+            let left = config.max_steps - step - 1;
+            if config.guards.steps_left_notice && (1..=3).contains(&left) {
+                last.observation
+                    .push_str(&format!("\n\n[{left} step(s) left: finish the work and give your final answer.]"));
+            }
+        }
+        let first_new = t.messages.len();
+        for (call, obs) in assistant.calls().iter().zip(&observations) {
+            t.messages.push(Message::tool(&call.id, &obs.observation));
+        }
+        t.context_tokens += estimate_tokens(&t.messages[first_new..]);
+        t.steps.push(Step { step, assistant, observations });
+        t.elapsed_sec = started.elapsed().as_secs_f64();
+        checkpoint(&t);
+        if config.max_context_tokens > 0 && t.context_tokens >= config.max_context_tokens {
+            t.exit_reason = ExitReason::MaxContextLen;
+            break;
+        }
+    }
+    t.elapsed_sec = started.elapsed().as_secs_f64();
+    t.partial = false;
+    t
+}
+
+/// Asks the model; a malformed reply is retried on a throw-away copy of the history that
+/// shows the model its broken reply and what was wrong. Under Leaf rules (no retries) the
+/// raw text becomes a plain answer, as an OpenAI server would return it.
+fn query(llm: &mut dyn Llm, messages: &[Message], config: &AgentConfig) -> Result<Completion, LlmError> {
+    let retries = config.guards.malformed_retries;
+    let mut scratch: Option<Vec<Message>> = None;
+    for attempt in 0..=retries {
+        let msgs = scratch.as_deref().unwrap_or(messages);
+        let request = ChatRequest { messages: msgs, tools: &config.tools, sampling: &config.sampling };
+        match llm.complete(&request) {
+            Err(LlmError::Malformed { text, error }) if retries == 0 => {
+                let _ = error;
+                return Ok(Completion {
+                    message: Message::assistant(Some(text), None, vec![]),
+                    finish_reason: FinishReason::Stop,
+                    usage: None,
+                });
+            }
+            Err(LlmError::Malformed { text, error }) if attempt < retries => {
+                let mut copy = messages.to_vec();
+                copy.push(Message::assistant(Some(text), None, vec![]));
+                copy.push(Message::user(format!("{MALFORMED_NOTICE} ({error}). Reply again; write each call exactly as <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>")));
+                scratch = Some(copy);
+            }
+            Err(LlmError::Malformed { error, .. }) => {
+                return Err(LlmError::Other(format!(
+                    "the model replied with malformed tool calls {} times in a row; last: {error}",
+                    retries + 1
+                )));
+            }
+            other => return other,
+        }
+    }
+    unreachable!("the last attempt always returns")
+}
+
+/// Whether a cut reply was cut by the context limit rather than the per-turn limit.
+fn context_full(reply: &Completion, config: &AgentConfig) -> bool {
+    match reply.usage {
+        Some(u) => {
+            (config.max_context_tokens > 0 && u.prompt_tokens + u.completion_tokens >= config.max_context_tokens)
+                || u.completion_tokens < u64::from(config.sampling.max_tokens)
+        }
+        None => false,
+    }
+}
+
+/// Leaf's fallback token estimate: UTF-8 bytes of the compact JSON, divided by 4.
+pub fn estimate_tokens(messages: &[Message]) -> u64 {
+    let bytes = serde_json::to_string(messages).map(|s| s.len()).unwrap_or(0) as u64;
+    bytes.div_ceil(4)
+}

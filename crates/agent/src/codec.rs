@@ -1,0 +1,653 @@
+//! Tool-call codec: Qwen XML tool-call text (what the model writes) ⇄ OpenAI `tool_calls`
+//! (what clients speak). Shared by the agent and `frognano-serve`.
+//!
+//! The model, after a thinking prompt (`<|im_start|>assistant\n<think>\n`), writes
+//!
+//! ```text
+//! {reasoning}
+//! </think>
+//!
+//! {optional text}
+//!
+//! <tool_call>
+//! <function=NAME>
+//! <parameter=KEY>
+//! VALUE (raw, may span lines)
+//! </parameter>
+//! </function>
+//! </tool_call>
+//! ```
+//!
+//! with zero or more calls separated by `\n`. [`parse_reply`] splits such text into reasoning,
+//! content and [`ToolCall`]s whose `arguments` is a JSON object string, each value typed by
+//! the tool's JSON schema (strings stay raw; integer/number/boolean/object/array are parsed,
+//! Python's `True`/`False` accepted; a value that does not parse as its declared type, or a
+//! parameter the schema does not know, is kept as a string). [`render_tool_calls`] and
+//! [`render_assistant_content`] go the other way, exactly as the Qwen3.5 chat template
+//! renders them. [`StreamParser`] does the same parse incrementally, for streaming; the batch
+//! parser is built on it, so both always agree.
+//!
+//! Malformed text is a [`CodecError`], never a panic.
+
+use serde_json::{Map, Value};
+
+/// One OpenAI-format tool call (`{"id", "type": "function", "function": {"name", "arguments"}}`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ToolCall {
+    /// Call id; tool results refer to it.
+    pub id: String,
+    /// Always `"function"`.
+    #[serde(rename = "type", default = "function_kind")]
+    pub kind: String,
+    /// Name and JSON-string arguments.
+    pub function: FunctionCall,
+}
+
+fn function_kind() -> String {
+    "function".to_string()
+}
+
+/// The function part of a [`ToolCall`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FunctionCall {
+    /// Tool name.
+    pub name: String,
+    /// Arguments as a JSON object serialised to a string (OpenAI convention).
+    pub arguments: String,
+}
+
+impl ToolCall {
+    /// A call with a fresh random id.
+    pub fn new(name: impl Into<String>, arguments: impl Into<String>) -> Self {
+        ToolCall {
+            id: new_call_id(),
+            kind: function_kind(),
+            function: FunctionCall { name: name.into(), arguments: arguments.into() },
+        }
+    }
+}
+
+/// A fresh OpenAI-style call id (`call_` + 24 hex digits).
+pub fn new_call_id() -> String {
+    format!("call_{:024x}", rand::random::<u128>() >> 32)
+}
+
+/// Malformed tool-call text or arguments.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CodecError {
+    /// `<tool_call>` opened but never closed (often: the reply was cut).
+    #[error("unterminated <tool_call> (no </tool_call> or </function>)")]
+    UnterminatedToolCall,
+    /// A `<tool_call>` block without a `<function=NAME>` line.
+    #[error("<tool_call> without <function=NAME>: {0:?}")]
+    MissingFunction(String),
+    /// `<function=` with an empty name or one containing spaces/newlines.
+    #[error("bad function name {0:?}")]
+    BadFunctionName(String),
+    /// `<function=NAME>` not closed by `</function>`.
+    #[error("<function={0}> is not closed by </function>")]
+    UnterminatedFunction(String),
+    /// A `<parameter=` tag that is not closed by `>` or has an empty name.
+    #[error("malformed <parameter=...> tag in function {0}")]
+    BadParameter(String),
+    /// Text inside `<function>` that is not a parameter.
+    #[error("unexpected text inside <function={function}>: {text:?}")]
+    StrayText {
+        /// The function the text was found in.
+        function: String,
+        /// The text itself (shortened).
+        text: String,
+    },
+    /// OpenAI `arguments` that are not a JSON object.
+    #[error("arguments of {name} are not a JSON object: {arguments:?}")]
+    ArgumentsNotObject {
+        /// Tool name.
+        name: String,
+        /// The offending arguments string.
+        arguments: String,
+    },
+}
+
+/// A model reply split into its parts.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ParsedReply {
+    /// The thinking text (between the prompt's `<think>` and `</think>`), trimmed; `None` if
+    /// there was none.
+    pub reasoning: Option<String>,
+    /// Visible text outside the tool calls, trimmed.
+    pub content: String,
+    /// The tool calls, in order.
+    pub tool_calls: Vec<ToolCall>,
+}
+
+/// Parses one complete model reply. `thinking_prompted`: the prompt ended inside an open
+/// `<think>` block, so the reply starts with reasoning. `tools`: the OpenAI tool list, used
+/// to type argument values by schema.
+pub fn parse_reply(text: &str, thinking_prompted: bool, tools: &[Value]) -> Result<ParsedReply, CodecError> {
+    let mut parser = StreamParser::new(thinking_prompted, tools.to_vec());
+    let mut events = parser.push(text)?;
+    events.extend(parser.finish()?);
+    let mut reasoning: Option<String> = None;
+    let mut content = String::new();
+    let mut tool_calls = Vec::new();
+    for event in events {
+        match event {
+            StreamEvent::Reasoning(r) => reasoning.get_or_insert_with(String::new).push_str(&r),
+            StreamEvent::Content(c) => content.push_str(&c),
+            StreamEvent::ToolCall(call) => tool_calls.push(call),
+        }
+    }
+    Ok(ParsedReply {
+        reasoning: reasoning.map(|r| r.trim().to_string()),
+        content: content.trim().to_string(),
+        tool_calls,
+    })
+}
+
+/// A piece of a reply, as produced by [`StreamParser`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    /// More reasoning text.
+    Reasoning(String),
+    /// More visible text.
+    Content(String),
+    /// A complete tool call.
+    ToolCall(ToolCall),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum State {
+    Reasoning,
+    Content,
+    InToolCall,
+}
+
+const THINK_OPEN: &str = "<think>";
+const THINK_CLOSE: &str = "</think>";
+const CALL_OPEN: &str = "<tool_call>";
+const CALL_CLOSE: &str = "</tool_call>";
+
+/// Incremental parser: feed text deltas with [`StreamParser::push`], get reasoning/content
+/// deltas as soon as they cannot be the start of a tag, and each tool call once its
+/// `</tool_call>` arrives; [`StreamParser::finish`] flushes the rest.
+#[derive(Debug, Clone)]
+pub struct StreamParser {
+    state: State,
+    buf: String,
+    tools: Vec<Value>,
+    /// Whether we are still at the very start of the text (a leading `<think>` is dropped).
+    at_start: bool,
+    /// Whether leading newlines of content (after `</think>`) are still to be dropped.
+    skip_newlines: bool,
+}
+
+impl StreamParser {
+    /// A parser for one reply; see [`parse_reply`] for the arguments.
+    pub fn new(thinking_prompted: bool, tools: Vec<Value>) -> Self {
+        StreamParser {
+            state: if thinking_prompted { State::Reasoning } else { State::Content },
+            buf: String::new(),
+            tools,
+            at_start: true,
+            skip_newlines: false,
+        }
+    }
+
+    /// Feeds a delta; returns the events it completes.
+    pub fn push(&mut self, delta: &str) -> Result<Vec<StreamEvent>, CodecError> {
+        self.buf.push_str(delta);
+        let mut events = Vec::new();
+        self.drain(&mut events, false)?;
+        Ok(events)
+    }
+
+    /// Ends the reply; returns the remaining events, or an error if a tool call is left open.
+    pub fn finish(&mut self) -> Result<Vec<StreamEvent>, CodecError> {
+        let mut events = Vec::new();
+        self.drain(&mut events, true)?;
+        Ok(events)
+    }
+
+    fn drain(&mut self, events: &mut Vec<StreamEvent>, end: bool) -> Result<(), CodecError> {
+        loop {
+            if self.at_start {
+                let trimmed = self.buf.trim_start();
+                if trimmed.starts_with(THINK_OPEN) {
+                    let cut = self.buf.len() - trimmed.len() + THINK_OPEN.len();
+                    self.buf.drain(..cut);
+                    self.state = State::Reasoning;
+                    self.at_start = false;
+                } else if !end && THINK_OPEN.starts_with(trimmed) {
+                    return Ok(()); // could still become <think>
+                } else {
+                    self.at_start = false;
+                }
+            }
+            match self.state {
+                State::Reasoning => {
+                    let close = self.buf.find(THINK_CLOSE);
+                    let call = self.buf.find(CALL_OPEN);
+                    match (close, call) {
+                        (Some(c), call) if call.is_none_or(|t| c < t) => {
+                            emit(events, StreamEvent::Reasoning, &self.buf[..c]);
+                            self.buf.drain(..c + THINK_CLOSE.len());
+                            self.state = State::Content;
+                            self.skip_newlines = true;
+                        }
+                        (_, Some(t)) => {
+                            // A tool call before any </think>: the model skipped closing
+                            // its reasoning; the call still counts.
+                            emit(events, StreamEvent::Reasoning, &self.buf[..t]);
+                            self.buf.drain(..t + CALL_OPEN.len());
+                            self.state = State::InToolCall;
+                        }
+                        (None, None) => {
+                            let keep = if end { 0 } else { partial_tag_suffix(&self.buf, &[THINK_CLOSE, CALL_OPEN]) };
+                            let upto = self.buf.len() - keep;
+                            emit(events, StreamEvent::Reasoning, &self.buf[..upto]);
+                            self.buf.drain(..upto);
+                            return Ok(());
+                        }
+                        _ => unreachable!("all cases covered above"),
+                    }
+                }
+                State::Content => {
+                    if self.skip_newlines {
+                        let trimmed = self.buf.trim_start_matches(['\n', '\r']);
+                        let cut = self.buf.len() - trimmed.len();
+                        self.buf.drain(..cut);
+                        if self.buf.is_empty() && !end {
+                            return Ok(());
+                        }
+                        self.skip_newlines = false;
+                    }
+                    if let Some(t) = self.buf.find(CALL_OPEN) {
+                        emit(events, StreamEvent::Content, &self.buf[..t]);
+                        self.buf.drain(..t + CALL_OPEN.len());
+                        self.state = State::InToolCall;
+                    } else {
+                        let keep = if end { 0 } else { partial_tag_suffix(&self.buf, &[CALL_OPEN]) };
+                        let upto = self.buf.len() - keep;
+                        emit(events, StreamEvent::Content, &self.buf[..upto]);
+                        self.buf.drain(..upto);
+                        return Ok(());
+                    }
+                }
+                State::InToolCall => {
+                    if let Some(c) = self.buf.find(CALL_CLOSE) {
+                        let call = parse_call_body(&self.buf[..c], &self.tools)?;
+                        events.push(StreamEvent::ToolCall(call));
+                        self.buf.drain(..c + CALL_CLOSE.len());
+                        self.state = State::Content;
+                        self.skip_newlines = true;
+                    } else if end {
+                        // Accept a last call whose </tool_call> is missing (some servers
+                        // treat it as a stop string) if its </function> is there.
+                        let body = std::mem::take(&mut self.buf);
+                        if !body.trim_end().ends_with("</function>") {
+                            return Err(CodecError::UnterminatedToolCall);
+                        }
+                        let call = parse_call_body(&body, &self.tools)?;
+                        events.push(StreamEvent::ToolCall(call));
+                        self.state = State::Content;
+                        return Ok(());
+                    } else {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn emit(events: &mut Vec<StreamEvent>, make: fn(String) -> StreamEvent, text: &str) {
+    if !text.is_empty() {
+        events.push(make(text.to_string()));
+    }
+}
+
+/// Length of the longest suffix of `buf` that is a proper prefix of one of `tags`.
+fn partial_tag_suffix(buf: &str, tags: &[&str]) -> usize {
+    let mut best = 0;
+    for tag in tags {
+        for n in 1..tag.len().min(buf.len() + 1) {
+            if buf.is_char_boundary(buf.len() - n) && buf.ends_with(&tag[..n]) {
+                best = best.max(n);
+            }
+        }
+    }
+    best
+}
+
+/// Parses what is between `<tool_call>` and `</tool_call>`.
+fn parse_call_body(body: &str, tools: &[Value]) -> Result<ToolCall, CodecError> {
+    let rest = body.trim_start();
+    let Some(after) = rest.strip_prefix("<function=") else {
+        return Err(CodecError::MissingFunction(shorten(body)));
+    };
+    let Some(gt) = after.find('>') else {
+        return Err(CodecError::BadFunctionName(shorten(after)));
+    };
+    let name = &after[..gt];
+    if name.is_empty() || name.contains(char::is_whitespace) {
+        return Err(CodecError::BadFunctionName(name.to_string()));
+    }
+    let mut inner = &after[gt + 1..];
+    let Some(end) = inner.rfind("</function>") else {
+        return Err(CodecError::UnterminatedFunction(name.to_string()));
+    };
+    if !inner[end + "</function>".len()..].trim().is_empty() {
+        return Err(CodecError::StrayText { function: name.to_string(), text: shorten(&inner[end..]) });
+    }
+    inner = &inner[..end];
+    let schema = tool_properties(tools, name);
+    let mut args = Map::new();
+    loop {
+        let trimmed = inner.trim_start();
+        if trimmed.is_empty() {
+            break;
+        }
+        let Some(p) = trimmed.strip_prefix("<parameter=") else {
+            return Err(CodecError::StrayText { function: name.to_string(), text: shorten(trimmed) });
+        };
+        let Some(gt) = p.find('>') else {
+            return Err(CodecError::BadParameter(name.to_string()));
+        };
+        let key = &p[..gt];
+        if key.is_empty() || key.contains('\n') {
+            return Err(CodecError::BadParameter(name.to_string()));
+        }
+        let after_tag = &p[gt + 1..];
+        // A value ends at </parameter>; a missing one is tolerated up to the next parameter.
+        let (raw, next) = match after_tag.find("</parameter>") {
+            Some(e) => (&after_tag[..e], &after_tag[e + "</parameter>".len()..]),
+            None => match after_tag.find("<parameter=") {
+                Some(e) => (&after_tag[..e], &after_tag[e..]),
+                None => (after_tag, ""),
+            },
+        };
+        let value = raw.strip_prefix('\n').unwrap_or(raw);
+        let value = value.strip_suffix('\n').unwrap_or(value);
+        let declared = schema.and_then(|s| s.get(key)).map(declared_type);
+        args.insert(key.to_string(), typed_value(value, declared.as_deref()));
+        inner = next;
+    }
+    Ok(ToolCall::new(name, Value::Object(args).to_string()))
+}
+
+fn shorten(s: &str) -> String {
+    let s = s.trim();
+    match s.char_indices().nth(80) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+fn tool_properties<'a>(tools: &'a [Value], name: &str) -> Option<&'a Map<String, Value>> {
+    tools.iter().find_map(|t| {
+        let f = t.get("function").unwrap_or(t);
+        if f.get("name")?.as_str()? == name {
+            f.get("parameters")?.get("properties")?.as_object()
+        } else {
+            None
+        }
+    })
+}
+
+/// The first non-null JSON-schema type of a property (`"string"` if none is declared).
+fn declared_type(prop: &Value) -> String {
+    match prop.get("type") {
+        Some(Value::String(t)) => t.clone(),
+        Some(Value::Array(ts)) => {
+            ts.iter().filter_map(Value::as_str).find(|t| *t != "null").unwrap_or("string").to_string()
+        }
+        _ => "string".to_string(),
+    }
+}
+
+fn typed_value(raw: &str, declared: Option<&str>) -> Value {
+    let as_string = || Value::String(raw.to_string());
+    let t = raw.trim();
+    match declared {
+        Some("integer") => t.parse::<i64>().map(Value::from).unwrap_or_else(|_| as_string()),
+        Some("number") => match serde_json::from_str::<Value>(t) {
+            Ok(v @ Value::Number(_)) => v,
+            _ => as_string(),
+        },
+        Some("boolean") => match t {
+            "true" | "True" => Value::Bool(true),
+            "false" | "False" => Value::Bool(false),
+            _ => as_string(),
+        },
+        Some("object") | Some("array") => match serde_json::from_str::<Value>(t) {
+            Ok(v @ (Value::Object(_) | Value::Array(_))) => v,
+            _ => as_string(),
+        },
+        Some("null") if t == "null" || t == "None" => Value::Null,
+        _ => as_string(),
+    }
+}
+
+/// Renders tool calls as the chat template does: each as `<tool_call>\n<function=NAME>\n`,
+/// one `<parameter=K>\nV\n</parameter>\n` per argument, `</function>\n</tool_call>`,
+/// joined by `\n`. Arguments must be a JSON object string.
+pub fn render_tool_calls(calls: &[ToolCall]) -> Result<String, CodecError> {
+    let mut out = String::new();
+    for (i, call) in calls.iter().enumerate() {
+        let args = parse_arguments_object(&call.function.name, &call.function.arguments)?;
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str("<tool_call>\n<function=");
+        out.push_str(&call.function.name);
+        out.push_str(">\n");
+        for (k, v) in &args {
+            out.push_str("<parameter=");
+            out.push_str(k);
+            out.push_str(">\n");
+            out.push_str(&template_value(v));
+            out.push_str("\n</parameter>\n");
+        }
+        out.push_str("</function>\n</tool_call>");
+    }
+    Ok(out)
+}
+
+/// Renders an assistant turn's visible part: content, then (after `\n\n` if content is
+/// non-empty) its tool calls.
+pub fn render_assistant_content(content: &str, calls: &[ToolCall]) -> Result<String, CodecError> {
+    let content = content.trim();
+    let calls_text = render_tool_calls(calls)?;
+    Ok(match (content.is_empty(), calls.is_empty()) {
+        (_, true) => content.to_string(),
+        (true, false) => calls_text,
+        (false, false) => format!("{content}\n\n{calls_text}"),
+    })
+}
+
+/// Parses an OpenAI `arguments` string into an object; anything else is an error.
+pub fn parse_arguments_object(name: &str, arguments: &str) -> Result<Map<String, Value>, CodecError> {
+    if arguments.trim().is_empty() {
+        return Ok(Map::new());
+    }
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(Value::Object(m)) => Ok(m),
+        _ => Err(CodecError::ArgumentsNotObject { name: name.to_string(), arguments: shorten(arguments) }),
+    }
+}
+
+/// A value as the jinja template prints it: strings raw, containers as Python `json.dumps`,
+/// scalars as Python `str` (`True`, `False`, `None`).
+fn template_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        Value::Null => "None".into(),
+        Value::Number(n) => n.to_string(),
+        Value::Object(_) | Value::Array(_) => python_json(v),
+    }
+}
+
+/// JSON with Python's default separators (`", "` and `": "`), non-ASCII kept.
+pub fn python_json(v: &Value) -> String {
+    match v {
+        Value::Object(m) => {
+            let items: Vec<String> =
+                m.iter().map(|(k, v)| format!("{}: {}", Value::String(k.clone()), python_json(v))).collect();
+            format!("{{{}}}", items.join(", "))
+        }
+        Value::Array(a) => {
+            let items: Vec<String> = a.iter().map(python_json).collect();
+            format!("[{}]", items.join(", "))
+        }
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::tool_schemas;
+    use serde_json::json;
+
+    fn args(call: &ToolCall) -> Value {
+        serde_json::from_str(&call.function.arguments).unwrap()
+    }
+
+    const REPLY: &str = "I should look at the file.\n</think>\n\nLet me check.\n\n<tool_call>\n<function=Read>\n<parameter=file_path>\nsrc/lib.rs\n</parameter>\n<parameter=offset>\n10\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=Bash>\n<parameter=command>\ncargo test\necho done\n</parameter>\n<parameter=timeout>\n30\n</parameter>\n</function>\n</tool_call>";
+
+    #[test]
+    fn parses_reasoning_content_and_typed_parallel_calls() {
+        let p = parse_reply(REPLY, true, &tool_schemas()).unwrap();
+        assert_eq!(p.reasoning.as_deref(), Some("I should look at the file."));
+        assert_eq!(p.content, "Let me check.");
+        assert_eq!(p.tool_calls.len(), 2);
+        assert_eq!(p.tool_calls[0].function.name, "Read");
+        assert_eq!(args(&p.tool_calls[0]), json!({"file_path": "src/lib.rs", "offset": 10}));
+        assert_eq!(p.tool_calls[1].function.arguments, r#"{"command":"cargo test\necho done","timeout":30}"#);
+        assert!(p.tool_calls[0].id.starts_with("call_"));
+        assert_ne!(p.tool_calls[0].id, p.tool_calls[1].id);
+    }
+
+    #[test]
+    fn renders_back_to_the_template_text() {
+        let p = parse_reply(REPLY, true, &tool_schemas()).unwrap();
+        let text = render_assistant_content(&p.content, &p.tool_calls).unwrap();
+        assert_eq!(text, REPLY.split_once("</think>\n\n").unwrap().1);
+    }
+
+    #[test]
+    fn booleans_objects_and_unknown_parameters() {
+        let text = "<tool_call>\n<function=Edit>\n<parameter=file_path>\na.py\n</parameter>\n<parameter=old_string>\n  x = 1\n\n</parameter>\n<parameter=new_string>\n</parameter>\n<parameter=replace_all>\nTrue\n</parameter>\n<parameter=extra>\n[1, 2]\n</parameter>\n</function>\n</tool_call>";
+        let p = parse_reply(text, false, &tool_schemas()).unwrap();
+        assert_eq!(p.reasoning, None);
+        assert_eq!(p.content, "");
+        assert_eq!(
+            args(&p.tool_calls[0]),
+            json!({"file_path": "a.py", "old_string": "  x = 1\n", "new_string": "", "replace_all": true, "extra": "[1, 2]"})
+        );
+        // Rendering prints Python's True, like the template.
+        assert!(render_tool_calls(&p.tool_calls).unwrap().contains("<parameter=replace_all>\nTrue\n</parameter>"));
+    }
+
+    #[test]
+    fn a_value_that_does_not_fit_its_type_stays_a_string() {
+        let text = "<tool_call>\n<function=Read>\n<parameter=file_path>\na\n</parameter>\n<parameter=limit>\nten\n</parameter>\n</function>\n</tool_call>";
+        let p = parse_reply(text, false, &tool_schemas()).unwrap();
+        assert_eq!(args(&p.tool_calls[0]), json!({"file_path": "a", "limit": "ten"}));
+    }
+
+    #[test]
+    fn no_tool_call_is_a_plain_answer() {
+        let p = parse_reply("Done.\n</think>\n\nThe bug is fixed.", true, &[]).unwrap();
+        assert_eq!(p.reasoning.as_deref(), Some("Done."));
+        assert_eq!(p.content, "The bug is fixed.");
+        assert!(p.tool_calls.is_empty());
+        let p = parse_reply("<think>\nhm\n</think>\n\nok", false, &[]).unwrap();
+        assert_eq!((p.reasoning.as_deref(), p.content.as_str()), (Some("hm"), "ok"));
+    }
+
+    #[test]
+    fn missing_close_tool_call_at_the_end_is_accepted() {
+        let text = "<tool_call>\n<function=Glob>\n<parameter=pattern>\n**/*.rs\n</parameter>\n</function>\n";
+        let p = parse_reply(text, false, &tool_schemas()).unwrap();
+        assert_eq!(args(&p.tool_calls[0]), json!({"pattern": "**/*.rs"}));
+    }
+
+    #[test]
+    fn malformed_text_is_a_typed_error() {
+        let cases = [
+            ("<tool_call>\n<function=Read>\n<parameter=file_path>\na", CodecError::UnterminatedToolCall),
+            (
+                "<tool_call>\n{\"name\": \"Read\"}\n</tool_call>",
+                CodecError::MissingFunction("{\"name\": \"Read\"}".into()),
+            ),
+            ("<tool_call>\n<function=>\n</function>\n</tool_call>", CodecError::BadFunctionName("".into())),
+            (
+                "<tool_call>\n<function=Read>\n<parameter=a>\nb\n</parameter>\n</tool_call>",
+                CodecError::UnterminatedFunction("Read".into()),
+            ),
+            (
+                "<tool_call>\n<function=Read>\nhello\n</function>\n</tool_call>",
+                CodecError::StrayText { function: "Read".into(), text: "hello".into() },
+            ),
+            (
+                "<tool_call>\n<function=Read>\n<parameter=a\n</function>\n</tool_call>",
+                CodecError::BadParameter("Read".into()),
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_reply(text, false, &tool_schemas()).unwrap_err(), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn non_object_arguments_cannot_be_rendered() {
+        let call = ToolCall::new("Bash", "[1]");
+        assert_eq!(
+            render_tool_calls(&[call]).unwrap_err().to_string(),
+            "arguments of Bash are not a JSON object: \"[1]\""
+        );
+    }
+
+    #[test]
+    fn streaming_in_tiny_chunks_gives_the_same_result() {
+        for chunk in [1, 2, 3, 7] {
+            let mut parser = StreamParser::new(true, tool_schemas());
+            let mut events = Vec::new();
+            let chars: Vec<char> = REPLY.chars().collect();
+            for piece in chars.chunks(chunk) {
+                events.extend(parser.push(&piece.iter().collect::<String>()).unwrap());
+            }
+            events.extend(parser.finish().unwrap());
+            let reasoning: String = events
+                .iter()
+                .filter_map(|e| match e {
+                    StreamEvent::Reasoning(r) => Some(r.as_str()),
+                    _ => None,
+                })
+                .collect();
+            let calls: Vec<Value> = events
+                .iter()
+                .filter_map(|e| match e {
+                    StreamEvent::ToolCall(c) => Some(args(c)),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(reasoning.trim(), "I should look at the file.");
+            assert_eq!(calls.len(), 2);
+            assert_eq!(calls[1]["timeout"], json!(30));
+            // No event may leak part of a tag.
+            assert!(events.iter().all(|e| match e {
+                StreamEvent::Reasoning(t) | StreamEvent::Content(t) => !t.contains('<') && !t.contains('>'),
+                StreamEvent::ToolCall(_) => true,
+            }));
+        }
+    }
+
+    #[test]
+    fn python_json_uses_python_separators() {
+        assert_eq!(python_json(&json!({"a": [1, "é"], "b": {"c": null}})), r#"{"a": [1, "é"], "b": {"c": null}}"#);
+    }
+}

@@ -1,0 +1,416 @@
+//! The model side of the loop: chat messages, the [`Llm`] trait and the OpenAI-compatible
+//! HTTP backend ([`HttpLlm`]).
+//!
+//! An in-process backend (the `frognano-engine` crate, reusing its session so each turn only
+//! prefills the new tokens) implements the same trait: it renders the messages with the chat
+//! template, generates, and turns the raw text into a [`Completion`] with
+//! [`crate::codec::parse_reply`].
+
+use crate::codec::{self, ToolCall};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// One chat message in OpenAI form (as stored in `leaf-function-calling` trajectories).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// `system`, `user`, `assistant` or `tool`.
+    pub role: String,
+    /// Text; `null` for an assistant turn that only calls tools.
+    pub content: Option<String>,
+    /// Assistant reasoning (thinking) text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    /// Assistant tool calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+    /// For `tool` messages: the call this answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl Message {
+    /// A system message.
+    pub fn system(text: impl Into<String>) -> Self {
+        Self::plain("system", text)
+    }
+    /// A user message.
+    pub fn user(text: impl Into<String>) -> Self {
+        Self::plain("user", text)
+    }
+    /// A tool result.
+    pub fn tool(call_id: impl Into<String>, text: impl Into<String>) -> Self {
+        Message { tool_call_id: Some(call_id.into()), ..Self::plain("tool", text) }
+    }
+    /// An assistant message.
+    pub fn assistant(content: Option<String>, reasoning: Option<String>, tool_calls: Vec<ToolCall>) -> Self {
+        Message {
+            role: "assistant".into(),
+            content,
+            reasoning_content: reasoning.filter(|r| !r.is_empty()),
+            tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
+            tool_call_id: None,
+        }
+    }
+    fn plain(role: &str, text: impl Into<String>) -> Self {
+        Message {
+            role: role.into(),
+            content: Some(text.into()),
+            reasoning_content: None,
+            tool_calls: None,
+            tool_call_id: None,
+        }
+    }
+    /// The tool calls (empty if none).
+    pub fn calls(&self) -> &[ToolCall] {
+        self.tool_calls.as_deref().unwrap_or(&[])
+    }
+    /// The content, or "" if null.
+    pub fn text(&self) -> &str {
+        self.content.as_deref().unwrap_or("")
+    }
+}
+
+/// Sampling and length settings sent with every request. Defaults are the model card's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sampling {
+    /// Temperature (0.6).
+    pub temperature: f32,
+    /// Nucleus mass (0.95).
+    pub top_p: f32,
+    /// Top-k (20).
+    pub top_k: u32,
+    /// Min-p (0).
+    pub min_p: f32,
+    /// Repetition penalty (1.0).
+    pub repetition_penalty: f32,
+    /// Tokens generated per turn at most (8192).
+    pub max_tokens: u32,
+    /// Ask for a thinking block (chat_template_kwargs.enable_thinking; on).
+    pub enable_thinking: bool,
+    /// Sampling seed, if any.
+    pub seed: Option<u64>,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Sampling {
+            temperature: 0.6,
+            top_p: 0.95,
+            top_k: 20,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            max_tokens: 8192,
+            enable_thinking: true,
+            seed: None,
+        }
+    }
+}
+
+/// Why generation stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishReason {
+    /// A natural stop (end of turn or a stop string).
+    Stop,
+    /// The reply ends in tool calls.
+    ToolCalls,
+    /// Cut by the token limit (`length`).
+    Length,
+    /// Anything else the server said.
+    Other(String),
+}
+
+impl FinishReason {
+    /// Reads an OpenAI `finish_reason`.
+    pub fn parse(s: &str) -> Self {
+        match s.to_ascii_lowercase().as_str() {
+            "stop" | "eos" | "end_turn" => FinishReason::Stop,
+            "tool_calls" | "function_call" => FinishReason::ToolCalls,
+            "length" | "max_tokens" | "max_new_tokens" => FinishReason::Length,
+            other => FinishReason::Other(other.to_string()),
+        }
+    }
+}
+
+/// Token counts of one request, as reported by the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt_tokens: u64,
+    /// Generated tokens.
+    pub completion_tokens: u64,
+}
+
+/// One model reply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    /// The assistant message (tool calls already in OpenAI form).
+    pub message: Message,
+    /// Why generation stopped.
+    pub finish_reason: FinishReason,
+    /// Token counts, if the backend reports them.
+    pub usage: Option<Usage>,
+}
+
+/// What the loop asks the model.
+#[derive(Debug, Clone, Copy)]
+pub struct ChatRequest<'a> {
+    /// The whole conversation so far.
+    pub messages: &'a [Message],
+    /// The OpenAI tool list.
+    pub tools: &'a [Value],
+    /// Sampling settings.
+    pub sampling: &'a Sampling,
+}
+
+/// Why a model request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    /// The prompt does not fit the model's context.
+    #[error("context length exceeded: {0}")]
+    ContextOverflow(String),
+    /// The reply's tool-call text could not be parsed. The loop retries these.
+    #[error("malformed tool call in the model's reply: {error}")]
+    Malformed {
+        /// The raw reply text.
+        text: String,
+        /// What was wrong with it.
+        error: codec::CodecError,
+    },
+    /// The endpoint could not be reached.
+    #[error("cannot reach the model endpoint {url}: {reason}")]
+    Unreachable {
+        /// URL tried.
+        url: String,
+        /// Transport error.
+        reason: String,
+    },
+    /// The endpoint answered with an error.
+    #[error("the model endpoint answered HTTP {status}: {body}")]
+    Api {
+        /// HTTP status.
+        status: u16,
+        /// Response body (shortened).
+        body: String,
+    },
+    /// Anything else (bad response shape, replay exhausted, engine error).
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A chat model with tool calling.
+pub trait Llm {
+    /// Generates the next assistant turn for `request`.
+    fn complete(&mut self, request: &ChatRequest<'_>) -> Result<Completion, LlmError>;
+    /// Short description for logs and summaries (model name and where it runs).
+    fn describe(&self) -> String;
+}
+
+/// An OpenAI-compatible `/v1/chat/completions` endpoint (Ollama, llama.cpp's server, vLLM,
+/// `frognano serve`). Plain HTTP only.
+#[derive(Debug, Clone)]
+pub struct HttpLlm {
+    url: String,
+    model: String,
+    api_key: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl HttpLlm {
+    /// `endpoint`: base URL (`http://host:port`, `.../v1`, or the full
+    /// `.../v1/chat/completions`); `model`: the model name the server knows.
+    pub fn new(endpoint: &str, model: &str, timeout: Duration) -> anyhow::Result<Self> {
+        let base = endpoint.trim_end_matches('/');
+        if base.starts_with("https://") {
+            anyhow::bail!(
+                "endpoint {endpoint}: https is not supported by this build; use a local http \
+                 endpoint (e.g. http://127.0.0.1:8080)"
+            );
+        }
+        if !base.starts_with("http://") {
+            anyhow::bail!("endpoint {endpoint:?} is not an http:// URL");
+        }
+        let url = if base.ends_with("/chat/completions") {
+            base.to_string()
+        } else if base.ends_with("/v1") {
+            format!("{base}/chat/completions")
+        } else {
+            format!("{base}/v1/chat/completions")
+        };
+        Ok(HttpLlm {
+            url,
+            model: model.to_string(),
+            api_key: std::env::var("OPENAI_API_KEY").ok().filter(|k| !k.is_empty()),
+            agent: ureq::AgentBuilder::new().timeout(timeout).build(),
+        })
+    }
+
+    /// The request body for `request` (public for tests and `--dry-run` style tooling).
+    pub fn body(&self, request: &ChatRequest<'_>) -> Value {
+        let s = request.sampling;
+        let mut body = json!({
+            "model": self.model,
+            "messages": request.messages,
+            "tools": request.tools,
+            "tool_choice": "auto",
+            "parallel_tool_calls": true,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "top_k": s.top_k,
+            "min_p": s.min_p,
+            "repetition_penalty": s.repetition_penalty,
+            "max_tokens": s.max_tokens,
+            "chat_template_kwargs": {"enable_thinking": s.enable_thinking},
+        });
+        if let Some(seed) = s.seed {
+            body["seed"] = json!(seed);
+        }
+        body
+    }
+}
+
+const CONTEXT_MARKERS: [&str; 4] =
+    ["context_length_exceeded", "reduce the length", "maximum context length", "exceeds the context"];
+
+fn is_context_overflow(body: &str) -> bool {
+    let b = body.to_ascii_lowercase();
+    CONTEXT_MARKERS.iter().any(|m| b.contains(m)) || (b.contains("context length") && b.contains("exceed"))
+}
+
+impl Llm for HttpLlm {
+    fn complete(&mut self, request: &ChatRequest<'_>) -> Result<Completion, LlmError> {
+        let mut req = self.agent.post(&self.url).set("Content-Type", "application/json");
+        if let Some(key) = &self.api_key {
+            req = req.set("Authorization", &format!("Bearer {key}"));
+        }
+        let resp = match req.send_string(&self.body(request).to_string()) {
+            Ok(r) => r,
+            Err(ureq::Error::Status(status, r)) => {
+                let body: String = r.into_string().unwrap_or_default().chars().take(2000).collect();
+                return Err(if is_context_overflow(&body) {
+                    LlmError::ContextOverflow(body)
+                } else {
+                    LlmError::Api { status, body }
+                });
+            }
+            Err(ureq::Error::Transport(t)) => {
+                return Err(LlmError::Unreachable { url: self.url.clone(), reason: t.to_string() })
+            }
+        };
+        let text = resp.into_string().map_err(|e| LlmError::Other(format!("reading the response: {e}")))?;
+        let value: Value = serde_json::from_str(&text)
+            .map_err(|e| LlmError::Other(format!("the endpoint's answer is not JSON ({e}): {text:.300}")))?;
+        completion_from_openai(&value, request.tools)
+    }
+
+    fn describe(&self) -> String {
+        format!("{} at {}", self.model, self.url)
+    }
+}
+
+/// Reads an OpenAI chat-completion response. Tool calls a server left unparsed in the
+/// content (Qwen XML) are parsed with the codec; if that fails, the reply is
+/// [`LlmError::Malformed`].
+pub fn completion_from_openai(value: &Value, tools: &[Value]) -> Result<Completion, LlmError> {
+    let choice = value
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .ok_or_else(|| LlmError::Other(format!("response has no choices: {:.300}", value.to_string())))?;
+    let msg = choice.get("message").ok_or_else(|| LlmError::Other("response choice has no message".into()))?;
+    let mut content = msg.get("content").and_then(Value::as_str).map(str::to_string);
+    let mut reasoning =
+        msg.get("reasoning_content").or_else(|| msg.get("reasoning")).and_then(Value::as_str).map(str::to_string);
+    let mut calls: Vec<ToolCall> = match msg.get("tool_calls") {
+        Some(Value::Array(a)) if !a.is_empty() => a
+            .iter()
+            .map(|c| {
+                let name = c["function"]["name"].as_str().unwrap_or_default().to_string();
+                let arguments = match &c["function"]["arguments"] {
+                    Value::String(s) => s.clone(),
+                    Value::Null => "{}".to_string(),
+                    other => other.to_string(),
+                };
+                let mut call = ToolCall::new(name, arguments);
+                if let Some(id) = c.get("id").and_then(Value::as_str).filter(|i| !i.is_empty()) {
+                    call.id = id.to_string();
+                }
+                call
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let finish_reason = FinishReason::parse(choice["finish_reason"].as_str().unwrap_or("stop"));
+    let raw = content.clone().unwrap_or_default();
+    if calls.is_empty()
+        && (raw.contains("<tool_call>") || raw.contains("<function="))
+        && finish_reason != FinishReason::Length
+    {
+        let parsed =
+            codec::parse_reply(&raw, false, tools).map_err(|error| LlmError::Malformed { text: raw.clone(), error })?;
+        calls = parsed.tool_calls;
+        content = Some(parsed.content).filter(|c| !c.is_empty());
+        if reasoning.is_none() {
+            reasoning = parsed.reasoning;
+        }
+    }
+    let usage = value.get("usage").and_then(|u| {
+        Some(Usage {
+            prompt_tokens: u.get("prompt_tokens")?.as_u64()?,
+            completion_tokens: u.get("completion_tokens")?.as_u64()?,
+        })
+    });
+    Ok(Completion { message: Message::assistant(content, reasoning, calls), finish_reason, usage })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::tool_schemas;
+
+    #[test]
+    fn reads_openai_tool_calls() {
+        let v = json!({"choices": [{"message": {"role": "assistant", "content": null,
+            "reasoning_content": "think", "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "Bash", "arguments": "{\"command\": \"ls\"}"}}]},
+            "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 10, "completion_tokens": 5}});
+        let c = completion_from_openai(&v, &tool_schemas()).unwrap();
+        assert_eq!(c.message.calls()[0].id, "call_1");
+        assert_eq!(c.message.reasoning_content.as_deref(), Some("think"));
+        assert_eq!(c.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(c.usage.unwrap().prompt_tokens, 10);
+    }
+
+    #[test]
+    fn parses_xml_a_server_left_in_the_content() {
+        let v = json!({"choices": [{"message": {"content": "<tool_call>\n<function=Bash>\n<parameter=command>\nls\n</parameter>\n</function>\n</tool_call>"}, "finish_reason": "stop"}]});
+        let c = completion_from_openai(&v, &tool_schemas()).unwrap();
+        assert_eq!(c.message.calls()[0].function.arguments, r#"{"command":"ls"}"#);
+        assert_eq!(c.message.content, None);
+        let bad =
+            json!({"choices": [{"message": {"content": "<tool_call>\n<function=Bash>\n"}, "finish_reason": "stop"}]});
+        assert!(matches!(completion_from_openai(&bad, &tool_schemas()), Err(LlmError::Malformed { .. })));
+    }
+
+    #[test]
+    fn an_unreachable_endpoint_is_a_clear_error() {
+        let mut llm = HttpLlm::new("http://127.0.0.1:9", "m", Duration::from_secs(5)).unwrap();
+        let sampling = Sampling::default();
+        let err = llm.complete(&ChatRequest { messages: &[], tools: &[], sampling: &sampling }).unwrap_err();
+        assert!(matches!(err, LlmError::Unreachable { .. }), "{err}");
+        assert!(err.to_string().starts_with("cannot reach the model endpoint http://127.0.0.1:9/v1/chat/completions"));
+        assert!(HttpLlm::new("ftp://x", "m", Duration::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn request_body_carries_the_card_defaults() {
+        let llm = HttpLlm::new("http://h:1/v1", "frog", Duration::from_secs(1)).unwrap();
+        let sampling = Sampling::default();
+        let body = llm.body(&ChatRequest { messages: &[Message::user("hi")], tools: &[], sampling: &sampling });
+        assert_eq!(body["temperature"], json!(0.6f32));
+        assert_eq!(body["top_k"], json!(20));
+        assert_eq!(body["max_tokens"], json!(8192));
+        assert_eq!(body["chat_template_kwargs"]["enable_thinking"], json!(true));
+        assert_eq!(body["tool_choice"], json!("auto"));
+        assert_eq!(llm.describe(), "frog at http://h:1/v1/chat/completions");
+    }
+}

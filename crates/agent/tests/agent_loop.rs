@@ -1,0 +1,204 @@
+//! The loop with a scripted model: exit reasons, limits and drift guards.
+
+mod common;
+
+use common::{Reply, ScriptedLlm};
+use frognano_agent::agent::{self, AgentConfig, Guards, CUT_NOTICE, MALFORMED_NOTICE, REPEAT_NOTICE};
+use frognano_agent::tools::ToolBox;
+use frognano_agent::trajectory::{ExitReason, Trajectory};
+use frognano_sandbox::{Sandbox, SandboxSpec};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+const ECHO: &str = "Let me look.\n</think>\n\n<tool_call>\n<function=Bash>\n<parameter=command>\necho hi\n</parameter>\n</function>\n</tool_call>";
+const DONE: &str = "All good.\n</think>\n\nDone: nothing to change.";
+const MALFORMED: &str =
+    "Let me look.\n</think>\n\n<tool_call>\n<function=Bash>\ncommand: echo hi\n</function>\n</tool_call>";
+
+fn run_with(replies: Vec<Reply>, config: AgentConfig) -> (Trajectory, ScriptedLlm, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut tools = ToolBox::new(Sandbox::new(SandboxSpec::new(dir.path())).unwrap());
+    let mut llm = ScriptedLlm::new(replies);
+    let mut checkpoints = 0;
+    let t = agent::run(&mut llm, &mut tools, "Fix it.", &config, &AtomicBool::new(false), &mut |t| {
+        assert!(t.partial);
+        checkpoints += 1;
+    });
+    assert_eq!(checkpoints, t.steps.iter().filter(|s| !s.observations.is_empty()).count());
+    (t, llm, dir)
+}
+
+fn history_text(t: &Trajectory) -> String {
+    serde_json::to_string(&t.messages).unwrap()
+}
+
+#[test]
+fn a_plain_run_records_a_leaf_trajectory() {
+    let (t, _, _) = run_with(vec![Reply::Text(ECHO), Reply::Text(DONE)], AgentConfig::default());
+    assert_eq!(t.trajectory_format, "leaf-function-calling");
+    assert_eq!(t.exit_reason, ExitReason::Agent);
+    assert_eq!(t.n_steps, 2);
+    assert_eq!(t.final_message, "Done: nothing to change.");
+    assert!(!t.partial);
+    let roles: Vec<&str> = t.messages.iter().map(|m| m.role.as_str()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool", "assistant"]);
+    assert_eq!(t.messages[2].reasoning_content.as_deref(), Some("Let me look."));
+    assert_eq!(t.messages[3].tool_call_id.as_deref(), Some(t.messages[2].calls()[0].id.as_str()));
+    assert_eq!(t.messages[3].text(), "Exit code: 0\nSTDOUT:\nhi\n\nSTDERR:\n");
+    assert_eq!(t.steps[0].observations[0].tool, "Bash");
+    assert!(t.messages[0].text().starts_with("You are a software-engineering agent"));
+    // The JSON has the Leaf field names.
+    let v = serde_json::to_value(&t).unwrap();
+    for key in [
+        "trajectory_id",
+        "instance_id",
+        "seed",
+        "messages",
+        "tools",
+        "steps",
+        "n_steps",
+        "exit_reason",
+        "error",
+        "final_message",
+        "context_tokens",
+        "elapsed_sec",
+        "output_patch",
+        "partial",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(v["exit_reason"], "agent");
+}
+
+#[test]
+fn a_malformed_reply_is_retried_and_never_enters_the_history() {
+    let (t, llm, _) = run_with(
+        vec![Reply::Text(MALFORMED), Reply::Text(MALFORMED), Reply::Text(ECHO), Reply::Text(DONE)],
+        AgentConfig::default(),
+    );
+    assert_eq!(t.exit_reason, ExitReason::Agent);
+    assert_eq!(t.n_steps, 2);
+    let history = history_text(&t);
+    assert!(!history.contains("command: echo hi"), "malformed text leaked: {history}");
+    assert!(!history.contains(MALFORMED_NOTICE));
+    // The retries saw their broken reply and the notice, on a copy of the history.
+    assert_eq!(llm.requests.len(), 4);
+    let retry = &llm.requests[1];
+    assert_eq!(retry.len(), 4);
+    assert!(retry[2].text().contains("command: echo hi"));
+    assert!(retry[3].text().starts_with(MALFORMED_NOTICE));
+    // The next real request is the clean history.
+    assert_eq!(llm.requests[3].len(), 4);
+    assert!(llm.requests[3].iter().all(|m| !m.text().contains(MALFORMED_NOTICE)));
+}
+
+#[test]
+fn malformed_replies_past_the_retries_end_the_run_with_an_error() {
+    let (t, llm, _) = run_with(vec![Reply::Text(MALFORMED); 4], AgentConfig::default());
+    assert_eq!(llm.requests.len(), 4);
+    assert_eq!(t.exit_reason, ExitReason::LlmQueryError);
+    assert!(t.error.as_deref().unwrap().contains("malformed tool calls 4 times in a row"));
+    assert!(!history_text(&t).contains("command: echo hi"));
+}
+
+#[test]
+fn leaf_exact_takes_a_malformed_reply_as_the_final_answer() {
+    let config = AgentConfig { guards: Guards::leaf_exact(), ..AgentConfig::default() };
+    let (t, llm, _) = run_with(vec![Reply::Text(MALFORMED)], config);
+    assert_eq!(llm.requests.len(), 1);
+    assert_eq!(t.exit_reason, ExitReason::Agent);
+    assert!(t.final_message.contains("command: echo hi"));
+}
+
+#[test]
+fn a_cut_reply_ends_a_leaf_run() {
+    let config = AgentConfig { guards: Guards::leaf_exact(), ..AgentConfig::default() };
+    let (t, _, _) = run_with(vec![Reply::Cut("thinking forever")], config);
+    assert_eq!(t.exit_reason, ExitReason::MaxTokensPerTurn);
+}
+
+#[test]
+fn a_cut_reply_gets_a_notice_with_guards_on() {
+    let (t, llm, _) =
+        run_with(vec![Reply::Cut("thinking forever"), Reply::Text(ECHO), Reply::Text(DONE)], AgentConfig::default());
+    assert_eq!(t.exit_reason, ExitReason::Agent);
+    assert_eq!(t.n_steps, 3);
+    assert!(llm.requests[1].last().unwrap().text().starts_with(CUT_NOTICE));
+    // Cut three times in a row: give up as Leaf would.
+    let (t, _, _) = run_with(vec![Reply::Cut("a"), Reply::Cut("b"), Reply::Cut("c")], AgentConfig::default());
+    assert_eq!(t.exit_reason, ExitReason::MaxTokensPerTurn);
+    assert_eq!(t.n_steps, 3);
+}
+
+#[test]
+fn step_limit_time_limit_context_limit_and_query_errors() {
+    let config = AgentConfig { max_steps: 2, ..AgentConfig::default() };
+    let (t, _, _) = run_with(vec![Reply::Text(ECHO), Reply::Text(ECHO), Reply::Text(ECHO)], config);
+    assert_eq!((t.exit_reason, t.n_steps), (ExitReason::MaxTurns, 2));
+
+    let config = AgentConfig { max_time: Some(Duration::ZERO), ..AgentConfig::default() };
+    let (t, _, _) = run_with(vec![Reply::Text(ECHO)], config);
+    assert_eq!((t.exit_reason, t.n_steps), (ExitReason::MaxTime, 0));
+
+    let config = AgentConfig { max_context_tokens: 100, ..AgentConfig::default() };
+    let (t, _, _) = run_with(vec![Reply::Text(ECHO), Reply::Text(ECHO)], config);
+    assert_eq!((t.exit_reason, t.n_steps), (ExitReason::MaxContextLen, 1));
+    assert!(t.context_tokens >= 100);
+
+    let (t, _, _) = run_with(vec![Reply::Text(ECHO), Reply::Fail("connection reset")], AgentConfig::default());
+    assert_eq!(t.exit_reason, ExitReason::LlmQueryError);
+    assert_eq!(t.error.as_deref(), Some("connection reset"));
+}
+
+#[test]
+fn cancelling_stops_before_the_next_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut tools = ToolBox::new(Sandbox::new(SandboxSpec::new(dir.path())).unwrap());
+    let mut llm = ScriptedLlm::new(vec![Reply::Text(ECHO), Reply::Text(ECHO)]);
+    let cancel = AtomicBool::new(false);
+    let t = agent::run(&mut llm, &mut tools, "x", &AgentConfig::default(), &cancel, &mut |_| {
+        cancel.store(true, std::sync::atomic::Ordering::Relaxed)
+    });
+    assert_eq!((t.exit_reason, t.n_steps), (ExitReason::Cancelled, 1));
+}
+
+#[test]
+fn repeated_identical_actions_are_pointed_out() {
+    let script = || vec![Reply::Text(ECHO), Reply::Text(ECHO), Reply::Text(ECHO), Reply::Text(DONE)];
+    let (t, _, _) = run_with(script(), AgentConfig::default());
+    let obs: Vec<&str> = t.steps.iter().flat_map(|s| &s.observations).map(|o| o.observation.as_str()).collect();
+    assert!(!obs[1].contains(REPEAT_NOTICE));
+    assert!(obs[2].contains(&format!("{REPEAT_NOTICE} 3 times in a row")), "{}", obs[2]);
+    // The model sees it too.
+    assert!(t.messages[7].text().contains(REPEAT_NOTICE));
+
+    let config = AgentConfig { guards: Guards::leaf_exact(), ..AgentConfig::default() };
+    let (t, _, _) = run_with(script(), config);
+    assert!(!history_text(&t).contains(REPEAT_NOTICE));
+}
+
+#[test]
+fn the_last_steps_are_announced() {
+    let config = AgentConfig { max_steps: 3, ..AgentConfig::default() };
+    let (t, _, _) = run_with(vec![Reply::Text(ECHO), Reply::Text(ECHO), Reply::Text(ECHO)], config);
+    assert!(t.steps[0].observations[0]
+        .observation
+        .ends_with("[2 step(s) left: finish the work and give your final answer.]"));
+    assert!(t.steps[1].observations[0]
+        .observation
+        .ends_with("[1 step(s) left: finish the work and give your final answer.]"));
+    let config = AgentConfig { max_steps: 3, guards: Guards::leaf_exact(), ..AgentConfig::default() };
+    let (t, _, _) = run_with(vec![Reply::Text(ECHO), Reply::Text(ECHO), Reply::Text(ECHO)], config);
+    assert!(!history_text(&t).contains("step(s) left"));
+}
+
+#[test]
+fn parallel_calls_run_in_order_with_their_ids() {
+    const TWO: &str = "</think>\n\n<tool_call>\n<function=Write>\n<parameter=file_path>\nnote.txt\n</parameter>\n<parameter=content>\nfirst\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=Read>\n<parameter=file_path>\nnote.txt\n</parameter>\n</function>\n</tool_call>";
+    let (t, _, _) = run_with(vec![Reply::Text(TWO), Reply::Text(DONE)], AgentConfig::default());
+    assert_eq!(t.messages[3].text(), "Wrote note.txt (5 bytes).");
+    assert_eq!(t.messages[4].text(), "note.txt\n1. first");
+    let calls = t.messages[2].calls();
+    assert_eq!(t.messages[3].tool_call_id.as_deref(), Some(calls[0].id.as_str()));
+    assert_eq!(t.messages[4].tool_call_id.as_deref(), Some(calls[1].id.as_str()));
+}

@@ -1,0 +1,63 @@
+//! A scripted model for tests: replies are raw model text (Qwen XML, as an in-process
+//! engine would produce), parsed with the real codec, so malformed text is a real
+//! `LlmError::Malformed`. Every request's messages are kept for inspection.
+#![allow(dead_code)]
+
+use frognano_agent::codec;
+use frognano_agent::llm::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Usage};
+
+/// One scripted reply.
+#[derive(Clone)]
+pub enum Reply {
+    /// Raw model text after the thinking prompt (reasoning, `</think>`, content, calls).
+    Text(&'static str),
+    /// Raw text cut by the token limit.
+    Cut(&'static str),
+    /// A transport failure.
+    Fail(&'static str),
+}
+
+pub struct ScriptedLlm {
+    pub replies: std::collections::VecDeque<Reply>,
+    pub requests: Vec<Vec<Message>>,
+}
+
+impl ScriptedLlm {
+    pub fn new(replies: Vec<Reply>) -> Self {
+        ScriptedLlm { replies: replies.into(), requests: Vec::new() }
+    }
+}
+
+impl Llm for ScriptedLlm {
+    fn complete(&mut self, request: &ChatRequest<'_>) -> Result<Completion, LlmError> {
+        self.requests.push(request.messages.to_vec());
+        let (text, finish_reason) = match self.replies.pop_front() {
+            Some(Reply::Text(t)) => (t, FinishReason::Stop),
+            Some(Reply::Cut(t)) => (t, FinishReason::Length),
+            Some(Reply::Fail(e)) => return Err(LlmError::Other(e.to_string())),
+            None => return Err(LlmError::Other("script exhausted".into())),
+        };
+        let parsed = if finish_reason == FinishReason::Length {
+            // A cut reply: whatever parses; an open call is simply dropped.
+            codec::parse_reply(text, true, request.tools).unwrap_or_default()
+        } else {
+            codec::parse_reply(text, true, request.tools)
+                .map_err(|error| LlmError::Malformed { text: text.to_string(), error })?
+        };
+        let usage = (finish_reason == FinishReason::Length)
+            .then_some(Usage { prompt_tokens: 100, completion_tokens: u64::from(request.sampling.max_tokens) });
+        Ok(Completion {
+            message: Message::assistant(
+                Some(parsed.content).filter(|c| !c.is_empty()),
+                parsed.reasoning,
+                parsed.tool_calls,
+            ),
+            finish_reason,
+            usage,
+        })
+    }
+
+    fn describe(&self) -> String {
+        "scripted".into()
+    }
+}
