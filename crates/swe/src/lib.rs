@@ -10,6 +10,7 @@ pub mod cli;
 pub mod eval_script;
 pub mod executor;
 pub mod grading;
+pub mod harbor;
 pub mod instance;
 pub mod parsers;
 pub mod pyjson;
