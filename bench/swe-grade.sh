@@ -3,4 +3,4 @@
 # Usage: bench/swe-grade.sh [N_INSTANCES]   (figures go in bench/RESULTS.md by hand)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}" cargo run -q --release -p frognano-swe --example grade_bench -- "${1:-12}"
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}" cargo run -q -p frognano-swe --example grade_bench -- "${1:-12}"

@@ -1,6 +1,6 @@
 //! Benchmark (not a test): instances graded per minute on generated fixture instances with
 //! 1 and 2 workers, and the per-instance overhead apart from the test command.
-//! Run: `cargo run --release -p frognano-swe --example grade_bench -- [N_INSTANCES]`
+//! Run: `cargo run -p frognano-swe --example grade_bench -- [N_INSTANCES]`
 //! (bench/swe-grade.sh wraps it).
 
 use std::path::Path;
