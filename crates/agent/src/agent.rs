@@ -97,7 +97,7 @@ pub const REPEAT_NOTICE: &str = "[Notice: you made exactly the same call";
 
 /// Runs the loop on `task` and returns the trajectory (its `output_patch` is left empty:
 /// the patch comes from the workspace, see [`crate::workspace`]). `checkpoint` is called
-/// with a partial trajectory after every step.
+/// with a partial trajectory after every step that ran tools.
 pub fn run(
     llm: &mut dyn Llm,
     tools: &mut ToolBox,
@@ -110,7 +110,77 @@ pub fn run(
     if config.guards.head_tail_truncation {
         tools.truncation = Truncation::HeadTail;
     }
-    let mut t = Trajectory {
+    let mut t = new_trajectory(task, config);
+    let mut drift = DriftState::default();
+    t.exit_reason = 'run: {
+        for step in 0..config.max_steps {
+            if cancel.load(Ordering::Relaxed) {
+                break 'run ExitReason::Cancelled;
+            }
+            if config.max_time.is_some_and(|m| started.elapsed() >= m) {
+                break 'run ExitReason::MaxTime;
+            }
+            t.n_steps += 1;
+            let reply = match query(llm, &t.messages, config) {
+                Ok(reply) => reply,
+                Err(LlmError::ContextOverflow(_)) => break 'run ExitReason::MaxContextLen,
+                Err(e) => {
+                    t.error = Some(e.to_string());
+                    break 'run ExitReason::LlmQueryError;
+                }
+            };
+            let mut assistant = reply.message.clone();
+            t.context_tokens = reply.usage.map_or_else(
+                || estimate_tokens(&t.messages) + estimate_tokens(std::slice::from_ref(&assistant)),
+                |u| u.prompt_tokens + u.completion_tokens,
+            );
+            let cut = reply.finish_reason == FinishReason::Length;
+            if cut && drift.may_send_cut_notice(config, &reply) {
+                assistant.tool_calls = None; // incomplete calls never run
+                t.messages.extend([assistant.clone(), cut_notice(config)]);
+                t.steps.push(Step { step, assistant, observations: vec![] });
+                continue;
+            }
+            t.messages.push(assistant.clone());
+            if cut || assistant.calls().is_empty() {
+                t.final_message = assistant.text().to_string();
+                t.steps.push(Step { step, assistant, observations: vec![] });
+                break 'run match cut {
+                    false => ExitReason::Agent,
+                    true if context_full(&reply, config) => ExitReason::MaxContextLen,
+                    true => ExitReason::MaxTokensPerTurn,
+                };
+            }
+            let mut observations: Vec<Observation> = assistant
+                .calls()
+                .iter()
+                .map(|c| Observation {
+                    tool: c.function.name.clone(),
+                    observation: tools.execute(&c.function.name, &c.function.arguments),
+                })
+                .collect();
+            drift.annotate(&mut observations, &assistant, config, step);
+            let first_new = t.messages.len();
+            for (call, obs) in assistant.calls().iter().zip(&observations) {
+                t.messages.push(Message::tool(&call.id, &obs.observation));
+            }
+            t.context_tokens += estimate_tokens(&t.messages[first_new..]);
+            t.steps.push(Step { step, assistant, observations });
+            t.elapsed_sec = started.elapsed().as_secs_f64();
+            checkpoint(&t);
+            if config.max_context_tokens > 0 && t.context_tokens >= config.max_context_tokens {
+                break 'run ExitReason::MaxContextLen;
+            }
+        }
+        ExitReason::MaxTurns
+    };
+    t.elapsed_sec = started.elapsed().as_secs_f64();
+    t.partial = false;
+    t
+}
+
+fn new_trajectory(task: &str, config: &AgentConfig) -> Trajectory {
+    Trajectory {
         trajectory_format: FORMAT.into(),
         trajectory_id: format!("{:032x}", rand::random::<u128>()),
         instance_id: config.instance_id.clone(),
@@ -119,118 +189,76 @@ pub fn run(
         tools: config.tools.clone(),
         steps: Vec::new(),
         n_steps: 0,
-        exit_reason: ExitReason::MaxTurns,
+        exit_reason: ExitReason::Running,
         error: None,
         final_message: String::new(),
         context_tokens: 0,
         elapsed_sec: 0.0,
         output_patch: String::new(),
         partial: true,
-    };
-    let (mut cuts_in_a_row, mut last_calls, mut repeats) = (0, String::new(), 0);
-    for step in 0..config.max_steps {
-        if cancel.load(Ordering::Relaxed) {
-            t.exit_reason = ExitReason::Cancelled;
-            break;
+    }
+}
+
+fn cut_notice(config: &AgentConfig) -> Message {
+    Message::user(format!(
+        "{CUT_NOTICE} at the limit of {} tokens per reply. Reply again more briefly: keep the \
+         reasoning short and make one tool call at a time.",
+        config.sampling.max_tokens
+    ))
+}
+
+/// What the cut-reply and repeated-action guards remember between steps.
+#[derive(Default)]
+struct DriftState {
+    cuts_in_a_row: u32,
+    last_calls: String,
+    repeats: u32,
+}
+
+impl DriftState {
+    /// A cut reply earns a notice (instead of ending the run) at most twice in a row, and
+    /// never when the context itself is full.
+    fn may_send_cut_notice(&mut self, config: &AgentConfig, reply: &Completion) -> bool {
+        let ok = config.guards.cut_notice && self.cuts_in_a_row < 2 && !context_full(reply, config);
+        self.cuts_in_a_row = if ok { self.cuts_in_a_row + 1 } else { 0 };
+        ok
+    }
+
+    /// Appends the repeated-action and steps-left notices to the step's last observation.
+    fn annotate(&mut self, observations: &mut [Observation], assistant: &Message, config: &AgentConfig, step: usize) {
+        self.cuts_in_a_row = 0;
+        let calls: Vec<_> = assistant.calls().iter().map(|c| (&c.function.name, &c.function.arguments)).collect();
+        let signature = serde_json::to_string(&calls).unwrap_or_default();
+        self.repeats = if signature == self.last_calls { self.repeats + 1 } else { 0 };
+        self.last_calls = signature;
+        let Some(last) = observations.last_mut() else { return };
+        if config.guards.repeat_notice && self.repeats >= 2 {
+            last.observation.push_str(&format!(
+                "\n\n{REPEAT_NOTICE} {} times in a row; the result will not change. Try a different approach.]",
+                self.repeats + 1
+            ));
         }
-        if config.max_time.is_some_and(|m| started.elapsed() >= m) {
-            t.exit_reason = ExitReason::MaxTime;
-            break;
-        }
-        t.n_steps += 1;
-        let reply = match query(llm, &t.messages, config) {
-            Ok(r) => r,
-            Err(LlmError::ContextOverflow(_)) => {
-                t.exit_reason = ExitReason::MaxContextLen;
-                break;
-            }
-            Err(e) => {
-                t.exit_reason = ExitReason::LlmQueryError;
-                t.error = Some(e.to_string());
-                break;
-            }
-        };
-        let mut assistant = reply.message.clone();
-        t.context_tokens = reply
-            .usage
-            .map(|u| u.prompt_tokens + u.completion_tokens)
-            .unwrap_or_else(|| estimate_tokens(&t.messages) + estimate_tokens(&[assistant.clone()]));
-        let cut = reply.finish_reason == FinishReason::Length;
-        if cut && config.guards.cut_notice && cuts_in_a_row < 2 && !context_full(&reply, config) {
-            // The cut calls are incomplete and never run; keep the text, ask for less.
-            cuts_in_a_row += 1;
-            assistant.tool_calls = None;
-            t.messages.push(assistant.clone());
-            t.messages.push(Message::user(format!("{CUT_NOTICE} at the limit of {} tokens per reply. Reply again more briefly: keep the reasoning short and make one tool call at a time.", config.sampling.max_tokens)));
-            t.steps.push(Step { step, assistant, observations: vec![] });
-            continue;
-        }
-        t.messages.push(assistant.clone());
-        if cut || assistant.calls().is_empty() {
-            t.final_message = assistant.text().to_string();
-            t.exit_reason = match cut {
-                false => ExitReason::Agent,
-                true if context_full(&reply, config) => ExitReason::MaxContextLen,
-                true => ExitReason::MaxTokensPerTurn,
-            };
-            t.steps.push(Step { step, assistant, observations: vec![] });
-            break;
-        }
-        cuts_in_a_row = 0;
-        let mut observations = Vec::new();
-        for call in assistant.calls() {
-            let text = tools.execute(&call.function.name, &call.function.arguments);
-            observations.push(Observation { tool: call.function.name.clone(), observation: text });
-        }
-        let signature = serde_json::to_string(
-            &assistant.calls().iter().map(|c| (&c.function.name, &c.function.arguments)).collect::<Vec<_>>(),
-        )
-        .unwrap_or_default();
-        repeats = if signature == last_calls { repeats + 1 } else { 0 };
-        last_calls = signature;
-        if let Some(last) = observations.last_mut() {
-            if config.guards.repeat_notice && repeats >= 2 {
-                last.observation.push_str(&format!(
-                    "\n\n{REPEAT_NOTICE} {} times in a row; the result will not change. Try a different approach.]",
-                    repeats + 1
-                ));
-            }
-            let left = config.max_steps - step - 1;
-            if config.guards.steps_left_notice && (1..=3).contains(&left) {
-                last.observation
-                    .push_str(&format!("\n\n[{left} step(s) left: finish the work and give your final answer.]"));
-            }
-        }
-        let first_new = t.messages.len();
-        for (call, obs) in assistant.calls().iter().zip(&observations) {
-            t.messages.push(Message::tool(&call.id, &obs.observation));
-        }
-        t.context_tokens += estimate_tokens(&t.messages[first_new..]);
-        t.steps.push(Step { step, assistant, observations });
-        t.elapsed_sec = started.elapsed().as_secs_f64();
-        checkpoint(&t);
-        if config.max_context_tokens > 0 && t.context_tokens >= config.max_context_tokens {
-            t.exit_reason = ExitReason::MaxContextLen;
-            break;
+        let left = config.max_steps - step - 1;
+        if config.guards.steps_left_notice && (1..=3).contains(&left) {
+            last.observation
+                .push_str(&format!("\n\n[{left} step(s) left: finish the work and give your final answer.]"));
         }
     }
-    t.elapsed_sec = started.elapsed().as_secs_f64();
-    t.partial = false;
-    t
 }
 
 /// Asks the model; a malformed reply is retried on a throw-away copy of the history that
-/// shows the model its broken reply and what was wrong. Under Leaf rules (no retries) the
-/// raw text becomes a plain answer, as an OpenAI server would return it.
+/// shows the model its broken reply and what was wrong, so the broken turn never enters the
+/// real history. Under Leaf rules (no retries) the raw text becomes a plain answer, as an
+/// OpenAI server without a tool parser would return it.
 fn query(llm: &mut dyn Llm, messages: &[Message], config: &AgentConfig) -> Result<Completion, LlmError> {
     let retries = config.guards.malformed_retries;
     let mut scratch: Option<Vec<Message>> = None;
-    for attempt in 0..=retries {
+    let mut attempt = 0;
+    loop {
         let msgs = scratch.as_deref().unwrap_or(messages);
         let request = ChatRequest { messages: msgs, tools: &config.tools, sampling: &config.sampling };
         match llm.complete(&request) {
-            Err(LlmError::Malformed { text, error }) if retries == 0 => {
-                let _ = error;
+            Err(LlmError::Malformed { text, .. }) if retries == 0 => {
                 return Ok(Completion {
                     message: Message::assistant(Some(text), None, vec![]),
                     finish_reason: FinishReason::Stop,
@@ -238,6 +266,7 @@ fn query(llm: &mut dyn Llm, messages: &[Message], config: &AgentConfig) -> Resul
                 });
             }
             Err(LlmError::Malformed { text, error }) if attempt < retries => {
+                attempt += 1;
                 let mut copy = messages.to_vec();
                 copy.push(Message::assistant(Some(text), None, vec![]));
                 copy.push(Message::user(format!("{MALFORMED_NOTICE} ({error}). Reply again; write each call exactly as <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>")));
@@ -252,7 +281,6 @@ fn query(llm: &mut dyn Llm, messages: &[Message], config: &AgentConfig) -> Resul
             other => return other,
         }
     }
-    unreachable!("the last attempt always returns")
 }
 
 /// Whether a cut reply was cut by the context limit rather than the per-turn limit.

@@ -16,7 +16,7 @@ use anyhow::{bail, Context};
 use frognano_sandbox::{Isolation, Sandbox, SandboxSpec};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Arguments of `frognano solve`.
@@ -185,8 +185,17 @@ pub struct SolveReport {
 }
 
 /// Runs `frognano solve` and prints a short summary.
+/// Ctrl-C once cancels the run after the current step (the trajectory is still written,
+/// with exit reason `cancelled` and no patch); twice quits at once.
 pub fn run_solve(args: SolveArgs) -> anyhow::Result<()> {
-    let report = solve(&args)?;
+    static CANCEL: AtomicBool = AtomicBool::new(false);
+    let _ = ctrlc::set_handler(|| {
+        if CANCEL.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("\ncancelling after the current step; press Ctrl-C again to quit now");
+    });
+    let report = solve_with_cancel(&args, &CANCEL)?;
     let t = &report.trajectory;
     println!("exit reason: {}", t.exit_reason.as_str());
     if let Some(e) = &t.error {
@@ -200,6 +209,11 @@ pub fn run_solve(args: SolveArgs) -> anyhow::Result<()> {
 
 /// Does the work of `frognano solve` and returns what it wrote.
 pub fn solve(args: &SolveArgs) -> anyhow::Result<SolveReport> {
+    solve_with_cancel(args, &AtomicBool::new(false))
+}
+
+/// [`solve`], stopping before the next step once `cancel` is set.
+pub fn solve_with_cancel(args: &SolveArgs, cancel: &AtomicBool) -> anyhow::Result<SolveReport> {
     // 1. Everything that can be checked without side effects.
     let recorded = match &args.replay {
         Some(p) => Some(Trajectory::load(p)?),
@@ -268,7 +282,10 @@ pub fn solve(args: &SolveArgs) -> anyhow::Result<SolveReport> {
         tools.confirm = Some(Box::new(ask_before_running));
     }
     let mut llm: Box<dyn Llm> = match (&recorded, &args.endpoint, &args.model) {
-        (Some(t), _, _) => Box::new(ReplayLlm::new(t, args.replay.as_ref().unwrap().display().to_string())),
+        (Some(t), _, _) => {
+            let source = args.replay.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
+            Box::new(ReplayLlm::new(t, source))
+        }
         (None, Some(url), Some(model)) => {
             Box::new(HttpLlm::new(url, model, Duration::from_secs(args.request_timeout))?)
         }
@@ -292,14 +309,13 @@ pub fn solve(args: &SolveArgs) -> anyhow::Result<SolveReport> {
         instance_id,
         ..AgentConfig::default()
     };
-    let cancel = AtomicBool::new(false);
     let checkpoint_path = output_dir.join("trajectory.json");
     let mut checkpoint = |t: &Trajectory| {
         if std::fs::create_dir_all(&output_dir).is_ok() {
             let _ = t.save(&checkpoint_path);
         }
     };
-    let mut t = agent::run(llm.as_mut(), &mut tools, &task, &config, &cancel, &mut checkpoint);
+    let mut t = agent::run(llm.as_mut(), &mut tools, &task, &config, cancel, &mut checkpoint);
     if t.exit_reason == ExitReason::LlmQueryError && t.steps.is_empty() {
         // Nothing happened: a setup problem (endpoint, model), not a run worth recording.
         bail!(

@@ -225,16 +225,16 @@ impl StreamParser {
             }
             match self.state {
                 State::Reasoning => {
-                    let close = self.buf.find(THINK_CLOSE);
                     let call = self.buf.find(CALL_OPEN);
+                    let close = self.buf.find(THINK_CLOSE).filter(|c| call.is_none_or(|t| *c < t));
                     match (close, call) {
-                        (Some(c), call) if call.is_none_or(|t| c < t) => {
+                        (Some(c), _) => {
                             emit(events, StreamEvent::Reasoning, &self.buf[..c]);
                             self.buf.drain(..c + THINK_CLOSE.len());
                             self.state = State::Content;
                             self.skip_newlines = true;
                         }
-                        (_, Some(t)) => {
+                        (None, Some(t)) => {
                             // A tool call before any </think>: the model skipped closing
                             // its reasoning; the call still counts.
                             emit(events, StreamEvent::Reasoning, &self.buf[..t]);
@@ -248,7 +248,6 @@ impl StreamParser {
                             self.buf.drain(..upto);
                             return Ok(());
                         }
-                        _ => unreachable!("all cases covered above"),
                     }
                 }
                 State::Content => {
@@ -643,6 +642,50 @@ mod tests {
                 StreamEvent::Reasoning(t) | StreamEvent::Content(t) => !t.contains('<') && !t.contains('>'),
                 StreamEvent::ToolCall(_) => true,
             }));
+        }
+    }
+
+    #[test]
+    fn random_tag_soup_never_panics() {
+        use rand::{Rng, SeedableRng};
+        let pieces = [
+            "<tool_call>",
+            "</tool_call>",
+            "<function=",
+            "</function>",
+            "<parameter=",
+            "</parameter>",
+            "<think>",
+            "</think>",
+            ">",
+            "<",
+            "\n",
+            "Read",
+            "file_path",
+            "x",
+            "é",
+            " ",
+            "1",
+            "True",
+        ];
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for _ in 0..3000 {
+            let n = rng.random_range(0..24);
+            let text: String = (0..n).map(|_| pieces[rng.random_range(0..pieces.len())]).collect();
+            let thinking = rng.random_bool(0.5);
+            let batch = parse_reply(&text, thinking, &tool_schemas());
+            let mut parser = StreamParser::new(thinking, tool_schemas());
+            let mut streamed = Ok(());
+            for ch in text.chars() {
+                if let Err(e) = parser.push(&ch.to_string()) {
+                    streamed = Err(e);
+                    break;
+                }
+            }
+            if streamed.is_ok() {
+                streamed = parser.finish().map(|_| ());
+            }
+            assert_eq!(batch.is_ok(), streamed.is_ok(), "{text:?}");
         }
     }
 

@@ -181,3 +181,13 @@ fn runs_against_an_openai_compatible_endpoint() {
     let summary = std::fs::read_to_string(output.join("summary.md")).unwrap();
     assert!(summary.contains("- model: frognano-demo at http://127.0.0.1:"));
 }
+
+#[test]
+fn a_cancelled_run_keeps_its_trajectory_and_has_no_patch() {
+    let (_root, repo, output) = user_repo();
+    let cancel = std::sync::atomic::AtomicBool::new(true);
+    let report = frognano_agent::cli::solve_with_cancel(&replay_args(&repo, &output), &cancel).unwrap();
+    assert_eq!(report.trajectory.exit_reason, ExitReason::Cancelled);
+    assert_eq!(report.trajectory.output_patch, "");
+    assert_eq!(Trajectory::load(&output.join("trajectory.json")).unwrap().exit_reason, ExitReason::Cancelled);
+}
