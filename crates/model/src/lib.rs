@@ -23,7 +23,7 @@ pub mod safetensors_dir;
 pub mod tensor;
 pub mod tokenizer;
 
-pub use cache::{Cache, LayerCache};
+pub use cache::{Cache, CacheSnapshot, LayerCache};
 pub use error::{ModelError, Result};
 pub use load::{load, LoadedModel};
 

@@ -1,0 +1,245 @@
+//! Turning logits into the next token: repetition penalty, temperature, top-k, top-p, min-p,
+//! a seeded draw; and the model's log-probabilities for what was chosen.
+
+use rand::{Rng, SeedableRng};
+
+/// How to pick tokens. `temperature == 0` is greedy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// Softmax temperature; 0 picks the most likely token.
+    pub temperature: f32,
+    /// Nucleus mass kept (1 keeps everything).
+    pub top_p: f32,
+    /// Most likely tokens kept (0 keeps everything).
+    pub top_k: usize,
+    /// Drop tokens below `min_p ×` the top probability (0 disables).
+    pub min_p: f32,
+    /// CTRL-style penalty on tokens already in the prompt or output (1 disables).
+    pub repetition_penalty: f32,
+    /// Seed of the draw; `None` seeds from the clock.
+    pub seed: Option<u64>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams { temperature: 1.0, top_p: 1.0, top_k: 0, min_p: 0.0, repetition_penalty: 1.0, seed: None }
+    }
+}
+
+impl SamplingParams {
+    /// Greedy decoding.
+    pub fn greedy() -> Self {
+        SamplingParams { temperature: 0.0, ..Default::default() }
+    }
+
+    /// Checks ranges; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return Err(format!("temperature must be ≥ 0, found {}", self.temperature));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(format!("top_p must be in (0, 1], found {}", self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return Err(format!("min_p must be in [0, 1], found {}", self.min_p));
+        }
+        if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
+            return Err(format!("repetition_penalty must be > 0, found {}", self.repetition_penalty));
+        }
+        Ok(())
+    }
+}
+
+/// One chosen token with its log-probability and, if asked, the most likely alternatives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenChoice {
+    /// The token.
+    pub id: u32,
+    /// log p(id) under the model's own distribution (raw logits, before any processing).
+    pub logprob: f32,
+    /// The `n` most likely tokens and their log-probabilities, best first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// A seeded sampler.
+pub struct Sampler {
+    params: SamplingParams,
+    rng: rand::rngs::StdRng,
+}
+
+impl Sampler {
+    /// A sampler with `params` (seeded from `params.seed` or the clock).
+    pub fn new(params: SamplingParams) -> Self {
+        let seed = params.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+        });
+        Sampler { params, rng: rand::rngs::StdRng::seed_from_u64(seed) }
+    }
+
+    /// The parameters in use.
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Picks the next token from `logits`; `history` is every token so far (prompt and
+    /// output), for the repetition penalty; `top_n` alternatives are reported.
+    pub fn sample(&mut self, logits: &[f32], history: &[u32], top_n: usize) -> TokenChoice {
+        let logprobs = log_softmax(logits);
+        let p = &self.params;
+        let mut l = logits.to_vec();
+        if p.repetition_penalty != 1.0 {
+            let mut seen = vec![false; l.len()];
+            for &t in history {
+                if let Some(s) = seen.get_mut(t as usize) {
+                    *s = true;
+                }
+            }
+            for (v, s) in l.iter_mut().zip(&seen) {
+                if *s {
+                    *v = if *v > 0.0 { *v / p.repetition_penalty } else { *v * p.repetition_penalty };
+                }
+            }
+        }
+        let id = if p.temperature == 0.0 { argmax(&l) } else { self.draw(&l) };
+        TokenChoice { id, logprob: logprobs[id as usize], top: top_n_of(&logprobs, top_n) }
+    }
+
+    fn draw(&mut self, logits: &[f32]) -> u32 {
+        let p = &self.params;
+        let inv_t = 1.0 / p.temperature;
+        // Candidates sorted by logit, best first; cut by top-k before the softmax.
+        let mut idx: Vec<u32> = (0..logits.len() as u32).filter(|&i| logits[i as usize].is_finite()).collect();
+        if idx.is_empty() {
+            return 0;
+        }
+        let k = if p.top_k == 0 { idx.len() } else { p.top_k.min(idx.len()) };
+        if k < idx.len() {
+            idx.select_nth_unstable_by(k - 1, |&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+            idx.truncate(k);
+        }
+        idx.sort_unstable_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+        let m = logits[idx[0] as usize] * inv_t;
+        let mut probs: Vec<f32> = idx.iter().map(|&i| (logits[i as usize] * inv_t - m).exp()).collect();
+        let sum: f32 = probs.iter().sum();
+        probs.iter_mut().for_each(|x| *x /= sum);
+        // top-p: smallest prefix whose mass reaches top_p (always at least one token).
+        let mut keep = probs.len();
+        if p.top_p < 1.0 {
+            let mut acc = 0.0;
+            for (i, pr) in probs.iter().enumerate() {
+                acc += pr;
+                if acc >= p.top_p {
+                    keep = i + 1;
+                    break;
+                }
+            }
+        }
+        // min-p: relative to the most likely token.
+        if p.min_p > 0.0 {
+            let floor = probs[0] * p.min_p;
+            keep = keep.min(probs.iter().take_while(|&&x| x >= floor).count().max(1));
+        }
+        let probs = &probs[..keep];
+        let total: f32 = probs.iter().sum();
+        let mut u = self.rng.random::<f32>() * total;
+        for (i, pr) in probs.iter().enumerate() {
+            if u < *pr {
+                return idx[i];
+            }
+            u -= pr;
+        }
+        idx[keep - 1]
+    }
+}
+
+/// Index of the largest value (first on ties).
+pub fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, v) in x.iter().enumerate() {
+        if *v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// `log softmax(x)`.
+pub fn log_softmax(x: &[f32]) -> Vec<f32> {
+    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let lse = m + x.iter().map(|v| (v - m).exp()).sum::<f32>().ln();
+    x.iter().map(|v| v - lse).collect()
+}
+
+fn top_n_of(logprobs: &[f32], n: usize) -> Vec<(u32, f32)> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let mut idx: Vec<u32> = (0..logprobs.len() as u32).collect();
+    let n = n.min(idx.len());
+    idx.select_nth_unstable_by(n - 1, |&a, &b| logprobs[b as usize].total_cmp(&logprobs[a as usize]));
+    idx.truncate(n);
+    idx.sort_unstable_by(|&a, &b| logprobs[b as usize].total_cmp(&logprobs[a as usize]));
+    idx.into_iter().map(|i| (i, logprobs[i as usize])).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(params: SamplingParams, logits: &[f32], n: usize) -> Vec<usize> {
+        let mut s = Sampler::new(SamplingParams { seed: Some(1), ..params });
+        let mut c = vec![0; logits.len()];
+        for _ in 0..n {
+            c[s.sample(logits, &[], 0).id as usize] += 1;
+        }
+        c
+    }
+
+    #[test]
+    fn greedy_picks_argmax_and_reports_logprobs() {
+        let mut s = Sampler::new(SamplingParams::greedy());
+        let c = s.sample(&[0.0, 2.0, 1.0], &[], 2);
+        assert_eq!(c.id, 1);
+        let lp = log_softmax(&[0.0, 2.0, 1.0]);
+        assert_eq!(c.logprob, lp[1]);
+        assert_eq!(c.top, vec![(1, lp[1]), (2, lp[2])]);
+    }
+
+    #[test]
+    fn top_k_and_top_p_and_min_p_restrict_the_draw() {
+        let logits = [3.0, 2.9, 0.0, -1.0];
+        let c = counts(SamplingParams { top_k: 2, ..Default::default() }, &logits, 2000);
+        assert!(c[0] > 0 && c[1] > 0 && c[2] == 0 && c[3] == 0, "{c:?}");
+        let c = counts(SamplingParams { top_p: 0.4, ..Default::default() }, &logits, 2000);
+        assert!(c[0] == 2000, "{c:?}");
+        let c = counts(SamplingParams { min_p: 0.5, ..Default::default() }, &logits, 2000);
+        assert!(c[2] == 0 && c[3] == 0 && c[1] > 0, "{c:?}");
+        let c = counts(SamplingParams::default(), &logits, 4000);
+        assert!(c.iter().all(|&x| x > 0), "{c:?}");
+    }
+
+    #[test]
+    fn same_seed_same_tokens() {
+        let logits: Vec<f32> = (0..50).map(|i| (i as f32 * 0.37).sin()).collect();
+        let run = || {
+            let mut s = Sampler::new(SamplingParams { seed: Some(42), ..Default::default() });
+            (0..20).map(|_| s.sample(&logits, &[], 0).id).collect::<Vec<_>>()
+        };
+        assert_eq!(run(), run());
+    }
+
+    #[test]
+    fn repetition_penalty_discourages_seen_tokens() {
+        let mut s = Sampler::new(SamplingParams { repetition_penalty: 2.0, ..SamplingParams::greedy() });
+        assert_eq!(s.sample(&[1.0, 0.8], &[0], 0).id, 1);
+        assert_eq!(s.sample(&[1.0, 0.8], &[], 0).id, 0);
+    }
+
+    #[test]
+    fn invalid_params_are_named() {
+        let e = SamplingParams { top_p: 0.0, ..Default::default() }.validate().unwrap_err();
+        assert!(e.contains("top_p"));
+        let e = SamplingParams { temperature: -1.0, ..Default::default() }.validate().unwrap_err();
+        assert!(e.contains("temperature"));
+    }
+}

@@ -1,0 +1,104 @@
+//! Sessions on the tiny Qwen3.5 fixture: reuse gives the same numbers as a fresh run.
+
+use std::sync::Arc;
+
+use frognano_engine::{FinishReason, GenerateRequest, SamplingParams, Session};
+use frognano_model::qwen35::Qwen35;
+use frognano_model::CausalLm;
+
+fn model() -> Arc<dyn CausalLm> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/qwen35-tiny");
+    Arc::new(Qwen35::from_safetensors(&dir).unwrap())
+}
+
+fn greedy(n: usize) -> GenerateRequest {
+    GenerateRequest { sampling: SamplingParams::greedy(), max_tokens: n, stop_ids: vec![], top_logprobs: 0 }
+}
+
+fn ids(n: usize, salt: usize) -> Vec<u32> {
+    (0..n).map(|i| ((i * 131 + salt * 17) % 1000 + 3) as u32).collect()
+}
+
+#[test]
+fn continuing_a_conversation_runs_only_new_tokens_and_matches_a_fresh_run() {
+    let m = model();
+    let mut s = Session::new(m.clone());
+    let turn1 = ids(40, 1);
+    let g1 = s.generate(&turn1, &greedy(6), |_| std::ops::ControlFlow::Continue(())).unwrap();
+    assert_eq!(g1.cached_tokens, 0);
+    assert_eq!(g1.finish, FinishReason::Length);
+    // Next turn = previous prompt + what the model said + new user text.
+    let mut turn2 = turn1.clone();
+    turn2.extend(g1.tokens.iter().map(|t| t.id));
+    turn2.extend(ids(10, 2));
+    let g2 = s.generate(&turn2, &greedy(5), |_| std::ops::ControlFlow::Continue(())).unwrap();
+    // Everything but the last generated token (never fed back) was reused.
+    assert_eq!(g2.cached_tokens, 40 + 5);
+    let mut fresh = Session::new(m);
+    let g2_fresh = fresh.generate(&turn2, &greedy(5), |_| std::ops::ControlFlow::Continue(())).unwrap();
+    assert_eq!(g2_fresh.cached_tokens, 0);
+    let a: Vec<u32> = g2.tokens.iter().map(|t| t.id).collect();
+    let b: Vec<u32> = g2_fresh.tokens.iter().map(|t| t.id).collect();
+    assert_eq!(a, b);
+    for (x, y) in g2.tokens.iter().zip(&g2_fresh.tokens) {
+        assert!((x.logprob - y.logprob).abs() < 1e-3, "{} vs {}", x.logprob, y.logprob);
+    }
+}
+
+#[test]
+fn a_diverging_prompt_returns_to_the_last_snapshot_of_a_hybrid_model() {
+    let m = model();
+    let mut s = Session::new(m.clone());
+    let base = ids(30, 3);
+    s.generate(&base, &greedy(4), |_| std::ops::ControlFlow::Continue(())).unwrap();
+    // Same first 30 tokens, different continuation than what was generated.
+    let mut other = base.clone();
+    other.extend(ids(7, 9));
+    let g = s.generate(&other, &greedy(3), |_| std::ops::ControlFlow::Continue(())).unwrap();
+    assert_eq!(g.cached_tokens, 30, "the snapshot at the end of the first prompt is reused");
+    let mut fresh = Session::new(m);
+    let gf = fresh.generate(&other, &greedy(3), |_| std::ops::ControlFlow::Continue(())).unwrap();
+    let ids_of = |g: &frognano_engine::Generation| g.tokens.iter().map(|t| t.id).collect::<Vec<_>>();
+    assert_eq!(ids_of(&g), ids_of(&gf));
+}
+
+#[test]
+fn stop_ids_end_generation_and_callbacks_can_cancel() {
+    let m = model();
+    let mut s = Session::new(m);
+    let prompt = ids(20, 5);
+    let first = s.generate(&prompt, &greedy(3), |_| std::ops::ControlFlow::Continue(())).unwrap();
+    let stop = first.tokens[1].id;
+    let req = GenerateRequest { stop_ids: vec![stop], ..greedy(10) };
+    let g = s.generate(&prompt, &req, |_| std::ops::ControlFlow::Continue(())).unwrap();
+    assert_eq!(g.finish, FinishReason::Stop);
+    assert_eq!(g.tokens.last().unwrap().id, stop);
+    assert_eq!(g.cached_tokens, 20, "the same prompt again is served from the session");
+    let mut n = 0;
+    let g = s
+        .generate(&prompt, &greedy(10), |_| {
+            n += 1;
+            if n == 2 {
+                std::ops::ControlFlow::Break(())
+            } else {
+                std::ops::ControlFlow::Continue(())
+            }
+        })
+        .unwrap();
+    assert_eq!(g.finish, FinishReason::Cancelled);
+    assert_eq!(g.tokens.len(), 2);
+}
+
+#[test]
+fn bad_requests_are_errors_not_panics() {
+    let m = model();
+    let mut s = Session::new(m);
+    assert!(s.generate(&[], &greedy(1), |_| std::ops::ControlFlow::Continue(())).is_err());
+    let e = s.generate(&[5000], &greedy(1), |_| std::ops::ControlFlow::Continue(())).unwrap_err();
+    assert!(e.to_string().contains("out of vocabulary"), "{e}");
+    let long = vec![5u32; 5000];
+    let e = s.generate(&long, &greedy(1), |_| std::ops::ControlFlow::Continue(())).unwrap_err();
+    assert!(e.to_string().contains("maximum context length"), "{e}");
+    // The session still works afterwards.
+    assert!(s.generate(&[5, 6], &greedy(1), |_| std::ops::ControlFlow::Continue(())).is_ok());
+}
