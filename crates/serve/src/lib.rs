@@ -1,0 +1,1 @@
+//! HTTP: the OpenAI-compatible API over the engine.
