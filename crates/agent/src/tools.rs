@@ -335,19 +335,28 @@ impl ToolBox {
     }
 }
 
+/// Longest Bash timeout we accept (a day); Python would wait forever on `inf`.
+const BASH_MAX_TIMEOUT_SECS: f64 = 86_400.0;
+
 /// Bash's timeout: `timeout_ms`, else `timeout` (seconds; over 1000 read as milliseconds),
-/// else 120 s; never below 0.1 s.
+/// else 120 s; clamped to 0.1 s .. one day (NaN counts as the minimum).
 fn timeout_seconds(args: &Map<String, Value>) -> Result<f64, ToolError> {
-    if let Some(ms) = args.get("timeout_ms").filter(|v| !v.is_null()) {
-        return Ok((py_float(ms)? / 1000.0).max(0.1));
-    }
-    match args.get("timeout").filter(|v| !v.is_null()) {
-        None => Ok(BASH_DEFAULT_TIMEOUT_SECS),
-        Some(raw) => {
-            let v = py_float(raw)?;
-            Ok((if v > 1000.0 { v / 1000.0 } else { v }).max(0.1))
+    let secs = if let Some(ms) = args.get("timeout_ms").filter(|v| !v.is_null()) {
+        py_float(ms)? / 1000.0
+    } else {
+        match args.get("timeout").filter(|v| !v.is_null()) {
+            None => BASH_DEFAULT_TIMEOUT_SECS,
+            Some(raw) => {
+                let v = py_float(raw)?;
+                if v > 1000.0 {
+                    v / 1000.0
+                } else {
+                    v
+                }
+            }
         }
-    }
+    };
+    Ok(secs.clamp(0.1, BASH_MAX_TIMEOUT_SECS).max(0.1))
 }
 
 /// Python's `str(value)` for JSON values as the tools see them.

@@ -191,3 +191,38 @@ fn a_cancelled_run_keeps_its_trajectory_and_has_no_patch() {
     assert_eq!(report.trajectory.output_patch, "");
     assert_eq!(Trajectory::load(&output.join("trajectory.json")).unwrap().exit_reason, ExitReason::Cancelled);
 }
+
+#[derive(clap::Parser)]
+struct TestCli {
+    #[command(flatten)]
+    solve: SolveArgs,
+}
+
+#[test]
+fn solve_args_parse_with_the_model_card_defaults() {
+    use clap::{CommandFactory, Parser};
+    TestCli::command().debug_assert();
+    let cli = TestCli::try_parse_from([
+        "solve",
+        "--repo",
+        "r",
+        "--issue",
+        "i.md",
+        "--endpoint",
+        "http://h:1",
+        "--model",
+        "m",
+    ])
+    .unwrap();
+    let a = cli.solve;
+    assert_eq!((a.temperature, a.top_p, a.top_k, a.min_p), (0.6, 0.95, 20, 0.0));
+    assert_eq!((a.max_tokens_per_turn, a.max_steps, a.max_context), (8192, 100, 65536));
+    assert!(!a.no_thinking && !a.leaf_exact && !a.no_sandbox);
+    assert_eq!(a.guards(), frognano_agent::agent::Guards::default());
+    let exact = TestCli::try_parse_from(["solve", "--replay", "t.json", "--leaf-exact"]).unwrap();
+    assert_eq!(exact.solve.guards(), frognano_agent::agent::Guards::leaf_exact());
+    // --endpoint without --model, --replay with --endpoint, --yes without --apply: refused.
+    assert!(TestCli::try_parse_from(["solve", "--endpoint", "http://h:1"]).is_err());
+    assert!(TestCli::try_parse_from(["solve", "--replay", "t", "--endpoint", "http://h:1", "--model", "m"]).is_err());
+    assert!(TestCli::try_parse_from(["solve", "--replay", "t", "--yes"]).is_err());
+}

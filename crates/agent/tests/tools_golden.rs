@@ -171,6 +171,21 @@ fn bash_reports_exit_code_and_both_streams() {
         "Exit code: 4\nSTDOUT:\nhi\n\nSTDERR:\noops\n"
     );
     assert_eq!(call(&mut tb, "Bash", json!({})), "ValueError: command is required");
+    // Absurd timeouts are clamped, never a crash.
+    for timeout in [json!("inf"), json!(1e300)] {
+        assert_eq!(
+            call(&mut tb, "Bash", json!({"command": "echo ok", "timeout": timeout})),
+            "Exit code: 0\nSTDOUT:\nok\n\nSTDERR:\n"
+        );
+    }
+    for timeout in [json!("nan"), json!(-5)] {
+        let out = call(&mut tb, "Bash", json!({"command": "echo ok", "timeout": timeout}));
+        assert!(out.starts_with("Exit code: 0") || out.starts_with("Timed out after 0.1s"), "{out}");
+    }
+    assert_eq!(
+        call(&mut tb, "Bash", json!({"command": "echo ok", "timeout": "soon"})),
+        "ValueError: could not convert string to float: 'soon'"
+    );
     assert_eq!(call(&mut tb, "Bash", json!({"command": "kill -9 $$"})), "Exit code: 137\nSTDOUT:\n\nSTDERR:\n");
 }
 
