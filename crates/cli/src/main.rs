@@ -1,2 +1,44 @@
-//! `frognano`: the binary. One module per subcommand, wiring only.
-fn main() {}
+//! `frognano`: the binary. One module per subcommand, wiring only; the work is in the crates.
+
+mod pull;
+mod run;
+
+use clap::{Parser, Subcommand};
+
+/// FrogNano: run, serve, evaluate and train a compact coding agent.
+#[derive(Parser)]
+#[command(name = "frognano", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt, streamed to stdout.
+    Run(run::RunArgs),
+    /// Print the logits of every position for a list of token ids, as JSON.
+    Logits(run::LogitsArgs),
+    /// Download a checkpoint from the Hugging Face hub into the local cache.
+    Pull(pull::PullArgs),
+    /// The coding agent: resolve an issue in a repository and hand back a patch for review.
+    Solve(frognano_agent::cli::SolveArgs),
+    /// SWE-bench-compatible evaluation (grade, run, parse-log, grade-log).
+    #[command(subcommand)]
+    Eval(frognano_swe::cli::EvalCommand),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(a) => run::run(a),
+        Command::Logits(a) => run::logits(a),
+        Command::Pull(a) => pull::pull(a),
+        Command::Solve(a) => frognano_agent::cli::run_solve(a),
+        Command::Eval(cmd) => frognano_swe::cli::run_eval(cmd),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -3,9 +3,11 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::chat::ChatTemplate;
 use crate::config::GenerationConfig;
 use crate::error::{ModelError, Result};
 use crate::qwen35::Qwen35;
+use crate::tokenizer::Tokenizer;
 use crate::CausalLm;
 
 /// A model with what is needed to talk to it.
@@ -20,6 +22,29 @@ pub struct LoadedModel {
     pub eos_ids: Vec<u32>,
     /// Bytes of weights the model uses.
     pub weight_bytes: usize,
+    /// The tokenizer (`tokenizer.json`, or GGUF metadata); `None` if the checkpoint has none.
+    pub tokenizer: Option<Tokenizer>,
+    /// The chat template, if the checkpoint ships one.
+    pub chat_template: Option<ChatTemplate>,
+}
+
+impl LoadedModel {
+    /// The tokenizer, or an error saying the checkpoint lacks one.
+    pub fn tokenizer(&self) -> Result<&Tokenizer> {
+        self.tokenizer.as_ref().ok_or_else(|| {
+            ModelError::format(
+                &self.path,
+                "this checkpoint has no tokenizer (tokenizer.json); only token ids can be used",
+            )
+        })
+    }
+
+    /// The chat template, or an error saying the checkpoint lacks one.
+    pub fn chat_template(&self) -> Result<&ChatTemplate> {
+        self.chat_template
+            .as_ref()
+            .ok_or_else(|| ModelError::format(&self.path, "this checkpoint has no chat template"))
+    }
 }
 
 /// Resolves `spec` (folder or hub id) to a folder on disk.
@@ -61,8 +86,22 @@ pub fn load(spec: impl AsRef<str>) -> Result<LoadedModel> {
             ))
         }
     };
+    let tok_path = path.join("tokenizer.json");
+    let tokenizer = if tok_path.exists() { Some(Tokenizer::from_file(&tok_path)?) } else { None };
+    let has_template =
+        ["chat_template.jinja", "chat_template.json", "tokenizer_config.json"].iter().any(|f| path.join(f).exists());
+    let chat_template = if has_template {
+        match ChatTemplate::from_model_dir(&path) {
+            Ok(t) => Some(t),
+            // tokenizer_config.json without a template is common; anything else is an error.
+            Err(e) if !path.join("chat_template.jinja").exists() && e.to_string().contains("no chat template") => None,
+            Err(e) => return Err(e),
+        }
+    } else {
+        None
+    };
     eos_ids.extend(&generation.eos_token_ids);
     eos_ids.sort_unstable();
     eos_ids.dedup();
-    Ok(LoadedModel { model, path, generation, eos_ids, weight_bytes })
+    Ok(LoadedModel { model, path, generation, eos_ids, weight_bytes, tokenizer, chat_template })
 }

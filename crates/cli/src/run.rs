@@ -1,0 +1,169 @@
+//! `frognano run` and `frognano logits`.
+
+use std::io::Write;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use frognano_engine::{GenerateRequest, SamplingParams, Session};
+use frognano_model::chat::ChatMessage;
+
+/// Where `scripts/fetch-demo-model.sh` puts the built-in demo model.
+pub const DEMO_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Arguments of `frognano run`.
+#[derive(Args)]
+pub struct RunArgs {
+    /// Checkpoint folder, .gguf file or hub id in the local cache [default: the demo model].
+    pub model: Option<String>,
+    /// The prompt.
+    #[arg(short, long, default_value = "Write a haiku about frogs.")]
+    pub prompt: String,
+    /// Apply the model's chat template (a user message, then the assistant's turn).
+    #[arg(long)]
+    pub chat: bool,
+    /// System message (with --chat).
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Ask a thinking model to think first (`enable_thinking`, with --chat).
+    #[arg(long)]
+    pub think: bool,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.7)]
+    pub temperature: f32,
+    /// Nucleus sampling mass.
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Keep only the k most likely tokens (0 = all).
+    #[arg(long, default_value_t = 20)]
+    pub top_k: usize,
+    /// Drop tokens below min_p × the top probability.
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    /// Penalty on tokens already seen (1 = none).
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    /// Seed for reproducible sampling.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Print timing (prefill and decode tokens/s) to stderr.
+    #[arg(long)]
+    pub stats: bool,
+}
+
+/// Arguments of `frognano logits`.
+#[derive(Args)]
+pub struct LogitsArgs {
+    /// Checkpoint folder, .gguf file or hub id in the local cache.
+    pub model: String,
+    /// Comma-separated token ids.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub ids: Vec<u32>,
+}
+
+fn model_spec(m: Option<String>) -> anyhow::Result<String> {
+    match m {
+        Some(m) => Ok(m),
+        None if std::path::Path::new(DEMO_MODEL).exists() => Ok(DEMO_MODEL.into()),
+        None => bail!("no MODEL given and the demo model {DEMO_MODEL} is missing; run scripts/fetch-demo-model.sh"),
+    }
+}
+
+/// Generates and streams text.
+pub fn run(a: RunArgs) -> anyhow::Result<()> {
+    let spec = model_spec(a.model.clone())?;
+    let t_load = Instant::now();
+    let lm = frognano_model::load(&spec).with_context(|| format!("loading {spec}"))?;
+    let tok = lm.tokenizer()?;
+    let text = if a.chat {
+        let mut msgs = Vec::new();
+        if let Some(s) = &a.system {
+            msgs.push(ChatMessage::system(s.clone()));
+        }
+        msgs.push(ChatMessage::user(a.prompt.clone()));
+        let mut kw = serde_json::Map::new();
+        kw.insert("enable_thinking".into(), a.think.into());
+        lm.chat_template()?.render(&msgs, None, true, Some(&kw))?
+    } else {
+        a.prompt.clone()
+    };
+    // A rendered chat template already holds its special tokens (as transformers encodes it).
+    let prompt = tok.encode_with(&text, !a.chat)?;
+    let sampling = SamplingParams {
+        temperature: a.temperature,
+        top_p: a.top_p,
+        top_k: a.top_k,
+        min_p: a.min_p,
+        repetition_penalty: a.repetition_penalty,
+        seed: a.seed,
+    };
+    sampling.validate().map_err(anyhow::Error::msg)?;
+    let req = GenerateRequest { sampling, max_tokens: a.max_tokens, stop_ids: lm.eos_ids.clone(), top_logprobs: 0 };
+    let load_s = t_load.elapsed().as_secs_f64();
+    let frognano_model::LoadedModel { model, tokenizer, eos_ids, .. } = lm;
+    let tok = tokenizer.expect("checked above");
+    let model: Arc<dyn frognano_model::CausalLm> = Arc::from(model);
+    let mut session = Session::new(model);
+    let mut dec = tok.stream_decoder(true);
+    let mut out = std::io::stdout().lock();
+    let t0 = Instant::now();
+    let mut first: Option<f64> = None;
+    let mut err = None;
+    let g = session.generate(&prompt, &req, |c| {
+        first.get_or_insert_with(|| t0.elapsed().as_secs_f64());
+        if eos_ids.contains(&c.id) {
+            return ControlFlow::Continue(());
+        }
+        match dec.step(c.id) {
+            Ok(Some(piece)) => {
+                let _ = write!(out, "{piece}");
+                let _ = out.flush();
+            }
+            Ok(None) => {}
+            Err(e) => {
+                err = Some(e);
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    })?;
+    if let Some(e) = err {
+        return Err(e.into());
+    }
+    if let Ok(Some(rest)) = dec.finish() {
+        let _ = write!(out, "{rest}");
+    }
+    let _ = writeln!(out);
+    if a.stats {
+        let total = t0.elapsed().as_secs_f64();
+        let prefill = first.unwrap_or(total);
+        let n = g.tokens.len().saturating_sub(1).max(1);
+        eprintln!(
+            "load {load_s:.2}s | prefill {} tokens {:.1} tok/s | decode {} tokens {:.1} tok/s | finish {:?}",
+            g.prompt_tokens,
+            g.prompt_tokens as f64 / prefill,
+            g.tokens.len(),
+            n as f64 / (total - prefill).max(1e-9),
+            g.finish
+        );
+    }
+    Ok(())
+}
+
+/// Prints `{"logits": [[...], ...]}` for every input position.
+pub fn logits(a: LogitsArgs) -> anyhow::Result<()> {
+    let lm = frognano_model::load(&a.model).with_context(|| format!("loading {}", a.model))?;
+    let mut cache = lm.model.new_cache();
+    let logits = lm.model.forward(&a.ids, &mut cache, true)?;
+    let vocab = lm.model.vocab_size();
+    let rows: Vec<&[f32]> = logits.chunks_exact(vocab).collect();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    serde_json::to_writer(&mut out, &serde_json::json!({ "logits": rows }))?;
+    writeln!(out)?;
+    Ok(())
+}
