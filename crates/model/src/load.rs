@@ -59,11 +59,22 @@ pub fn resolve_path(spec: &str) -> Result<PathBuf> {
     Err(ModelError::io(p, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or folder")))
 }
 
-/// Loads the model named by `spec`.
+/// Loads the model named by `spec`: a checkpoint folder, a `.gguf` file, or a hub id.
 pub fn load(spec: impl AsRef<str>) -> Result<LoadedModel> {
+    load_quantized(spec, None)
+}
+
+/// [`load`], re-quantizing the weight matrices to `quant` (`--quant q8_0|q4_k`) when given.
+pub fn load_quantized(spec: impl AsRef<str>, quant: Option<crate::quant::QuantType>) -> Result<LoadedModel> {
     let path = resolve_path(spec.as_ref())?;
+    if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        return crate::gguf_load::load_gguf(&path, quant);
+    }
     if !path.is_dir() {
-        return Err(ModelError::format(&path, "expected a checkpoint folder with config.json and *.safetensors"));
+        return Err(ModelError::format(
+            &path,
+            "expected a checkpoint folder with config.json and *.safetensors, or a .gguf file",
+        ));
     }
     let cfg_path = path.join("config.json");
     let text = std::fs::read_to_string(&cfg_path).map_err(|e| ModelError::io(&cfg_path, e))?;
@@ -76,8 +87,13 @@ pub fn load(spec: impl AsRef<str>) -> Result<LoadedModel> {
             let st = crate::safetensors_dir::SafetensorsDir::open(&path)?;
             let cfg = crate::config::Qwen35Config::from_file(&cfg_path)?;
             let eos = cfg.eos_token_ids.clone();
-            let bytes = st.byte_len();
-            (Box::new(Qwen35::from_safetensors_parts(cfg, &st)?), eos, bytes)
+            let mut bytes = st.byte_len();
+            let mut m = Qwen35::from_safetensors_parts(cfg, &st)?;
+            if let Some(q) = quant {
+                crate::qwen35_gguf::quantize_qwen35(&mut m, q);
+                bytes = crate::qwen35_gguf::qwen35_weight_bytes(&m);
+            }
+            (Box::new(m), eos, bytes)
         }
         other => {
             return Err(ModelError::format(

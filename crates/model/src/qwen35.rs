@@ -159,6 +159,7 @@ impl Qwen35 {
             DType::F32 => Act::F32,
             DType::BF16 => Act::BF16,
             DType::F16 => Act::F16,
+            DType::Quant(_) => Act::F32, // quantized weights compute in f32, like llama.cpp
         };
         let lm_head = if st.contains("lm_head.weight") {
             Some(st.matrix("lm_head.weight", cfg.vocab_size, d)?)

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
+use crate::quant::QuantType;
+
 /// Storage type of a weight matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DType {
@@ -18,14 +20,41 @@ pub enum DType {
     F16,
     /// bfloat16 (the upper half of an f32).
     BF16,
+    /// A ggml block-quantized format (GGUF files, `--quant`).
+    Quant(QuantType),
 }
 
 impl DType {
-    /// Bytes per element.
+    /// Bytes of one storage unit: an element for the float types, a block for quantized ones
+    /// (see [`DType::block_size`]).
     pub fn size(self) -> usize {
         match self {
             DType::F32 => 4,
             DType::F16 | DType::BF16 => 2,
+            DType::Quant(q) => q.block_bytes(),
+        }
+    }
+
+    /// Elements per storage unit (1 for the float types).
+    pub fn block_size(self) -> usize {
+        match self {
+            DType::Quant(q) => q.block_size(),
+            _ => 1,
+        }
+    }
+
+    /// Bytes of `n` consecutive elements, or `None` when `n` is not a whole number of blocks.
+    pub fn row_bytes(self, n: usize) -> Option<usize> {
+        (n % self.block_size() == 0).then(|| n / self.block_size() * self.size())
+    }
+
+    /// Display name (`F32`, `BF16`, `Q4_K`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "F32",
+            DType::F16 => "F16",
+            DType::BF16 => "BF16",
+            DType::Quant(q) => q.name(),
         }
     }
 }
@@ -86,7 +115,7 @@ impl Bytes {
 
 /// Decode a little-endian buffer of `dtype` into f32 values.
 pub fn to_f32_vec(bytes: &[u8], dtype: DType) -> Vec<f32> {
-    let mut out = vec![0.0; bytes.len() / dtype.size()];
+    let mut out = vec![0.0; bytes.len() / dtype.size() * dtype.block_size()];
     widen(bytes, dtype, &mut out);
     out
 }
@@ -109,6 +138,7 @@ fn widen(bytes: &[u8], dtype: DType, out: &mut [f32]) {
                 *o = f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
             }
         }
+        DType::Quant(q) => crate::quant::dequantize(q, bytes, out),
     }
 }
 
@@ -141,10 +171,34 @@ pub struct Matrix {
 const ROW_BLOCK: usize = 16;
 
 impl Matrix {
-    /// A matrix over `bytes` (which must hold exactly `rows * cols` elements of `dtype`).
+    /// A matrix over `bytes` (which must hold exactly `rows * cols` elements of `dtype`,
+    /// `cols` a whole number of blocks).
     pub fn new(rows: usize, cols: usize, dtype: DType, bytes: Bytes) -> Self {
-        assert_eq!(bytes.len(), rows * cols * dtype.size(), "matrix byte length");
+        let row = dtype.row_bytes(cols).expect("matrix width is a whole number of blocks");
+        assert_eq!(bytes.len(), rows * row, "matrix byte length");
         Matrix { rows, cols, dtype, bytes }
+    }
+
+    /// The stored bytes (row-major, `dtype` layout).
+    pub fn bytes(&self) -> &[u8] {
+        self.bytes.as_slice()
+    }
+
+    /// This matrix quantized to `q` (Q8_0 or Q4_K), through f32. A matrix whose width is not
+    /// a whole number of `q` blocks falls back to Q8_0 (32-wide blocks), as llama.cpp's
+    /// quantizer does, and is returned unchanged when even that does not fit.
+    pub fn quantized(&self, q: QuantType) -> Matrix {
+        let q = if self.cols % q.block_size() == 0 { q } else { QuantType::Q8_0 };
+        if self.cols % q.block_size() != 0 || self.dtype == DType::Quant(q) {
+            return self.clone();
+        }
+        let mut bytes = Vec::with_capacity(self.rows * q.row_bytes(self.cols).unwrap_or(0));
+        let mut row = vec![0.0f32; self.cols];
+        for r in 0..self.rows {
+            self.row_into(r, &mut row);
+            bytes.extend(crate::quant::quantize::quantize(q, &row));
+        }
+        Matrix::new(self.rows, self.cols, DType::Quant(q), Bytes::from_vec(bytes))
     }
 
     /// An f32 matrix owning `data`.
@@ -159,7 +213,7 @@ impl Matrix {
 
     /// Row `r` widened to f32 into `out` (length `cols`).
     pub fn row_into(&self, r: usize, out: &mut [f32]) {
-        let w = self.cols * self.dtype.size();
+        let w = self.dtype.row_bytes(self.cols).expect("checked in Matrix::new");
         widen(&self.bytes.as_slice()[r * w..(r + 1) * w], self.dtype, out);
     }
 
@@ -180,6 +234,9 @@ impl Matrix {
     pub fn matmul(&self, x: &[f32], t: usize) -> Vec<f32> {
         let (rows, cols) = (self.rows, self.cols);
         assert_eq!(x.len(), t * cols, "matmul input length");
+        if let DType::Quant(q) = self.dtype {
+            return crate::quant::matmul(q, self.bytes.as_slice(), rows, cols, x, t);
+        }
         // Work in [rows, t] so each task owns a contiguous slice, then transpose.
         let mut yt = vec![0.0f32; rows * t];
         yt.par_chunks_mut(ROW_BLOCK * t).enumerate().for_each(|(blk, out)| {
@@ -243,6 +300,7 @@ mod tests {
                 DType::F32 => w.iter().flat_map(|v| v.to_le_bytes()).collect(),
                 DType::BF16 => w.iter().flat_map(|v| bf16::from_f32(*v).to_le_bytes()).collect(),
                 DType::F16 => w.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect(),
+                DType::Quant(_) => unreachable!("only float types are listed"),
             };
             let m = Matrix::new(rows, cols, dtype, Bytes::from_vec(bytes));
             let wq = m.to_f32();

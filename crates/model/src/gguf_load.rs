@@ -1,0 +1,183 @@
+//! A GGUF file → a runnable model with its tokenizer, chat template and stop tokens, all from
+//! the file's metadata (what [`crate::load`] does for a `.gguf` path).
+//!
+//! * architecture `llama` / `mistral` / `granite` / `qwen2` → [`Llama`]; `qwen35` → [`Qwen35`];
+//! * tokenizer: `tokenizer.ggml.model = gpt2` (byte-level BPE) with `tokens`, `merges`,
+//!   `token_type` (3 = control, 4 = user-defined become added tokens) and the pre-tokenizer
+//!   named by `tokenizer.ggml.pre`; an unknown `pre` is refused rather than guessed;
+//! * chat template: `tokenizer.chat_template`, with `bos_token` / `eos_token` set from the ids;
+//! * stop ids: `eos_token_id`, `eot_token_id`, `eom_token_id`, and the control tokens llama.cpp
+//!   also treats as end of generation (`<|im_end|>`, `<|eot_id|>`, `<|endoftext|>`, …).
+
+use std::path::Path;
+
+use crate::chat::ChatTemplate;
+use crate::config::GenerationConfig;
+use crate::error::{ModelError, Result};
+use crate::gguf::GgufFile;
+use crate::llama::Llama;
+use crate::load::LoadedModel;
+use crate::quant::QuantType;
+use crate::qwen35_gguf::qwen35_from_gguf;
+use crate::tokenizer::{pretokenizer_patterns, AddedTokenSpec, BpeParts, Tokenizer};
+use crate::CausalLm;
+
+/// Control-token texts that end generation even when the file does not name them.
+const EOG_TEXTS: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|eom_id|>",
+    "<EOT>",
+    "<｜end▁of▁sentence｜>",
+];
+
+/// GGUF token type of control tokens.
+const TOKEN_CONTROL: i64 = 3;
+/// GGUF token type of user-defined tokens.
+const TOKEN_USER_DEFINED: i64 = 4;
+
+/// The tokenizer described by the file's `tokenizer.ggml.*` metadata.
+pub fn tokenizer_from_gguf(f: &GgufFile) -> Result<Tokenizer> {
+    let model = f.get_str("tokenizer.ggml.model")?.ok_or_else(|| {
+        ModelError::format(f.path(), "metadata `tokenizer.ggml.model` is missing: the file has no tokenizer")
+    })?;
+    if model != "gpt2" {
+        return Err(ModelError::format(
+            f.path(),
+            format!("tokenizer.ggml.model {model:?} is not supported (only \"gpt2\" byte-level BPE)"),
+        ));
+    }
+    let pre = f.get_str("tokenizer.ggml.pre")?.unwrap_or("default");
+    let patterns = pretokenizer_patterns(pre).ok_or_else(|| {
+        ModelError::format(f.path(), format!("tokenizer.ggml.pre {pre:?} is not a pre-tokenizer FrogNano knows"))
+    })?;
+    let tokens: Vec<String> = f
+        .get_str_array("tokenizer.ggml.tokens")?
+        .ok_or_else(|| ModelError::format(f.path(), "metadata `tokenizer.ggml.tokens` is missing"))?
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let merges = f
+        .get_str_array("tokenizer.ggml.merges")?
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            m.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())).ok_or_else(|| {
+                ModelError::format(f.path(), format!("tokenizer.ggml.merges[{i}] {m:?} is not two tokens"))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let types = f.get_i64_array("tokenizer.ggml.token_type")?.unwrap_or_default();
+    if !types.is_empty() && types.len() != tokens.len() {
+        return Err(ModelError::format(
+            f.path(),
+            format!("tokenizer.ggml.token_type has {} entries for {} tokens", types.len(), tokens.len()),
+        ));
+    }
+    let added = types
+        .iter()
+        .enumerate()
+        .filter(|(_, &t)| t == TOKEN_CONTROL || t == TOKEN_USER_DEFINED)
+        .map(|(id, &t)| AddedTokenSpec { id: id as u32, content: tokens[id].clone(), special: t == TOKEN_CONTROL })
+        .collect();
+    let bos = if f.get_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(false) {
+        f.get_u64("tokenizer.ggml.bos_token_id")?.map(|v| v as u32)
+    } else {
+        None
+    };
+    let parts = BpeParts {
+        tokens,
+        merges,
+        added,
+        patterns: patterns.iter().map(|p| p.to_string()).collect(),
+        nfc: matches!(pre, "qwen2" | "qwen35"),
+        bos,
+        ignore_merges: matches!(pre, "qwen35" | "llama-bpe" | "llama3"),
+    };
+    Tokenizer::from_bpe_parts(parts, f.path())
+}
+
+fn token_text(f: &GgufFile, key: &str) -> Result<Option<String>> {
+    let Some(id) = f.get_u64(key)? else { return Ok(None) };
+    let tokens = f.get_str_array("tokenizer.ggml.tokens")?.unwrap_or_default();
+    Ok(tokens.get(id as usize).map(|s| s.to_string()))
+}
+
+/// The chat template in `tokenizer.chat_template`, if any, with `bos_token`/`eos_token` set.
+pub fn chat_template_from_gguf(f: &GgufFile) -> Result<Option<ChatTemplate>> {
+    let Some(src) = f.get_str("tokenizer.chat_template")? else { return Ok(None) };
+    let mut t = ChatTemplate::new(src, f.path())?;
+    if let Some(bos) = token_text(f, "tokenizer.ggml.bos_token_id")? {
+        t = t.with_special_token("bos_token", bos);
+    }
+    if let Some(eos) = token_text(f, "tokenizer.ggml.eos_token_id")? {
+        t = t.with_special_token("eos_token", eos);
+    }
+    Ok(Some(t))
+}
+
+/// Every id that ends generation, sorted.
+pub fn stop_ids_from_gguf(f: &GgufFile) -> Result<Vec<u32>> {
+    let mut ids = Vec::new();
+    for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
+        if let Some(id) = f.get_u64(key)? {
+            ids.push(id as u32);
+        }
+    }
+    let tokens = f.get_str_array("tokenizer.ggml.tokens")?.unwrap_or_default();
+    let types = f.get_i64_array("tokenizer.ggml.token_type")?.unwrap_or_default();
+    for (id, (tok, ty)) in tokens.iter().zip(&types).enumerate() {
+        if *ty == TOKEN_CONTROL && EOG_TEXTS.contains(tok) {
+            ids.push(id as u32);
+        }
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
+/// Loads a `.gguf` file: the network (memory-mapped; re-quantized to `quant` if given), its
+/// tokenizer, chat template and stop ids.
+pub fn load_gguf(path: &Path, quant: Option<QuantType>) -> Result<LoadedModel> {
+    let f = GgufFile::open(path)?;
+    let arch = f.get_str("general.architecture")?.unwrap_or("");
+    let model: Box<dyn CausalLm> = match arch {
+        "qwen35" => {
+            let mut m = qwen35_from_gguf(&f)?;
+            if let Some(q) = quant {
+                crate::qwen35_gguf::quantize_qwen35(&mut m, q);
+            }
+            Box::new(m)
+        }
+        "llama" | "mistral" | "granite" | "qwen2" => {
+            let mut m = Llama::from_gguf(&f)?;
+            if let Some(q) = quant {
+                m.quantize_weights(q);
+            }
+            Box::new(m)
+        }
+        other => return Err(ModelError::format(
+            path,
+            format!(
+                "general.architecture {other:?} is not supported; supported: llama, mistral, granite, qwen2, qwen35"
+            ),
+        )),
+    };
+    let tokenizer = if f.get("tokenizer.ggml.model").is_some() { Some(tokenizer_from_gguf(&f)?) } else { None };
+    let chat_template = chat_template_from_gguf(&f)?;
+    let eos_ids = stop_ids_from_gguf(&f)?;
+    let weight_bytes = f.tensors().iter().map(|t| t.len).sum();
+    Ok(LoadedModel {
+        model,
+        path: path.to_path_buf(),
+        generation: GenerationConfig { eos_token_ids: eos_ids.clone(), ..Default::default() },
+        eos_ids,
+        weight_bytes,
+        tokenizer,
+        chat_template,
+    })
+}

@@ -1,0 +1,374 @@
+//! The llama architecture (Llama 2/3, SmolLM/SmolLM2, Mistral-style and Qwen2-style files):
+//! pre-norm decoder layers of grouped-query attention with RoPE and a SwiGLU MLP.
+//!
+//! ```text
+//! h = embed[ids]
+//! per layer:  x = rms_norm(h)·attn_norm
+//!             q, k, v = x·Wqᵀ (+bq), x·Wkᵀ (+bk), x·Wvᵀ (+bv);  RoPE on q and k
+//!             h += softmax(q·kᵀ/√dh, causal)·v · Woᵀ
+//!             x = rms_norm(h)·ffn_norm
+//!             h += (silu(x·Wgᵀ) ⊙ x·Wuᵀ)·Wdᵀ
+//! logits = rms_norm(h)·output_norm · Woutᵀ   (Wout = embed when tied)
+//! ```
+//!
+//! Numerics follow llama.cpp's CPU path with its default f16 KV cache: keys and values are
+//! stored rounded to f16, and the query and the attention weights are rounded to f16 before
+//! their dot products with them, as ggml converts the f32 operand of an f16 matmul.
+
+use rayon::prelude::*;
+
+use crate::cache::{Cache, LayerCache};
+use crate::error::{ModelError, Result};
+use crate::gguf::GgufFile;
+use crate::kernels::{rms_norm, silu, softmax};
+use crate::quant::QuantType;
+use crate::tensor::{round_f16, Matrix};
+use crate::CausalLm;
+
+/// Which dimensions RoPE rotates together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs `(2i, 2i+1)`: ggml's "normal" mode, used by GGUF `llama` files (the
+    /// converter permutes the q/k rows to match).
+    Interleaved,
+    /// Halves `(i, i + d/2)`: NeoX / Hugging Face `rotate_half`, used by `qwen2` GGUF files and
+    /// by Hugging Face checkpoints.
+    Halves,
+}
+
+/// Shapes and hyper-parameters.
+#[derive(Debug, Clone)]
+pub struct LlamaConfig {
+    /// Architecture name in the file (`llama`, `qwen2`, …).
+    pub arch: String,
+    /// Model width.
+    pub hidden_size: usize,
+    /// Decoder layers.
+    pub num_layers: usize,
+    /// Query heads.
+    pub num_heads: usize,
+    /// Key/value heads.
+    pub num_kv_heads: usize,
+    /// Dimension per head.
+    pub head_dim: usize,
+    /// MLP width.
+    pub intermediate_size: usize,
+    /// Vocabulary size (rows of the embedding).
+    pub vocab_size: usize,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f32,
+    /// RoPE base.
+    pub rope_theta: f32,
+    /// Dimensions rotated per head.
+    pub rope_dim: usize,
+    /// Pairing of rotated dimensions.
+    pub rope_style: RopeStyle,
+    /// Training context length.
+    pub max_context: usize,
+}
+
+/// One decoder layer.
+#[derive(Debug, Clone)]
+pub struct LlamaLayer {
+    /// Pre-attention norm scale.
+    pub attn_norm: Vec<f32>,
+    /// `[heads·dh, d]`.
+    pub wq: Matrix,
+    /// `[kv_heads·dh, d]`.
+    pub wk: Matrix,
+    /// `[kv_heads·dh, d]`.
+    pub wv: Matrix,
+    /// `[d, heads·dh]`.
+    pub wo: Matrix,
+    /// Optional q/k/v biases (Qwen2-style).
+    pub bias_qkv: Option<[Vec<f32>; 3]>,
+    /// Pre-MLP norm scale.
+    pub ffn_norm: Vec<f32>,
+    /// `[ffn, d]`.
+    pub gate: Matrix,
+    /// `[ffn, d]`.
+    pub up: Matrix,
+    /// `[d, ffn]`.
+    pub down: Matrix,
+}
+
+/// A llama-architecture model.
+#[derive(Debug, Clone)]
+pub struct Llama {
+    /// Shapes.
+    pub cfg: LlamaConfig,
+    /// `[vocab, d]`.
+    pub embed: Matrix,
+    /// `[vocab, d]`; `None` when tied to the embedding.
+    pub output: Option<Matrix>,
+    /// Layers.
+    pub layers: Vec<LlamaLayer>,
+    /// Final norm scale.
+    pub norm: Vec<f32>,
+    /// Angle step per rotated pair, `theta^(−2i/rope_dim)` (divided by any frequency factor).
+    inv_freq: Vec<f32>,
+}
+
+impl Llama {
+    /// Assembles a model from its parts. `freq_factors` (Llama 3.1 `rope_freqs`) divide the
+    /// per-pair frequencies when given.
+    pub fn new(
+        cfg: LlamaConfig,
+        embed: Matrix,
+        output: Option<Matrix>,
+        layers: Vec<LlamaLayer>,
+        norm: Vec<f32>,
+        freq_factors: Option<Vec<f32>>,
+    ) -> Self {
+        // ggml computes the angle as pos·scale^i with scale = theta^(−2/n) in f32.
+        let scale = cfg.rope_theta.powf(-2.0 / cfg.rope_dim as f32);
+        let mut inv_freq = Vec::with_capacity(cfg.rope_dim / 2);
+        let mut f = 1.0f32;
+        for i in 0..cfg.rope_dim / 2 {
+            let factor = freq_factors.as_ref().and_then(|v| v.get(i)).copied().unwrap_or(1.0);
+            inv_freq.push(f / factor);
+            f *= scale;
+        }
+        Llama { cfg, embed, output, layers, norm, inv_freq }
+    }
+
+    /// Loads a `llama` or `qwen2` GGUF file.
+    pub fn from_gguf(f: &GgufFile) -> Result<Self> {
+        let arch = f.get_str("general.architecture")?.unwrap_or("").to_string();
+        let rope_style = match arch.as_str() {
+            "llama" | "mistral" | "granite" => RopeStyle::Interleaved,
+            "qwen2" => RopeStyle::Halves,
+            other => {
+                return Err(ModelError::format(
+                    f.path(),
+                    format!("general.architecture {other:?} is not a llama-family architecture"),
+                ))
+            }
+        };
+        let key = |k: &str| format!("{arch}.{k}");
+        let d = f.req_usize(&key("embedding_length"))?;
+        let heads = f.req_usize(&key("attention.head_count"))?;
+        let kv_heads = f.get_u64(&key("attention.head_count_kv"))?.map_or(heads, |v| v as usize);
+        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+            return Err(ModelError::format(
+                f.path(),
+                format!("attention.head_count {heads} is not a multiple of attention.head_count_kv {kv_heads}"),
+            ));
+        }
+        let head_dim = f.get_u64(&key("attention.key_length"))?.map_or(d / heads, |v| v as usize);
+        let embed_info = f.tensor("token_embd.weight").ok_or_else(|| ModelError::MissingTensor {
+            path: f.path().to_path_buf(),
+            name: "token_embd.weight".into(),
+        })?;
+        let vocab = embed_info.dims.get(1).copied().unwrap_or(0);
+        let rope_dim = f.get_u64(&key("rope.dimension_count"))?.map_or(head_dim, |v| v as usize);
+        if rope_dim > head_dim || rope_dim % 2 != 0 {
+            return Err(ModelError::format(
+                f.path(),
+                format!("rope.dimension_count {rope_dim} vs head size {head_dim}"),
+            ));
+        }
+        if let Some(kind) = f.get_str(&key("rope.scaling.type"))? {
+            if kind != "none" && !(kind == "linear" && f.get_f64(&key("rope.scaling.factor"))? == Some(1.0)) {
+                return Err(ModelError::format(f.path(), format!("rope.scaling.type {kind:?} is not supported")));
+            }
+        }
+        let cfg = LlamaConfig {
+            arch: arch.clone(),
+            hidden_size: d,
+            num_layers: f.req_usize(&key("block_count"))?,
+            num_heads: heads,
+            num_kv_heads: kv_heads,
+            head_dim,
+            intermediate_size: f.req_usize(&key("feed_forward_length"))?,
+            vocab_size: vocab,
+            rms_norm_eps: f.get_f64(&key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5) as f32,
+            rope_theta: f.get_f64(&key("rope.freq_base"))?.unwrap_or(10000.0) as f32,
+            rope_dim,
+            rope_style,
+            max_context: f.get_u64(&key("context_length"))?.map_or(4096, |v| v as usize),
+        };
+        let (q_dim, kv_dim, ffn) = (heads * head_dim, kv_heads * head_dim, cfg.intermediate_size);
+        let embed = f.matrix("token_embd.weight", vocab, d)?;
+        let output = if f.contains("output.weight") { Some(f.matrix("output.weight", vocab, d)?) } else { None };
+        let mut layers = Vec::with_capacity(cfg.num_layers);
+        for i in 0..cfg.num_layers {
+            let p = |n: &str| format!("blk.{i}.{n}");
+            let bias_qkv = if f.contains(&p("attn_q.bias")) {
+                Some([
+                    f.f32(&p("attn_q.bias"), q_dim)?,
+                    f.f32(&p("attn_k.bias"), kv_dim)?,
+                    f.f32(&p("attn_v.bias"), kv_dim)?,
+                ])
+            } else {
+                None
+            };
+            layers.push(LlamaLayer {
+                attn_norm: f.f32(&p("attn_norm.weight"), d)?,
+                wq: f.matrix(&p("attn_q.weight"), q_dim, d)?,
+                wk: f.matrix(&p("attn_k.weight"), kv_dim, d)?,
+                wv: f.matrix(&p("attn_v.weight"), kv_dim, d)?,
+                wo: f.matrix(&p("attn_output.weight"), d, q_dim)?,
+                bias_qkv,
+                ffn_norm: f.f32(&p("ffn_norm.weight"), d)?,
+                gate: f.matrix(&p("ffn_gate.weight"), ffn, d)?,
+                up: f.matrix(&p("ffn_up.weight"), ffn, d)?,
+                down: f.matrix(&p("ffn_down.weight"), d, ffn)?,
+            });
+        }
+        let norm = f.f32("output_norm.weight", d)?;
+        let freq_factors =
+            if f.contains("rope_freqs.weight") { Some(f.f32("rope_freqs.weight", rope_dim / 2)?) } else { None };
+        Ok(Llama::new(cfg, embed, output, layers, norm, freq_factors))
+    }
+
+    /// Re-quantizes every weight matrix to `q` (`--quant`); matrices too narrow for its
+    /// blocks fall back as [`Matrix::quantized`] describes.
+    pub fn quantize_weights(&mut self, q: QuantType) {
+        let tied = self.output.is_none();
+        self.embed = self.embed.quantized(q);
+        if !tied {
+            self.output = self.output.as_ref().map(|m| m.quantized(q));
+        }
+        for l in &mut self.layers {
+            for m in [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo, &mut l.gate, &mut l.up, &mut l.down] {
+                *m = m.quantized(q);
+            }
+        }
+    }
+
+    /// Bytes of weights.
+    pub fn weight_bytes(&self) -> usize {
+        let mut n = self.embed.byte_len() + self.output.as_ref().map_or(0, |m| m.byte_len());
+        for l in &self.layers {
+            n += [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down].iter().map(|m| m.byte_len()).sum::<usize>();
+        }
+        n
+    }
+
+    fn rope(&self, x: &mut [f32], pos: usize) {
+        let half = self.cfg.rope_dim / 2;
+        for (i, &f) in self.inv_freq.iter().enumerate() {
+            let (s, c) = (pos as f32 * f).sin_cos();
+            let (a, b) = match self.cfg.rope_style {
+                RopeStyle::Interleaved => (2 * i, 2 * i + 1),
+                RopeStyle::Halves => (i, i + half),
+            };
+            let (x0, x1) = (x[a], x[b]);
+            x[a] = x0 * c - x1 * s;
+            x[b] = x0 * s + x1 * c;
+        }
+    }
+
+    fn attention(
+        &self,
+        l: &LlamaLayer,
+        x: &[f32],
+        t: usize,
+        pos0: usize,
+        kc: &mut Vec<f32>,
+        vc: &mut Vec<f32>,
+    ) -> Vec<f32> {
+        let c = &self.cfg;
+        let (hq, hkv, dh) = (c.num_heads, c.num_kv_heads, c.head_dim);
+        let mut q = l.wq.matmul(x, t);
+        let mut k = l.wk.matmul(x, t);
+        let mut v = l.wv.matmul(x, t);
+        if let Some([bq, bk, bv]) = &l.bias_qkv {
+            for (m, b) in [(&mut q, bq), (&mut k, bk), (&mut v, bv)] {
+                for row in m.chunks_exact_mut(b.len()) {
+                    row.iter_mut().zip(b).for_each(|(e, b)| *e += b);
+                }
+            }
+        }
+        for (i, head) in q.chunks_exact_mut(dh).enumerate() {
+            self.rope(head, pos0 + i / hq);
+            head.iter_mut().for_each(|e| *e = round_f16(*e));
+        }
+        for (i, head) in k.chunks_exact_mut(dh).enumerate() {
+            self.rope(head, pos0 + i / hkv);
+        }
+        kc.extend(k.iter().map(|e| round_f16(*e)));
+        vc.extend(v.iter().map(|e| round_f16(*e)));
+        let (kc, vc) = (&*kc, &*vc);
+        let group = hq / hkv;
+        let scale = 1.0 / (dh as f32).sqrt();
+        let mut o = vec![0.0f32; t * hq * dh];
+        o.par_chunks_mut(dh).enumerate().for_each(|(idx, oh)| {
+            let (i, h) = (idx / hq, idx % hq);
+            let kvh = h / group;
+            let qh = &q[idx * dh..(idx + 1) * dh];
+            let n = pos0 + i + 1;
+            let mut s: Vec<f32> = (0..n)
+                .map(|j| crate::tensor::dot(qh, &kc[(j * hkv + kvh) * dh..(j * hkv + kvh + 1) * dh]) * scale)
+                .collect();
+            softmax(&mut s);
+            for (j, p) in s.iter().enumerate() {
+                let p = round_f16(*p);
+                let vr = &vc[(j * hkv + kvh) * dh..(j * hkv + kvh + 1) * dh];
+                for (e, vv) in oh.iter_mut().zip(vr) {
+                    *e += p * vv;
+                }
+            }
+        });
+        l.wo.matmul(&o, t)
+    }
+}
+
+impl CausalLm for Llama {
+    fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+
+    fn max_context(&self) -> usize {
+        self.cfg.max_context
+    }
+
+    fn new_cache(&self) -> Cache {
+        Cache {
+            layers: (0..self.cfg.num_layers).map(|_| LayerCache::Attention { k: Vec::new(), v: Vec::new() }).collect(),
+            pos: 0,
+        }
+    }
+
+    fn forward(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Vec<f32>> {
+        let c = &self.cfg;
+        let (d, t) = (c.hidden_size, ids.len());
+        if t == 0 {
+            return Err(ModelError::Input("no input tokens".into()));
+        }
+        if let Some(bad) = ids.iter().find(|&&id| id as usize >= c.vocab_size) {
+            return Err(ModelError::Input(format!(
+                "token id {bad} is out of vocabulary (vocab_size {})",
+                c.vocab_size
+            )));
+        }
+        if cache.layers.len() != self.layers.len()
+            || !cache.layers.iter().all(|l| matches!(l, LayerCache::Attention { .. }))
+        {
+            return Err(ModelError::Input("cache belongs to a different model".into()));
+        }
+        let pos0 = cache.pos;
+        let mut h = vec![0.0f32; t * d];
+        for (row, &id) in h.chunks_exact_mut(d).zip(ids) {
+            self.embed.row_into(id as usize, row);
+        }
+        for (l, lc) in self.layers.iter().zip(cache.layers.iter_mut()) {
+            let LayerCache::Attention { k, v } = lc else { unreachable!("checked above") };
+            let x = rms_norm(&h, &l.attn_norm, c.rms_norm_eps);
+            let a = self.attention(l, &x, t, pos0, k, v);
+            h.iter_mut().zip(&a).for_each(|(h, a)| *h += a);
+            let x = rms_norm(&h, &l.ffn_norm, c.rms_norm_eps);
+            let mut g = l.gate.matmul(&x, t);
+            let u = l.up.matmul(&x, t);
+            g.iter_mut().zip(&u).for_each(|(g, u)| *g = silu(*g) * u);
+            let y = l.down.matmul(&g, t);
+            h.iter_mut().zip(&y).for_each(|(h, y)| *h += y);
+        }
+        cache.pos += t;
+        let rows = if all_logits { &h[..] } else { &h[(t - 1) * d..] };
+        let x = rms_norm(rows, &self.norm, c.rms_norm_eps);
+        let head = self.output.as_ref().unwrap_or(&self.embed);
+        Ok(head.matmul(&x, rows.len() / d))
+    }
+}

@@ -1,0 +1,669 @@
+//! Block-quantized weights in ggml's formats (what GGUF files hold) and the matmul over them.
+//!
+//! A row of `n` weights is `n / block_size` blocks laid out exactly as ggml lays them out
+//! (little-endian, no padding), so a memory-mapped GGUF tensor is used in place:
+//!
+//! | type | elements / block | bytes / block | value |
+//! |---|---|---|---|
+//! | Q4_0 | 32 | 18 | `d·(q − 8)`, q 4-bit |
+//! | Q4_1 | 32 | 20 | `d·q + m` |
+//! | Q5_0 | 32 | 22 | `d·(q − 16)`, q 5-bit |
+//! | Q5_1 | 32 | 24 | `d·q + m` |
+//! | Q8_0 | 32 | 34 | `d·q`, q int8 |
+//! | Q2_K | 256 | 84 | `d·s·q − dmin·m`, 16 groups of 16, q 2-bit, s/m 4-bit |
+//! | Q3_K | 256 | 110 | `d·(s − 32)·q`, q 3-bit signed, s 6-bit |
+//! | Q4_K | 256 | 144 | `d·s·q − dmin·m`, 8 groups of 32, s/m 6-bit |
+//! | Q5_K | 256 | 176 | as Q4_K with a fifth bit |
+//! | Q6_K | 256 | 210 | `d·s·(q − 32)`, 16 groups of 16, s int8 |
+//!
+//! Matmul follows llama.cpp: each activation row is quantized to 8-bit blocks ([`ActFormat`]:
+//! Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for the k-quants) and every weight row is
+//! dotted with it in integer arithmetic, so our logits track llama.cpp's, not an f32
+//! dequantized product. [`dot_reference`] is the plain version of every dot; on x86-64 with
+//! AVX2 the hot formats use the SIMD kernels in `x86`, picked at run time.
+
+pub mod quantize;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use half::f16;
+use rayon::prelude::*;
+
+/// A ggml block-quantized weight format.
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QuantType {
+    /// 32 × 4-bit, one f16 scale, offset 8.
+    Q4_0,
+    /// 32 × 4-bit, f16 scale and minimum.
+    Q4_1,
+    /// 32 × 5-bit, one f16 scale, offset 16.
+    Q5_0,
+    /// 32 × 5-bit, f16 scale and minimum.
+    Q5_1,
+    /// 32 × int8, one f16 scale.
+    Q8_0,
+    /// 256-element super-block, 2-bit values, 4-bit scales and minimums.
+    Q2_K,
+    /// 256-element super-block, 3-bit values, 6-bit scales.
+    Q3_K,
+    /// 256-element super-block, 4-bit values, 6-bit scales and minimums.
+    Q4_K,
+    /// 256-element super-block, 5-bit values, 6-bit scales and minimums.
+    Q5_K,
+    /// 256-element super-block, 6-bit values, int8 scales.
+    Q6_K,
+}
+
+/// How activations are quantized to meet a weight format in an integer dot.
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActFormat {
+    /// 32 × int8 with an f16-rounded scale.
+    Q8_0,
+    /// Q8_0 plus `d·Σq` (f16-rounded) per block, for formats with a minimum.
+    Q8_1,
+    /// 256 × int8 with an f32 scale and the sum of every 16 values.
+    Q8_K,
+}
+
+/// Elements per super-block of the k-quants.
+pub const QK_K: usize = 256;
+
+impl QuantType {
+    /// Every format, in ggml type-id order.
+    pub const ALL: [QuantType; 10] = [
+        QuantType::Q4_0,
+        QuantType::Q4_1,
+        QuantType::Q5_0,
+        QuantType::Q5_1,
+        QuantType::Q8_0,
+        QuantType::Q2_K,
+        QuantType::Q3_K,
+        QuantType::Q4_K,
+        QuantType::Q5_K,
+        QuantType::Q6_K,
+    ];
+
+    /// Elements per block.
+    pub fn block_size(self) -> usize {
+        match self {
+            QuantType::Q4_0 | QuantType::Q4_1 | QuantType::Q5_0 | QuantType::Q5_1 | QuantType::Q8_0 => 32,
+            _ => QK_K,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            QuantType::Q4_0 => 18,
+            QuantType::Q4_1 => 20,
+            QuantType::Q5_0 => 22,
+            QuantType::Q5_1 => 24,
+            QuantType::Q8_0 => 34,
+            QuantType::Q2_K => 84,
+            QuantType::Q3_K => 110,
+            QuantType::Q4_K => 144,
+            QuantType::Q5_K => 176,
+            QuantType::Q6_K => 210,
+        }
+    }
+
+    /// ggml's name (`Q4_K`).
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantType::Q4_0 => "Q4_0",
+            QuantType::Q4_1 => "Q4_1",
+            QuantType::Q5_0 => "Q5_0",
+            QuantType::Q5_1 => "Q5_1",
+            QuantType::Q8_0 => "Q8_0",
+            QuantType::Q2_K => "Q2_K",
+            QuantType::Q3_K => "Q3_K",
+            QuantType::Q4_K => "Q4_K",
+            QuantType::Q5_K => "Q5_K",
+            QuantType::Q6_K => "Q6_K",
+        }
+    }
+
+    /// ggml type id (`enum ggml_type`).
+    pub fn ggml_id(self) -> u32 {
+        match self {
+            QuantType::Q4_0 => 2,
+            QuantType::Q4_1 => 3,
+            QuantType::Q5_0 => 6,
+            QuantType::Q5_1 => 7,
+            QuantType::Q8_0 => 8,
+            QuantType::Q2_K => 10,
+            QuantType::Q3_K => 11,
+            QuantType::Q4_K => 12,
+            QuantType::Q5_K => 13,
+            QuantType::Q6_K => 14,
+        }
+    }
+
+    /// The activation format llama.cpp pairs with this weight format.
+    pub fn act_format(self) -> ActFormat {
+        match self {
+            QuantType::Q4_0 | QuantType::Q5_0 | QuantType::Q8_0 => ActFormat::Q8_0,
+            QuantType::Q4_1 | QuantType::Q5_1 => ActFormat::Q8_1,
+            _ => ActFormat::Q8_K,
+        }
+    }
+
+    /// Bytes of a row of `n` elements, or `None` when `n` is not a whole number of blocks.
+    pub fn row_bytes(self, n: usize) -> Option<usize> {
+        (n % self.block_size() == 0).then(|| n / self.block_size() * self.block_bytes())
+    }
+}
+
+impl std::fmt::Display for QuantType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[inline]
+pub(crate) fn f16_at(b: &[u8], i: usize) -> f32 {
+    f16::from_bits(u16::from_le_bytes([b[i], b[i + 1]])).to_f32()
+}
+
+#[inline]
+fn round_f16(x: f32) -> f32 {
+    f16::from_f32(x).to_f32()
+}
+
+// ---------------------------------------------------------------------------------------------
+// k-quant super-blocks unpacked to integers: value, per-16 scale and minimum.
+
+/// One k-quant super-block as integers: element `e` is `d·scale[e/16]·q[e] − dmin·min[e/16]`.
+#[derive(Debug, Clone)]
+pub struct UnpackedK {
+    /// Values (Q2_K 0..3, Q3_K −4..3, Q4_K 0..15, Q5_K 0..31, Q6_K −32..31).
+    pub q: [i8; QK_K],
+    /// Scale per group of 16.
+    pub scale: [i32; 16],
+    /// Minimum per group of 16 (zero for Q3_K and Q6_K).
+    pub min: [i32; 16],
+    /// Super-block scale.
+    pub d: f32,
+    /// Super-block scale of the minimums.
+    pub dmin: f32,
+}
+
+/// The 6-bit scale and minimum of sub-block `j` (0..8) of a Q4_K/Q5_K `scales[12]` field.
+#[inline]
+pub(crate) fn scale_min_k4(j: usize, s: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (s[j] & 63, s[j + 4] & 63)
+    } else {
+        ((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4))
+    }
+}
+
+/// The sixteen 6-bit scales (still offset by 32) of a Q3_K `scales[12]` field.
+pub(crate) fn q3k_scales(s: &[u8]) -> [i8; 16] {
+    let mut out = [0i8; 16];
+    for (j, o) in out.iter_mut().enumerate() {
+        let low = if j < 8 { s[j] & 0xF } else { s[j - 8] >> 4 };
+        let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+        *o = (low | (high << 4)) as i8 - 32;
+    }
+    out
+}
+
+/// Unpacks one super-block `b` (`block_bytes` long) of k-quant type `ty`.
+pub fn unpack_k(ty: QuantType, b: &[u8]) -> UnpackedK {
+    let mut u = UnpackedK { q: [0; QK_K], scale: [0; 16], min: [0; 16], d: 0.0, dmin: 0.0 };
+    match ty {
+        QuantType::Q2_K => {
+            let (scales, qs) = (&b[0..16], &b[16..80]);
+            u.d = f16_at(b, 80);
+            u.dmin = f16_at(b, 82);
+            for e in 0..QK_K {
+                let (half, j, l) = (e / 128, (e % 128) / 32, e % 32);
+                u.q[e] = ((qs[half * 32 + l] >> (2 * j)) & 3) as i8;
+            }
+            for (g, s) in scales.iter().enumerate() {
+                u.scale[g] = (s & 0xF) as i32;
+                u.min[g] = (s >> 4) as i32;
+            }
+        }
+        QuantType::Q3_K => {
+            let (hmask, qs, scales) = (&b[0..32], &b[32..96], &b[96..108]);
+            u.d = f16_at(b, 108);
+            for e in 0..QK_K {
+                let (half, j, l) = (e / 128, (e % 128) / 32, e % 32);
+                let low = ((qs[half * 32 + l] >> (2 * j)) & 3) as i8;
+                let high_set = hmask[l] & (1 << (half * 4 + j)) != 0;
+                u.q[e] = low - if high_set { 0 } else { 4 };
+            }
+            for (g, s) in q3k_scales(scales).iter().enumerate() {
+                u.scale[g] = *s as i32;
+            }
+        }
+        QuantType::Q4_K | QuantType::Q5_K => {
+            u.d = f16_at(b, 0);
+            u.dmin = f16_at(b, 2);
+            let scales = &b[4..16];
+            let (qh, qs) = if ty == QuantType::Q5_K { (Some(&b[16..48]), &b[48..176]) } else { (None, &b[16..144]) };
+            for e in 0..QK_K {
+                let (chunk, l) = (e / 64, e % 64);
+                let byte = qs[chunk * 32 + l % 32];
+                let mut v = if l < 32 { byte & 0xF } else { byte >> 4 };
+                if let Some(qh) = qh {
+                    v |= ((qh[e % 32] >> (e / 32)) & 1) << 4;
+                }
+                u.q[e] = v as i8;
+            }
+            for g in 0..16 {
+                let (s, m) = scale_min_k4(g / 2, scales);
+                u.scale[g] = s as i32;
+                u.min[g] = m as i32;
+            }
+        }
+        QuantType::Q6_K => {
+            let (ql, qh, scales) = (&b[0..128], &b[128..192], &b[192..208]);
+            u.d = f16_at(b, 208);
+            for e in 0..QK_K {
+                let (n, quarter, l) = (e / 128, (e % 128) / 32, e % 32);
+                let (ql, qh) = (&ql[n * 64..], &qh[n * 32..]);
+                let low = match quarter {
+                    0 => ql[l] & 0xF,
+                    1 => ql[l + 32] & 0xF,
+                    2 => ql[l] >> 4,
+                    _ => ql[l + 32] >> 4,
+                };
+                let high = (qh[l] >> (2 * quarter)) & 3;
+                u.q[e] = (low | (high << 4)) as i8 - 32;
+            }
+            for (g, s) in scales.iter().enumerate() {
+                u.scale[g] = *s as i8 as i32;
+            }
+        }
+        _ => unreachable!("unpack_k called with {ty}"),
+    }
+    u
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dequantization.
+
+/// Dequantizes `out.len()` elements (a whole number of blocks) of type `ty` from `bytes`,
+/// with the same float operations as ggml's `dequantize_row_*`.
+pub fn dequantize(ty: QuantType, bytes: &[u8], out: &mut [f32]) {
+    let (bs, bb) = (ty.block_size(), ty.block_bytes());
+    assert_eq!(out.len() % bs, 0, "dequantize: {} elements is not a whole number of {ty} blocks", out.len());
+    for (b, y) in bytes.chunks_exact(bb).zip(out.chunks_exact_mut(bs)) {
+        match ty {
+            QuantType::Q4_0 => {
+                let d = f16_at(b, 0);
+                for j in 0..16 {
+                    y[j] = ((b[2 + j] & 0xF) as i32 - 8) as f32 * d;
+                    y[j + 16] = ((b[2 + j] >> 4) as i32 - 8) as f32 * d;
+                }
+            }
+            QuantType::Q4_1 => {
+                let (d, m) = (f16_at(b, 0), f16_at(b, 2));
+                for j in 0..16 {
+                    y[j] = (b[4 + j] & 0xF) as f32 * d + m;
+                    y[j + 16] = (b[4 + j] >> 4) as f32 * d + m;
+                }
+            }
+            QuantType::Q5_0 | QuantType::Q5_1 => {
+                let (d, m, hoff) =
+                    if ty == QuantType::Q5_0 { (f16_at(b, 0), 0.0, 2) } else { (f16_at(b, 0), f16_at(b, 2), 4) };
+                let qh = u32::from_le_bytes([b[hoff], b[hoff + 1], b[hoff + 2], b[hoff + 3]]);
+                let qs = &b[hoff + 4..hoff + 20];
+                let off = if ty == QuantType::Q5_0 { 16 } else { 0 };
+                for j in 0..16 {
+                    let x0 = ((qs[j] & 0xF) as u32 | (((qh >> j) & 1) << 4)) as i32 - off;
+                    let x1 = ((qs[j] >> 4) as u32 | (((qh >> (j + 16)) & 1) << 4)) as i32 - off;
+                    if ty == QuantType::Q5_0 {
+                        y[j] = x0 as f32 * d;
+                        y[j + 16] = x1 as f32 * d;
+                    } else {
+                        y[j] = x0 as f32 * d + m;
+                        y[j + 16] = x1 as f32 * d + m;
+                    }
+                }
+            }
+            QuantType::Q8_0 => {
+                let d = f16_at(b, 0);
+                for j in 0..32 {
+                    y[j] = b[2 + j] as i8 as f32 * d;
+                }
+            }
+            _ => {
+                let u = unpack_k(ty, b);
+                for (e, (o, q)) in y.iter_mut().zip(u.q).enumerate() {
+                    let g = e / 16;
+                    *o = (u.d * u.scale[g] as f32) * q as f32 - u.dmin * u.min[g] as f32;
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activation quantization.
+
+/// Rows of activations quantized to 8 bits in the format a weight type dots against.
+#[derive(Debug, Clone)]
+pub struct QuantizedActs {
+    /// The format.
+    pub format: ActFormat,
+    /// Elements per row.
+    pub cols: usize,
+    /// All values, row-major.
+    pub qs: Vec<i8>,
+    /// Scale per block.
+    pub d: Vec<f32>,
+    /// `d·Σq` per block (Q8_1 only), f16-rounded as ggml stores it.
+    pub s: Vec<f32>,
+    /// Sum of every 16 values (Q8_K only).
+    pub bsums: Vec<i16>,
+}
+
+/// One quantized activation row.
+#[derive(Debug, Clone, Copy)]
+pub struct ActRow<'a> {
+    /// Values.
+    pub qs: &'a [i8],
+    /// Scale per block.
+    pub d: &'a [f32],
+    /// `d·Σq` per block (Q8_1).
+    pub s: &'a [f32],
+    /// Sums of 16 (Q8_K).
+    pub bsums: &'a [i16],
+}
+
+impl ActFormat {
+    /// Elements per block.
+    pub fn block_size(self) -> usize {
+        match self {
+            ActFormat::Q8_0 | ActFormat::Q8_1 => 32,
+            ActFormat::Q8_K => QK_K,
+        }
+    }
+}
+
+/// `round half away from zero`, as C's `roundf`/`nearest_int` do for these magnitudes.
+#[inline]
+fn round_i8(v: f32) -> i8 {
+    v.round().clamp(-128.0, 127.0) as i8
+}
+
+impl QuantizedActs {
+    /// Quantizes `t` rows of `x` (`cols` wide; `cols` a multiple of the block size).
+    pub fn new(format: ActFormat, x: &[f32], t: usize) -> Self {
+        let cols = x.len() / t.max(1);
+        let bs = format.block_size();
+        assert_eq!(cols % bs, 0, "activation width {cols} is not a multiple of {bs}");
+        let nb = x.len() / bs;
+        let mut a = QuantizedActs {
+            format,
+            cols,
+            qs: vec![0; x.len()],
+            d: vec![0.0; nb],
+            s: if format == ActFormat::Q8_1 { vec![0.0; nb] } else { Vec::new() },
+            bsums: if format == ActFormat::Q8_K { vec![0; x.len() / 16] } else { Vec::new() },
+        };
+        let qs_chunks = a.qs.chunks_mut(bs);
+        match format {
+            ActFormat::Q8_0 | ActFormat::Q8_1 => {
+                let with_sum = format == ActFormat::Q8_1;
+                let mut s_iter = a.s.iter_mut();
+                for ((xb, qb), d) in x.chunks_exact(bs).zip(qs_chunks).zip(a.d.iter_mut()) {
+                    let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                    let dd = amax / 127.0;
+                    let id = if dd != 0.0 { 1.0 / dd } else { 0.0 };
+                    let mut sum = 0i32;
+                    for (q, v) in qb.iter_mut().zip(xb) {
+                        *q = round_i8(v * id);
+                        sum += *q as i32;
+                    }
+                    *d = round_f16(dd);
+                    if with_sum {
+                        *s_iter.next().expect("one sum per block") = round_f16(sum as f32 * dd);
+                    }
+                }
+            }
+            ActFormat::Q8_K => {
+                for (((xb, qb), d), sums) in
+                    x.chunks_exact(bs).zip(qs_chunks).zip(a.d.iter_mut()).zip(a.bsums.chunks_exact_mut(16))
+                {
+                    let (mut amax, mut max) = (0.0f32, 0.0f32);
+                    for &v in xb {
+                        if v.abs() > amax {
+                            amax = v.abs();
+                            max = v;
+                        }
+                    }
+                    if amax == 0.0 {
+                        continue;
+                    }
+                    let iscale = -127.0 / max;
+                    for (q, v) in qb.iter_mut().zip(xb) {
+                        *q = (iscale * v).round().min(127.0) as i8;
+                    }
+                    for (s, g) in sums.iter_mut().zip(qb.chunks_exact(16)) {
+                        *s = g.iter().map(|&q| q as i16).sum();
+                    }
+                    *d = 1.0 / iscale;
+                }
+            }
+        }
+        a
+    }
+
+    /// Row `i`.
+    pub fn row(&self, i: usize) -> ActRow<'_> {
+        let bs = self.format.block_size();
+        let nb = self.cols / bs;
+        ActRow {
+            qs: &self.qs[i * self.cols..(i + 1) * self.cols],
+            d: &self.d[i * nb..(i + 1) * nb],
+            s: if self.s.is_empty() { &[] } else { &self.s[i * nb..(i + 1) * nb] },
+            bsums: if self.bsums.is_empty() { &[] } else { &self.bsums[i * self.cols / 16..(i + 1) * self.cols / 16] },
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dot products.
+
+/// Integer dot of one weight row (`w`, whole blocks of `ty`) with one quantized activation row,
+/// the plain way (the reference every SIMD kernel is tested against).
+pub fn dot_reference(ty: QuantType, w: &[u8], a: &ActRow) -> f32 {
+    let bb = ty.block_bytes();
+    let mut sum = 0.0f32;
+    for (ib, b) in w.chunks_exact(bb).enumerate() {
+        match ty {
+            QuantType::Q4_0 | QuantType::Q4_1 | QuantType::Q5_0 | QuantType::Q5_1 | QuantType::Q8_0 => {
+                let y = &a.qs[ib * 32..(ib + 1) * 32];
+                let mut vals = [0i32; 32];
+                let (d, m) = match ty {
+                    QuantType::Q4_0 => {
+                        for j in 0..16 {
+                            vals[j] = (b[2 + j] & 0xF) as i32 - 8;
+                            vals[j + 16] = (b[2 + j] >> 4) as i32 - 8;
+                        }
+                        (f16_at(b, 0), 0.0)
+                    }
+                    QuantType::Q4_1 => {
+                        for j in 0..16 {
+                            vals[j] = (b[4 + j] & 0xF) as i32;
+                            vals[j + 16] = (b[4 + j] >> 4) as i32;
+                        }
+                        (f16_at(b, 0), f16_at(b, 2))
+                    }
+                    QuantType::Q5_0 | QuantType::Q5_1 => {
+                        let hoff = if ty == QuantType::Q5_0 { 2 } else { 4 };
+                        let qh = u32::from_le_bytes([b[hoff], b[hoff + 1], b[hoff + 2], b[hoff + 3]]);
+                        let off = if ty == QuantType::Q5_0 { 16 } else { 0 };
+                        for j in 0..16 {
+                            let q = b[hoff + 4 + j];
+                            vals[j] = ((q & 0xF) as u32 | (((qh >> j) & 1) << 4)) as i32 - off;
+                            vals[j + 16] = ((q >> 4) as u32 | (((qh >> (j + 16)) & 1) << 4)) as i32 - off;
+                        }
+                        (f16_at(b, 0), if ty == QuantType::Q5_1 { f16_at(b, 2) } else { 0.0 })
+                    }
+                    _ => {
+                        for j in 0..32 {
+                            vals[j] = b[2 + j] as i8 as i32;
+                        }
+                        (f16_at(b, 0), 0.0)
+                    }
+                };
+                let sumi: i32 = vals.iter().zip(y).map(|(v, q)| v * *q as i32).sum();
+                sum += sumi as f32 * (d * a.d[ib]);
+                if matches!(ty, QuantType::Q4_1 | QuantType::Q5_1) {
+                    sum += m * a.s[ib];
+                }
+            }
+            _ => {
+                let u = unpack_k(ty, b);
+                let y = &a.qs[ib * QK_K..(ib + 1) * QK_K];
+                let sums = &a.bsums[ib * 16..(ib + 1) * 16];
+                let (mut isum, mut msum) = (0i32, 0i32);
+                for g in 0..16 {
+                    let dot: i32 = (0..16).map(|l| u.q[g * 16 + l] as i32 * y[g * 16 + l] as i32).sum();
+                    isum += u.scale[g] * dot;
+                    msum += u.min[g] * sums[g] as i32;
+                }
+                sum += a.d[ib] * (u.d * isum as f32 - u.dmin * msum as f32);
+            }
+        }
+    }
+    sum
+}
+
+/// A dot kernel: one weight row against one quantized activation row.
+pub type DotFn = fn(&[u8], &ActRow) -> f32;
+
+/// The fastest dot kernel this CPU has for `ty`.
+pub fn dot_kernel(ty: QuantType) -> DotFn {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(f) = x86::kernel(ty) {
+        return f;
+    }
+    match ty {
+        QuantType::Q4_0 => |w, a| dot_reference(QuantType::Q4_0, w, a),
+        QuantType::Q4_1 => |w, a| dot_reference(QuantType::Q4_1, w, a),
+        QuantType::Q5_0 => |w, a| dot_reference(QuantType::Q5_0, w, a),
+        QuantType::Q5_1 => |w, a| dot_reference(QuantType::Q5_1, w, a),
+        QuantType::Q8_0 => |w, a| dot_reference(QuantType::Q8_0, w, a),
+        QuantType::Q2_K => |w, a| dot_reference(QuantType::Q2_K, w, a),
+        QuantType::Q3_K => |w, a| dot_reference(QuantType::Q3_K, w, a),
+        QuantType::Q4_K => |w, a| dot_reference(QuantType::Q4_K, w, a),
+        QuantType::Q5_K => |w, a| dot_reference(QuantType::Q5_K, w, a),
+        QuantType::Q6_K => |w, a| dot_reference(QuantType::Q6_K, w, a),
+    }
+}
+
+/// Rows of the weight matrix handled by one parallel task.
+const ROW_BLOCK: usize = 16;
+
+/// `y[t, r] = Σ_k x[t, k] · W[r, k]` for a `[rows, cols]` weight matrix of type `ty` stored
+/// row-major in `w`; returns `[t, rows]`.
+pub fn matmul(ty: QuantType, w: &[u8], rows: usize, cols: usize, x: &[f32], t: usize) -> Vec<f32> {
+    assert_eq!(x.len(), t * cols, "matmul input length");
+    let rb = ty.row_bytes(cols).expect("matrix width is a whole number of blocks (checked at load)");
+    assert_eq!(w.len(), rows * rb, "matmul weight length");
+    let acts = QuantizedActs::new(ty.act_format(), x, t);
+    let dot = dot_kernel(ty);
+    let act_rows: Vec<ActRow> = (0..t).map(|i| acts.row(i)).collect();
+    let mut yt = vec![0.0f32; rows * t];
+    yt.par_chunks_mut(ROW_BLOCK * t).enumerate().for_each(|(blk, out)| {
+        let r0 = blk * ROW_BLOCK;
+        let nr = out.len() / t;
+        for (tt, a) in act_rows.iter().enumerate() {
+            for i in 0..nr {
+                let r = r0 + i;
+                out[i * t + tt] = dot(&w[r * rb..(r + 1) * rb], a);
+            }
+        }
+    });
+    if t == 1 {
+        return yt;
+    }
+    let mut y = vec![0.0f32; rows * t];
+    for r in 0..rows {
+        for tt in 0..t {
+            y[tt * rows + r] = yt[r * t + tt];
+        }
+    }
+    y
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lcg(seed: &mut u64) -> u32 {
+        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (*seed >> 33) as u32
+    }
+
+    /// Random blocks whose f16 scales are small finite numbers.
+    pub(crate) fn random_blocks(ty: QuantType, n: usize, seed: u64) -> Vec<u8> {
+        let mut s = seed;
+        let mut b: Vec<u8> = (0..n * ty.block_bytes()).map(|_| lcg(&mut s) as u8).collect();
+        let f16s: &[usize] = match ty {
+            QuantType::Q4_0 | QuantType::Q5_0 | QuantType::Q8_0 => &[0],
+            QuantType::Q4_1 | QuantType::Q5_1 | QuantType::Q4_K | QuantType::Q5_K => &[0, 2],
+            QuantType::Q2_K => &[80, 82],
+            QuantType::Q3_K => &[108],
+            QuantType::Q6_K => &[208],
+        };
+        for blk in b.chunks_exact_mut(ty.block_bytes()) {
+            for &o in f16s {
+                let v = (lcg(&mut s) % 2000) as f32 / 40000.0 - 0.025;
+                blk[o..o + 2].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes());
+            }
+        }
+        b
+    }
+
+    #[test]
+    fn every_kernel_matches_the_reference_dot() {
+        let cols = 512;
+        let x: Vec<f32> = (0..cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
+        for ty in QuantType::ALL {
+            let w = random_blocks(ty, cols / ty.block_size(), 7);
+            let acts = QuantizedActs::new(ty.act_format(), &x, 1);
+            let want = dot_reference(ty, &w, &acts.row(0));
+            let got = dot_kernel(ty)(&w, &acts.row(0));
+            assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "{ty}: {got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn integer_dot_tracks_the_f32_product() {
+        let cols = 512;
+        let x: Vec<f32> = (0..cols).map(|i| ((i * 53 % 97) as f32 - 48.0) / 31.0).collect();
+        for ty in QuantType::ALL {
+            let w = random_blocks(ty, cols / ty.block_size(), 3);
+            let mut wf = vec![0.0; cols];
+            dequantize(ty, &w, &mut wf);
+            let exact: f32 = wf.iter().zip(&x).map(|(a, b)| a * b).sum();
+            let norm: f32 = wf.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum();
+            let y = matmul(ty, &w, 1, cols, &x, 1)[0];
+            assert!((y - exact).abs() < 0.02 * norm, "{ty}: {y} vs {exact} (scale {norm})");
+        }
+    }
+
+    #[test]
+    fn matmul_batches_equal_single_rows() {
+        let (rows, cols, t) = (37, 256, 5);
+        let x: Vec<f32> = (0..t * cols).map(|i| ((i * 31 % 17) as f32 - 8.0) / 8.0).collect();
+        for ty in QuantType::ALL {
+            let w = random_blocks(ty, rows * cols / ty.block_size(), 11);
+            let y = matmul(ty, &w, rows, cols, &x, t);
+            for tt in 0..t {
+                let yr = matmul(ty, &w, rows, cols, &x[tt * cols..(tt + 1) * cols], 1);
+                assert_eq!(&y[tt * rows..(tt + 1) * rows], &yr[..], "{ty} t={tt}");
+            }
+        }
+    }
+}

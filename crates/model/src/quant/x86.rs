@@ -1,0 +1,206 @@
+//! AVX2 + FMA dot kernels for the formats people run (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K), picked
+//! at run time. Each computes the same integer sums as [`super::dot_reference`] (exact), then
+//! scales them in f32; tests hold them to the reference.
+
+use std::arch::x86_64::*;
+
+use super::{f16_at, scale_min_k4, ActRow, DotFn, QuantType, QK_K};
+
+/// The SIMD kernel for `ty`, if this CPU has AVX2 and FMA and one is written for `ty`.
+pub(super) fn kernel(ty: QuantType) -> Option<DotFn> {
+    if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+        return None;
+    }
+    // SAFETY (all wrappers): only returned after the features they need were detected above.
+    let f: DotFn = match ty {
+        QuantType::Q4_0 => |w, a| unsafe { dot_q4_0(w, a) },
+        QuantType::Q4_1 => |w, a| unsafe { dot_q4_1(w, a) },
+        QuantType::Q8_0 => |w, a| unsafe { dot_q8_0(w, a) },
+        QuantType::Q4_K => |w, a| unsafe { dot_q4_k(w, a) },
+        QuantType::Q6_K => |w, a| unsafe { dot_q6_k(w, a) },
+        _ => return None,
+    };
+    Some(f)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn hsum_ps(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn hsum_epi32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+    _mm_cvtsi128_si32(s)
+}
+
+/// 32 nibbles from 16 bytes: low nibbles in the lower 128 bits, high nibbles in the upper.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn nibbles(p: *const u8) -> __m256i {
+    let x = _mm_loadu_si128(p as *const __m128i);
+    let both = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
+    _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+}
+
+/// Σ x·y over 32 signed byte pairs, as 8 i32 partial sums (sign trick for `maddubs`).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_i8(x: __m256i, y: __m256i) -> __m256i {
+    let ax = _mm256_sign_epi8(x, x);
+    let sy = _mm256_sign_epi8(y, x);
+    _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1))
+}
+
+/// Σ u·y over 32 (unsigned ≤ 127, signed) byte pairs, as 8 i32 partial sums.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_u8_i8(u: __m256i, y: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1))
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_q4_0(w: &[u8], a: &ActRow) -> f32 {
+    let nb = w.len() / 18;
+    debug_assert!(a.qs.len() >= nb * 32 && a.d.len() >= nb);
+    let mut acc = _mm256_setzero_ps();
+    let (wp, yp) = (w.as_ptr(), a.qs.as_ptr() as *const u8);
+    for ib in 0..nb {
+        let b = wp.add(ib * 18);
+        let d = _mm256_set1_ps(f16_at(std::slice::from_raw_parts(b, 2), 0) * *a.d.get_unchecked(ib));
+        let qx = _mm256_sub_epi8(nibbles(b.add(2)), _mm256_set1_epi8(8));
+        let qy = _mm256_loadu_si256(yp.add(ib * 32) as *const __m256i);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
+    }
+    hsum_ps(acc)
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_q4_1(w: &[u8], a: &ActRow) -> f32 {
+    let nb = w.len() / 20;
+    debug_assert!(a.qs.len() >= nb * 32 && a.d.len() >= nb && a.s.len() >= nb);
+    let mut acc = _mm256_setzero_ps();
+    let mut mins = 0.0f32;
+    let (wp, yp) = (w.as_ptr(), a.qs.as_ptr() as *const u8);
+    for ib in 0..nb {
+        let b = std::slice::from_raw_parts(wp.add(ib * 20), 20);
+        let d = _mm256_set1_ps(f16_at(b, 0) * *a.d.get_unchecked(ib));
+        mins += f16_at(b, 2) * *a.s.get_unchecked(ib);
+        let qx = nibbles(b.as_ptr().add(4));
+        let qy = _mm256_loadu_si256(yp.add(ib * 32) as *const __m256i);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8_i8(qx, qy)), acc);
+    }
+    hsum_ps(acc) + mins
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_q8_0(w: &[u8], a: &ActRow) -> f32 {
+    let nb = w.len() / 34;
+    debug_assert!(a.qs.len() >= nb * 32 && a.d.len() >= nb);
+    let mut acc = _mm256_setzero_ps();
+    let (wp, yp) = (w.as_ptr(), a.qs.as_ptr() as *const u8);
+    for ib in 0..nb {
+        let b = wp.add(ib * 34);
+        let d = _mm256_set1_ps(f16_at(std::slice::from_raw_parts(b, 2), 0) * *a.d.get_unchecked(ib));
+        let qx = _mm256_loadu_si256(b.add(2) as *const __m256i);
+        let qy = _mm256_loadu_si256(yp.add(ib * 32) as *const __m256i);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
+    }
+    hsum_ps(acc)
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_q4_k(w: &[u8], a: &ActRow) -> f32 {
+    let nb = w.len() / 144;
+    debug_assert!(a.qs.len() >= nb * QK_K && a.d.len() >= nb && a.bsums.len() >= nb * 16);
+    let mask = _mm256_set1_epi8(0x0F);
+    let mut total = 0.0f32;
+    let yp = a.qs.as_ptr() as *const u8;
+    for ib in 0..nb {
+        let b = &w[ib * 144..(ib + 1) * 144];
+        let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+        let scales = &b[4..16];
+        let sums = &a.bsums[ib * 16..ib * 16 + 16];
+        let mut msum = 0i32;
+        let mut sumi = _mm256_setzero_si256();
+        let q = b.as_ptr().add(16);
+        let y = yp.add(ib * QK_K);
+        for j in 0..4 {
+            let (s0, m0) = scale_min_k4(2 * j, scales);
+            let (s1, m1) = scale_min_k4(2 * j + 1, scales);
+            msum += m0 as i32 * (sums[4 * j] as i32 + sums[4 * j + 1] as i32)
+                + m1 as i32 * (sums[4 * j + 2] as i32 + sums[4 * j + 3] as i32);
+            let bits = _mm256_loadu_si256(q.add(32 * j) as *const __m256i);
+            let lo = _mm256_and_si256(bits, mask);
+            let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), mask);
+            let ylo = _mm256_loadu_si256(y.add(64 * j) as *const __m256i);
+            let yhi = _mm256_loadu_si256(y.add(64 * j + 32) as *const __m256i);
+            let plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), _mm256_set1_epi16(s0 as i16));
+            let phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), _mm256_set1_epi16(s1 as i16));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+        }
+        total += *a.d.get_unchecked(ib) * (d * hsum_epi32(sumi) as f32 - dmin * msum as f32);
+    }
+    total
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_q6_k(w: &[u8], a: &ActRow) -> f32 {
+    let nb = w.len() / 210;
+    debug_assert!(a.qs.len() >= nb * QK_K && a.d.len() >= nb && a.bsums.len() >= nb * 16);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let mut total = 0.0f32;
+    let yp = a.qs.as_ptr() as *const u8;
+    for ib in 0..nb {
+        let b = &w[ib * 210..(ib + 1) * 210];
+        let d = f16_at(b, 208);
+        let sc = &b[192..208];
+        let sums = &a.bsums[ib * 16..ib * 16 + 16];
+        let mut offset = 0i32;
+        for g in 0..16 {
+            offset += sc[g] as i8 as i32 * sums[g] as i32;
+        }
+        let mut sumi = _mm256_setzero_si256();
+        let y = yp.add(ib * QK_K);
+        for n in 0..2 {
+            let ql = b.as_ptr().add(64 * n);
+            let qh = _mm256_loadu_si256(b.as_ptr().add(128 + 32 * n) as *const __m256i);
+            let ql0 = _mm256_loadu_si256(ql as *const __m256i);
+            let ql1 = _mm256_loadu_si256(ql.add(32) as *const __m256i);
+            let quarters = [
+                _mm256_or_si256(
+                    _mm256_and_si256(ql0, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x03)), 4),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(ql1, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0C)), 2),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                    _mm256_and_si256(qh, _mm256_set1_epi8(0x30)),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                    _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0xC0u8 as i8)), 2),
+                ),
+            ];
+            for (k, qv) in quarters.iter().enumerate() {
+                let g = n * 8 + 2 * k;
+                let scale =
+                    _mm256_set_m128i(_mm_set1_epi16(sc[g + 1] as i8 as i16), _mm_set1_epi16(sc[g] as i8 as i16));
+                let yv = _mm256_loadu_si256(y.add(128 * n + 32 * k) as *const __m256i);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(*qv, yv), scale));
+            }
+        }
+        total += *a.d.get_unchecked(ib) * d * (hsum_epi32(sumi) - 32 * offset) as f32;
+    }
+    total
+}

@@ -1,0 +1,91 @@
+//! Qwen3.5 from GGUF: the tiny fixtures converted by the converter that ships with llama.cpp
+//! (scripts/llama_reference.py) against our safetensors path.
+
+use std::path::PathBuf;
+
+use frognano_model::gguf::GgufFile;
+use frognano_model::qwen35::Qwen35;
+use frognano_model::qwen35_gguf::qwen35_from_gguf;
+use frognano_model::{load, CausalLm};
+use safetensors::SafeTensors;
+
+fn repo(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel)
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    row.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0 as u32
+}
+
+fn golden_ids(name: &str) -> Vec<u32> {
+    let bytes = std::fs::read(repo(&format!("fixtures/{name}.golden.safetensors"))).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    st.tensor("input_ids")
+        .unwrap()
+        .data()
+        .chunks_exact(8)
+        .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32)
+        .collect()
+}
+
+#[test]
+fn qwen35_gguf_f32_equals_the_safetensors_path() {
+    let gguf = qwen35_from_gguf(&GgufFile::open(repo("fixtures/qwen35-tiny.gguf")).unwrap()).unwrap();
+    let st = Qwen35::from_safetensors(&repo("fixtures/qwen35-tiny")).unwrap();
+    assert_eq!(gguf.cfg.layer_types, st.cfg.layer_types);
+    let ids = golden_ids("qwen35-tiny");
+    let (mut c1, mut c2) = (gguf.new_cache(), st.new_cache());
+    let a = gguf.forward(&ids, &mut c1, true).unwrap();
+    let b = st.forward(&ids, &mut c2, true).unwrap();
+    // Same math on the same f32 weights (norms stored as 1+w, heads reordered): only the
+    // summation order of (1+w) differs; logits reach ~50, so allow 1e-4 relative to that.
+    let scale = b.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+    let d = max_abs_diff(&a, &b);
+    assert!(d <= 1e-4 * scale.max(1.0).min(10.0), "GGUF vs safetensors logits differ by {d} (max |logit| {scale})");
+    // Greedy decode through the caches (recurrent path, tiled value heads) stays identical.
+    let vocab = gguf.vocab_size();
+    let mut next = argmax(&a[(ids.len() - 1) * vocab..]);
+    for step in 0..8 {
+        let x = gguf.forward(&[next], &mut c1, false).unwrap();
+        let y = st.forward(&[next], &mut c2, false).unwrap();
+        assert!(max_abs_diff(&x, &y) <= 1e-4 * scale.max(1.0).min(10.0), "decode step {step}");
+        assert_eq!(argmax(&x), argmax(&y), "decode step {step}");
+        next = argmax(&x);
+    }
+}
+
+#[test]
+fn qwen35_gguf_bf16_equals_the_bf16_safetensors_weights() {
+    // The bf16 GGUF holds the same bf16 weights as the bf16 checkpoint (norms and small
+    // parameters widened to f32 by the converter). llama.cpp computes activations in f32, so
+    // we compare against the safetensors weights run with f32 activations.
+    let bf = qwen35_from_gguf(&GgufFile::open(repo("fixtures/qwen35-tiny-bf16.gguf")).unwrap()).unwrap();
+    assert_eq!(bf.embed_tokens.dtype, frognano_model::tensor::DType::BF16);
+    let mut st = Qwen35::from_safetensors(&repo("fixtures/qwen35-tiny-bf16")).unwrap();
+    st.act = frognano_model::kernels::Act::F32;
+    let ids = golden_ids("qwen35-tiny");
+    let a = bf.forward(&ids, &mut bf.new_cache(), true).unwrap();
+    let b = st.forward(&ids, &mut st.new_cache(), true).unwrap();
+    let scale = b.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+    let d = max_abs_diff(&a, &b);
+    assert!(d <= 1e-4 * scale.min(10.0), "bf16 GGUF logits differ from the bf16 checkpoint by {d}");
+}
+
+#[test]
+fn qwen35_gguf_loads_through_load_with_tokenizer_and_template() {
+    let m = load(repo("fixtures/qwen35-tiny.gguf").to_str().unwrap()).unwrap();
+    assert_eq!(m.model.vocab_size(), 1024);
+    assert!(m.eos_ids.contains(&2), "{:?}", m.eos_ids);
+    let tok = m.tokenizer().unwrap();
+    let text = "hello world";
+    let ids = tok.encode(text).unwrap();
+    assert_eq!(tok.decode(&ids, false).unwrap(), text);
+    let want = frognano_model::tokenizer::Tokenizer::from_file(repo("fixtures/qwen35-tiny/tokenizer.json")).unwrap();
+    assert_eq!(ids, want.encode(text).unwrap(), "GGUF tokenizer differs from tokenizer.json");
+    assert!(m.chat_template().is_ok());
+}
