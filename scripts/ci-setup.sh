@@ -22,3 +22,9 @@ fi
 
 # Demo model (SmolLM2-135M-Instruct Q4_1 GGUF) for crates/model/tests/smollm2_gguf.rs.
 ./scripts/fetch-demo-model.sh
+
+# The official openai Python SDK for crates/serve/tests/openai_sdk.rs (git-ignored venv).
+openai_venv="$(dirname "$0")/../.venv-openai"
+if ! "$openai_venv/bin/python" -c 'import openai' >/dev/null 2>&1; then
+    python3 -m venv "$openai_venv" && "$openai_venv/bin/pip" install --quiet "openai==3.57.0"
+fi

@@ -1,1 +1,268 @@
-//! HTTP: the OpenAI-compatible API over the engine.
+//! # frognano-serve
+//!
+//! HTTP: the OpenAI-compatible API over the engine (`frognano serve MODEL`).
+//!
+//! Endpoints: `POST /v1/chat/completions` (tools, streaming, logprobs, reasoning),
+//! `POST /v1/completions` (text or token-id prompts), `GET /v1/models`, `GET /health`,
+//! `POST /tokenize`, `POST /detokenize`. Bad input gets OpenAI-shaped error JSON
+//! ([`error::ApiError`]). Generation runs on a pool of worker threads with prefix-routed
+//! engine sessions ([`pool`]); model replies are split into reasoning, content and tool calls
+//! by the codec shared with the agent (`frognano_agent::codec`, used in [`output`]).
+//!
+//! ```no_run
+//! // In-process, on an ephemeral port (what the tests do):
+//! let mut args = frognano_serve::ServeArgs::for_model("fixtures/qwen35-tiny");
+//! args.port = 0;
+//! let server = frognano_serve::spawn_server(args).unwrap();
+//! println!("listening on {}", server.url());
+//! server.shutdown().unwrap();
+//! ```
+
+pub mod api;
+pub mod error;
+pub mod output;
+pub mod pool;
+pub mod routes;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use anyhow::Context;
+use frognano_model::LoadedModel;
+use tokio::sync::oneshot;
+
+use crate::pool::{EnginePool, PoolConfig};
+use crate::routes::AppState;
+
+/// `frognano serve` arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// The model: a checkpoint folder, a `.gguf` file, or a hub id in the local cache.
+    #[arg(value_name = "MODEL")]
+    pub model: String,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Sequences generated at the same time; further requests wait their turn.
+    #[arg(long, default_value_t = 4)]
+    pub max_concurrent: usize,
+    /// Context length in tokens (prompt + completion); default and maximum: the model's.
+    #[arg(long)]
+    pub ctx: Option<usize>,
+    /// The model name clients send in `model` (default: the file or folder name of MODEL).
+    #[arg(long)]
+    pub model_name: Option<String>,
+    /// Idle conversation states kept for prefix reuse, beyond one per concurrent sequence.
+    #[arg(long, default_value_t = 8)]
+    pub cached_sessions: usize,
+    /// Start every request from an empty state (for measuring what prefix reuse saves).
+    #[arg(long)]
+    pub no_prefix_reuse: bool,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, default_value_t = 32 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Requests allowed to wait for a free slot before new ones get a 503.
+    #[arg(long, default_value_t = 512)]
+    pub max_waiting: usize,
+}
+
+impl ServeArgs {
+    /// The defaults of the command line, for `model`.
+    pub fn for_model(model: impl Into<String>) -> Self {
+        ServeArgs {
+            model: model.into(),
+            host: "127.0.0.1".into(),
+            port: 8000,
+            max_concurrent: 4,
+            ctx: None,
+            model_name: None,
+            cached_sessions: 8,
+            no_prefix_reuse: false,
+            max_body_bytes: 32 * 1024 * 1024,
+            max_waiting: 512,
+        }
+    }
+}
+
+/// The default model name: the file stem of a `.gguf`, else the last path component.
+fn default_model_name(spec: &str) -> String {
+    let p = Path::new(spec.trim_end_matches('/'));
+    let name = if p.extension().is_some_and(|e| e == "gguf") { p.file_stem() } else { p.file_name() };
+    name.map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| spec.to_string())
+}
+
+/// Loads the model and starts the generation workers.
+fn load_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
+    let loaded = frognano_model::load(&args.model).with_context(|| format!("loading {}", args.model))?;
+    state_from_loaded(loaded, args)
+}
+
+/// Starts the generation workers over an already loaded model.
+fn state_from_loaded(loaded: LoadedModel, args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
+    let tokenizer = Arc::new(
+        loaded
+            .tokenizer
+            .with_context(|| format!("{}: the model has no tokenizer; the server needs one", args.model))?,
+    );
+    let model: Arc<dyn frognano_model::CausalLm> = Arc::from(loaded.model);
+    let model_max = model.max_context();
+    let ctx = match args.ctx {
+        None => model_max,
+        Some(0) => anyhow::bail!("--ctx must be at least 1"),
+        Some(n) if n > model_max => anyhow::bail!("--ctx {n} is larger than the model's context of {model_max} tokens"),
+        Some(n) => n,
+    };
+    if args.max_concurrent == 0 {
+        anyhow::bail!("--max-concurrent must be at least 1");
+    }
+    if loaded.eos_ids.is_empty() {
+        tracing::warn!("the model declares no end-of-sequence token; replies end only at max_tokens or a stop string");
+    }
+    let vocab_size = model.vocab_size();
+    let pool = EnginePool::start(
+        model,
+        Arc::clone(&tokenizer),
+        PoolConfig {
+            workers: args.max_concurrent,
+            sessions: args.max_concurrent + args.cached_sessions,
+            prefix_reuse: !args.no_prefix_reuse,
+            max_waiting: args.max_waiting,
+        },
+    )
+    .context("starting the generation workers")?;
+    let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    Ok(Arc::new(AppState {
+        model_name: args.model_name.clone().unwrap_or_else(|| default_model_name(&args.model)),
+        ctx,
+        vocab_size,
+        tokenizer,
+        template: loaded.chat_template,
+        eos_ids: loaded.eos_ids,
+        defaults: loaded.generation,
+        pool,
+        created,
+        max_body_bytes: args.max_body_bytes,
+        next_id: AtomicU64::new(0),
+    }))
+}
+
+fn bind(args: &ServeArgs) -> anyhow::Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind((args.host.as_str(), args.port))
+        .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+async fn serve(
+    listener: std::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    axum::serve(listener, routes::router(state)).with_graceful_shutdown(shutdown).await?;
+    Ok(())
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
+}
+
+/// Runs `frognano serve` until Ctrl-C.
+pub fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
+    let state = load_state(&args)?;
+    let listener = bind(&args)?;
+    let addr = listener.local_addr()?;
+    eprintln!(
+        "frognano serve: model `{}` on http://{addr}/v1 (context {} tokens, {} concurrent)",
+        state.model_name, state.ctx, args.max_concurrent
+    );
+    runtime()?.block_on(serve(listener, state, async {
+        let _ = tokio::signal::ctrl_c().await;
+        eprintln!("frognano serve: shutting down");
+    }))
+}
+
+/// A server running in the background of this process (see [`spawn_server`]).
+pub struct ServerHandle {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl ServerHandle {
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://ADDR`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops the server (open connections finish first) and waits for it.
+    pub fn shutdown(mut self) -> anyhow::Result<()> {
+        self.stop_and_join()
+    }
+
+    fn stop_and_join(&mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.thread.take() {
+            Some(t) => t.join().map_err(|_| anyhow::anyhow!("the server thread panicked"))?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        let _ = self.stop_and_join();
+    }
+}
+
+/// Loads the model, binds `args.host:args.port` (port 0: a free one) and serves on a
+/// background thread. Returns once the server accepts connections.
+pub fn spawn_server(args: ServeArgs) -> anyhow::Result<ServerHandle> {
+    let state = load_state(&args)?;
+    spawn_with_state(state, &args)
+}
+
+/// Like [`spawn_server`], over a model already loaded (or assembled by hand: a test can put
+/// its own [`frognano_model::CausalLm`] or chat template into the [`LoadedModel`]).
+/// `args.model` is then only the default model name.
+pub fn spawn_server_with_model(loaded: LoadedModel, args: ServeArgs) -> anyhow::Result<ServerHandle> {
+    let state = state_from_loaded(loaded, &args)?;
+    spawn_with_state(state, &args)
+}
+
+fn spawn_with_state(state: Arc<AppState>, args: &ServeArgs) -> anyhow::Result<ServerHandle> {
+    let listener = bind(args)?;
+    let addr = listener.local_addr()?;
+    let rt = runtime()?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let thread = std::thread::Builder::new().name("frognano-serve".into()).spawn(move || {
+        rt.block_on(serve(listener, state, async {
+            let _ = stopped.await;
+        }))
+    })?;
+    Ok(ServerHandle { addr, stop: Some(stop), thread: Some(thread) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_names() {
+        assert_eq!(default_model_name("models/SmolLM2-135M-Instruct.Q4_1.gguf"), "SmolLM2-135M-Instruct.Q4_1");
+        assert_eq!(default_model_name("fixtures/qwen35-tiny/"), "qwen35-tiny");
+        assert_eq!(default_model_name("Qwen/Qwen3.5-4B"), "Qwen3.5-4B");
+    }
+}

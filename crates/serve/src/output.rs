@@ -1,0 +1,346 @@
+//! From generated token ids to what the client sees: streaming detokenization, stop strings,
+//! the reasoning / content / tool-call split of chat replies (through the shared
+//! [`frognano_agent::codec`]), and per-token log-probabilities.
+
+use frognano_agent::codec::{StreamEvent, StreamParser, ToolCall};
+use frognano_engine::TokenChoice;
+use frognano_model::tokenizer::{StreamDecoder, Tokenizer};
+use serde_json::Value;
+
+/// How the generated text is turned into output.
+#[derive(Debug, Clone)]
+pub enum OutputMode {
+    /// `/v1/completions`: plain text.
+    Text,
+    /// `/v1/chat/completions`: reasoning, content and tool calls.
+    Chat {
+        /// The prompt ended inside an open `<think>` block.
+        thinking_prompted: bool,
+        /// The request's tools (argument values are typed by their schemas).
+        tools: Vec<Value>,
+        /// Parse `<tool_call>` blocks into tool calls (false for `tool_choice: "none"`).
+        parse_tool_calls: bool,
+    },
+}
+
+/// One token's log-probability as reported to the client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    /// The token's text (its bytes read as UTF-8, lossily).
+    pub token: String,
+    /// The token's raw bytes.
+    pub bytes: Vec<u8>,
+    /// log p(token).
+    pub logprob: f32,
+    /// The most likely alternatives, best first: (text, bytes, log p).
+    pub top: Vec<(String, Vec<u8>, f32)>,
+}
+
+/// New output since the last delta.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Delta {
+    /// Reasoning text (chat only).
+    pub reasoning: String,
+    /// Visible text.
+    pub content: String,
+    /// Complete tool calls (chat only).
+    pub tool_calls: Vec<ToolCall>,
+    /// Log-probabilities of the tokens behind this delta (when asked for).
+    pub logprobs: Vec<TokenLogprob>,
+}
+
+impl Delta {
+    /// Whether there is nothing to send.
+    pub fn is_empty(&self) -> bool {
+        self.reasoning.is_empty() && self.content.is_empty() && self.tool_calls.is_empty() && self.logprobs.is_empty()
+    }
+
+    /// Whether there is text or a tool call (log-probabilities alone wait for text).
+    pub fn has_output(&self) -> bool {
+        !(self.reasoning.is_empty() && self.content.is_empty() && self.tool_calls.is_empty())
+    }
+
+    /// Appends `other`.
+    pub fn extend(&mut self, other: Delta) {
+        self.reasoning.push_str(&other.reasoning);
+        self.content.push_str(&other.content);
+        self.tool_calls.extend(other.tool_calls);
+        self.logprobs.extend(other.logprobs);
+    }
+}
+
+/// Holds back text that may be the start of a stop string; cuts at the first stop string.
+#[derive(Debug, Clone, Default)]
+pub struct StopScanner {
+    stops: Vec<String>,
+    held: String,
+}
+
+impl StopScanner {
+    /// A scanner for `stops` (empty strings are ignored).
+    pub fn new(stops: Vec<String>) -> Self {
+        StopScanner { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), held: String::new() }
+    }
+
+    /// Adds text; returns the text that is safe to emit and whether a stop string was hit
+    /// (the text before it is emitted; the stop string and everything after are dropped).
+    pub fn push(&mut self, text: &str) -> (String, bool) {
+        if self.stops.is_empty() {
+            return (text.to_string(), false);
+        }
+        self.held.push_str(text);
+        let first = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min();
+        if let Some(at) = first {
+            let out = self.held[..at].to_string();
+            self.held.clear();
+            return (out, true);
+        }
+        let keep = self
+            .stops
+            .iter()
+            .map(|s| {
+                (1..s.len().min(self.held.len() + 1))
+                    .rev()
+                    .find(|&n| {
+                        self.held.is_char_boundary(self.held.len() - n)
+                            && s.is_char_boundary(n)
+                            && self.held.ends_with(&s[..n])
+                    })
+                    .unwrap_or(0)
+            })
+            .max()
+            .unwrap_or(0);
+        let cut = self.held.len() - keep;
+        let out = self.held[..cut].to_string();
+        self.held.drain(..cut);
+        (out, false)
+    }
+
+    /// Ends the text: whatever is held back is emitted.
+    pub fn finish(&mut self) -> String {
+        std::mem::take(&mut self.held)
+    }
+}
+
+/// The whole path from generated ids to [`Delta`]s for one reply.
+pub struct ReplyAssembler<'t> {
+    tokenizer: &'t Tokenizer,
+    decoder: StreamDecoder<'t>,
+    stops: StopScanner,
+    parser: Option<StreamParser>,
+    /// Raw text (after stop strings) given to the parser so far, for the fallback.
+    raw: String,
+    /// After malformed tool-call text, everything is passed through as content.
+    passthrough: bool,
+    /// `tool_choice: "none"`: tool-call blocks are given back as text, not as calls.
+    tool_passthrough: bool,
+    eos_ids: Vec<u32>,
+    top_logprobs: Option<usize>,
+    pending_logprobs: Vec<TokenLogprob>,
+    /// A stop string was hit.
+    pub stopped_by_string: bool,
+    /// At least one tool call was produced.
+    pub saw_tool_call: bool,
+}
+
+impl<'t> ReplyAssembler<'t> {
+    /// An assembler for one reply. `top_logprobs`: `None` for no log-probabilities, else the
+    /// number of alternatives per token. `eos_ids` are not shown as text or log-probabilities.
+    pub fn new(
+        tokenizer: &'t Tokenizer,
+        mode: &OutputMode,
+        stops: Vec<String>,
+        eos_ids: Vec<u32>,
+        top_logprobs: Option<usize>,
+    ) -> Self {
+        let (parser, tool_passthrough) = match mode {
+            OutputMode::Text => (None, false),
+            OutputMode::Chat { thinking_prompted, tools, parse_tool_calls } => {
+                (Some(StreamParser::new(*thinking_prompted, tools.clone())), !parse_tool_calls)
+            }
+        };
+        ReplyAssembler {
+            tokenizer,
+            decoder: tokenizer.stream_decoder(true),
+            stops: StopScanner::new(stops),
+            parser,
+            raw: String::new(),
+            passthrough: false,
+            tool_passthrough,
+            eos_ids,
+            top_logprobs,
+            pending_logprobs: Vec::new(),
+            stopped_by_string: false,
+            saw_tool_call: false,
+        }
+    }
+
+    /// Takes one generated token. Returns the new output (possibly empty) and whether
+    /// generation must stop (a stop string was hit).
+    pub fn push_token(&mut self, choice: &TokenChoice) -> (Delta, bool) {
+        if self.eos_ids.contains(&choice.id) {
+            return (Delta::default(), false);
+        }
+        if let Some(k) = self.top_logprobs {
+            let (token, bytes) = token_text(self.tokenizer, choice.id);
+            let top = choice
+                .top
+                .iter()
+                .take(k)
+                .map(|&(id, lp)| {
+                    let (t, b) = token_text(self.tokenizer, id);
+                    (t, b, lp)
+                })
+                .collect();
+            self.pending_logprobs.push(TokenLogprob { token, bytes, logprob: choice.logprob, top });
+        }
+        let piece = self.decoder.step(choice.id).ok().flatten().unwrap_or_default();
+        let mut delta = Delta::default();
+        if !piece.is_empty() {
+            let (text, stopped) = self.stops.push(&piece);
+            delta = self.push_text(&text);
+            if stopped {
+                self.stopped_by_string = true;
+                delta.extend(self.flush_parser());
+                delta.logprobs = std::mem::take(&mut self.pending_logprobs);
+                return (delta, true);
+            }
+        }
+        if delta.has_output() {
+            delta.logprobs = std::mem::take(&mut self.pending_logprobs);
+        }
+        (delta, false)
+    }
+
+    /// Ends the reply: flushes held-back text and the parser.
+    pub fn finish(&mut self) -> Delta {
+        let mut delta = Delta::default();
+        if !self.stopped_by_string {
+            let tail = self.decoder.finish().ok().flatten().unwrap_or_default();
+            let (text, stopped) = self.stops.push(&tail);
+            self.stopped_by_string |= stopped;
+            delta.extend(self.push_text(&text));
+            if !stopped {
+                let held = self.stops.finish();
+                delta.extend(self.push_text(&held));
+            }
+        }
+        delta.extend(self.flush_parser());
+        delta.logprobs = std::mem::take(&mut self.pending_logprobs);
+        delta
+    }
+
+    fn push_text(&mut self, text: &str) -> Delta {
+        if text.is_empty() {
+            return Delta::default();
+        }
+        let Some(parser) = self.parser.as_mut() else {
+            return Delta { content: text.to_string(), ..Delta::default() };
+        };
+        if self.passthrough {
+            return Delta { content: text.to_string(), ..Delta::default() };
+        }
+        self.raw.push_str(text);
+        match parser.push(text) {
+            Ok(events) => self.apply(events),
+            Err(_) => self.fall_back(),
+        }
+    }
+
+    fn flush_parser(&mut self) -> Delta {
+        if self.passthrough {
+            return Delta::default();
+        }
+        let Some(parser) = self.parser.as_mut() else { return Delta::default() };
+        match parser.finish() {
+            Ok(events) => self.apply(events),
+            Err(_) => self.fall_back(),
+        }
+    }
+
+    fn apply(&mut self, events: Vec<StreamEvent>) -> Delta {
+        let mut d = Delta::default();
+        for e in events {
+            match e {
+                StreamEvent::Reasoning(r) => d.reasoning.push_str(&r),
+                StreamEvent::Content(c) => d.content.push_str(&c),
+                StreamEvent::ToolCall(call) if self.tool_passthrough => {
+                    d.content.push_str(&frognano_agent::codec::render_tool_calls(&[call]).unwrap_or_default())
+                }
+                StreamEvent::ToolCall(call) => {
+                    self.saw_tool_call = true;
+                    d.tool_calls.push(call)
+                }
+            }
+        }
+        d
+    }
+
+    /// Malformed tool-call text: the text of the broken call becomes content, and the rest
+    /// of the reply passes through unparsed.
+    fn fall_back(&mut self) -> Delta {
+        self.passthrough = true;
+        let start = self.raw.rfind("<tool_call>").unwrap_or(0);
+        Delta { content: self.raw[start..].to_string(), ..Delta::default() }
+    }
+}
+
+/// A token's text and raw bytes. Byte-level BPE vocabularies store bytes as GPT-2's
+/// printable characters (`Ġ` for a space); those are mapped back, so a token that ends in
+/// the middle of a UTF-8 character still reports its exact bytes.
+pub fn token_text(tokenizer: &Tokenizer, id: u32) -> (String, Vec<u8>) {
+    let bytes = match tokenizer.id_to_token(id) {
+        Some(vocab_form) => match gpt2_bytes(&vocab_form) {
+            Some(b) => b,
+            None => tokenizer.decode(&[id], false).unwrap_or_default().into_bytes(),
+        },
+        None => Vec::new(),
+    };
+    (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+}
+
+/// GPT-2's byte ↔ printable-character table, inverted; `None` if a character is not in it.
+fn gpt2_bytes(s: &str) -> Option<Vec<u8>> {
+    s.chars().map(gpt2_char_to_byte).collect()
+}
+
+fn gpt2_char_to_byte(c: char) -> Option<u8> {
+    let c = c as u32;
+    // Printable bytes map to themselves; the rest (0..=32, 127..=160, 173) to 256 + n in order.
+    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+    if c < 256 {
+        return printable(c).then_some(c as u8);
+    }
+    let n = c - 256;
+    (0u32..256).filter(|b| !printable(*b)).nth(n as usize).map(|b| b as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_strings_cut_and_hold_back() {
+        let mut s = StopScanner::new(vec!["END".into()]);
+        assert_eq!(s.push("abc E"), ("abc ".to_string(), false));
+        assert_eq!(s.push("N"), (String::new(), false));
+        assert_eq!(s.push("Dxyz"), (String::new(), true));
+        let mut s = StopScanner::new(vec!["END".into()]);
+        assert_eq!(s.push("abc EN"), ("abc ".to_string(), false));
+        assert_eq!(s.push("x"), ("ENx".to_string(), false));
+        assert_eq!(s.finish(), "");
+        let mut s = StopScanner::new(vec!["\n\n".into(), "é!".into()]);
+        assert_eq!(s.push("aé"), ("a".to_string(), false));
+        assert_eq!(s.push("!b"), (String::new(), true));
+    }
+
+    #[test]
+    fn gpt2_table_round_trips() {
+        assert_eq!(gpt2_char_to_byte('Ġ'), Some(b' '));
+        assert_eq!(gpt2_char_to_byte('Ċ'), Some(b'\n'));
+        assert_eq!(gpt2_char_to_byte('a'), Some(b'a'));
+        assert_eq!(gpt2_char_to_byte('Ā'), Some(0));
+        assert_eq!(gpt2_bytes("ĠÃ©"), Some(" é".as_bytes().to_vec()));
+        assert_eq!(gpt2_char_to_byte('中'), None);
+    }
+}

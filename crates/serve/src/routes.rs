@@ -1,0 +1,749 @@
+//! The HTTP endpoints: request checks, prompt building, and the JSON / server-sent-event
+//! shapes of OpenAI's responses.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use frognano_engine::{GenerateRequest, SamplingParams};
+use frognano_model::chat::{ChatMessage, ChatTemplate};
+use frognano_model::config::GenerationConfig;
+use frognano_model::tokenizer::Tokenizer;
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+
+use crate::api::{
+    parse_body, parse_prompts, validate_tools, ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
+    PromptInput, SamplingFields, TokenizeRequest, ToolChoice,
+};
+use crate::error::ApiError;
+use crate::output::{Delta, OutputMode, TokenLogprob};
+use crate::pool::{EnginePool, Job, JobEvent, JobSummary};
+
+/// Most stop strings per request.
+const MAX_STOP_STRINGS: usize = 16;
+/// Most alternatives per token (OpenAI's limit).
+const MAX_TOP_LOGPROBS: u32 = 20;
+/// `max_tokens` of `/v1/completions` when the request has none (OpenAI's default).
+const COMPLETIONS_DEFAULT_MAX_TOKENS: usize = 16;
+
+/// Everything the handlers share.
+pub struct AppState {
+    /// The name clients use in `model`.
+    pub model_name: String,
+    /// Context length in tokens (prompt + completion).
+    pub ctx: usize,
+    /// Rows of the model's output head (valid token ids are below this).
+    pub vocab_size: usize,
+    /// The tokenizer.
+    pub tokenizer: Arc<Tokenizer>,
+    /// The chat template, if the model has one.
+    pub template: Option<ChatTemplate>,
+    /// Ids that end generation.
+    pub eos_ids: Vec<u32>,
+    /// Sampling defaults from the model's generation config.
+    pub defaults: GenerationConfig,
+    /// The scheduler.
+    pub pool: EnginePool,
+    /// Unix time the server started (the model's `created`).
+    pub created: u64,
+    /// Largest request body accepted.
+    pub max_body_bytes: usize,
+    /// Source of response ids.
+    pub next_id: AtomicU64,
+}
+
+impl AppState {
+    fn response_id(&self, prefix: &str) -> String {
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        format!("{prefix}-{:x}{n:08x}", self.created)
+    }
+
+    fn check_model(&self, requested: Option<&str>) -> Result<(), ApiError> {
+        match requested {
+            None => Ok(()),
+            Some(m) if m == self.model_name => Ok(()),
+            Some(m) => Err(ApiError::model_not_found(m, &self.model_name)),
+        }
+    }
+}
+
+/// The router with every endpoint.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(list_models))
+        .route("/v1/models/{id}", get(get_model))
+        .route("/health", get(health))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .fallback(|| async { ApiError::not_found("No such endpoint.") })
+        .method_not_allowed_fallback(|| async {
+            ApiError { status: axum::http::StatusCode::METHOD_NOT_ALLOWED, ..ApiError::invalid("Method not allowed.") }
+        })
+        .with_state(state)
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+async fn read_body(app: &AppState, headers: &HeaderMap, body: Body) -> Result<axum::body::Bytes, ApiError> {
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > app.max_body_bytes as u64) {
+        return Err(ApiError::too_large(app.max_body_bytes));
+    }
+    axum::body::to_bytes(body, app.max_body_bytes).await.map_err(|e| {
+        let too_long = std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("length limit"))
+            || e.to_string().contains("length limit");
+        if too_long {
+            ApiError::too_large(app.max_body_bytes)
+        } else {
+            ApiError::invalid(format!("The request body could not be read: {e}"))
+        }
+    })
+}
+
+// ---- shared request handling ------------------------------------------------------------
+
+/// Turns sampling fields and a length limit into an engine request.
+fn generate_request(
+    app: &AppState,
+    fields: &SamplingFields,
+    max_tokens: Option<u64>,
+    default_max_tokens: Option<usize>,
+    prompt_tokens: usize,
+    prompt_param: &str,
+    top_logprobs: usize,
+) -> Result<GenerateRequest, ApiError> {
+    for (name, v) in [("presence_penalty", fields.presence_penalty), ("frequency_penalty", fields.frequency_penalty)] {
+        if v.is_some_and(|x| x != 0.0) {
+            return Err(ApiError::invalid_param(
+                name,
+                format!("{name} is not supported by this server (only 0); use repetition_penalty"),
+            ));
+        }
+    }
+    let d = &app.defaults;
+    let top_k = match fields.top_k.or(d.top_k.map(|k| k as i64)) {
+        None | Some(-1) | Some(0) => 0,
+        Some(k) if k > 0 => k as usize,
+        Some(k) => {
+            return Err(ApiError::invalid_param("top_k", format!("top_k must be ≥ 1, or 0/-1 to disable; found {k}")))
+        }
+    };
+    let sampling = SamplingParams {
+        temperature: fields.temperature.or(d.temperature).unwrap_or(1.0),
+        top_p: fields.top_p.or(d.top_p).unwrap_or(1.0),
+        top_k,
+        min_p: fields.min_p.unwrap_or(0.0),
+        repetition_penalty: fields.repetition_penalty.or(d.repetition_penalty).unwrap_or(1.0),
+        seed: fields.seed.map(|s| s as u64),
+    };
+    sampling.validate().map_err(|msg| {
+        let param = msg.split_whitespace().next().unwrap_or("").to_string();
+        ApiError::invalid_param(param, msg)
+    })?;
+    if prompt_tokens >= app.ctx {
+        return Err(ApiError::context_length(app.ctx, prompt_tokens, None, prompt_param));
+    }
+    let room = app.ctx - prompt_tokens;
+    let max_tokens = match max_tokens {
+        Some(0) => return Err(ApiError::invalid_param("max_tokens", "max_tokens must be at least 1")),
+        Some(m) if m as u128 + prompt_tokens as u128 > app.ctx as u128 => {
+            return Err(ApiError::context_length(app.ctx, prompt_tokens, Some(m as usize), prompt_param))
+        }
+        Some(m) => m as usize,
+        None => default_max_tokens.unwrap_or(room).min(room),
+    };
+    Ok(GenerateRequest { sampling, max_tokens, stop_ids: app.eos_ids.clone(), top_logprobs })
+}
+
+fn check_stops(stop: Option<crate::api::StopField>) -> Result<Vec<String>, ApiError> {
+    let stops = stop.map(|s| s.into_vec()).unwrap_or_default();
+    if stops.len() > MAX_STOP_STRINGS {
+        return Err(ApiError::invalid_param("stop", format!("at most {MAX_STOP_STRINGS} stop strings are allowed")));
+    }
+    if stops.iter().any(String::is_empty) {
+        return Err(ApiError::invalid_param("stop", "stop strings must not be empty"));
+    }
+    Ok(stops)
+}
+
+fn submit(app: &AppState, job: Job) -> Result<(), ApiError> {
+    app.pool.submit(job).map_err(|full| ApiError::overloaded(full.waiting))
+}
+
+/// Collects a job's events up to its end.
+async fn collect(mut rx: mpsc::UnboundedReceiver<JobEvent>) -> Result<(Delta, JobSummary), ApiError> {
+    let mut acc = Delta::default();
+    while let Some(event) = rx.recv().await {
+        match event {
+            JobEvent::Delta(d) => acc.extend(d),
+            JobEvent::Done(summary) => return Ok((acc, summary)),
+            JobEvent::Failed(err) => return Err(err),
+        }
+    }
+    Err(ApiError::internal("The generation worker stopped without finishing the request."))
+}
+
+fn usage_json(prompt: usize, completion: usize, cached: usize) -> Value {
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    })
+}
+
+fn logprob_entry(lp: &TokenLogprob) -> Value {
+    json!({
+        "token": lp.token,
+        "logprob": lp.logprob,
+        "bytes": lp.bytes,
+        "top_logprobs": lp.top.iter().map(|(t, b, l)| json!({"token": t, "logprob": l, "bytes": b})).collect::<Vec<_>>(),
+    })
+}
+
+fn chat_logprobs(lps: &[TokenLogprob]) -> Value {
+    json!({"content": lps.iter().map(logprob_entry).collect::<Vec<_>>()})
+}
+
+/// `/v1/completions` log-probabilities: `tokens`, `token_logprobs`, `top_logprobs` (a map per
+/// token), `text_offset` (characters before each token, counted from `offset`).
+fn text_logprobs(lps: &[TokenLogprob], offset: &mut usize) -> Value {
+    let mut offsets = Vec::with_capacity(lps.len());
+    for lp in lps {
+        offsets.push(*offset);
+        *offset += lp.token.chars().count();
+    }
+    json!({
+        "tokens": lps.iter().map(|l| l.token.clone()).collect::<Vec<_>>(),
+        "token_logprobs": lps.iter().map(|l| l.logprob).collect::<Vec<_>>(),
+        "top_logprobs": lps.iter().map(|l| {
+            let mut m = Map::new();
+            for (t, _, p) in &l.top {
+                m.entry(t.clone()).or_insert(json!(p));
+            }
+            Value::Object(m)
+        }).collect::<Vec<_>>(),
+        "text_offset": offsets,
+    })
+}
+
+fn sse_response(rx: mpsc::Receiver<Event>) -> Response {
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|event| (Ok::<_, Infallible>(event), rx))
+    });
+    Sse::new(stream).into_response()
+}
+
+fn data_event(v: &Value) -> Event {
+    Event::default().data(v.to_string())
+}
+
+// ---- /v1/chat/completions -----------------------------------------------------------------
+
+/// What a prepared chat request needs to run.
+struct ChatPlan {
+    prompt: Vec<u32>,
+    mode: OutputMode,
+}
+
+/// Renders a chat request to prompt ids (also used by `/tokenize`).
+fn render_chat(
+    app: &AppState,
+    messages: &[ChatMessage],
+    tools: &[Value],
+    add_generation_prompt: bool,
+    kwargs: Option<&Map<String, Value>>,
+) -> Result<(String, Vec<u32>), ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::invalid_param("messages", "messages must contain at least one message"));
+    }
+    let mut messages = messages.to_vec();
+    for (i, m) in messages.iter_mut().enumerate() {
+        match m.role.as_str() {
+            "system" | "user" | "assistant" | "tool" => {}
+            "developer" => m.role = "system".into(),
+            other => {
+                return Err(ApiError::invalid_param(
+                    format!("messages[{i}].role"),
+                    format!("messages[{i}].role must be system, developer, user, assistant or tool; found {other:?}"),
+                ))
+            }
+        }
+    }
+    if let Some(kwargs) = kwargs {
+        if let Some(v) = kwargs.get("enable_thinking") {
+            if !v.is_boolean() && !v.is_null() {
+                return Err(ApiError::invalid_param(
+                    "chat_template_kwargs.enable_thinking",
+                    format!("chat_template_kwargs.enable_thinking must be true or false, found {v}"),
+                ));
+            }
+        }
+    }
+    let template = app.template.as_ref().ok_or_else(|| {
+        ApiError::invalid("This model has no chat template; use /v1/completions with a plain prompt.")
+    })?;
+    let tools_arg = (!tools.is_empty()).then_some(tools);
+    let text = template
+        .render(&messages, tools_arg, add_generation_prompt, kwargs)
+        .map_err(|e| ApiError::invalid_param("messages", format!("The conversation cannot be rendered: {e}")))?;
+    let ids = app
+        .tokenizer
+        .encode_with(&text, false)
+        .map_err(|e| ApiError::invalid_param("messages", format!("The conversation cannot be tokenized: {e}")))?;
+    Ok((text, ids))
+}
+
+/// Whether a rendered prompt ends inside an open `<think>` block.
+fn ends_in_open_think(prompt: &str) -> bool {
+    match (prompt.rfind("<think>"), prompt.rfind("</think>")) {
+        (Some(open), Some(close)) => open > close,
+        (Some(_), None) => true,
+        _ => false,
+    }
+}
+
+async fn chat_completions(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    match chat_inner(app, headers, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn chat_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let bytes = read_body(&app, &headers, body).await?;
+    let req: ChatCompletionRequest = parse_body(&bytes)?;
+    app.check_model(req.model.as_deref())?;
+    if req.n.is_some_and(|n| n != 1) {
+        return Err(ApiError::invalid_param("n", "only n = 1 is supported"));
+    }
+    let tools = req.tools.clone().unwrap_or_default();
+    let choice = validate_tools(&tools, req.tool_choice.as_ref())?;
+    let want_logprobs = req.logprobs.unwrap_or(false);
+    let top = req.top_logprobs.unwrap_or(0);
+    if top > MAX_TOP_LOGPROBS {
+        return Err(ApiError::invalid_param(
+            "top_logprobs",
+            format!("top_logprobs must be at most {MAX_TOP_LOGPROBS}"),
+        ));
+    }
+    if req.top_logprobs.is_some() && !want_logprobs && top > 0 {
+        return Err(ApiError::invalid_param("top_logprobs", "top_logprobs needs logprobs: true"));
+    }
+    let stops = check_stops(req.stop.clone())?;
+    let (text, prompt) = render_chat(&app, &req.messages, &tools, true, req.chat_template_kwargs.as_ref())?;
+    let plan = ChatPlan {
+        prompt,
+        mode: OutputMode::Chat {
+            thinking_prompted: ends_in_open_think(&text),
+            tools: tools.clone(),
+            parse_tool_calls: !tools.is_empty() && choice != ToolChoice::None,
+        },
+    };
+    let gen = generate_request(
+        &app,
+        &req.sampling(),
+        req.max_completion_tokens.or(req.max_tokens),
+        None,
+        plan.prompt.len(),
+        "messages",
+        top as usize,
+    )?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    submit(
+        &app,
+        Job {
+            prompt: plan.prompt,
+            request: gen,
+            mode: plan.mode,
+            stop_strings: stops,
+            logprobs: want_logprobs.then_some(top as usize),
+            events: tx,
+        },
+    )?;
+    let id = app.response_id("chatcmpl");
+    if req.stream.unwrap_or(false) {
+        let include_usage = req.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false);
+        return Ok(stream_chat(app, id, rx, include_usage, want_logprobs));
+    }
+    let (out, summary) = collect(rx).await?;
+    let mut message = Map::new();
+    message.insert("role".into(), json!("assistant"));
+    let content = out.content.trim();
+    message.insert(
+        "content".into(),
+        if content.is_empty() && !out.tool_calls.is_empty() { Value::Null } else { json!(content) },
+    );
+    let reasoning = out.reasoning.trim();
+    if !reasoning.is_empty() {
+        message.insert("reasoning_content".into(), json!(reasoning));
+    }
+    if !out.tool_calls.is_empty() {
+        message.insert("tool_calls".into(), json!(out.tool_calls));
+    }
+    let body = json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": unix_now(),
+        "model": app.model_name,
+        "choices": [{
+            "index": 0,
+            "message": message,
+            "logprobs": if want_logprobs { chat_logprobs(&out.logprobs) } else { Value::Null },
+            "finish_reason": summary.finish_reason,
+        }],
+        "usage": usage_json(summary.prompt_tokens, summary.completion_tokens, summary.cached_tokens),
+    });
+    Ok(Json(body).into_response())
+}
+
+fn stream_chat(
+    app: Arc<AppState>,
+    id: String,
+    mut rx: mpsc::UnboundedReceiver<JobEvent>,
+    include_usage: bool,
+    want_logprobs: bool,
+) -> Response {
+    let (tx, body_rx) = mpsc::channel::<Event>(64);
+    let created = unix_now();
+    let model = app.model_name.clone();
+    tokio::spawn(async move {
+        let chunk = |delta: Value, logprobs: Value, finish: Value| {
+            data_event(&json!({
+                "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+                "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+            }))
+        };
+        if tx.send(chunk(json!({"role": "assistant", "content": ""}), Value::Null, Value::Null)).await.is_err() {
+            return;
+        }
+        let mut call_index = 0usize;
+        let mut pending_logprobs: Vec<TokenLogprob> = Vec::new();
+        while let Some(event) = rx.recv().await {
+            match event {
+                JobEvent::Delta(d) => {
+                    pending_logprobs.extend(d.logprobs);
+                    let mut pieces: Vec<Value> = Vec::new();
+                    if !d.reasoning.is_empty() {
+                        pieces.push(json!({"reasoning_content": d.reasoning}));
+                    }
+                    if !d.content.is_empty() {
+                        pieces.push(json!({"content": d.content}));
+                    }
+                    for call in d.tool_calls {
+                        pieces.push(json!({"tool_calls": [{
+                            "index": call_index, "id": call.id, "type": "function",
+                            "function": {"name": call.function.name, "arguments": ""},
+                        }]}));
+                        pieces.push(json!({"tool_calls": [{
+                            "index": call_index, "function": {"arguments": call.function.arguments},
+                        }]}));
+                        call_index += 1;
+                    }
+                    for piece in pieces {
+                        let lp = if want_logprobs && !pending_logprobs.is_empty() {
+                            chat_logprobs(&std::mem::take(&mut pending_logprobs))
+                        } else {
+                            Value::Null
+                        };
+                        if tx.send(chunk(piece, lp, Value::Null)).await.is_err() {
+                            return; // client gone: dropping `rx` stops the generation
+                        }
+                    }
+                }
+                JobEvent::Done(summary) => {
+                    let lp = if want_logprobs && !pending_logprobs.is_empty() {
+                        chat_logprobs(&pending_logprobs)
+                    } else {
+                        Value::Null
+                    };
+                    let _ = tx.send(chunk(json!({}), lp, json!(summary.finish_reason))).await;
+                    if include_usage {
+                        let usage = usage_json(summary.prompt_tokens, summary.completion_tokens, summary.cached_tokens);
+                        let _ = tx
+                            .send(data_event(&json!({
+                                "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+                                "choices": [], "usage": usage,
+                            })))
+                            .await;
+                    }
+                    let _ = tx.send(Event::default().data("[DONE]")).await;
+                    return;
+                }
+                JobEvent::Failed(err) => {
+                    let _ = tx.send(data_event(&err.body())).await;
+                    let _ = tx.send(Event::default().data("[DONE]")).await;
+                    return;
+                }
+            }
+        }
+        let _ = tx.send(data_event(&ApiError::internal("The generation worker stopped.").body())).await;
+    });
+    sse_response(body_rx)
+}
+
+// ---- /v1/completions ----------------------------------------------------------------------
+
+async fn completions(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    match completions_inner(app, headers, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn completions_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let bytes = read_body(&app, &headers, body).await?;
+    let req: CompletionRequest = parse_body(&bytes)?;
+    app.check_model(req.model.as_deref())?;
+    if req.n.is_some_and(|n| n != 1) {
+        return Err(ApiError::invalid_param("n", "only n = 1 is supported"));
+    }
+    if req.best_of.is_some_and(|n| n != 1) {
+        return Err(ApiError::invalid_param("best_of", "only best_of = 1 is supported"));
+    }
+    if req.echo.unwrap_or(false) {
+        return Err(ApiError::invalid_param("echo", "echo is not supported by this server"));
+    }
+    if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::invalid_param("suffix", "suffix is not supported by this server"));
+    }
+    let top = req.logprobs;
+    if top.is_some_and(|k| k > MAX_TOP_LOGPROBS) {
+        return Err(ApiError::invalid_param("logprobs", format!("logprobs must be at most {MAX_TOP_LOGPROBS}")));
+    }
+    let stops = check_stops(req.stop.clone())?;
+    let prompts = parse_prompts(&req.prompt)?;
+    let mut jobs = Vec::with_capacity(prompts.len());
+    for (i, p) in prompts.into_iter().enumerate() {
+        let ids = match p {
+            PromptInput::Text(t) => app
+                .tokenizer
+                .encode(&t)
+                .map_err(|e| ApiError::invalid_param("prompt", format!("prompt {i} cannot be tokenized: {e}")))?,
+            PromptInput::Tokens(ids) => {
+                if let Some(bad) = ids.iter().find(|&&t| t as usize >= app.vocab_size) {
+                    return Err(ApiError::invalid_param(
+                        "prompt",
+                        format!("token id {bad} in prompt {i} is outside the vocabulary (size {})", app.vocab_size),
+                    ));
+                }
+                ids
+            }
+        };
+        let gen = generate_request(
+            &app,
+            &req.sampling(),
+            req.max_tokens,
+            Some(COMPLETIONS_DEFAULT_MAX_TOKENS),
+            ids.len(),
+            "prompt",
+            top.unwrap_or(0) as usize,
+        )?;
+        jobs.push((ids, gen));
+    }
+    let mut receivers = Vec::with_capacity(jobs.len());
+    for (ids, gen) in jobs {
+        let (tx, rx) = mpsc::unbounded_channel();
+        submit(
+            &app,
+            Job {
+                prompt: ids,
+                request: gen,
+                mode: OutputMode::Text,
+                stop_strings: stops.clone(),
+                logprobs: top.map(|k| k as usize),
+                events: tx,
+            },
+        )?;
+        receivers.push(rx);
+    }
+    let id = app.response_id("cmpl");
+    if req.stream.unwrap_or(false) {
+        let include_usage = req.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false);
+        return Ok(stream_completions(app, id, receivers, include_usage, top.is_some()));
+    }
+    let mut choices = Vec::new();
+    let (mut prompt_tokens, mut completion_tokens, mut cached) = (0, 0, 0);
+    for (index, rx) in receivers.into_iter().enumerate() {
+        let (out, s) = collect(rx).await?;
+        prompt_tokens += s.prompt_tokens;
+        completion_tokens += s.completion_tokens;
+        cached += s.cached_tokens;
+        let logprobs = if top.is_some() { text_logprobs(&out.logprobs, &mut 0) } else { Value::Null };
+        choices
+            .push(json!({"index": index, "text": out.content, "logprobs": logprobs, "finish_reason": s.finish_reason}));
+    }
+    Ok(Json(json!({
+        "id": id,
+        "object": "text_completion",
+        "created": unix_now(),
+        "model": app.model_name,
+        "choices": choices,
+        "usage": usage_json(prompt_tokens, completion_tokens, cached),
+    }))
+    .into_response())
+}
+
+fn stream_completions(
+    app: Arc<AppState>,
+    id: String,
+    receivers: Vec<mpsc::UnboundedReceiver<JobEvent>>,
+    include_usage: bool,
+    want_logprobs: bool,
+) -> Response {
+    let (tx, body_rx) = mpsc::channel::<Event>(64);
+    let created = unix_now();
+    let model = app.model_name.clone();
+    tokio::spawn(async move {
+        let chunk = |index: usize, text: &str, logprobs: Value, finish: Value| {
+            data_event(&json!({
+                "id": id, "object": "text_completion", "created": created, "model": model,
+                "choices": [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}],
+            }))
+        };
+        let (mut prompt_tokens, mut completion_tokens, mut cached) = (0, 0, 0);
+        for (index, mut rx) in receivers.into_iter().enumerate() {
+            let mut offset = 0usize;
+            let mut finished = false;
+            while let Some(event) = rx.recv().await {
+                match event {
+                    JobEvent::Delta(d) => {
+                        let lp = if want_logprobs { text_logprobs(&d.logprobs, &mut offset) } else { Value::Null };
+                        if tx.send(chunk(index, &d.content, lp, Value::Null)).await.is_err() {
+                            return;
+                        }
+                    }
+                    JobEvent::Done(s) => {
+                        prompt_tokens += s.prompt_tokens;
+                        completion_tokens += s.completion_tokens;
+                        cached += s.cached_tokens;
+                        if tx.send(chunk(index, "", Value::Null, json!(s.finish_reason))).await.is_err() {
+                            return;
+                        }
+                        finished = true;
+                        break;
+                    }
+                    JobEvent::Failed(err) => {
+                        let _ = tx.send(data_event(&err.body())).await;
+                        let _ = tx.send(Event::default().data("[DONE]")).await;
+                        return;
+                    }
+                }
+            }
+            if !finished {
+                let _ = tx.send(data_event(&ApiError::internal("The generation worker stopped.").body())).await;
+                return;
+            }
+        }
+        if include_usage {
+            let usage = usage_json(prompt_tokens, completion_tokens, cached);
+            let _ = tx
+                .send(data_event(&json!({
+                    "id": id, "object": "text_completion", "created": created, "model": model,
+                    "choices": [], "usage": usage,
+                })))
+                .await;
+        }
+        let _ = tx.send(Event::default().data("[DONE]")).await;
+    });
+    sse_response(body_rx)
+}
+
+// ---- models, health, tokenize ----------------------------------------------------------------
+
+fn model_card(app: &AppState) -> Value {
+    json!({"id": app.model_name, "object": "model", "created": app.created, "owned_by": "frognano",
+           "max_model_len": app.ctx})
+}
+
+async fn list_models(State(app): State<Arc<AppState>>) -> Response {
+    Json(json!({"object": "list", "data": [model_card(&app)]})).into_response()
+}
+
+async fn get_model(State(app): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+    if id == app.model_name {
+        Json(model_card(&app)).into_response()
+    } else {
+        ApiError::model_not_found(&id, &app.model_name).into_response()
+    }
+}
+
+async fn health(State(app): State<Arc<AppState>>) -> Response {
+    let s = app.pool.stats();
+    let c = app.pool.config();
+    let r = Ordering::Relaxed;
+    Json(json!({
+        "status": "ok",
+        "model": app.model_name,
+        "max_model_len": app.ctx,
+        "max_concurrent": c.workers,
+        "prefix_reuse": c.prefix_reuse,
+        "running": s.running.load(r),
+        "waiting": s.waiting.load(r),
+        "completed": s.completed.load(r),
+        "cancelled": s.cancelled.load(r),
+        "failed": s.failed.load(r),
+        "generated_tokens": s.generated_tokens.load(r),
+        "prompt_tokens": s.prompt_tokens.load(r),
+        "cached_tokens": s.cached_tokens.load(r),
+    }))
+    .into_response()
+}
+
+async fn tokenize(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    let result = async {
+        let bytes = read_body(&app, &headers, body).await?;
+        let req: TokenizeRequest = parse_body(&bytes)?;
+        app.check_model(req.model.as_deref())?;
+        let (rendered, tokens) = match (&req.messages, &req.prompt) {
+            (Some(messages), None) => {
+                let tools = req.tools.clone().unwrap_or_default();
+                validate_tools(&tools, None)?;
+                let add = req.add_generation_prompt.unwrap_or(true);
+                let (text, ids) = render_chat(&app, messages, &tools, add, req.chat_template_kwargs.as_ref())?;
+                (Some(text), ids)
+            }
+            (None, Some(prompt)) => {
+                let ids = app
+                    .tokenizer
+                    .encode_with(prompt, req.add_special_tokens.unwrap_or(true))
+                    .map_err(|e| ApiError::invalid_param("prompt", e.to_string()))?;
+                (None, ids)
+            }
+            _ => return Err(ApiError::invalid("Give exactly one of `prompt` (text) or `messages` (a conversation).")),
+        };
+        let mut body = json!({"count": tokens.len(), "max_model_len": app.ctx, "tokens": tokens});
+        if let Some(text) = rendered {
+            body["prompt"] = json!(text);
+        }
+        Ok::<_, ApiError>(Json(body).into_response())
+    }
+    .await;
+    result.unwrap_or_else(|e| e.into_response())
+}
+
+async fn detokenize(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    let result = async {
+        let bytes = read_body(&app, &headers, body).await?;
+        let req: DetokenizeRequest = parse_body(&bytes)?;
+        app.check_model(req.model.as_deref())?;
+        let text =
+            app.tokenizer.decode(&req.tokens, false).map_err(|e| ApiError::invalid_param("tokens", e.to_string()))?;
+        Ok::<_, ApiError>(Json(json!({"prompt": text})).into_response())
+    }
+    .await;
+    result.unwrap_or_else(|e| e.into_response())
+}

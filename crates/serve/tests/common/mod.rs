@@ -1,0 +1,161 @@
+//! Shared test helpers: fixture paths, servers on ephemeral ports, plain-HTTP calls, SSE
+//! reading, and a scripted model that always writes a given reply.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+
+use frognano_model::cache::{Cache, LayerCache};
+use frognano_model::chat::ChatTemplate;
+use frognano_model::{CausalLm, LoadedModel};
+use frognano_serve::{spawn_server, spawn_server_with_model, ServeArgs, ServerHandle};
+use serde_json::Value;
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The tiny random Qwen3.5 checkpoint (ChatML template, eos id 2).
+pub fn tiny() -> String {
+    root().join("fixtures/qwen35-tiny").to_string_lossy().into_owned()
+}
+
+/// Server arguments for `model` on an ephemeral loopback port.
+pub fn args(model: &str) -> ServeArgs {
+    let mut a = ServeArgs::for_model(model);
+    a.port = 0;
+    a.max_concurrent = 2;
+    a
+}
+
+/// The tiny checkpoint served on an ephemeral port.
+pub fn tiny_server() -> ServerHandle {
+    spawn_server(args(&tiny())).expect("server starts")
+}
+
+/// The Qwen3.5 chat template (tools, thinking), from the tokenizer fixtures.
+pub fn qwen35_template() -> ChatTemplate {
+    ChatTemplate::from_file(root().join("fixtures/tokenizer/qwen35/chat_template.jinja")).expect("qwen35 template")
+}
+
+/// The tiny checkpoint with the Qwen3.5 chat template; `script`, if given, replaces the
+/// network by a model that always writes that text (then eos).
+pub fn qwen_server(script: Option<&str>) -> ServerHandle {
+    let mut loaded = frognano_model::load(tiny()).expect("tiny model loads");
+    loaded.chat_template = Some(qwen35_template());
+    if let Some(text) = script {
+        loaded = scripted(loaded, text);
+    }
+    let mut a = args("qwen35-tiny");
+    a.model_name = Some("qwen35-tiny".into());
+    spawn_server_with_model(loaded, a).expect("server starts")
+}
+
+/// Replaces the network of `loaded` by a [`ScriptedLm`] writing `text` then eos.
+pub fn scripted(mut loaded: LoadedModel, text: &str) -> LoadedModel {
+    let tok = loaded.tokenizer.as_ref().expect("tokenizer");
+    let mut script = tok.encode_with(text, false).expect("encode");
+    script.push(loaded.eos_ids[0]);
+    loaded.model = Box::new(ScriptedLm { vocab: loaded.model.vocab_size(), script });
+    loaded
+}
+
+/// A model whose next token continues `script`: after the longest tail of the history that
+/// is a prefix of the script, it puts all probability on the script's next token. Its cache
+/// stores the token history (one value per position in an attention layer).
+pub struct ScriptedLm {
+    /// Logit width.
+    pub vocab: usize,
+    /// The reply, eos included.
+    pub script: Vec<u32>,
+}
+
+impl CausalLm for ScriptedLm {
+    fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+    fn max_context(&self) -> usize {
+        4096
+    }
+    fn new_cache(&self) -> Cache {
+        Cache { layers: vec![LayerCache::Attention { k: Vec::new(), v: Vec::new() }], pos: 0 }
+    }
+    fn forward(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> frognano_model::Result<Vec<f32>> {
+        assert!(!all_logits, "the scripted model gives the last position only");
+        let LayerCache::Attention { k, v } = &mut cache.layers[0] else { unreachable!() };
+        for &id in ids {
+            k.push(id as f32);
+            v.push(0.0);
+        }
+        cache.pos += ids.len();
+        let history: Vec<u32> = k.iter().map(|&x| x as u32).collect();
+        let done = (1..=self.script.len().min(history.len()))
+            .rev()
+            .find(|&m| history.ends_with(&self.script[..m]))
+            .unwrap_or(0);
+        let next = self.script[done.min(self.script.len() - 1)];
+        let mut logits = vec![-10.0f32; self.vocab];
+        logits[next as usize] = 10.0;
+        Ok(logits)
+    }
+}
+
+/// POSTs JSON text; returns the status and the parsed body.
+pub fn post_raw(url: &str, body: &str) -> (u16, Value) {
+    let resp = match ureq::post(url).set("Content-Type", "application/json").send_string(body) {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("POST {url}: {e}"),
+    };
+    let status = resp.status();
+    let text = resp.into_string().expect("body");
+    (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}")))
+}
+
+/// POSTs a JSON value.
+pub fn post(url: &str, body: &Value) -> (u16, Value) {
+    post_raw(url, &body.to_string())
+}
+
+/// GETs a URL.
+pub fn get(url: &str) -> (u16, Value) {
+    let resp = match ureq::get(url).call() {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("GET {url}: {e}"),
+    };
+    let status = resp.status();
+    (status, resp.into_json().expect("JSON body"))
+}
+
+/// POSTs a streaming request; returns every `data:` payload (the last is `[DONE]`).
+pub fn stream(url: &str, body: &Value) -> Vec<String> {
+    let resp = ureq::post(url).send_json(body.clone()).unwrap_or_else(|e| panic!("POST {url}: {e}"));
+    assert_eq!(resp.header("content-type"), Some("text/event-stream"));
+    let mut out = Vec::new();
+    for line in BufReader::new(resp.into_reader()).lines() {
+        let line = line.expect("line");
+        if let Some(data) = line.strip_prefix("data: ") {
+            out.push(data.to_string());
+        }
+    }
+    out
+}
+
+/// The JSON chunks of a stream, checking it ends with `[DONE]`.
+pub fn chunks(events: &[String]) -> Vec<Value> {
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "stream must end with [DONE]: {events:?}");
+    events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).expect("chunk JSON")).collect()
+}
+
+/// The Bash tool of the Leaf harness (as an OpenAI tool).
+pub fn bash_tool() -> Value {
+    serde_json::json!({"type": "function", "function": {
+        "name": "Bash", "description": "Run a shell command in the repository workdir.",
+        "parameters": {"type": "object", "properties": {
+            "command": {"type": "string", "description": "Command to run."},
+            "timeout": {"type": "integer", "description": "Seconds."}},
+        "required": ["command"]}}})
+}

@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Drives `frognano serve` with the official `openai` Python SDK.
+
+Run by crates/serve/tests/openai_sdk.rs, which starts two servers in-process:
+  --plain URL  the tiny random checkpoint (ChatML template): plain chat, streaming, logprobs,
+               completions, errors;
+  --tool URL   a scripted model with the Qwen3.5 template that always answers with reasoning
+               and one Bash tool call: the tool-call round trip, streaming tool-call deltas.
+Exits non-zero on the first failed check; prints one `ok:` line per check.
+"""
+
+import argparse
+import json
+import sys
+import urllib.error
+import urllib.request
+
+import openai
+
+BASH = {
+    "type": "function",
+    "function": {
+        "name": "Bash",
+        "description": "Run a shell command in the repository workdir.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "Command to run."},
+                "timeout": {"type": "integer", "description": "Seconds."},
+            },
+            "required": ["command"],
+        },
+    },
+}
+MODEL = "qwen35-tiny"
+THINK = {"chat_template_kwargs": {"enable_thinking": True}}
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAILED: {what}", file=sys.stderr)
+        sys.exit(1)
+
+
+def expect_error(kind, fn, needle, what):
+    try:
+        fn()
+    except kind as e:
+        msg = str(e)
+        check(needle in msg, f"{what}: {needle!r} not in {msg!r}")
+        print(f"ok: error {what} -> {type(e).__name__}")
+        return e
+    check(False, f"{what}: expected {kind.__name__}")
+
+
+def plain_checks(url):
+    c = openai.OpenAI(base_url=url + "/v1", api_key="not-needed", max_retries=0)
+    models = c.models.list()
+    check([m.id for m in models.data] == [MODEL], f"models: {models}")
+    print("ok: models.list")
+
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say something."}]
+    r = c.chat.completions.create(model=MODEL, messages=msgs, temperature=0, max_tokens=10, seed=1)
+    text = r.choices[0].message.content
+    check(isinstance(text, str), "content is a string")
+    check(r.choices[0].finish_reason in ("stop", "length"), r.choices[0].finish_reason)
+    check(r.usage.prompt_tokens > 0 and 0 < r.usage.completion_tokens <= 10, f"usage {r.usage}")
+    check(r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens, "total_tokens")
+    print("ok: chat non-streaming")
+
+    r2 = c.chat.completions.create(model=MODEL, messages=msgs, temperature=0, max_tokens=10)
+    check(r2.choices[0].message.content == text, "greedy is deterministic")
+    check(r2.usage.prompt_tokens_details.cached_tokens == r2.usage.prompt_tokens, f"cached {r2.usage}")
+    print("ok: prompt reused (cached_tokens)")
+
+    streamed, finish, usage = "", None, None
+    for chunk in c.chat.completions.create(
+        model=MODEL, messages=msgs, temperature=0, max_tokens=10, stream=True, stream_options={"include_usage": True}
+    ):
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for ch in chunk.choices:
+            streamed += ch.delta.content or ""
+            finish = ch.finish_reason or finish
+    check(streamed.strip() == text, f"streamed {streamed!r} vs {text!r}")
+    check(finish == r.choices[0].finish_reason, f"finish {finish}")
+    check(usage is not None and usage.completion_tokens == r.usage.completion_tokens, f"usage {usage}")
+    print("ok: chat streaming")
+
+    r = c.chat.completions.create(
+        model=MODEL, messages=msgs, temperature=0, max_tokens=6, logprobs=True, top_logprobs=2
+    )
+    lps = r.choices[0].logprobs.content
+    check(len(lps) >= 1, "logprobs present")
+    for lp in lps:
+        check(lp.logprob <= 0 and len(lp.top_logprobs) == 2, f"logprob entry {lp}")
+        check(lp.top_logprobs[0].token == lp.token, "greedy picks the top token")
+    print("ok: chat logprobs")
+
+    r = c.completions.create(model=MODEL, prompt="The frog", max_tokens=4, temperature=0, logprobs=2)
+    check(isinstance(r.choices[0].text, str), "completion text")
+    check(len(r.choices[0].logprobs.tokens) == len(r.choices[0].logprobs.token_logprobs), "completion logprobs")
+    print("ok: completions with logprobs")
+
+    streamed = "".join(
+        ch.text for chunk in c.completions.create(model=MODEL, prompt="The frog", max_tokens=4, temperature=0,
+                                                   stream=True) for ch in chunk.choices
+    )
+    check(streamed == r.choices[0].text, f"completion stream {streamed!r} vs {r.choices[0].text!r}")
+    print("ok: completions streaming")
+
+    e = expect_error(openai.NotFoundError, lambda: c.chat.completions.create(model="gpt-4o", messages=msgs),
+                     "gpt-4o", "unknown model")
+    check(e.code == "model_not_found", f"code {e.code}")
+    long = [{"role": "user", "content": "frog " * 5000}]
+    expect_error(openai.BadRequestError, lambda: c.chat.completions.create(model=MODEL, messages=long),
+                 "maximum context length", "prompt too long")
+    bad_tool = {"type": "function", "function": {"name": "bad name", "parameters": {"type": "object"}}}
+    expect_error(openai.BadRequestError,
+                 lambda: c.chat.completions.create(model=MODEL, messages=msgs, tools=[bad_tool]),
+                 "tools[0].function.name", "invalid tool schema")
+    expect_error(openai.BadRequestError,
+                 lambda: c.chat.completions.create(model=MODEL, messages=msgs, temperature="hot"),
+                 "temperature", "wrong type")
+    req = urllib.request.Request(url + "/v1/chat/completions", data=b'{"messages": [', method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        urllib.request.urlopen(req)
+        check(False, "malformed JSON must fail")
+    except urllib.error.HTTPError as e:
+        body = json.loads(e.read())
+        check(e.code == 400 and "not valid JSON" in body["error"]["message"], f"malformed JSON: {body}")
+    print("ok: error malformed JSON -> 400")
+    r = c.chat.completions.create(model=MODEL, messages=msgs, max_tokens=2)
+    check(r.choices[0].message is not None, "still serving after errors")
+    print("ok: still serving after errors")
+
+
+def tool_checks(url):
+    c = openai.OpenAI(base_url=url + "/v1", api_key="not-needed", max_retries=0)
+    msgs = [
+        {"role": "system", "content": "You are a software-engineering agent."},
+        {"role": "user", "content": "List files."},
+    ]
+    r = c.chat.completions.create(model=MODEL, messages=msgs, tools=[BASH], extra_body=THINK)
+    m = r.choices[0].message
+    check(r.choices[0].finish_reason == "tool_calls", r.choices[0].finish_reason)
+    check(m.content is None, f"content {m.content!r}")
+    check(getattr(m, "reasoning_content", None) == "Let me list the files.", f"reasoning {m}")
+    call = m.tool_calls[0]
+    check(call.function.name == "Bash", call.function.name)
+    check(json.loads(call.function.arguments) == {"command": "ls -la", "timeout": 30}, call.function.arguments)
+    print("ok: tool call (non-streaming)")
+
+    calls, reasoning = {}, ""
+    for chunk in c.chat.completions.create(model=MODEL, messages=msgs, tools=[BASH], extra_body=THINK, stream=True):
+        for ch in chunk.choices:
+            reasoning += getattr(ch.delta, "reasoning_content", None) or ""
+            for tc in ch.delta.tool_calls or []:
+                slot = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+                slot["id"] = tc.id or slot["id"]
+                slot["name"] += (tc.function.name or "") if tc.function else ""
+                slot["arguments"] += (tc.function.arguments or "") if tc.function else ""
+    check(reasoning.strip() == "Let me list the files.", f"streamed reasoning {reasoning!r}")
+    check(len(calls) == 1 and calls[0]["name"] == "Bash" and calls[0]["id"], f"streamed calls {calls}")
+    check(json.loads(calls[0]["arguments"]) == {"command": "ls -la", "timeout": 30}, calls[0]["arguments"])
+    print("ok: tool call (streaming deltas)")
+
+    history = msgs + [
+        m.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "a.py\nb.py"},
+    ]
+    r2 = c.chat.completions.create(model=MODEL, messages=history, tools=[BASH], extra_body=THINK)
+    check(r2.choices[0].message.tool_calls[0].function.name == "Bash", "second turn")
+    check(r2.usage.prompt_tokens_details.cached_tokens > 0, f"follow-up reuses the prefix: {r2.usage}")
+    print("ok: tool round trip with a tool result (prefix reused: "
+          f"{r2.usage.prompt_tokens_details.cached_tokens}/{r2.usage.prompt_tokens} tokens)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--plain", required=True)
+    ap.add_argument("--tool", required=True)
+    a = ap.parse_args()
+    plain_checks(a.plain.rstrip("/"))
+    tool_checks(a.tool.rstrip("/"))
+    print(f"all checks passed (openai {openai.__version__})")
+
+
+if __name__ == "__main__":
+    main()
