@@ -9,6 +9,8 @@ use std::sync::Arc;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
+use crate::kernels::gemm::{gemm, Rows};
+
 use crate::quant::QuantType;
 
 /// Storage type of a weight matrix.
@@ -166,10 +168,6 @@ pub struct Matrix {
     bytes: Bytes,
 }
 
-/// Rows handled by one parallel task; their widened copies stay in cache while every input
-/// row streams past them once.
-const ROW_BLOCK: usize = 16;
-
 impl Matrix {
     /// A matrix over `bytes` (which must hold exactly `rows * cols` elements of `dtype`,
     /// `cols` a whole number of blocks).
@@ -237,18 +235,31 @@ impl Matrix {
         if let DType::Quant(q) = self.dtype {
             return crate::quant::matmul(q, self.bytes.as_slice(), rows, cols, x, t);
         }
-        // Work in [rows, t] so each task owns a contiguous slice, then transpose.
+        // Work in [rows, t] so each task owns a contiguous slice, then transpose. Enough
+        // blocks for every thread several times over; at most 64 rows so a block's weights
+        // stay in L2 while the activations stream past.
         let mut yt = vec![0.0f32; rows * t];
-        yt.par_chunks_mut(ROW_BLOCK * t).enumerate().for_each(|(blk, out)| {
-            let r0 = blk * ROW_BLOCK;
+        let threads = rayon::current_num_threads().max(1);
+        let block = (rows / (4 * threads)).clamp(4, 64) / 4 * 4;
+        let row_bytes = cols * self.dtype.size();
+        let bytes = self.bytes.as_slice();
+        yt.par_chunks_mut(block * t).enumerate().for_each(|(blk, out)| {
+            let r0 = blk * block;
             let nr = out.len() / t;
-            let mut wbuf = vec![0.0f32; nr * cols];
-            for i in 0..nr {
-                self.row_into(r0 + i, &mut wbuf[i * cols..(i + 1) * cols]);
-            }
-            for (tt, xr) in x.chunks_exact(cols).enumerate() {
-                for (i, wr) in wbuf.chunks_exact(cols).enumerate() {
-                    out[i * t + tt] = dot(wr, xr);
+            let wb = &bytes[r0 * row_bytes..(r0 + nr) * row_bytes];
+            match self.dtype {
+                DType::F32 => gemm(Rows::F32(wb), nr, cols, x, t, out),
+                DType::BF16 => gemm(Rows::BF16(wb), nr, cols, x, t, out),
+                _ => {
+                    let mut wbuf = vec![0.0f32; nr * cols];
+                    for i in 0..nr {
+                        self.row_into(r0 + i, &mut wbuf[i * cols..(i + 1) * cols]);
+                    }
+                    for (tt, xr) in x.chunks_exact(cols).enumerate() {
+                        for (i, wr) in wbuf.chunks_exact(cols).enumerate() {
+                            out[i * t + tt] = dot(wr, xr);
+                        }
+                    }
                 }
             }
         });

@@ -3,6 +3,7 @@
 
 pub mod conv;
 pub mod delta_rule;
+pub mod gemm;
 
 use crate::tensor::{round_bf16, round_f16};
 

@@ -1,0 +1,305 @@
+//! Dense weight × activation products for f32 and bf16 weights: `out[i·t + j] = W[i] · x[j]`
+//! for `rows` weight rows and `t` activation rows, the weight kept in its stored form and
+//! widened in registers. Tiles of 4 weight rows × 4 tokens (AVX-512) or 4 × 2 (AVX2+FMA)
+//! reuse every loaded vector several times; decode (t = 1) streams the weight once.
+//! [`gemm_reference`] is the plain version the tests hold the fast ones to.
+
+/// Weight rows as stored (little-endian bytes, `rows × cols` elements, any alignment).
+#[derive(Clone, Copy, Debug)]
+pub enum Rows<'a> {
+    /// f32 elements.
+    F32(&'a [u8]),
+    /// bf16 elements.
+    BF16(&'a [u8]),
+}
+
+impl Rows<'_> {
+    fn elem(&self) -> usize {
+        match self {
+            Rows::F32(_) => 4,
+            Rows::BF16(_) => 2,
+        }
+    }
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Rows::F32(b) | Rows::BF16(b) => b,
+        }
+    }
+    #[inline]
+    fn get(&self, i: usize) -> f32 {
+        match self {
+            Rows::F32(b) => f32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]),
+            Rows::BF16(b) => f32::from_bits((u16::from_le_bytes([b[2 * i], b[2 * i + 1]]) as u32) << 16),
+        }
+    }
+}
+
+/// `out[i * t + j] = Σ_k W[i, k] · x[j, k]` (`x` is `[t, cols]`, `out` is `[rows, t]`).
+pub fn gemm(w: Rows, rows: usize, cols: usize, x: &[f32], t: usize, out: &mut [f32]) {
+    assert!(w.bytes().len() >= rows * cols * w.elem() && x.len() >= t * cols && out.len() >= rows * t);
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the feature is present; bounds were checked above.
+            unsafe { x86::gemm_avx512(w, rows, cols, x, t, out) };
+            return;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: as above.
+            unsafe { x86::gemm_avx2(w, rows, cols, x, t, out) };
+            return;
+        }
+    }
+    gemm_reference(w, rows, cols, x, t, out);
+}
+
+/// The plain version: one dot product per output.
+pub fn gemm_reference(w: Rows, rows: usize, cols: usize, x: &[f32], t: usize, out: &mut [f32]) {
+    let mut row = vec![0.0f32; cols];
+    for i in 0..rows {
+        for (k, v) in row.iter_mut().enumerate() {
+            *v = w.get(i * cols + k);
+        }
+        for j in 0..t {
+            out[i * t + j] = crate::tensor::dot(&row, &x[j * cols..(j + 1) * cols]);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::Rows;
+    use std::arch::x86_64::*;
+
+    /// Loads 16 weights at element `k` of the row starting at byte `p` as f32.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load16<const BF16: bool>(p: *const u8, k: usize) -> __m512 {
+        if BF16 {
+            let h = _mm256_loadu_si256(p.add(2 * k) as *const __m256i);
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
+        } else {
+            _mm512_loadu_ps(p.add(4 * k) as *const f32)
+        }
+    }
+
+    /// One tile of R weight rows × N tokens.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn tile512<const R: usize, const N: usize, const BF16: bool>(
+        w: &Rows,
+        r0: usize,
+        j0: usize,
+        cols: usize,
+        x: &[f32],
+        t: usize,
+        out: &mut [f32],
+    ) {
+        let base = w.bytes().as_ptr();
+        let el = w.elem();
+        let mut wp = [base; R];
+        for (i, p) in wp.iter_mut().enumerate() {
+            *p = base.add((r0 + i) * cols * el);
+        }
+        let mut xp = [x.as_ptr(); N];
+        for (j, p) in xp.iter_mut().enumerate() {
+            *p = x.as_ptr().add((j0 + j) * cols);
+        }
+        let mut acc = [[_mm512_setzero_ps(); N]; R];
+        let main = cols / 16 * 16;
+        let mut k = 0;
+        while k < main {
+            let mut xv = [_mm512_setzero_ps(); N];
+            for j in 0..N {
+                xv[j] = _mm512_loadu_ps(xp[j].add(k));
+            }
+            for i in 0..R {
+                let wv = load16::<BF16>(wp[i], k);
+                for j in 0..N {
+                    acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
+                }
+            }
+            k += 16;
+        }
+        for i in 0..R {
+            for j in 0..N {
+                let mut s = _mm512_reduce_add_ps(acc[i][j]);
+                for kk in main..cols {
+                    s += w.get((r0 + i) * cols + kk) * *xp[j].add(kk);
+                }
+                out[(r0 + i) * t + j0 + j] = s;
+            }
+        }
+    }
+
+    /// Token tiles outside, row tiles inside: the few activation rows of a tile stay in L1
+    /// while the block's weight rows (a few hundred KB at most) stay in L2.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn run512<const BF16: bool>(w: Rows, rows: usize, cols: usize, x: &[f32], t: usize, out: &mut [f32]) {
+        let full = rows / 4 * 4;
+        let mut j = 0;
+        while j < t {
+            let n = if t - j >= 4 { 4 } else { 1 };
+            let mut r = 0;
+            while r < full {
+                if n == 4 {
+                    tile512::<4, 4, BF16>(&w, r, j, cols, x, t, out);
+                } else {
+                    tile512::<4, 1, BF16>(&w, r, j, cols, x, t, out);
+                }
+                r += 4;
+            }
+            for r in full..rows {
+                for jj in j..j + n {
+                    tile512::<1, 1, BF16>(&w, r, jj, cols, x, t, out);
+                }
+            }
+            j += n;
+        }
+    }
+
+    /// AVX-512 entry point.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn gemm_avx512(w: Rows, rows: usize, cols: usize, x: &[f32], t: usize, out: &mut [f32]) {
+        match w {
+            Rows::F32(_) => run512::<false>(w, rows, cols, x, t, out),
+            Rows::BF16(_) => run512::<true>(w, rows, cols, x, t, out),
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn load8<const BF16: bool>(p: *const u8, k: usize) -> __m256 {
+        if BF16 {
+            let h = _mm_loadu_si128(p.add(2 * k) as *const __m128i);
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
+        } else {
+            _mm256_loadu_ps(p.add(4 * k) as *const f32)
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn hsum256(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_shuffle_ps::<1>(s, s));
+        _mm_cvtss_f32(s)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tile256<const R: usize, const N: usize, const BF16: bool>(
+        w: &Rows,
+        r0: usize,
+        j0: usize,
+        cols: usize,
+        x: &[f32],
+        t: usize,
+        out: &mut [f32],
+    ) {
+        let base = w.bytes().as_ptr();
+        let el = w.elem();
+        let mut wp = [base; R];
+        for (i, p) in wp.iter_mut().enumerate() {
+            *p = base.add((r0 + i) * cols * el);
+        }
+        let mut xp = [x.as_ptr(); N];
+        for (j, p) in xp.iter_mut().enumerate() {
+            *p = x.as_ptr().add((j0 + j) * cols);
+        }
+        let mut acc = [[_mm256_setzero_ps(); N]; R];
+        let main = cols / 8 * 8;
+        let mut k = 0;
+        while k < main {
+            let mut xv = [_mm256_setzero_ps(); N];
+            for j in 0..N {
+                xv[j] = _mm256_loadu_ps(xp[j].add(k));
+            }
+            for i in 0..R {
+                let wv = load8::<BF16>(wp[i], k);
+                for j in 0..N {
+                    acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
+                }
+            }
+            k += 8;
+        }
+        for i in 0..R {
+            for j in 0..N {
+                let mut s = hsum256(acc[i][j]);
+                for kk in main..cols {
+                    s += w.get((r0 + i) * cols + kk) * *xp[j].add(kk);
+                }
+                out[(r0 + i) * t + j0 + j] = s;
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn run256<const BF16: bool>(w: Rows, rows: usize, cols: usize, x: &[f32], t: usize, out: &mut [f32]) {
+        let full = rows / 4 * 4;
+        let mut j = 0;
+        while j < t {
+            let n = if t - j >= 2 { 2 } else { 1 };
+            let mut r = 0;
+            while r < full {
+                if n == 2 {
+                    tile256::<4, 2, BF16>(&w, r, j, cols, x, t, out);
+                } else {
+                    tile256::<4, 1, BF16>(&w, r, j, cols, x, t, out);
+                }
+                r += 4;
+            }
+            for r in full..rows {
+                for jj in j..j + n {
+                    tile256::<1, 1, BF16>(&w, r, jj, cols, x, t, out);
+                }
+            }
+            j += n;
+        }
+    }
+
+    /// AVX2 + FMA entry point.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn gemm_avx2(w: Rows, rows: usize, cols: usize, x: &[f32], t: usize, out: &mut [f32]) {
+        match w {
+            Rows::F32(_) => run256::<false>(w, rows, cols, x, t, out),
+            Rows::BF16(_) => run256::<true>(w, rows, cols, x, t, out),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn case(rows: usize, cols: usize, t: usize, bf16: bool) {
+        let wf: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919 % 997) as f32 / 500.0) - 1.0).collect();
+        let bytes: Vec<u8> = if bf16 {
+            wf.iter().flat_map(|v| half::bf16::from_f32(*v).to_le_bytes()).collect()
+        } else {
+            wf.iter().flat_map(|v| v.to_le_bytes()).collect()
+        };
+        // An odd offset checks unaligned weights (memory maps give no alignment promise).
+        let mut shifted = vec![0u8; 1];
+        shifted.extend_from_slice(&bytes);
+        let w = if bf16 { Rows::BF16(&shifted[1..]) } else { Rows::F32(&shifted[1..]) };
+        let x: Vec<f32> = (0..t * cols).map(|i| ((i * 31 % 101) as f32 / 50.0) - 1.0).collect();
+        let mut fast = vec![0.0; rows * t];
+        let mut slow = vec![0.0; rows * t];
+        gemm(w, rows, cols, &x, t, &mut fast);
+        gemm_reference(w, rows, cols, &x, t, &mut slow);
+        for (a, b) in fast.iter().zip(&slow) {
+            assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{rows}x{cols} t={t} bf16={bf16}: {a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn fast_kernels_equal_the_reference_on_ragged_shapes() {
+        for bf16 in [false, true] {
+            for (rows, cols, t) in [(1, 1, 1), (4, 16, 4), (7, 37, 5), (9, 64, 1), (13, 200, 9), (5, 8, 2)] {
+                case(rows, cols, t, bf16);
+            }
+        }
+    }
+}
