@@ -59,21 +59,29 @@ def smollm2():
         llm.eval(ids)
         scores = np.array(llm.scores[: len(ids)], dtype=np.float32)
         argmax = scores.argmax(-1).tolist()
+        top2 = np.sort(scores, axis=-1)[:, -2:]
+        margin = [round(float(a - b), 4) for b, a in top2]
         last = scores[-1]
         top = np.argsort(-last)[:TOP_K]
-        greedy = []
+        greedy, greedy_margin = [], []
         nxt = int(last.argmax())
+        step_scores = last
         for _ in range(N_GREEDY):
             greedy.append(nxt)
+            b, a = np.sort(step_scores)[-2:]
+            greedy_margin.append(round(float(a - b), 4))
             llm.eval([nxt])
-            nxt = int(np.array(llm.scores[llm.n_tokens - 1]).argmax())
+            step_scores = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+            nxt = int(step_scores.argmax())
         cases.append({
             "prompt": text,
             "ids": ids,
             "argmax": argmax,
+            "argmax_margin": margin,
             "last_top_ids": top.tolist(),
             "last_top_logits": [round(float(last[i]), 4) for i in top],
             "greedy": greedy,
+            "greedy_margin": greedy_margin,
             "greedy_text": llm.detokenize(greedy).decode("utf-8", "replace"),
         })
     out = os.path.join(ROOT, "fixtures", "smollm2", "llama_cpp_reference.json")
