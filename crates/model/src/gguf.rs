@@ -433,7 +433,7 @@ impl GgufFile {
             }
             let row = dtype.row_bytes(dims[0] as usize).unwrap_or(0) as u64;
             let len = dims[1..].iter().try_fold(row, |a, &d| a.checked_mul(d));
-            if offset % alignment != 0 {
+            if !offset.is_multiple_of(alignment) {
                 return Err(bad(format!("offset {offset} is not a multiple of the alignment {alignment}")));
             }
             let start = data_start.checked_add(offset);

@@ -149,7 +149,7 @@ impl Llama {
         let d = f.req_usize(&key("embedding_length"))?;
         let heads = f.req_usize(&key("attention.head_count"))?;
         let kv_heads = f.get_u64(&key("attention.head_count_kv"))?.map_or(heads, |v| v as usize);
-        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+        if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
             return Err(ModelError::format(
                 f.path(),
                 format!("attention.head_count {heads} is not a multiple of attention.head_count_kv {kv_heads}"),

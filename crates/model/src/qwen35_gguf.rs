@@ -36,7 +36,7 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Qwen35Config> {
         if every == 0 {
             return Err(ModelError::format(f.path(), "`qwen35.full_attention_interval` is 0"));
         }
-        (0..n_layers).map(|i| if (i + 1) % every == 0 { LayerType::Full } else { LayerType::Linear }).collect()
+        (0..n_layers).map(|i| if (i + 1).is_multiple_of(every) { LayerType::Full } else { LayerType::Linear }).collect()
     };
     if layer_types.len() != n_layers {
         return Err(ModelError::format(
@@ -49,7 +49,7 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Qwen35Config> {
     let state = f.req_usize(&k("ssm.state_size"))?;
     let hv = f.req_usize(&k("ssm.time_step_rank"))?;
     let hk = f.req_usize(&k("ssm.group_count"))?;
-    if hk == 0 || hv % hk != 0 || head_dim == 0 {
+    if hk == 0 || !hv.is_multiple_of(hk) || head_dim == 0 {
         return Err(ModelError::format(
             f.path(),
             format!("ssm.time_step_rank {hv} is not a multiple of ssm.group_count {hk}"),

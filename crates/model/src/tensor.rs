@@ -47,7 +47,7 @@ impl DType {
 
     /// Bytes of `n` consecutive elements, or `None` when `n` is not a whole number of blocks.
     pub fn row_bytes(self, n: usize) -> Option<usize> {
-        (n % self.block_size() == 0).then(|| n / self.block_size() * self.size())
+        n.is_multiple_of(self.block_size()).then(|| n / self.block_size() * self.size())
     }
 
     /// Display name (`F32`, `BF16`, `Q4_K`, …).
@@ -186,8 +186,8 @@ impl Matrix {
     /// a whole number of `q` blocks falls back to Q8_0 (32-wide blocks), as llama.cpp's
     /// quantizer does, and is returned unchanged when even that does not fit.
     pub fn quantized(&self, q: QuantType) -> Matrix {
-        let q = if self.cols % q.block_size() == 0 { q } else { QuantType::Q8_0 };
-        if self.cols % q.block_size() != 0 || self.dtype == DType::Quant(q) {
+        let q = if self.cols.is_multiple_of(q.block_size()) { q } else { QuantType::Q8_0 };
+        if !self.cols.is_multiple_of(q.block_size()) || self.dtype == DType::Quant(q) {
             return self.clone();
         }
         let mut bytes = Vec::with_capacity(self.rows * q.row_bytes(self.cols).unwrap_or(0));
