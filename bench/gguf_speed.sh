@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# llama.cpp (llama-cpp-python 0.3.36, scripts/setup-llama-reference.sh: GGML_NATIVE=ON with
+# the AMX instructions compiled out, which crash on this CPU) and FrogNano on the same GGUF,
+# same thread count, alternating, in one run. Prints tok/s and FrogNano/llama.cpp ratios for
+# prefill (N tokens) and greedy decode (M tokens), and decode's achieved weight bandwidth.
+#   bench/gguf_speed.sh [MODEL.gguf] [--threads 2] [--prefill 512] [--decode 128] [--runs 3]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+model=models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then model=$1; shift; fi
+threads=2 prefill=512 decode=128 runs=3
+while [ $# -gt 0 ]; do
+    case $1 in
+        --threads) threads=$2; shift 2 ;; --prefill) prefill=$2; shift 2 ;;
+        --decode) decode=$2; shift 2 ;; --runs) runs=$2; shift 2 ;;
+        *) echo "unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+[ -f "$model" ] || { echo "$model missing (scripts/fetch-demo-model.sh)" >&2; exit 1; }
+.venv-llama/bin/python -c 'import llama_cpp' || { echo "run scripts/setup-llama-reference.sh first" >&2; exit 1; }
+cargo build --release -q -p frognano-model --example gguf_bench
+ours=${CARGO_TARGET_DIR:-target}/release/examples/gguf_bench
+mkdir -p bench/out
+out=bench/out/gguf_speed.jsonl
+: > "$out"
+for r in $(seq "$runs"); do
+    .venv-llama/bin/python - "$model" "$threads" "$prefill" "$decode" >> "$out" <<'PY'
+import json, sys, time, os
+import numpy as np
+import llama_cpp
+from llama_cpp import Llama
+model, threads, n_pre, n_dec = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+llm = Llama(model_path=model, n_ctx=n_pre + n_dec + 8, n_threads=threads, n_threads_batch=threads,
+            n_batch=n_pre, verbose=False)
+vocab = llm.n_vocab()
+last = lambda: int(np.argmax(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(vocab,))))
+s, prompt = 12345, []
+for _ in range(n_pre):  # the same pseudo-random prompt as gguf_bench
+    s = (s * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+    prompt.append(100 + (s >> 33) % (min(vocab, 30000) - 100))
+t = time.perf_counter(); llm.eval(prompt); pre = time.perf_counter() - t
+nxt = last()
+t = time.perf_counter()
+for _ in range(n_dec):
+    llm.eval([nxt]); nxt = last()
+dec = time.perf_counter() - t
+print(json.dumps({"engine": "llama.cpp", "threads": threads, "prefill_tok_s": n_pre / pre, "decode_tok_s": n_dec / dec,
+                  "weight_bytes": os.path.getsize(model)}))
+PY
+    "$ours" "$model" --threads "$threads" --prefill "$prefill" --decode "$decode" >> "$out"
+done
+python3 - "$out" "$model" "$threads" "$prefill" "$decode" <<'PY'
+import json, statistics, sys, subprocess
+rows = [json.loads(l) for l in open(sys.argv[1])]
+med = lambda e, k: statistics.median(r[k] for r in rows if r["engine"] == e)
+model, threads, pre, dec = sys.argv[2:6]
+wb = next(r["weight_bytes"] for r in rows if r["engine"] == "frognano")
+print(f"model {model}, {threads} threads, prefill {pre} tokens, decode {dec} tokens, median of {len(rows)//2} alternating runs")
+print(f"{'':10} {'llama.cpp':>10} {'frognano':>10} {'ratio':>7}")
+for k, name in [("prefill_tok_s", "prefill"), ("decode_tok_s", "decode")]:
+    a, b = med("llama.cpp", k), med("frognano", k)
+    print(f"{name:10} {a:10.2f} {b:10.2f} {b / a:7.2f}")
+print(f"decode weight bandwidth: frognano {wb * med('frognano', 'decode_tok_s') / 1e9:.2f} GB/s, "
+      f"llama.cpp {wb * med('llama.cpp', 'decode_tok_s') / 1e9:.2f} GB/s (weights {wb / 1e6:.1f} MB; "
+      f"one-thread copy bandwidth here ~20 GB/s, shared/docs/peers.md)")
+PY
