@@ -7,7 +7,7 @@ fn main() {
     for dtype in [DType::BF16, DType::F32] {
         let n = rows * cols * dtype.size();
         // Normal (not denormal) values: denormals would measure the FPU's slow path.
-        let vals = (0..rows * cols).map(|i| ((i * 2654435761usize >> 7) % 2001) as f32 / 1000.0 - 1.0);
+        let vals = (0..rows * cols).map(|i| (((i * 2654435761usize) >> 7) % 2001) as f32 / 1000.0 - 1.0);
         let bytes: Vec<u8> = match dtype {
             DType::BF16 => vals.flat_map(|v| half::bf16::from_f32(v).to_le_bytes()).collect(),
             _ => vals.flat_map(|v| v.to_le_bytes()).collect(),

@@ -200,20 +200,20 @@ impl Qwen35Config {
                 return Err(format!("field `{k}` must be positive"));
             }
         }
-        if self.num_attention_heads % self.num_key_value_heads != 0 {
+        if !self.num_attention_heads.is_multiple_of(self.num_key_value_heads) {
             return Err(format!(
                 "num_attention_heads {} is not a multiple of num_key_value_heads {}",
                 self.num_attention_heads, self.num_key_value_heads
             ));
         }
-        if self.linear_num_value_heads % self.linear_num_key_heads != 0 {
+        if !self.linear_num_value_heads.is_multiple_of(self.linear_num_key_heads) {
             return Err(format!(
                 "linear_num_value_heads {} is not a multiple of linear_num_key_heads {}",
                 self.linear_num_value_heads, self.linear_num_key_heads
             ));
         }
         let r = self.rotary_dim();
-        if r % 2 != 0 || r > self.head_dim {
+        if !r.is_multiple_of(2) || r > self.head_dim {
             return Err(format!("rotary dim {r} (head_dim × partial_rotary_factor) must be even and ≤ head_dim"));
         }
         Ok(())

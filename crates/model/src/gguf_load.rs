@@ -160,12 +160,14 @@ pub fn load_gguf(path: &Path, quant: Option<QuantType>) -> Result<LoadedModel> {
             }
             Box::new(m)
         }
-        other => return Err(ModelError::format(
-            path,
-            format!(
+        other => {
+            return Err(ModelError::format(
+                path,
+                format!(
                 "general.architecture {other:?} is not supported; supported: llama, mistral, granite, qwen2, qwen35"
             ),
-        )),
+            ))
+        }
     };
     let tokenizer = if f.get("tokenizer.ggml.model").is_some() { Some(tokenizer_from_gguf(&f)?) } else { None };
     let chat_template = chat_template_from_gguf(&f)?;
