@@ -21,6 +21,8 @@ enum Command {
     Logits(run::LogitsArgs),
     /// Download a checkpoint from the Hugging Face hub into the local cache.
     Pull(pull::PullArgs),
+    /// OpenAI-compatible HTTP server (chat, tools, streaming, logprobs).
+    Serve(frognano_serve::ServeArgs),
     /// The coding agent: resolve an issue in a repository and hand back a patch for review.
     Solve(frognano_agent::cli::SolveArgs),
     /// SWE-bench-compatible evaluation (grade, run, parse-log, grade-log).
@@ -34,6 +36,7 @@ fn main() {
         Command::Run(a) => run::run(a),
         Command::Logits(a) => run::logits(a),
         Command::Pull(a) => pull::pull(a),
+        Command::Serve(a) => frognano_serve::run_serve(a),
         Command::Solve(a) => frognano_agent::cli::run_solve(a),
         Command::Eval(cmd) => frognano_swe::cli::run_eval(cmd),
     };
