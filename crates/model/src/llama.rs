@@ -20,7 +20,7 @@ use rayon::prelude::*;
 use crate::cache::{Cache, LayerCache};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
-use crate::kernels::{rms_norm, silu, softmax};
+use crate::quant::ggml::{self, F16Dot};
 use crate::quant::QuantType;
 use crate::tensor::{round_f16, Matrix};
 use crate::CausalLm;
@@ -105,8 +105,10 @@ pub struct Llama {
     pub layers: Vec<LlamaLayer>,
     /// Final norm scale.
     pub norm: Vec<f32>,
-    /// Angle step per rotated pair, `theta^(−2i/rope_dim)` (divided by any frequency factor).
-    inv_freq: Vec<f32>,
+    /// `theta^(−2/rope_dim)`: pair `i` turns by `pos·theta_scale^i` (ggml iterates the product).
+    theta_scale: f32,
+    /// Llama 3.1 `rope_freqs`: per-pair divisors of the angle.
+    freq_factors: Option<Vec<f32>>,
 }
 
 impl Llama {
@@ -120,16 +122,8 @@ impl Llama {
         norm: Vec<f32>,
         freq_factors: Option<Vec<f32>>,
     ) -> Self {
-        // ggml computes the angle as pos·scale^i with scale = theta^(−2/n) in f32.
-        let scale = cfg.rope_theta.powf(-2.0 / cfg.rope_dim as f32);
-        let mut inv_freq = Vec::with_capacity(cfg.rope_dim / 2);
-        let mut f = 1.0f32;
-        for i in 0..cfg.rope_dim / 2 {
-            let factor = freq_factors.as_ref().and_then(|v| v.get(i)).copied().unwrap_or(1.0);
-            inv_freq.push(f / factor);
-            f *= scale;
-        }
-        Llama { cfg, embed, output, layers, norm, inv_freq }
+        let theta_scale = cfg.rope_theta.powf(-2.0 / cfg.rope_dim as f32);
+        Llama { cfg, embed, output, layers, norm, theta_scale, freq_factors }
     }
 
     /// Loads a `llama` or `qwen2` GGUF file.
@@ -246,17 +240,33 @@ impl Llama {
         n
     }
 
-    fn rope(&self, x: &mut [f32], pos: usize) {
+    /// `(cos, sin)` of every rotated pair at position `pos`, computed as ggml's rope cache does:
+    /// the angle starts at `pos` and is multiplied by `theta_scale` once per pair, in f32.
+    fn rope_angles(&self, pos: usize) -> Vec<(f32, f32)> {
+        let mut theta = pos as f32;
+        (0..self.cfg.rope_dim / 2)
+            .map(|i| {
+                let ff = self.freq_factors.as_ref().and_then(|v| v.get(i)).copied().unwrap_or(1.0);
+                let a = theta / ff;
+                theta *= self.theta_scale;
+                (a.cos(), a.sin())
+            })
+            .collect()
+    }
+
+    /// Rotates one head. The products are fused the way ggml's (GCC-contracted) C code
+    /// evaluates them: `x0·c − x1·s` as `fma(x0, c, −(x1·s))` and `x0·s + x1·c` as
+    /// `fma(x0, s, x1·c)`; the next matmul's 8-bit quantization turns an ulp into a flip.
+    fn rope(&self, x: &mut [f32], angles: &[(f32, f32)]) {
         let half = self.cfg.rope_dim / 2;
-        for (i, &f) in self.inv_freq.iter().enumerate() {
-            let (s, c) = (pos as f32 * f).sin_cos();
+        for (i, &(c, s)) in angles.iter().enumerate() {
             let (a, b) = match self.cfg.rope_style {
                 RopeStyle::Interleaved => (2 * i, 2 * i + 1),
                 RopeStyle::Halves => (i, i + half),
             };
             let (x0, x1) = (x[a], x[b]);
-            x[a] = x0 * c - x1 * s;
-            x[b] = x0 * s + x1 * c;
+            x[a] = x0.mul_add(c, -(x1 * s));
+            x[b] = x0.mul_add(s, x1 * c);
         }
     }
 
@@ -281,18 +291,22 @@ impl Llama {
                 }
             }
         }
+        let angles: Vec<Vec<(f32, f32)>> = (0..t).map(|i| self.rope_angles(pos0 + i)).collect();
         for (i, head) in q.chunks_exact_mut(dh).enumerate() {
-            self.rope(head, pos0 + i / hq);
+            self.rope(head, &angles[i / hq]);
             head.iter_mut().for_each(|e| *e = round_f16(*e));
         }
         for (i, head) in k.chunks_exact_mut(dh).enumerate() {
-            self.rope(head, pos0 + i / hkv);
+            self.rope(head, &angles[i / hkv]);
         }
         kc.extend(k.iter().map(|e| round_f16(*e)));
         vc.extend(v.iter().map(|e| round_f16(*e)));
         let (kc, vc) = (&*kc, &*vc);
         let group = hq / hkv;
         let scale = 1.0 / (dh as f32).sqrt();
+        // llama.cpp's K·Q and softmax·V are f16 matmuls whose summation order depends on the
+        // batch size (module docs of `quant::ggml`); its KV cache has 256-cell granularity.
+        let order = F16Dot::for_batch(t);
         let mut o = vec![0.0f32; t * hq * dh];
         o.par_chunks_mut(dh).enumerate().for_each(|(idx, oh)| {
             let (i, h) = (idx / hq, idx % hq);
@@ -300,19 +314,47 @@ impl Llama {
             let qh = &q[idx * dh..(idx + 1) * dh];
             let n = pos0 + i + 1;
             let mut s: Vec<f32> = (0..n)
-                .map(|j| crate::tensor::dot(qh, &kc[(j * hkv + kvh) * dh..(j * hkv + kvh + 1) * dh]) * scale)
+                .map(|j| order.dot(qh, &kc[(j * hkv + kvh) * dh..(j * hkv + kvh + 1) * dh], dh) * scale)
                 .collect();
-            softmax(&mut s);
+            ggml::softmax(&mut s);
+            let slots = if order == F16Dot::Gemm { 16 } else { 64 };
+            let mut acc = vec![0.0f32; slots * dh];
             for (j, p) in s.iter().enumerate() {
                 let p = round_f16(*p);
                 let vr = &vc[(j * hkv + kvh) * dh..(j * hkv + kvh + 1) * dh];
-                for (e, vv) in oh.iter_mut().zip(vr) {
+                let slot = &mut acc[(j % slots) * dh..(j % slots + 1) * dh];
+                for (e, vv) in slot.iter_mut().zip(vr) {
                     *e += p * vv;
                 }
+            }
+            for (e, out) in oh.iter_mut().enumerate() {
+                *out = if order == F16Dot::Gemm {
+                    ggml::reduce16(&std::array::from_fn(|l| acc[l * dh + e]))
+                } else {
+                    F16Dot::combine_vec(&std::array::from_fn(|l| acc[l * dh + e]))
+                };
             }
         });
         l.wo.matmul(&o, t)
     }
+}
+
+/// RMSNorm with ggml's numerics: the sum of squares (each square rounded to f32) accumulated in
+/// f64, the mean rounded to f32, then `x · (1/√(mean + eps)) · w` in f32. Matching it to the bit
+/// matters: the next matmul quantizes its input to 8 bits, and a one-ulp change can move a value
+/// across a rounding boundary of a block with a large scale.
+fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+    let n = w.len();
+    let mut y = vec![0.0; x.len()];
+    for (xr, yr) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
+        let sum: f64 = xr.iter().map(|v| (v * v) as f64).sum();
+        let mean = (sum / n as f64) as f32;
+        let scale = 1.0 / (mean + eps).sqrt();
+        for ((o, v), s) in yr.iter_mut().zip(xr).zip(w) {
+            *o = v * scale * s;
+        }
+    }
+    y
 }
 
 impl CausalLm for Llama {
@@ -361,7 +403,7 @@ impl CausalLm for Llama {
             let x = rms_norm(&h, &l.ffn_norm, c.rms_norm_eps);
             let mut g = l.gate.matmul(&x, t);
             let u = l.up.matmul(&x, t);
-            g.iter_mut().zip(&u).for_each(|(g, u)| *g = silu(*g) * u);
+            ggml::swiglu(&mut g, &u, c.intermediate_size);
             let y = l.down.matmul(&g, t);
             h.iter_mut().zip(&y).for_each(|(h, y)| *h += y);
         }

@@ -43,17 +43,19 @@ fn qwen35_gguf_f32_equals_the_safetensors_path() {
     let a = gguf.forward(&ids, &mut c1, true).unwrap();
     let b = st.forward(&ids, &mut c2, true).unwrap();
     // Same math on the same f32 weights (norms stored as 1+w, heads reordered): only the
-    // summation order of (1+w) differs; logits reach ~50, so allow 1e-4 relative to that.
+    // summation order of (1+w) differs. The bar: within 1e-4 (absolute; logits reach ~50).
     let scale = b.iter().fold(1.0f32, |m, v| m.max(v.abs()));
     let d = max_abs_diff(&a, &b);
-    assert!(d <= 1e-4 * scale.clamp(1.0, 10.0), "GGUF vs safetensors logits differ by {d} (max |logit| {scale})");
+    eprintln!("f32 GGUF vs safetensors: max |Δlogit| {d}, max |logit| {scale}");
+    assert!(d <= 1e-4, "GGUF vs safetensors logits differ by {d} (max |logit| {scale})");
     // Greedy decode through the caches (recurrent path, tiled value heads) stays identical.
     let vocab = gguf.vocab_size();
     let mut next = argmax(&a[(ids.len() - 1) * vocab..]);
     for step in 0..8 {
         let x = gguf.forward(&[next], &mut c1, false).unwrap();
         let y = st.forward(&[next], &mut c2, false).unwrap();
-        assert!(max_abs_diff(&x, &y) <= 1e-4 * scale.clamp(1.0, 10.0), "decode step {step}");
+        let dd = max_abs_diff(&x, &y);
+        assert!(dd <= 1e-4, "decode step {step}: logits differ by {dd}");
         assert_eq!(argmax(&x), argmax(&y), "decode step {step}");
         next = argmax(&x);
     }

@@ -22,6 +22,7 @@
 //! dequantized product. [`dot_reference`] is the plain version of every dot; on x86-64 with
 //! AVX2 the hot formats use the SIMD kernels in `x86`, picked at run time.
 
+pub mod ggml;
 pub mod quantize;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -387,10 +388,11 @@ impl ActFormat {
     }
 }
 
-/// `round half away from zero`, as C's `roundf`/`nearest_int` do for these magnitudes.
+/// Round half to even, as ggml's activation quantizers do (`_mm256_round_ps` with
+/// `_MM_ROUND_NEAREST` for Q8_0/Q8_1, the `+ 1.5·2²³` trick of `nearest_int` for Q8_K).
 #[inline]
 fn round_i8(v: f32) -> i8 {
-    v.round().clamp(-128.0, 127.0) as i8
+    v.round_ties_even().clamp(-128.0, 127.0) as i8
 }
 
 impl QuantizedActs {
@@ -416,7 +418,7 @@ impl QuantizedActs {
                 for ((xb, qb), d) in x.chunks_exact(bs).zip(qs_chunks).zip(a.d.iter_mut()) {
                     let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
                     let dd = amax / 127.0;
-                    let id = if dd != 0.0 { 1.0 / dd } else { 0.0 };
+                    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
                     let mut sum = 0i32;
                     for (q, v) in qb.iter_mut().zip(xb) {
                         *q = round_i8(v * id);
@@ -444,7 +446,7 @@ impl QuantizedActs {
                     }
                     let iscale = -127.0 / max;
                     for (q, v) in qb.iter_mut().zip(xb) {
-                        *q = (iscale * v).round().min(127.0) as i8;
+                        *q = (iscale * v).round_ties_even().min(127.0) as i8;
                     }
                     for (s, g) in sums.iter_mut().zip(qb.chunks_exact(16)) {
                         *s = g.iter().map(|&q| q as i16).sum();
