@@ -7,6 +7,7 @@
 
 use crate::agent::{self, AgentConfig, Guards};
 use crate::demo;
+use crate::engine_llm::EngineLlm;
 use crate::llm::{HttpLlm, Llm, Sampling};
 use crate::replay::ReplayLlm;
 use crate::tools::ToolBox;
@@ -39,7 +40,8 @@ pub struct SolveArgs {
     /// http://127.0.0.1:8080
     #[arg(long, requires = "model")]
     pub endpoint: Option<String>,
-    /// Model name at the endpoint.
+    /// Model name at the endpoint; without --endpoint, a model to run in this process
+    /// (checkpoint folder, .gguf file or cached hub id; default: the demo model).
     #[arg(long)]
     pub model: Option<String>,
     /// Re-execute the tool calls of a recorded trajectory instead of asking a model.
@@ -219,13 +221,20 @@ pub fn solve_with_cancel(args: &SolveArgs, cancel: &AtomicBool) -> anyhow::Resul
         Some(p) => Some(Trajectory::load(p)?),
         None => None,
     };
-    if recorded.is_none() && args.endpoint.is_none() {
-        bail!(
-            "no model to ask: pass --endpoint URL --model NAME (any OpenAI-compatible server, \
-             e.g. `frognano serve`), or --replay TRAJECTORY.json. The in-process engine is not \
-             available in this build yet"
-        );
-    }
+    // The in-process model is loaded before anything is written, so a bad model name
+    // leaves no half-made output behind.
+    let in_process = if recorded.is_none() && args.endpoint.is_none() {
+        let spec = args.model.clone().unwrap_or_else(|| frognano_model::load::DEMO_MODEL.to_string());
+        Some(EngineLlm::load(&spec).with_context(|| {
+            format!(
+                "no model to ask: loading {spec} in this process failed (fetch the demo model with \
+                 scripts/fetch-demo-model.sh, pass --model MODEL, or --endpoint URL --model NAME, \
+                 or --replay TRAJECTORY.json)"
+            )
+        })?)
+    } else {
+        None
+    };
     let (task, default_id) = if args.demo {
         (demo::DEMO_ISSUE.to_string(), "demo".to_string())
     } else if let Some(path) = &args.issue {
@@ -289,7 +298,8 @@ pub fn solve_with_cancel(args: &SolveArgs, cancel: &AtomicBool) -> anyhow::Resul
         (None, Some(url), Some(model)) => {
             Box::new(HttpLlm::new(url, model, Duration::from_secs(args.request_timeout))?)
         }
-        _ => bail!("--endpoint needs --model NAME"),
+        (None, Some(_), None) => bail!("--endpoint needs --model NAME"),
+        (None, None, _) => Box::new(in_process.context("the in-process model was loaded above")?),
     };
     let config = AgentConfig {
         sampling: Sampling {

@@ -75,10 +75,15 @@ fn bad_input_is_a_clear_error_with_no_output_written() {
     assert_eq!(std::fs::read_to_string(repo.join("stats.py")).unwrap(), "# local edit\n");
     git(&repo, &["checkout", "stats.py"]);
 
-    let no_model =
-        SolveArgs { task: Some("fix it".into()), output: Some(output.clone()), ..SolveArgs::for_repo(&repo) };
-    let err = solve(&no_model).unwrap_err().to_string();
-    assert!(err.starts_with("no model to ask: pass --endpoint URL --model NAME"), "{err}");
+    let no_model = SolveArgs {
+        task: Some("fix it".into()),
+        output: Some(output.clone()),
+        model: Some("/nonexistent/model.gguf".into()),
+        ..SolveArgs::for_repo(&repo)
+    };
+    let err = format!("{:#}", solve(&no_model).unwrap_err());
+    assert!(err.starts_with("no model to ask: loading /nonexistent/model.gguf in this process failed"), "{err}");
+    assert!(err.contains("--endpoint URL --model NAME"), "{err}");
 
     let unreachable =
         SolveArgs { endpoint: Some("http://127.0.0.1:9".into()), model: Some("frog".into()), ..no_model.clone() };

@@ -10,8 +10,7 @@ use clap::Args;
 use frognano_engine::{GenerateRequest, SamplingParams, Session};
 use frognano_model::chat::ChatMessage;
 
-/// Where `scripts/fetch-demo-model.sh` puts the built-in demo model.
-pub const DEMO_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+use frognano_model::load::DEMO_MODEL;
 
 /// Arguments of `frognano run`.
 #[derive(Args)]

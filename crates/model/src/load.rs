@@ -10,6 +10,10 @@ use crate::qwen35::Qwen35;
 use crate::tokenizer::Tokenizer;
 use crate::CausalLm;
 
+/// Where `scripts/fetch-demo-model.sh` puts the built-in demo model (relative to the
+/// repository root): SmolLM2-135M-Instruct, Q4_1.
+pub const DEMO_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
 /// A model with what is needed to talk to it.
 pub struct LoadedModel {
     /// The network.

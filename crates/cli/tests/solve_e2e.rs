@@ -1,0 +1,104 @@
+//! `frognano solve` end to end with the real demo model (SmolLM2-135M, Q4_1), in process and
+//! through `frognano serve`. A 135M model will rarely fix anything; these check the
+//! machinery: several steps run, a valid trajectory and a patch file are written, and the run
+//! ends with a documented exit reason.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn demo_model() -> Option<PathBuf> {
+    let p = root().join(frognano_model::load::DEMO_MODEL);
+    if p.exists() {
+        return Some(p);
+    }
+    if std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_some() {
+        panic!("demo model {} missing; run scripts/fetch-demo-model.sh", p.display());
+    }
+    eprintln!("SKIPPED: demo model {} missing (run scripts/fetch-demo-model.sh)", p.display());
+    None
+}
+
+const EXIT_REASONS: [&str; 8] = [
+    "agent",
+    "max_tokens_per_turn",
+    "max_context_len",
+    "max_turns",
+    "max_time",
+    "llm_query_error",
+    "cancelled",
+    "error",
+];
+
+fn check_run(out: &Path) {
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("trajectory.json")).unwrap()).unwrap();
+    assert_eq!(t["trajectory_format"], "leaf-function-calling");
+    let reason = t["exit_reason"].as_str().unwrap();
+    assert!(EXIT_REASONS.contains(&reason), "undocumented exit reason {reason}");
+    assert!(t["n_steps"].as_u64().unwrap() >= 2, "only {} steps", t["n_steps"]);
+    let msgs = t["messages"].as_array().unwrap();
+    assert_eq!(msgs[0]["role"], "system");
+    assert_eq!(msgs[1]["role"], "user");
+    assert!(msgs.iter().skip(2).any(|m| m["role"] == "assistant"));
+    assert_eq!(t["tools"].as_array().unwrap().len(), 5);
+    assert!(out.join("patch.diff").exists());
+    assert_eq!(std::fs::read_to_string(out.join("patch.diff")).unwrap(), t["output_patch"].as_str().unwrap());
+}
+
+fn solve(extra: &[&str], out: &Path) {
+    let mut args = vec!["solve", "--demo", "--max-steps", "3", "--max-tokens-per-turn", "48", "--seed", "7"];
+    args.extend_from_slice(extra);
+    args.extend(["--output", out.to_str().unwrap()]);
+    let o = Command::new(env!("CARGO_BIN_EXE_frognano")).args(&args).current_dir(root()).output().unwrap();
+    assert!(o.status.success(), "solve failed: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn solve_with_the_demo_model_in_process() {
+    if demo_model().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    solve(&[], &out);
+    check_run(&out);
+}
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn solve_with_the_demo_model_through_frognano_serve() {
+    let Some(model) = demo_model() else { return };
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let _server = Server(
+        Command::new(env!("CARGO_BIN_EXE_frognano"))
+            .args(["serve", model.to_str().unwrap(), "--port", &port.to_string(), "--model-name", "demo"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(start.elapsed() < Duration::from_secs(60), "server did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let url = format!("http://127.0.0.1:{port}");
+    solve(&["--endpoint", &url, "--model", "demo"], &out);
+    check_run(&out);
+}
