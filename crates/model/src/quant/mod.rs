@@ -392,7 +392,20 @@ impl ActFormat {
 /// `_MM_ROUND_NEAREST` for Q8_0/Q8_1, the `+ 1.5·2²³` trick of `nearest_int` for Q8_K).
 #[inline]
 fn round_i8(v: f32) -> i8 {
-    v.round_ties_even().clamp(-128.0, 127.0) as i8
+    rne(v).clamp(-128.0, 127.0) as i8
+}
+
+/// Round half to even without a libm call: adding and removing 1.5·2²³ leaves the nearest
+/// integer (ties to even) for `|v| < 2²²`; larger magnitudes (outside any int8 range) are
+/// passed to `round_ties_even`.
+#[inline]
+fn rne(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    if v.abs() < 4_194_304.0 {
+        (v + MAGIC) - MAGIC
+    } else {
+        v.round_ties_even()
+    }
 }
 
 impl QuantizedActs {
@@ -446,7 +459,7 @@ impl QuantizedActs {
                     }
                     let iscale = -127.0 / max;
                     for (q, v) in qb.iter_mut().zip(xb) {
-                        *q = (iscale * v).round_ties_even().min(127.0) as i8;
+                        *q = rne(iscale * v).min(127.0) as i8;
                     }
                     for (s, g) in sums.iter_mut().zip(qb.chunks_exact(16)) {
                         *s = g.iter().map(|&q| q as i16).sum();
@@ -563,6 +576,23 @@ pub fn dot_kernel(ty: QuantType) -> DotFn {
     }
 }
 
+/// A 4-token dot kernel: one weight row against four activation rows.
+pub type Dot4Fn = fn(&[u8], &[ActRow; 4]) -> [f32; 4];
+
+/// The 4-token kernel for `ty`, where one exists on this CPU (each result bit-identical to
+/// [`dot_kernel`]'s for that token).
+pub fn dot_kernel_x4(ty: QuantType) -> Option<Dot4Fn> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86::kernel_x4(ty)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = ty;
+        None
+    }
+}
+
 /// Rows of the weight matrix handled by one parallel task.
 const ROW_BLOCK: usize = 16;
 
@@ -574,12 +604,26 @@ pub fn matmul(ty: QuantType, w: &[u8], rows: usize, cols: usize, x: &[f32], t: u
     assert_eq!(w.len(), rows * rb, "matmul weight length");
     let acts = QuantizedActs::new(ty.act_format(), x, t);
     let dot = dot_kernel(ty);
+    let dot4 = dot_kernel_x4(ty);
     let act_rows: Vec<ActRow> = (0..t).map(|i| acts.row(i)).collect();
     let mut yt = vec![0.0f32; rows * t];
     yt.par_chunks_mut(ROW_BLOCK * t).enumerate().for_each(|(blk, out)| {
         let r0 = blk * ROW_BLOCK;
         let nr = out.len() / t;
-        for (tt, a) in act_rows.iter().enumerate() {
+        let mut tt = 0;
+        if let Some(dot4) = dot4 {
+            // Four tokens at a time: each weight block is unpacked once for all four.
+            while tt + 4 <= t {
+                let a4 = [act_rows[tt], act_rows[tt + 1], act_rows[tt + 2], act_rows[tt + 3]];
+                for i in 0..nr {
+                    let r = r0 + i;
+                    let y = dot4(&w[r * rb..(r + 1) * rb], &a4);
+                    out[i * t + tt..i * t + tt + 4].copy_from_slice(&y);
+                }
+                tt += 4;
+            }
+        }
+        for (tt, a) in act_rows.iter().enumerate().skip(tt) {
             for i in 0..nr {
                 let r = r0 + i;
                 out[i * t + tt] = dot(&w[r * rb..(r + 1) * rb], a);
@@ -653,6 +697,18 @@ mod tests {
             let y = matmul(ty, &w, 1, cols, &x, 1)[0];
             assert!((y - exact).abs() < 0.02 * norm, "{ty}: {y} vs {exact} (scale {norm})");
         }
+    }
+
+    #[test]
+    fn rne_rounds_half_to_even() {
+        for (v, want) in [(0.5, 0.0), (1.5, 2.0), (2.5, 2.0), (-0.5, -0.0), (-1.5, -2.0), (126.5, 126.0), (3.49, 3.0)] {
+            assert_eq!(rne(v), want, "{v}");
+        }
+        for i in -3000..3000 {
+            let v = i as f32 * 0.173;
+            assert_eq!(rne(v), v.round_ties_even(), "{v}");
+        }
+        assert_eq!(rne(1e9), 1e9);
     }
 
     #[test]

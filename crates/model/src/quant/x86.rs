@@ -6,6 +6,52 @@ use std::arch::x86_64::*;
 
 use super::{f16_at, scale_min_k4, ActRow, DotFn, QuantType, QK_K};
 
+/// A 4-token kernel for `ty` (one weight row against four activation rows, the weight blocks
+/// unpacked once), if this CPU has AVX2, FMA and F16C and one is written for `ty`. Each of its
+/// four results is bit-identical to what [`kernel`]'s single dot gives for that token.
+pub(super) fn kernel_x4(ty: QuantType) -> Option<super::Dot4Fn> {
+    if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")) {
+        return None;
+    }
+    // SAFETY: only returned after the features it needs were detected above.
+    let f: super::Dot4Fn = match ty {
+        QuantType::Q4_1 => |w, a| unsafe { dot_q4_1_x4(w, a) },
+        _ => return None,
+    };
+    Some(f)
+}
+
+/// The f16 at `p` widened with F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16c(p: *const u8) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const u16) as i32)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q4_1_x4(w: &[u8], a: &[ActRow; 4]) -> [f32; 4] {
+    let nb = w.len() / 20;
+    for r in a {
+        debug_assert!(r.qs.len() >= nb * 32 && r.d.len() >= nb && r.s.len() >= nb);
+    }
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut mins = [0.0f32; 4];
+    let wp = w.as_ptr();
+    for ib in 0..nb {
+        let b = wp.add(ib * 20);
+        let (dw, mw) = (f16c(b), f16c(b.add(2)));
+        let qx = nibbles(b.add(4));
+        for k in 0..4 {
+            let r = &a[k];
+            let d = _mm256_set1_ps(dw * *r.d.get_unchecked(ib));
+            mins[k] += mw * *r.s.get_unchecked(ib);
+            let qy = _mm256_loadu_si256((r.qs.as_ptr() as *const u8).add(ib * 32) as *const __m256i);
+            acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8_i8(qx, qy)), acc[k]);
+        }
+    }
+    [hsum_ps(acc[0]) + mins[0], hsum_ps(acc[1]) + mins[1], hsum_ps(acc[2]) + mins[2], hsum_ps(acc[3]) + mins[3]]
+}
+
 /// The SIMD kernel for `ty`, if this CPU has AVX2 and FMA and one is written for `ty`.
 pub(super) fn kernel(ty: QuantType) -> Option<DotFn> {
     if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
