@@ -11,6 +11,7 @@ use frognano_engine::{GenerateRequest, SamplingParams, Session};
 use frognano_model::chat::ChatMessage;
 
 use frognano_model::load::DEMO_MODEL;
+use frognano_model::quant::QuantType;
 
 /// Arguments of `frognano run`.
 #[derive(Args)]
@@ -53,6 +54,18 @@ pub struct RunArgs {
     /// Print timing (prefill and decode tokens/s) to stderr.
     #[arg(long)]
     pub stats: bool,
+    /// Quantize the weights on load (q8_0 or q4_k); for f32/bf16 checkpoints and GGUF files.
+    #[arg(long, value_parser = parse_quant)]
+    pub quant: Option<QuantType>,
+}
+
+/// `q8_0` / `q4_k` → the block format (the ones `--quant` produces).
+pub fn parse_quant(s: &str) -> Result<QuantType, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "q8_0" => Ok(QuantType::Q8_0),
+        "q4_k" => Ok(QuantType::Q4_K),
+        other => Err(format!("unknown quantization {other:?}; expected q8_0 or q4_k")),
+    }
 }
 
 /// Arguments of `frognano logits`.
@@ -77,7 +90,7 @@ fn model_spec(m: Option<String>) -> anyhow::Result<String> {
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let spec = model_spec(a.model.clone())?;
     let t_load = Instant::now();
-    let lm = frognano_model::load(&spec).with_context(|| format!("loading {spec}"))?;
+    let lm = frognano_model::load::load_quantized(&spec, a.quant).with_context(|| format!("loading {spec}"))?;
     let tok = lm.tokenizer()?;
     let text = if a.chat {
         let mut msgs = Vec::new();

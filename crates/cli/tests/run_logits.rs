@@ -48,4 +48,22 @@ fn bad_input_is_a_one_line_error_naming_the_problem() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("does-not-exist"));
     let out = bin().args(["run", "fixtures/qwen35-tiny", "-p", "x", "--top-p", "0"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("top_p"));
+    let out = bin().args(["run", "fixtures/qwen35-tiny", "-p", "x", "--quant", "q3"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected q8_0 or q4_k"));
+}
+
+#[test]
+fn quant_on_load_runs_and_stays_close_to_the_float_model() {
+    let run = |extra: &[&str]| {
+        let mut args =
+            vec!["run", "fixtures/qwen35-tiny", "-p", "Hello there", "--temperature", "0", "--max-tokens", "4"];
+        args.extend_from_slice(extra);
+        let out = bin().args(&args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // Q8_0 keeps 8 bits per weight: the first greedy tokens of the float model survive.
+    let f = run(&[]);
+    let q = run(&["--quant", "q8_0"]);
+    assert_eq!(f.chars().next(), q.chars().next(), "float {f:?} vs q8_0 {q:?}");
 }
