@@ -157,17 +157,33 @@ impl F16Dot {
         let n = a.len().min(b.len());
         match self {
             F16Dot::Gemm => {
+                // Whole groups of 16 lane by lane (vectorisable), then the tail; products of
+                // f16 values are exact in f32, so only this order of additions matters.
                 let mut lanes = [0.0f32; 16];
-                for (i, (x, y)) in a[..n].iter().zip(&b[..n]).enumerate() {
-                    lanes[i % 16] += x * y;
+                let (ca, cb) = (a[..n].chunks_exact(16), b[..n].chunks_exact(16));
+                let (ta, tb) = (ca.remainder(), cb.remainder());
+                for (x, y) in ca.zip(cb) {
+                    for l in 0..16 {
+                        lanes[l] += x[l] * y[l];
+                    }
+                }
+                for (l, (x, y)) in ta.iter().zip(tb).enumerate() {
+                    lanes[l] += x * y;
                 }
                 reduce16(&lanes)
             }
             F16Dot::Vec => {
                 let np = (len / 64 * 64).min(n);
                 let mut acc = [0.0f32; 64];
-                for (i, (x, y)) in a[..np].iter().zip(&b[..np]).enumerate() {
-                    acc[i % 64] += x * y;
+                let (ca, cb) = (a[..np].chunks_exact(64), b[..np].chunks_exact(64));
+                let (ra, rb) = (ca.remainder(), cb.remainder());
+                for (x, y) in ca.zip(cb) {
+                    for l in 0..64 {
+                        acc[l] += x[l] * y[l];
+                    }
+                }
+                for (l, (x, y)) in ra.iter().zip(rb).enumerate() {
+                    acc[l] += x * y;
                 }
                 let tail: f64 = a[np..n].iter().zip(&b[np..n]).map(|(x, y)| (x * y) as f64).sum();
                 (F16Dot::combine_vec(&acc) as f64 + tail) as f32

@@ -643,7 +643,7 @@ pub fn matmul(ty: QuantType, w: &[u8], rows: usize, cols: usize, x: &[f32], t: u
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn lcg(seed: &mut u64) -> u32 {

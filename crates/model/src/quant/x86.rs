@@ -1,10 +1,11 @@
-//! AVX2 + FMA dot kernels for the formats people run (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K), picked
+//! AVX2 + FMA + F16C dot kernels for the formats people run (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K), with
+//! AVX-512 VNNI forms of the 32-element-block ones, picked
 //! at run time. Each computes the same integer sums as [`super::dot_reference`] (exact), then
 //! scales them in f32; tests hold them to the reference.
 
 use std::arch::x86_64::*;
 
-use super::{f16_at, scale_min_k4, ActRow, DotFn, QuantType, QK_K};
+use super::{scale_min_k4, ActRow, DotFn, QuantType, QK_K};
 
 /// A 4-token kernel for `ty` (one weight row against four activation rows, the weight blocks
 /// unpacked once), if this CPU has AVX2, FMA and F16C and one is written for `ty`. Each of its
@@ -15,10 +16,18 @@ pub(super) fn kernel_x4(ty: QuantType) -> Option<super::Dot4Fn> {
     }
     // SAFETY: only returned after the features it needs were detected above.
     let f: super::Dot4Fn = match ty {
+        QuantType::Q4_1 if vnni() => |w, a| unsafe { dot_q4_1_x4_vnni(w, a) },
         QuantType::Q4_1 => |w, a| unsafe { dot_q4_1_x4(w, a) },
         _ => return None,
     };
     Some(f)
+}
+
+/// Whether this CPU has AVX-512 VNNI with 256-bit forms (AVX-512 VL).
+fn vnni() -> bool {
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vnni")
 }
 
 /// The f16 at `p` widened with F16C.
@@ -28,37 +37,16 @@ unsafe fn f16c(p: *const u8) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const u16) as i32)))
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q4_1_x4(w: &[u8], a: &[ActRow; 4]) -> [f32; 4] {
-    let nb = w.len() / 20;
-    for r in a {
-        debug_assert!(r.qs.len() >= nb * 32 && r.d.len() >= nb && r.s.len() >= nb);
-    }
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut mins = [0.0f32; 4];
-    let wp = w.as_ptr();
-    for ib in 0..nb {
-        let b = wp.add(ib * 20);
-        let (dw, mw) = (f16c(b), f16c(b.add(2)));
-        let qx = nibbles(b.add(4));
-        for k in 0..4 {
-            let r = &a[k];
-            let d = _mm256_set1_ps(dw * *r.d.get_unchecked(ib));
-            mins[k] += mw * *r.s.get_unchecked(ib);
-            let qy = _mm256_loadu_si256((r.qs.as_ptr() as *const u8).add(ib * 32) as *const __m256i);
-            acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8_i8(qx, qy)), acc[k]);
-        }
-    }
-    [hsum_ps(acc[0]) + mins[0], hsum_ps(acc[1]) + mins[1], hsum_ps(acc[2]) + mins[2], hsum_ps(acc[3]) + mins[3]]
-}
-
 /// The SIMD kernel for `ty`, if this CPU has AVX2 and FMA and one is written for `ty`.
 pub(super) fn kernel(ty: QuantType) -> Option<DotFn> {
-    if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+    if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")) {
         return None;
     }
     // SAFETY (all wrappers): only returned after the features they need were detected above.
     let f: DotFn = match ty {
+        QuantType::Q4_0 if vnni() => |w, a| unsafe { dot_q4_0_vnni(w, a) },
+        QuantType::Q4_1 if vnni() => |w, a| unsafe { dot_q4_1_vnni(w, a) },
+        QuantType::Q8_0 if vnni() => |w, a| unsafe { dot_q8_0_vnni(w, a) },
         QuantType::Q4_0 => |w, a| unsafe { dot_q4_0(w, a) },
         QuantType::Q4_1 => |w, a| unsafe { dot_q4_1(w, a) },
         QuantType::Q8_0 => |w, a| unsafe { dot_q8_0(w, a) },
@@ -112,57 +100,114 @@ unsafe fn dot_u8_i8(u: __m256i, y: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1))
 }
 
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_q4_0(w: &[u8], a: &ActRow) -> f32 {
-    let nb = w.len() / 18;
-    debug_assert!(a.qs.len() >= nb * 32 && a.d.len() >= nb);
-    let mut acc = _mm256_setzero_ps();
-    let (wp, yp) = (w.as_ptr(), a.qs.as_ptr() as *const u8);
-    for ib in 0..nb {
-        let b = wp.add(ib * 18);
-        let d = _mm256_set1_ps(f16_at(std::slice::from_raw_parts(b, 2), 0) * *a.d.get_unchecked(ib));
-        let qx = _mm256_sub_epi8(nibbles(b.add(2)), _mm256_set1_epi8(8));
-        let qy = _mm256_loadu_si256(yp.add(ib * 32) as *const __m256i);
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
-    }
-    hsum_ps(acc)
+/// Σ |x|·sign(y, x) over 32 signed byte pairs with VNNI (`vpdpbusd`): the same 8 i32 lanes
+/// (each the sum of 4 adjacent products) as [`dot_i8`], exactly.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn dot_i8_vnni(x: __m256i, y: __m256i) -> __m256i {
+    _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
 }
 
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_q4_1(w: &[u8], a: &ActRow) -> f32 {
-    let nb = w.len() / 20;
-    debug_assert!(a.qs.len() >= nb * 32 && a.d.len() >= nb && a.s.len() >= nb);
-    let mut acc = _mm256_setzero_ps();
-    let mut mins = 0.0f32;
-    let (wp, yp) = (w.as_ptr(), a.qs.as_ptr() as *const u8);
-    for ib in 0..nb {
-        let b = std::slice::from_raw_parts(wp.add(ib * 20), 20);
-        let d = _mm256_set1_ps(f16_at(b, 0) * *a.d.get_unchecked(ib));
-        mins += f16_at(b, 2) * *a.s.get_unchecked(ib);
-        let qx = nibbles(b.as_ptr().add(4));
-        let qy = _mm256_loadu_si256(yp.add(ib * 32) as *const __m256i);
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8_i8(qx, qy)), acc);
-    }
-    hsum_ps(acc) + mins
+/// Σ u·y over 32 (unsigned, signed) byte pairs with VNNI: the lanes of [`dot_u8_i8`], exactly.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn dot_u8_i8_vnni(u: __m256i, y: __m256i) -> __m256i {
+    _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, y)
 }
 
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_q8_0(w: &[u8], a: &ActRow) -> f32 {
-    let nb = w.len() / 34;
-    debug_assert!(a.qs.len() >= nb * 32 && a.d.len() >= nb);
-    let mut acc = _mm256_setzero_ps();
-    let (wp, yp) = (w.as_ptr(), a.qs.as_ptr() as *const u8);
-    for ib in 0..nb {
-        let b = wp.add(ib * 34);
-        let d = _mm256_set1_ps(f16_at(std::slice::from_raw_parts(b, 2), 0) * *a.d.get_unchecked(ib));
-        let qx = _mm256_loadu_si256(b.add(2) as *const __m256i);
-        let qy = _mm256_loadu_si256(yp.add(ib * 32) as *const __m256i);
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
-    }
-    hsum_ps(acc)
+/// The 32-element-block kernels (Q4_0, Q4_1, Q8_0 and the 4-token Q4_1), written once and
+/// compiled twice: with `maddubs`/`madd` (AVX2) and with VNNI. Both give the same integer
+/// lanes, so the same float results.
+macro_rules! block32_kernels {
+    ($feat:literal, $dot_i8:ident, $dot_u8:ident, $q4_0:ident, $q4_1:ident, $q8_0:ident, $q4_1_x4:ident) => {
+        #[target_feature(enable = $feat)]
+        unsafe fn $q4_0(w: &[u8], a: &ActRow) -> f32 {
+            let nb = w.len() / 18;
+            debug_assert!(a.qs.len() >= nb * 32 && a.d.len() >= nb);
+            let mut acc = _mm256_setzero_ps();
+            let (wp, yp) = (w.as_ptr(), a.qs.as_ptr() as *const u8);
+            for ib in 0..nb {
+                let b = wp.add(ib * 18);
+                let d = _mm256_set1_ps(f16c(b) * *a.d.get_unchecked(ib));
+                let qx = _mm256_sub_epi8(nibbles(b.add(2)), _mm256_set1_epi8(8));
+                let qy = _mm256_loadu_si256(yp.add(ib * 32) as *const __m256i);
+                acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps($dot_i8(qx, qy)), acc);
+            }
+            hsum_ps(acc)
+        }
+
+        #[target_feature(enable = $feat)]
+        unsafe fn $q4_1(w: &[u8], a: &ActRow) -> f32 {
+            let nb = w.len() / 20;
+            debug_assert!(a.qs.len() >= nb * 32 && a.d.len() >= nb && a.s.len() >= nb);
+            let mut acc = _mm256_setzero_ps();
+            let mut mins = 0.0f32;
+            let (wp, yp) = (w.as_ptr(), a.qs.as_ptr() as *const u8);
+            for ib in 0..nb {
+                let b = wp.add(ib * 20);
+                let d = _mm256_set1_ps(f16c(b) * *a.d.get_unchecked(ib));
+                mins += f16c(b.add(2)) * *a.s.get_unchecked(ib);
+                let qx = nibbles(b.add(4));
+                let qy = _mm256_loadu_si256(yp.add(ib * 32) as *const __m256i);
+                acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps($dot_u8(qx, qy)), acc);
+            }
+            hsum_ps(acc) + mins
+        }
+
+        #[target_feature(enable = $feat)]
+        unsafe fn $q8_0(w: &[u8], a: &ActRow) -> f32 {
+            let nb = w.len() / 34;
+            debug_assert!(a.qs.len() >= nb * 32 && a.d.len() >= nb);
+            let mut acc = _mm256_setzero_ps();
+            let (wp, yp) = (w.as_ptr(), a.qs.as_ptr() as *const u8);
+            for ib in 0..nb {
+                let b = wp.add(ib * 34);
+                let d = _mm256_set1_ps(f16c(b) * *a.d.get_unchecked(ib));
+                let qx = _mm256_loadu_si256(b.add(2) as *const __m256i);
+                let qy = _mm256_loadu_si256(yp.add(ib * 32) as *const __m256i);
+                acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps($dot_i8(qx, qy)), acc);
+            }
+            hsum_ps(acc)
+        }
+
+        #[target_feature(enable = $feat)]
+        unsafe fn $q4_1_x4(w: &[u8], a: &[ActRow; 4]) -> [f32; 4] {
+            let nb = w.len() / 20;
+            for r in a {
+                debug_assert!(r.qs.len() >= nb * 32 && r.d.len() >= nb && r.s.len() >= nb);
+            }
+            let mut acc = [_mm256_setzero_ps(); 4];
+            let mut mins = [0.0f32; 4];
+            let wp = w.as_ptr();
+            for ib in 0..nb {
+                let b = wp.add(ib * 20);
+                let (dw, mw) = (f16c(b), f16c(b.add(2)));
+                let qx = nibbles(b.add(4));
+                for k in 0..4 {
+                    let r = &a[k];
+                    let d = _mm256_set1_ps(dw * *r.d.get_unchecked(ib));
+                    mins[k] += mw * *r.s.get_unchecked(ib);
+                    let qy = _mm256_loadu_si256((r.qs.as_ptr() as *const u8).add(ib * 32) as *const __m256i);
+                    acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps($dot_u8(qx, qy)), acc[k]);
+                }
+            }
+            [hsum_ps(acc[0]) + mins[0], hsum_ps(acc[1]) + mins[1], hsum_ps(acc[2]) + mins[2], hsum_ps(acc[3]) + mins[3]]
+        }
+    };
 }
 
-#[target_feature(enable = "avx2,fma")]
+block32_kernels!("avx2,fma,f16c", dot_i8, dot_u8_i8, dot_q4_0, dot_q4_1, dot_q8_0, dot_q4_1_x4);
+block32_kernels!(
+    "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
+    dot_i8_vnni,
+    dot_u8_i8_vnni,
+    dot_q4_0_vnni,
+    dot_q4_1_vnni,
+    dot_q8_0_vnni,
+    dot_q4_1_x4_vnni
+);
+
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q4_k(w: &[u8], a: &ActRow) -> f32 {
     let nb = w.len() / 144;
     debug_assert!(a.qs.len() >= nb * QK_K && a.d.len() >= nb && a.bsums.len() >= nb * 16);
@@ -171,7 +216,7 @@ unsafe fn dot_q4_k(w: &[u8], a: &ActRow) -> f32 {
     let yp = a.qs.as_ptr() as *const u8;
     for ib in 0..nb {
         let b = &w[ib * 144..(ib + 1) * 144];
-        let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+        let (d, dmin) = (f16c(b.as_ptr()), f16c(b.as_ptr().add(2)));
         let scales = &b[4..16];
         let sums = &a.bsums[ib * 16..ib * 16 + 16];
         let mut msum = 0i32;
@@ -197,7 +242,7 @@ unsafe fn dot_q4_k(w: &[u8], a: &ActRow) -> f32 {
     total
 }
 
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q6_k(w: &[u8], a: &ActRow) -> f32 {
     let nb = w.len() / 210;
     debug_assert!(a.qs.len() >= nb * QK_K && a.d.len() >= nb && a.bsums.len() >= nb * 16);
@@ -206,7 +251,7 @@ unsafe fn dot_q6_k(w: &[u8], a: &ActRow) -> f32 {
     let yp = a.qs.as_ptr() as *const u8;
     for ib in 0..nb {
         let b = &w[ib * 210..(ib + 1) * 210];
-        let d = f16_at(b, 208);
+        let d = f16c(b.as_ptr().add(208));
         let sc = &b[192..208];
         let sums = &a.bsums[ib * 16..ib * 16 + 16];
         let mut offset = 0i32;
@@ -249,4 +294,43 @@ unsafe fn dot_q6_k(w: &[u8], a: &ActRow) -> f32 {
         total += *a.d.get_unchecked(ib) * d * (hsum_epi32(sumi) - 32 * offset) as f32;
     }
     total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::tests::random_blocks;
+    use crate::quant::QuantizedActs;
+
+    /// The VNNI kernels are bit-identical to the AVX2 ones (same integer lanes, same float order).
+    #[test]
+    fn vnni_kernels_equal_the_avx2_kernels() {
+        let have = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        if !(have && is_x86_feature_detected!("f16c") && vnni()) {
+            return;
+        }
+        let cols = 1024;
+        let x: Vec<f32> = (0..4 * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
+        for ty in [QuantType::Q4_0, QuantType::Q4_1, QuantType::Q8_0] {
+            let w = random_blocks(ty, cols / 32, 5);
+            let acts = QuantizedActs::new(ty.act_format(), &x, 4);
+            let rows = [acts.row(0), acts.row(1), acts.row(2), acts.row(3)];
+            for r in &rows {
+                // SAFETY: the features were detected above.
+                let (plain, fast) = unsafe {
+                    match ty {
+                        QuantType::Q4_0 => (dot_q4_0(&w, r), dot_q4_0_vnni(&w, r)),
+                        QuantType::Q4_1 => (dot_q4_1(&w, r), dot_q4_1_vnni(&w, r)),
+                        _ => (dot_q8_0(&w, r), dot_q8_0_vnni(&w, r)),
+                    }
+                };
+                assert_eq!(plain.to_bits(), fast.to_bits(), "{ty}");
+            }
+            if ty == QuantType::Q4_1 {
+                // SAFETY: as above.
+                let (plain, fast) = unsafe { (dot_q4_1_x4(&w, &rows), dot_q4_1_x4_vnni(&w, &rows)) };
+                assert_eq!(plain.map(f32::to_bits), fast.map(f32::to_bits));
+            }
+        }
+    }
 }
