@@ -1,0 +1,72 @@
+//! Harbor task directories for synthesized tasks (shared/docs/swe-bench.md §10): the issue
+//! as `instruction.md`, the buggy commit as the environment, a verifier that runs the tests
+//! and writes 1 to `/logs/verifier/reward.txt` iff the SWE-bench v5 resolution is FULL.
+
+use std::path::Path;
+
+use frognano_swe::SweInstance;
+
+fn toml_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+/// Writes `<root>/<instance_id>/` for `inst`; loadable by `frognano_swe::harbor`.
+pub fn write_harbor_task(root: &Path, inst: &SweInstance) -> anyhow::Result<()> {
+    let dir = root.join(&inst.instance_id);
+    std::fs::create_dir_all(dir.join("environment"))?;
+    std::fs::create_dir_all(dir.join("tests"))?;
+    std::fs::write(dir.join("instruction.md"), &inst.problem_statement)?;
+    let synth = inst.extra.get("synth").cloned().unwrap_or_default();
+    let d = &synth["difficulty"];
+    let ops: Vec<String> =
+        synth["operators"].as_array().into_iter().flatten().filter_map(|o| o.as_str()).map(toml_str).collect();
+    let parents: Vec<String> =
+        synth["parents"].as_array().into_iter().flatten().filter_map(|o| o.as_str()).map(toml_str).collect();
+    let toml = format!(
+        "version = \"1.0\"\n\n[metadata]\nsource = \"frognano-synth\"\n\n[metadata.frognano]\nsource_repo = {}\nsource_commit = {}\n\
+family = {}\noperators = [{}]\nseed = {}\nparents = [{}]\nnum_mutations = {}\nfiles = {}\nf2p_count = {}\n\
+entity_complexity = {}\nreference_seconds = {}\nbug_seconds = {}\nissue_generator = {}\n\n\
+[verifier]\ntimeout_sec = 1800.0\n\n[agent]\ntimeout_sec = 3600.0\n\n[environment]\nworkdir = \"/app\"\nallow_internet = false\n",
+        toml_str(synth["source_repo"].as_str().unwrap_or("")),
+        toml_str(synth["source_commit"].as_str().unwrap_or("")),
+        toml_str(synth["family"].as_str().unwrap_or("")),
+        ops.join(", "),
+        synth["seed"].as_u64().unwrap_or(0),
+        parents.join(", "),
+        d["num_mutations"].as_u64().unwrap_or(0),
+        d["files"].as_u64().unwrap_or(0),
+        d["f2p_count"].as_u64().unwrap_or(0),
+        d["entity_complexity"].as_u64().unwrap_or(0),
+        synth["validation"]["reference_seconds"].as_f64().unwrap_or(0.0),
+        synth["validation"]["bug_seconds"].as_f64().unwrap_or(0.0),
+        toml_str(synth["issue"]["generator"].as_str().unwrap_or("template")),
+    );
+    std::fs::write(dir.join("task.toml"), toml)?;
+    let image = inst.image.clone().unwrap_or_else(|| format!("frognano-synth/{}:latest", inst.repo.replace('/', "__")));
+    std::fs::write(
+        dir.join("environment/Dockerfile"),
+        format!(
+            "FROM {image}\nWORKDIR /app\n# The buggy tree is the single orphan commit {commit} of the task repository\n\
+# (refs/heads/task/{id}); no other history is present in the image.\n",
+            commit = inst.base_commit,
+            id = inst.instance_id
+        ),
+    )?;
+    std::fs::write(dir.join("tests/instance.json"), serde_json::to_string_pretty(&inst.to_json())?)?;
+    let test_sh = format!(
+        "#!/bin/bash\n# Runs the tests, grades the log with the SWE-bench v5 rules (frognano eval grade-log),\n\
+# writes 1 to /logs/verifier/reward.txt iff the resolution is FULL.\nset -uo pipefail\nmkdir -p /logs/verifier\ncd /app\n\
+: '>>>>> Start Test Output'\n{cmd} > /logs/verifier/test_output.txt 2>&1\n: '>>>>> End Test Output'\n\
+here=\"$(cd \"$(dirname \"$0\")\" && pwd)\"\n\
+if frognano eval grade-log --instance \"$here/instance.json\" --log /logs/verifier/test_output.txt \\\n\
+    | grep -q '\"resolved\": true'; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n",
+        cmd = inst.test_cmd.as_deref().unwrap_or("true")
+    );
+    std::fs::write(dir.join("tests/test.sh"), test_sh)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.join("tests/test.sh"), std::fs::Permissions::from_mode(0o755))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,18 @@
+//! Task synthesis for FrogNano: a repository in, validated SWE-bench-format bug-fix tasks
+//! out, calibrated to the policy's learnability frontier (shared/docs/task-synthesis.md).
+//!
+//! Layers: [`intake`] (local repo, PyPI sdist, crates.io crate → git commit), [`project`]
+//! (language, test command, environment, sandboxed runs, two-run baseline), [`mutate`]
+//! (tree-sitter bug operators), [`pipeline`] (candidates, validation, orphan buggy commits,
+//! JSONL instances, combinations, resume), [`issue`] (issue text and leak check),
+//! [`harbor`] (Harbor task dirs), [`calibrate`] (pass-rate estimates and the frontier
+//! controller), [`cli`] (`frognano synth`).
+
+pub mod calibrate;
+pub mod cli;
+pub mod harbor;
+pub mod intake;
+pub mod issue;
+pub mod mutate;
+pub mod pipeline;
+pub mod project;

@@ -1,0 +1,784 @@
+//! The synthesis pipeline: candidates → validation in the sandbox → tasks (orphan buggy
+//! commits in a task repository, SWE-bench instances appended to JSONL, Harbor dirs).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use frognano_sandbox::Isolation;
+use frognano_swe::SweInstance;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::intake::{self, git, git_with_input, IntakeRepo, Source};
+use crate::issue::{template_issue, IssueContext};
+use crate::mutate::{self, apply_edits, edits_overlap, Edit, Language, OperatorId};
+use crate::project::{self, Baseline, EnvOptions, TestRun, TestSetup};
+
+/// The changes a candidate makes to one file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileMutation {
+    /// Path relative to the repository root.
+    pub path: String,
+    /// Byte-range edits on the clean file.
+    pub edits: Vec<Edit>,
+}
+
+/// One candidate bug (one operator firing, or a combination of validated bugs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// Stable key: a hash of the base commit and the edits.
+    pub key: String,
+    /// Changed files.
+    pub files: Vec<FileMutation>,
+    /// Operators applied (one per combined bug).
+    pub operators: Vec<OperatorId>,
+    /// `path::Entity` of each mutated entity.
+    pub entities: Vec<String>,
+    /// Largest complexity among the mutated entities.
+    pub complexity: u32,
+    /// The seed the candidate was drawn with.
+    pub seed: u64,
+    /// Instance ids of the validated bugs a combination was built from.
+    pub parents: Vec<String>,
+}
+
+fn hash_hex(parts: &[&[u8]]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p);
+        h.update([0xff]);
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn candidate_key(commit: &str, files: &[FileMutation]) -> String {
+    let body = serde_json::to_vec(files).unwrap_or_default();
+    hash_hex(&[commit.as_bytes(), &body])[..12].to_string()
+}
+
+/// Knobs of candidate generation.
+#[derive(Debug, Clone)]
+pub struct GenOptions {
+    /// Master seed.
+    pub seed: u64,
+    /// Entities simpler than this are skipped.
+    pub min_complexity: u32,
+    /// Operators to use (`None`: the language's whole table).
+    pub operators: Option<Vec<OperatorId>>,
+    /// Cap on the number of single-bug candidates (after a seeded shuffle).
+    pub max_candidates: usize,
+}
+
+/// All single-operator candidates of the non-test source files of `commit`, in a seeded
+/// order. Same inputs → same list.
+pub fn generate_candidates(
+    repo: &Path,
+    commit: &str,
+    lang: Language,
+    opts: &GenOptions,
+) -> anyhow::Result<Vec<Candidate>> {
+    use rand::seq::SliceRandom;
+    use rand::SeedableRng;
+    let table = mutate::operator_table(lang, opts.min_complexity);
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    for path in intake::list_files(repo, commit)? {
+        if Language::of_path(&path) != Some(lang) || project::is_test_path(&path) {
+            continue;
+        }
+        let Ok(source) = intake::read_file_at(repo, commit, &path) else { continue };
+        for entity in mutate::entities(lang, &source) {
+            for spec in &table {
+                if opts.operators.as_ref().is_some_and(|ops| !ops.contains(&spec.id)) {
+                    continue;
+                }
+                let mut rng = mutate::candidate_rng(opts.seed, &path, &entity, spec.id);
+                let Some(edits) = mutate::mutate(lang, &source, &entity, spec, &mut rng) else { continue };
+                let files = vec![FileMutation { path: path.clone(), edits }];
+                let key = candidate_key(commit, &files);
+                if seen.insert(key.clone()) {
+                    out.push(Candidate {
+                        key,
+                        files,
+                        operators: vec![spec.id],
+                        entities: vec![format!("{path}::{}", entity.name)],
+                        complexity: entity.complexity,
+                        seed: opts.seed,
+                        parents: vec![],
+                    });
+                }
+            }
+        }
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(opts.seed);
+    out.shuffle(&mut rng);
+    out.truncate(opts.max_candidates);
+    Ok(out)
+}
+
+/// Why a candidate was not kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum Rejection {
+    /// The edits do not apply to the clean file.
+    EditsDoNotApply,
+    /// A bug run ran past the timeout.
+    Timeout,
+    /// The bug run gave no parseable results (build or collection error).
+    NoResults,
+    /// Baseline tests vanished from the bug run (build or collection error).
+    LostTests {
+        /// How many.
+        count: usize,
+    },
+    /// No baseline test failed.
+    NoFailure,
+    /// No baseline test still passed.
+    NoPassToPass,
+    /// More than the allowed share of tests failed.
+    TooBroad {
+        /// Failing tests.
+        failing: usize,
+        /// Tests run.
+        total: usize,
+    },
+    /// The second bug run classified tests differently.
+    Unstable,
+}
+
+/// A candidate that passed validation.
+#[derive(Debug, Clone)]
+pub struct Validated {
+    /// Tests the fix makes pass.
+    pub fail_to_pass: Vec<String>,
+    /// Tests that keep passing.
+    pub pass_to_pass: Vec<String>,
+    /// The first bug run's log.
+    pub bug_log: String,
+    /// Slower bug run, seconds.
+    pub bug_seconds: f64,
+}
+
+fn classify(run: &TestRun, base: &Baseline, max_f2p_fraction: f64) -> Result<(Vec<String>, Vec<String>), Rejection> {
+    if run.timed_out {
+        return Err(Rejection::Timeout);
+    }
+    if run.statuses.is_empty() {
+        return Err(Rejection::NoResults);
+    }
+    let lost = base.passing.iter().filter(|t| !run.statuses.contains_key(*t)).count();
+    if lost > 0 {
+        return Err(Rejection::LostTests { count: lost });
+    }
+    let mut f2p = Vec::new();
+    let mut p2p = Vec::new();
+    for t in &base.passing {
+        match run.statuses.get(t).map(String::as_str) {
+            Some("FAILED" | "ERROR") => f2p.push(t.clone()),
+            Some("PASSED") => p2p.push(t.clone()),
+            _ => {}
+        }
+    }
+    if f2p.is_empty() {
+        return Err(Rejection::NoFailure);
+    }
+    if p2p.is_empty() {
+        return Err(Rejection::NoPassToPass);
+    }
+    let total = f2p.len() + p2p.len();
+    if f2p.len() as f64 > max_f2p_fraction * total as f64 {
+        return Err(Rejection::TooBroad { failing: f2p.len(), total });
+    }
+    Ok((f2p, p2p))
+}
+
+/// How candidates are run and judged.
+#[derive(Debug, Clone, Copy)]
+pub struct ValidationEnv<'a> {
+    /// Test command and parser.
+    pub setup: &'a TestSetup,
+    /// The clean tree's reference.
+    pub base: &'a Baseline,
+    /// Per-run timeout.
+    pub timeout: Duration,
+    /// Sandbox mode.
+    pub isolation: Isolation,
+    /// Largest share of the run tests a bug may fail.
+    pub max_f2p_fraction: f64,
+}
+
+/// Applies `cand` in the worker tree `dir`, runs the suite twice, restores the files.
+pub fn validate(
+    dir: &Path,
+    clean: &HashMap<String, String>,
+    cand: &Candidate,
+    env: ValidationEnv<'_>,
+) -> anyhow::Result<Result<Validated, Rejection>> {
+    let ValidationEnv { setup, base, timeout, isolation, max_f2p_fraction } = env;
+    let mut written = Vec::new();
+    for fm in &cand.files {
+        let Some(orig) = clean.get(&fm.path) else { return Ok(Err(Rejection::EditsDoNotApply)) };
+        let Some(buggy) = apply_edits(orig, &fm.edits) else { return Ok(Err(Rejection::EditsDoNotApply)) };
+        std::fs::write(dir.join(&fm.path), buggy)?;
+        written.push(fm.path.clone());
+    }
+    let result = (|| -> anyhow::Result<Result<Validated, Rejection>> {
+        let first = project::run_tests(dir, setup, timeout, isolation)?;
+        let (f2p, p2p) = match classify(&first, base, max_f2p_fraction) {
+            Ok(x) => x,
+            Err(r) => return Ok(Err(r)),
+        };
+        let second = project::run_tests(dir, setup, timeout, isolation)?;
+        match classify(&second, base, max_f2p_fraction) {
+            Ok((f2, p2)) if f2 == f2p && p2 == p2p => {}
+            Ok(_) => return Ok(Err(Rejection::Unstable)),
+            Err(Rejection::Timeout) => return Ok(Err(Rejection::Timeout)),
+            Err(_) => return Ok(Err(Rejection::Unstable)),
+        }
+        Ok(Ok(Validated {
+            fail_to_pass: f2p,
+            pass_to_pass: p2p,
+            bug_log: first.log,
+            bug_seconds: first.seconds.max(second.seconds),
+        }))
+    })();
+    for p in written {
+        std::fs::write(dir.join(&p), &clean[&p])?;
+    }
+    result
+}
+
+/// The bare repository holding one orphan buggy commit per task (`refs/heads/task/<id>`).
+#[derive(Debug)]
+pub struct TaskRepo {
+    /// Path of the bare repository (instances' `repo_path`).
+    pub path: PathBuf,
+    base_commit: String,
+}
+
+impl TaskRepo {
+    /// Opens or creates `path` and fetches `commit` from `source`.
+    pub fn open(path: &Path, source: &Path, commit: &str) -> anyhow::Result<TaskRepo> {
+        if !path.join("HEAD").exists() {
+            std::fs::create_dir_all(path)?;
+            git(path, &["init", "-q", "--bare"])?;
+        }
+        let have = git(path, &["cat-file", "-e", &format!("{commit}^{{commit}}")]).is_ok();
+        if !have {
+            let src = source.canonicalize()?;
+            git(path, &["fetch", "-q", "--no-tags", &src.to_string_lossy(), commit])?;
+        }
+        git(path, &["update-ref", "refs/synth/base", commit])?;
+        Ok(TaskRepo { path: path.canonicalize()?, base_commit: commit.to_string() })
+    }
+
+    /// Commits the buggy tree (the clean tree with `files` replaced) as an orphan commit
+    /// under `refs/heads/task/<id>`; returns (buggy commit, gold patch = buggy → clean).
+    pub fn commit_task(&self, id: &str, files: &BTreeMap<String, String>) -> anyhow::Result<(String, String)> {
+        let index = tempfile::NamedTempFile::new()?;
+        let index_path = index.path().to_string_lossy().to_string();
+        let env = [("GIT_INDEX_FILE", index_path.as_str())];
+        git_with_input(&self.path, &["read-tree", &self.base_commit], None, &env)?;
+        for (path, content) in files {
+            let blob = git_with_input(&self.path, &["hash-object", "-w", "--stdin"], Some(content.as_bytes()), &[])?;
+            let ls = git(&self.path, &["ls-tree", &self.base_commit, "--", path])?;
+            let mode = ls.split_whitespace().next().unwrap_or("100644").to_string();
+            git_with_input(
+                &self.path,
+                &["update-index", "--add", "--cacheinfo", &format!("{mode},{blob},{path}")],
+                None,
+                &env,
+            )?;
+        }
+        let tree = git_with_input(&self.path, &["write-tree"], None, &env)?;
+        let commit = git(&self.path, &["commit-tree", &tree, "-m", "Initial commit"])?;
+        git(&self.path, &["update-ref", &format!("refs/heads/task/{id}"), &commit])?;
+        let mut gold = git(&self.path, &["diff", "--no-color", "--no-ext-diff", &commit, &self.base_commit])?;
+        gold.push('\n');
+        Ok((commit, gold))
+    }
+}
+
+/// Everything `synthesize` needs.
+#[derive(Debug, Clone)]
+pub struct SynthOptions {
+    /// Where the code comes from.
+    pub source: Source,
+    /// Output directory (tasks.jsonl, tasks.git, candidates.jsonl, work/, env/).
+    pub out: PathBuf,
+    /// Candidate generation.
+    pub gen: GenOptions,
+    /// Parallel validation workers.
+    pub workers: usize,
+    /// Stop after this many accepted tasks (`None`: validate every candidate).
+    pub max_tasks: Option<usize>,
+    /// Combine this many validated bugs of one file into harder tasks (0 or 1: off).
+    pub combine: usize,
+    /// Cap on combination candidates.
+    pub max_combos: usize,
+    /// Lower bound of the per-run timeout (the timeout is max(this, 3 × reference time)).
+    pub min_timeout: Duration,
+    /// Largest share of the run tests a bug may fail.
+    pub max_f2p_fraction: f64,
+    /// Sandbox mode.
+    pub isolation: Isolation,
+    /// Python interpreter to use as is.
+    pub python: Option<PathBuf>,
+    /// Also write Harbor task directories here.
+    pub harbor: Option<PathBuf>,
+    /// Show a progress bar.
+    pub progress: bool,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SynthSummary {
+    /// Candidates validated in this run.
+    pub candidates_tried: usize,
+    /// Tasks accepted in this run.
+    pub tasks_accepted: usize,
+    /// Candidates skipped because an earlier run decided them.
+    pub resumed_skipped: usize,
+    /// Rejections by reason.
+    pub rejections: BTreeMap<String, usize>,
+    /// Wall-clock seconds of the whole run.
+    pub seconds: f64,
+    /// Seconds spent inside test runs (all workers summed).
+    pub test_seconds: f64,
+    /// The reference suite time.
+    pub reference_seconds: f64,
+    /// Path of the instances file.
+    pub tasks_path: PathBuf,
+}
+
+fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
+    if to.exists() {
+        std::fs::remove_dir_all(to)?;
+    }
+    let out = std::process::Command::new("cp").arg("-a").arg(from).arg(to).output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "copying {} failed: {}",
+        from.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+fn append_jsonl(path: &Path, value: &Value) -> anyhow::Result<()> {
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    writeln!(f, "{}", serde_json::to_string(value)?)?;
+    Ok(())
+}
+
+fn read_jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+fn slug(repo_name: &str) -> String {
+    repo_name.replace('/', "__")
+}
+
+struct Shared<'a> {
+    intake: &'a IntakeRepo,
+    setup: &'a TestSetup,
+    base: &'a Baseline,
+    clean: &'a HashMap<String, String>,
+    task_repo: &'a TaskRepo,
+    base_tree: &'a Path,
+    timeout: Duration,
+    opts: &'a SynthOptions,
+    out_lock: Mutex<()>,
+    accepted: AtomicUsize,
+    summary: Mutex<SynthSummary>,
+    accepted_tasks: Mutex<Vec<(Candidate, String, Vec<String>)>>,
+}
+
+fn candidate_family(c: &Candidate) -> &'static str {
+    if c.parents.is_empty() {
+        "procedural"
+    } else {
+        "combine"
+    }
+}
+
+fn instance_id(repo_name: &str, c: &Candidate) -> String {
+    let kind = if c.parents.is_empty() {
+        c.operators[0].strategy().to_string()
+    } else {
+        format!("combine_{}", c.parents.len())
+    };
+    format!("{}.{}__{}", slug(repo_name), kind, c.key)
+}
+
+fn lines_changed(diff: &str) -> usize {
+    diff.lines()
+        .filter(|l| (l.starts_with('+') && !l.starts_with("+++")) || (l.starts_with('-') && !l.starts_with("---")))
+        .count()
+}
+
+/// Reverses a unified diff produced by git (swaps `-`/`+` lines and the a/b sides).
+fn reverse_diff(diff: &str) -> String {
+    let mut out = String::new();
+    for line in diff.lines() {
+        let l = if let Some(r) = line.strip_prefix("--- ") {
+            format!("+++ {r}")
+        } else if let Some(r) = line.strip_prefix("+++ ") {
+            format!("--- {r}")
+        } else if let Some(r) = line.strip_prefix('-') {
+            format!("+{r}")
+        } else if let Some(r) = line.strip_prefix('+') {
+            format!("-{r}")
+        } else {
+            line.to_string()
+        };
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out
+}
+
+fn build_instance(sh: &Shared<'_>, cand: &Candidate, v: &Validated) -> anyhow::Result<SweInstance> {
+    let id = instance_id(&sh.intake.repo_name, cand);
+    let mut buggy = BTreeMap::new();
+    for fm in &cand.files {
+        let orig = &sh.clean[&fm.path];
+        buggy.insert(
+            fm.path.clone(),
+            apply_edits(orig, &fm.edits).ok_or_else(|| anyhow::anyhow!("edits do not apply"))?,
+        );
+    }
+    let (commit, gold) = sh.task_repo.commit_task(&id, &buggy)?;
+    let bug_diff = reverse_diff(&gold);
+    let operators: Vec<String> = cand.operators.iter().map(|o| o.strategy().to_string()).collect();
+    let entity_names: Vec<String> =
+        cand.entities.iter().map(|e| e.rsplit("::").next().unwrap_or(e).to_string()).collect();
+    let ctx = IssueContext {
+        runner: sh.setup.runner,
+        bug_log: &v.bug_log,
+        fail_to_pass: &v.fail_to_pass,
+        pass_to_pass: &v.pass_to_pass,
+        tree: sh.base_tree,
+        bug_diff: &bug_diff,
+        entities: &entity_names,
+        operators: &operators,
+    };
+    let problem_statement = template_issue(&ctx);
+    let files: BTreeSet<&str> = cand.files.iter().map(|f| f.path.as_str()).collect();
+    let mut extra = serde_json::Map::new();
+    extra.insert(
+        "synth".into(),
+        json!({
+            "source_repo": sh.intake.repo_name,
+            "source_commit": sh.intake.commit,
+            "family": candidate_family(cand),
+            "operators": operators,
+            "seed": cand.seed,
+            "candidate_key": cand.key,
+            "parents": cand.parents,
+            "entities": cand.entities,
+            "mutations": cand.files,
+            "difficulty": {
+                "num_mutations": cand.operators.len(),
+                "files": files.len(),
+                "f2p_count": v.fail_to_pass.len(),
+                "p2p_count": v.pass_to_pass.len(),
+                "entity_complexity": cand.complexity,
+                "lines_changed": lines_changed(&gold),
+                "strong_operators": cand.operators.iter().filter(|o| o.is_strong()).count(),
+            },
+            "validation": {"reference_seconds": sh.base.seconds, "bug_seconds": v.bug_seconds},
+            "issue": {"generator": "template", "prompt_version": "observed-v1"},
+        }),
+    );
+    Ok(SweInstance {
+        instance_id: id,
+        repo: sh.intake.repo_name.clone(),
+        base_commit: commit,
+        patch: gold,
+        test_patch: String::new(),
+        problem_statement,
+        hints_text: String::new(),
+        created_at: String::new(),
+        version: "synth".into(),
+        fail_to_pass: v.fail_to_pass.clone(),
+        pass_to_pass: v.pass_to_pass.clone(),
+        environment_setup_commit: sh.intake.commit.clone(),
+        image: None,
+        eval_script: None,
+        log_parser: Some(sh.setup.log_parser.clone()),
+        eval_type: Some("pass_and_fail".into()),
+        repo_path: Some(sh.task_repo.path.to_string_lossy().to_string()),
+        test_cmd: Some(sh.setup.test_cmd.clone()),
+        setup_commands: Vec::new(),
+        extra,
+    })
+}
+
+fn process(sh: &Shared<'_>, worker_dir: &Path, cand: &Candidate) -> anyhow::Result<()> {
+    if sh.opts.max_tasks.is_some_and(|m| sh.accepted.load(Ordering::SeqCst) >= m) {
+        return Ok(());
+    }
+    let t0 = Instant::now();
+    let env = ValidationEnv {
+        setup: sh.setup,
+        base: sh.base,
+        timeout: sh.timeout,
+        isolation: sh.opts.isolation,
+        max_f2p_fraction: sh.opts.max_f2p_fraction,
+    };
+    let res = validate(worker_dir, sh.clean, cand, env)?;
+    let spent = t0.elapsed().as_secs_f64();
+    let _guard = sh.out_lock.lock().expect("output lock");
+    {
+        let mut s = sh.summary.lock().expect("summary lock");
+        s.candidates_tried += 1;
+        s.test_seconds += spent;
+    }
+    let record = match res {
+        Ok(v) => {
+            if sh.opts.max_tasks.is_some_and(|m| sh.accepted.load(Ordering::SeqCst) >= m) {
+                return Ok(());
+            }
+            let inst = build_instance(sh, cand, &v)?;
+            append_jsonl(&sh.opts.out.join("tasks.jsonl"), &inst.to_json())?;
+            if let Some(h) = &sh.opts.harbor {
+                crate::harbor::write_harbor_task(h, &inst)?;
+            }
+            sh.accepted.fetch_add(1, Ordering::SeqCst);
+            sh.summary.lock().expect("summary lock").tasks_accepted += 1;
+            sh.accepted_tasks.lock().expect("tasks lock").push((
+                cand.clone(),
+                inst.instance_id.clone(),
+                v.fail_to_pass.clone(),
+            ));
+            json!({"key": cand.key, "outcome": "accepted", "instance_id": inst.instance_id})
+        }
+        Err(r) => {
+            let reason = serde_json::to_value(&r)?;
+            let name = reason["reason"].as_str().unwrap_or("rejected").to_string();
+            *sh.summary.lock().expect("summary lock").rejections.entry(name).or_default() += 1;
+            json!({"key": cand.key, "outcome": "rejected", "rejection": reason, "operators": cand.operators})
+        }
+    };
+    append_jsonl(&sh.opts.out.join("candidates.jsonl"), &record)?;
+    Ok(())
+}
+
+/// Combinations of `k` validated bugs of the same file whose edits do not overlap, in a
+/// deterministic order, at most `max` of them.
+pub fn combine_candidates(commit: &str, singles: &[(Candidate, String)], k: usize, max: usize) -> Vec<Candidate> {
+    let mut by_file: BTreeMap<&str, Vec<&(Candidate, String)>> = BTreeMap::new();
+    for s in singles {
+        if s.0.files.len() == 1 && s.0.parents.is_empty() {
+            by_file.entry(s.0.files[0].path.as_str()).or_default().push(s);
+        }
+    }
+    let mut out = Vec::new();
+    for (path, mut group) in by_file {
+        group.sort_by(|a, b| a.1.cmp(&b.1));
+        // Greedy windows over the sorted group: pick the next k mutually disjoint bugs.
+        for start in 0..group.len() {
+            let mut chosen: Vec<&(Candidate, String)> = vec![group[start]];
+            for other in &group[start + 1..] {
+                if chosen.len() == k {
+                    break;
+                }
+                if chosen.iter().all(|c| !edits_overlap(&c.0.files[0].edits, &other.0.files[0].edits)) {
+                    chosen.push(other);
+                }
+            }
+            if chosen.len() < k {
+                continue;
+            }
+            let edits: Vec<Edit> = chosen.iter().flat_map(|c| c.0.files[0].edits.clone()).collect();
+            let files = vec![FileMutation { path: path.to_string(), edits }];
+            out.push(Candidate {
+                key: candidate_key(commit, &files),
+                files,
+                operators: chosen.iter().flat_map(|c| c.0.operators.clone()).collect(),
+                entities: chosen.iter().flat_map(|c| c.0.entities.clone()).collect(),
+                complexity: chosen.iter().map(|c| c.0.complexity).max().unwrap_or(0),
+                seed: chosen[0].0.seed,
+                parents: chosen.iter().map(|c| c.1.clone()).collect(),
+            });
+            if out.len() >= max {
+                return out;
+            }
+        }
+    }
+    out
+}
+
+fn run_batch(
+    sh: &Shared<'_>,
+    workers: &[PathBuf],
+    cands: &[Candidate],
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<()> {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(workers.len()).build()?;
+    let free: Mutex<Vec<PathBuf>> = Mutex::new(workers.to_vec());
+    let first_error: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    pool.scope(|s| {
+        for cand in cands {
+            let (free, first_error) = (&free, &first_error);
+            s.spawn(move |_| {
+                if first_error.lock().expect("error lock").is_some() {
+                    return;
+                }
+                let dir = free.lock().expect("worker lock").pop().expect("one worker dir per thread");
+                if let Err(e) = process(sh, &dir, cand) {
+                    first_error.lock().expect("error lock").get_or_insert(e.context(format!("candidate {}", cand.key)));
+                }
+                free.lock().expect("worker lock").push(dir);
+                bar.inc(1);
+            });
+        }
+    });
+    match first_error.into_inner().expect("error lock") {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Runs the whole pipeline; appends to `out/tasks.jsonl` and skips candidates an earlier
+/// run already decided (resume).
+pub fn synthesize(opts: &SynthOptions) -> anyhow::Result<SynthSummary> {
+    let started = Instant::now();
+    std::fs::create_dir_all(&opts.out)?;
+    let out = opts.out.canonicalize()?;
+    let work = out.join("work");
+    std::fs::create_dir_all(&work)?;
+    let intake = intake::intake(&opts.source, &work)?;
+    let base_tree = work.join("base");
+    if base_tree.exists() {
+        std::fs::remove_dir_all(&base_tree)?;
+    }
+    intake::export_tree(&intake.git_dir, &intake.commit, &base_tree)?;
+    let setup = project::prepare(&base_tree, &EnvOptions { python: opts.python.clone(), env_dir: out.join("env") })?;
+    let lang = setup.language.ok_or_else(|| {
+        anyhow::anyhow!(
+            "{}: {:?} projects have tests but no bug operators yet (Python and Rust only)",
+            intake.repo_name,
+            setup.runner
+        )
+    })?;
+    let probe_timeout = opts.min_timeout.max(Duration::from_secs(600));
+    let base = project::baseline(&base_tree, &setup, probe_timeout, opts.isolation)?;
+    let timeout = opts.min_timeout.max(Duration::from_secs_f64(3.0 * base.seconds));
+    tracing::info!(
+        "baseline: {} passing, {} flaky, {} not passing",
+        base.passing.len(),
+        base.flaky.len(),
+        base.not_passing.len()
+    );
+
+    let cands = generate_candidates(&intake.git_dir, &intake.commit, lang, &opts.gen)?;
+    anyhow::ensure!(
+        !cands.is_empty(),
+        "{}: no bug candidates: no function reaches complexity {} (lower --min-complexity)",
+        intake.repo_name,
+        opts.gen.min_complexity
+    );
+    let done: HashSet<String> = read_jsonl(&out.join("candidates.jsonl"))
+        .iter()
+        .filter_map(|v| v["key"].as_str().map(str::to_string))
+        .collect();
+    let mut clean = HashMap::new();
+    for c in &cands {
+        for f in &c.files {
+            if !clean.contains_key(&f.path) {
+                clean.insert(f.path.clone(), intake::read_file_at(&intake.git_dir, &intake.commit, &f.path)?);
+            }
+        }
+    }
+    let task_repo = TaskRepo::open(&out.join("tasks.git"), &intake.git_dir, &intake.commit)?;
+    let n_workers = opts.workers.max(1);
+    let mut workers = Vec::new();
+    for i in 0..n_workers {
+        let d = work.join(format!("w{i}"));
+        copy_tree(&base_tree, &d)?;
+        workers.push(d);
+    }
+    let previously_accepted = read_jsonl(&out.join("tasks.jsonl")).len();
+    let sh = Shared {
+        intake: &intake,
+        setup: &setup,
+        base: &base,
+        clean: &clean,
+        task_repo: &task_repo,
+        base_tree: &base_tree,
+        timeout,
+        opts,
+        out_lock: Mutex::new(()),
+        accepted: AtomicUsize::new(previously_accepted),
+        summary: Mutex::new(SynthSummary {
+            reference_seconds: base.seconds,
+            tasks_path: out.join("tasks.jsonl"),
+            ..Default::default()
+        }),
+        accepted_tasks: Mutex::new(Vec::new()),
+    };
+    let todo: Vec<Candidate> = cands.iter().filter(|c| !done.contains(&c.key)).cloned().collect();
+    sh.summary.lock().expect("summary lock").resumed_skipped = cands.len() - todo.len();
+    let bar =
+        if opts.progress { indicatif::ProgressBar::new(todo.len() as u64) } else { indicatif::ProgressBar::hidden() };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} candidates {msg} [{elapsed_precise}]")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    run_batch(&sh, &workers, &todo, &bar)?;
+
+    if opts.combine >= 2 {
+        // Combine every validated single bug, from this run and earlier ones.
+        let mut singles: Vec<(Candidate, String)> = Vec::new();
+        for inst in read_jsonl(&out.join("tasks.jsonl")) {
+            let synth = &inst["synth"];
+            if synth["family"] != "procedural" {
+                continue;
+            }
+            let ops: Vec<OperatorId> = synth["operators"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|o| o.as_str().and_then(OperatorId::parse))
+                .collect();
+            if let Ok(files) = serde_json::from_value::<Vec<FileMutation>>(synth["mutations"].clone()) {
+                let cand = Candidate {
+                    key: synth["candidate_key"].as_str().unwrap_or_default().to_string(),
+                    files,
+                    operators: ops,
+                    entities: serde_json::from_value(synth["entities"].clone()).unwrap_or_default(),
+                    complexity: synth["difficulty"]["entity_complexity"].as_u64().unwrap_or(0) as u32,
+                    seed: synth["seed"].as_u64().unwrap_or(0),
+                    parents: vec![],
+                };
+                singles.push((cand, inst["instance_id"].as_str().unwrap_or_default().to_string()));
+            }
+        }
+        let combos: Vec<Candidate> = combine_candidates(&intake.commit, &singles, opts.combine, opts.max_combos)
+            .into_iter()
+            .filter(|c| !done.contains(&c.key))
+            .collect();
+        for c in &combos {
+            for f in &c.files {
+                anyhow::ensure!(clean.contains_key(&f.path), "combination over unknown file {}", f.path);
+            }
+        }
+        bar.inc_length(combos.len() as u64);
+        run_batch(&sh, &workers, &combos, &bar)?;
+    }
+    bar.finish_and_clear();
+    for w in &workers {
+        std::fs::remove_dir_all(w).ok();
+    }
+    let mut summary = sh.summary.into_inner().expect("summary lock");
+    summary.seconds = started.elapsed().as_secs_f64();
+    std::fs::write(out.join("summary.json"), serde_json::to_string_pretty(&summary)?)?;
+    Ok(summary)
+}

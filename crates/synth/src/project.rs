@@ -1,0 +1,344 @@
+//! Project detection, environment set-up and sandboxed test runs: which language, which test
+//! command and log parser, a Python virtualenv or fetched Cargo dependencies, and the
+//! two-run baseline.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command as HostCommand;
+use std::time::{Duration, Instant};
+
+use frognano_sandbox::{Command, Isolation, Sandbox, SandboxSpec};
+
+use crate::mutate::Language;
+
+/// The test framework a project is run with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TestRunner {
+    /// `python -m pytest -rA`.
+    Pytest,
+    /// `python -m unittest -v` (when pytest is not installed).
+    Unittest,
+    /// `cargo test`.
+    Cargo,
+    /// `go test -v ./...`.
+    GoTest,
+}
+
+/// How a project's tests are run and read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestSetup {
+    /// Language the bug operators work on; `None` when no operator set exists (Go).
+    pub language: Option<Language>,
+    /// The framework.
+    pub runner: TestRunner,
+    /// Shell command run at the repository root.
+    pub test_cmd: String,
+    /// frognano-swe parser name for the log.
+    pub log_parser: String,
+}
+
+/// How the environment is prepared.
+#[derive(Debug, Clone)]
+pub struct EnvOptions {
+    /// Use this Python interpreter as is (no virtualenv is created).
+    pub python: Option<PathBuf>,
+    /// Where a virtualenv is created when `python` is not given.
+    pub env_dir: PathBuf,
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+fn walk_files(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+        for e in rd.flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().to_string();
+            if p.is_dir() {
+                if !matches!(name.as_str(), ".git" | "target" | "node_modules" | "__pycache__" | ".venv" | "venv") {
+                    stack.push(p);
+                }
+            } else if let Ok(rel) = p.strip_prefix(root) {
+                out.push(rel.to_string_lossy().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Whether a path is test code (never mutated; its names never appear in issue text).
+pub fn is_test_path(path: &str) -> bool {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    let in_test_dir = path.split('/').any(|c| matches!(c, "tests" | "test" | "testing" | "benches" | "examples"));
+    in_test_dir
+        || file.starts_with("test_")
+        || file.ends_with("_test.py")
+        || file.ends_with("_tests.py")
+        || file == "conftest.py"
+        || file.ends_with("_test.go")
+}
+
+/// Detects the project kind of the exported tree `tree` and prepares its environment
+/// (network is used here, outside the sandbox; test runs later are offline).
+pub fn prepare(tree: &Path, opts: &EnvOptions) -> anyhow::Result<TestSetup> {
+    anyhow::ensure!(tree.is_dir(), "{} is not a directory", tree.display());
+    let files = walk_files(tree);
+    let has = |f: &str| tree.join(f).is_file();
+    if has("Cargo.toml") {
+        return prepare_rust(tree, &files);
+    }
+    let py_files: Vec<&String> = files.iter().filter(|f| f.ends_with(".py")).collect();
+    if !py_files.is_empty() || has("pyproject.toml") || has("setup.py") {
+        return prepare_python(tree, &files, opts);
+    }
+    if has("go.mod") {
+        anyhow::ensure!(
+            files.iter().any(|f| f.ends_with("_test.go")),
+            "{}: Go module without any _test.go file: no tests to validate tasks with",
+            tree.display()
+        );
+        return Ok(TestSetup {
+            language: None,
+            runner: TestRunner::GoTest,
+            test_cmd: "go test -v ./... 2>&1".into(),
+            log_parser: "parse_log_gotest".into(),
+        });
+    }
+    if has("package.json") {
+        anyhow::bail!(
+            "{}: an npm project; `npm test` output has no log parser in frognano-swe yet, so its tasks cannot be graded",
+            tree.display()
+        );
+    }
+    anyhow::bail!("{}: no Python, Rust or Go project found (no .py files, Cargo.toml or go.mod)", tree.display())
+}
+
+fn prepare_rust(tree: &Path, files: &[String]) -> anyhow::Result<TestSetup> {
+    let has_tests = files.iter().any(|f| {
+        f.ends_with(".rs")
+            && (f.starts_with("tests/") || std::fs::read_to_string(tree.join(f)).is_ok_and(|t| t.contains("#[test]")))
+    });
+    anyhow::ensure!(has_tests, "{}: Rust crate without any #[test] function or tests/ file: no tests", tree.display());
+    let out = HostCommand::new("cargo")
+        .arg("fetch")
+        .current_dir(tree)
+        .output()
+        .map_err(|e| anyhow::anyhow!("cannot run cargo: {e}"))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "cargo fetch failed in {}: {}",
+        tree.display(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(TestSetup {
+        language: Some(Language::Rust),
+        runner: TestRunner::Cargo,
+        test_cmd:
+            "CARGO_TARGET_DIR=target CARGO_TERM_COLOR=never RUST_BACKTRACE=0 cargo test --offline --no-fail-fast 2>&1"
+                .into(),
+        log_parser: "parse_log_cargo".into(),
+    })
+}
+
+fn run_host(cmd: &mut HostCommand, what: &str) -> anyhow::Result<()> {
+    let out = cmd.output().map_err(|e| anyhow::anyhow!("cannot run {what}: {e}"))?;
+    anyhow::ensure!(out.status.success(), "{what} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    Ok(())
+}
+
+fn prepare_python(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::Result<TestSetup> {
+    let has_tests = files.iter().any(|f| {
+        let file = f.rsplit('/').next().unwrap_or(f);
+        f.ends_with(".py") && (file.starts_with("test_") || file.ends_with("_test.py") || file == "tests.py")
+    });
+    anyhow::ensure!(
+        has_tests,
+        "{}: Python project without test files (test_*.py, *_test.py or tests.py): no tests to validate tasks with",
+        tree.display()
+    );
+    let python = match &opts.python {
+        Some(p) => {
+            let out = HostCommand::new(p).arg("--version").output();
+            anyhow::ensure!(
+                out.is_ok_and(|o| o.status.success()),
+                "--python {}: not a working Python interpreter",
+                p.display()
+            );
+            p.clone()
+        }
+        None => create_venv(tree, opts)?,
+    };
+    let python = std::fs::canonicalize(&python).unwrap_or(python);
+    let has_pytest = HostCommand::new(&python).args(["-c", "import pytest"]).output().is_ok_and(|o| o.status.success());
+    let mut env = "PYTHONDONTWRITEBYTECODE=1 PYTHONHASHSEED=0 TZ=UTC LC_ALL=C.UTF-8".to_string();
+    if tree.join("src").is_dir() {
+        env.push_str(" PYTHONPATH=src");
+    }
+    let py = shell_quote(&python.to_string_lossy());
+    Ok(if has_pytest {
+        TestSetup {
+            language: Some(Language::Python),
+            runner: TestRunner::Pytest,
+            test_cmd: format!("{env} {py} -m pytest -rA --tb=long -p no:cacheprovider -p no:randomly -o addopts= 2>&1"),
+            log_parser: "parse_log_pytest".into(),
+        }
+    } else {
+        TestSetup {
+            language: Some(Language::Python),
+            runner: TestRunner::Unittest,
+            test_cmd: format!("{env} {py} -m unittest -v 2>&1"),
+            log_parser: "parse_log_django".into(),
+        }
+    })
+}
+
+/// Creates `env_dir/venv` with pytest, the project and its test extras / requirement files.
+fn create_venv(tree: &Path, opts: &EnvOptions) -> anyhow::Result<PathBuf> {
+    let venv = opts.env_dir.join("venv");
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        std::fs::create_dir_all(&opts.env_dir)?;
+        run_host(HostCommand::new("python3").args(["-m", "venv"]).arg(&venv), "python3 -m venv")?;
+        run_host(
+            HostCommand::new(&python).args(["-m", "pip", "install", "--quiet", "pytest"]),
+            "pip install pytest (is PyPI reachable? pass --python to use an existing interpreter)",
+        )?;
+        let packaged = ["pyproject.toml", "setup.py", "setup.cfg"].iter().any(|f| tree.join(f).is_file());
+        if packaged {
+            // The package itself is installed only for its dependencies: tests import the
+            // workspace copy first (cwd / src on sys.path).
+            let with_extras = format!("{}[test,tests,testing]", tree.display());
+            let ok = HostCommand::new(&python)
+                .args(["-m", "pip", "install", "--quiet", &with_extras])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if !ok {
+                let out = HostCommand::new(&python).args(["-m", "pip", "install", "--quiet"]).arg(tree).output();
+                if !out.as_ref().is_ok_and(|o| o.status.success()) {
+                    tracing::warn!("installing {} into the virtualenv failed; tests may not import", tree.display());
+                }
+            }
+        }
+        for req in ["requirements-test.txt", "test-requirements.txt", "requirements/test.txt", "requirements-dev.txt"] {
+            if tree.join(req).is_file() {
+                let out = HostCommand::new(&python)
+                    .args(["-m", "pip", "install", "--quiet", "-r"])
+                    .arg(tree.join(req))
+                    .output();
+                if !out.as_ref().is_ok_and(|o| o.status.success()) {
+                    tracing::warn!("pip install -r {req} failed");
+                }
+            }
+        }
+    }
+    Ok(python)
+}
+
+/// The result of one sandboxed test run.
+#[derive(Debug, Clone)]
+pub struct TestRun {
+    /// Test id → PASSED / FAILED / ERROR / SKIPPED …, in log order.
+    pub statuses: frognano_swe::StatusMap,
+    /// The merged stdout+stderr.
+    pub log: String,
+    /// Killed at the timeout.
+    pub timed_out: bool,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+}
+
+/// Runs the test command in `dir` inside the sandbox.
+pub fn run_tests(dir: &Path, setup: &TestSetup, timeout: Duration, isolation: Isolation) -> anyhow::Result<TestRun> {
+    let spec = SandboxSpec::new(dir)
+        .isolation(isolation)
+        .timeout(timeout)
+        .output_limit(32 << 20)
+        .flood_limit(128 << 20)
+        .env("GIT_CONFIG_COUNT", "1")
+        .env("GIT_CONFIG_KEY_0", "safe.directory")
+        .env("GIT_CONFIG_VALUE_0", "*");
+    let sandbox = Sandbox::new(spec).map_err(|e| anyhow::anyhow!("sandbox: {e}"))?;
+    let started = Instant::now();
+    let out = sandbox
+        .run(&Command::new("bash").arg("-c").arg(format!("exec 2>&1\n{}", setup.test_cmd)).timeout(timeout))
+        .map_err(|e| anyhow::anyhow!("sandbox: {e}"))?;
+    let log = out.stdout;
+    let statuses = frognano_swe::parse_log(&setup.log_parser, &log).map_err(|e| anyhow::anyhow!("log parser: {e}"))?;
+    Ok(TestRun { statuses, log, timed_out: out.timed_out, seconds: started.elapsed().as_secs_f64() })
+}
+
+/// The clean tree's reference: tests that passed in both runs.
+#[derive(Debug, Clone)]
+pub struct Baseline {
+    /// Passed in both reference runs.
+    pub passing: BTreeSet<String>,
+    /// Status differed between the runs: excluded everywhere.
+    pub flaky: BTreeSet<String>,
+    /// Failed (or were skipped) in both runs: grade nothing.
+    pub not_passing: BTreeSet<String>,
+    /// The slower of the two run times.
+    pub seconds: f64,
+}
+
+fn last_lines(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Runs the suite twice on the clean tree in `dir`; errors when the suite cannot run, finds
+/// no tests, times out, or has no test passing.
+pub fn baseline(dir: &Path, setup: &TestSetup, timeout: Duration, isolation: Isolation) -> anyhow::Result<Baseline> {
+    let first = run_tests(dir, setup, timeout, isolation)?;
+    anyhow::ensure!(
+        !first.timed_out,
+        "the test suite ran past the {} s timeout on the clean tree (`{}`)",
+        timeout.as_secs(),
+        setup.test_cmd
+    );
+    anyhow::ensure!(
+        !first.statuses.is_empty(),
+        "the test command found no tests or could not run (`{}`); last output:\n{}",
+        setup.test_cmd,
+        last_lines(&first.log, 15)
+    );
+    let second = run_tests(dir, setup, timeout, isolation)?;
+    anyhow::ensure!(!second.timed_out, "the test suite ran past the {} s timeout on its second run", timeout.as_secs());
+    let mut b = Baseline {
+        passing: BTreeSet::new(),
+        flaky: BTreeSet::new(),
+        not_passing: BTreeSet::new(),
+        seconds: first.seconds.max(second.seconds),
+    };
+    for (id, s1) in &first.statuses {
+        match second.statuses.get(id) {
+            Some(s2) if s1 == s2 && s1 == "PASSED" => {
+                b.passing.insert(id.clone());
+            }
+            Some(s2) if s1 == s2 => {
+                b.not_passing.insert(id.clone());
+            }
+            _ => {
+                b.flaky.insert(id.clone());
+            }
+        }
+    }
+    for id in second.statuses.keys() {
+        if !first.statuses.contains_key(id) {
+            b.flaky.insert(id.clone());
+        }
+    }
+    anyhow::ensure!(
+        !b.passing.is_empty(),
+        "no test passes on the clean tree ({} failing, {} flaky): fix the environment first; last output:\n{}",
+        b.not_passing.len(),
+        b.flaky.len(),
+        last_lines(&first.log, 15)
+    );
+    Ok(b)
+}
