@@ -281,9 +281,8 @@ impl Llama {
     ) -> Vec<f32> {
         let c = &self.cfg;
         let (hq, hkv, dh) = (c.num_heads, c.num_kv_heads, c.head_dim);
-        let mut q = l.wq.matmul(x, t);
-        let mut k = l.wk.matmul(x, t);
-        let mut v = l.wv.matmul(x, t);
+        let [mut q, mut k, mut v]: [Vec<f32>; 3] =
+            Matrix::matmul_many(&[&l.wq, &l.wk, &l.wv], x, t).try_into().expect("three products for three matrices");
         if let Some([bq, bk, bv]) = &l.bias_qkv {
             for (m, b) in [(&mut q, bq), (&mut k, bk), (&mut v, bv)] {
                 for row in m.chunks_exact_mut(b.len()) {
@@ -401,8 +400,8 @@ impl CausalLm for Llama {
             let a = self.attention(l, &x, t, pos0, k, v);
             h.iter_mut().zip(&a).for_each(|(h, a)| *h += a);
             let x = rms_norm(&h, &l.ffn_norm, c.rms_norm_eps);
-            let mut g = l.gate.matmul(&x, t);
-            let u = l.up.matmul(&x, t);
+            let [mut g, u]: [Vec<f32>; 2] =
+                Matrix::matmul_many(&[&l.gate, &l.up], &x, t).try_into().expect("two products for two matrices");
             ggml::swiglu(&mut g, &u, c.intermediate_size);
             let y = l.down.matmul(&g, t);
             h.iter_mut().zip(&y).for_each(|(h, y)| *h += y);

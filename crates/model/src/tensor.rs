@@ -227,6 +227,25 @@ impl Matrix {
         to_f32_vec(self.bytes.as_slice(), self.dtype)
     }
 
+    /// [`Matrix::matmul`] of one input with several matrices of the same width; block-quantized
+    /// ones share one quantized copy of the input and one parallel dispatch
+    /// ([`crate::quant::matmul_many`]). Returns one `[t, rows]` product per matrix.
+    pub fn matmul_many(ms: &[&Matrix], x: &[f32], t: usize) -> Vec<Vec<f32>> {
+        let quant: Option<Vec<crate::quant::QuantMat>> = ms
+            .iter()
+            .map(|m| match m.dtype {
+                DType::Quant(ty) if m.cols == ms[0].cols => {
+                    Some(crate::quant::QuantMat { ty, w: m.bytes.as_slice(), rows: m.rows })
+                }
+                _ => None,
+            })
+            .collect();
+        match quant {
+            Some(qm) if !ms.is_empty() => crate::quant::matmul_many(&qm, ms[0].cols, x, t),
+            _ => ms.iter().map(|m| m.matmul(x, t)).collect(),
+        }
+    }
+
     /// `y[t, r] = Σ_k x[t, k] · W[r, k]` for `t` rows of `x` (`x.len() == t * cols`);
     /// returns `y` as `[t, rows]`.
     pub fn matmul(&self, x: &[f32], t: usize) -> Vec<f32> {

@@ -596,19 +596,61 @@ pub fn dot_kernel_x4(ty: QuantType) -> Option<Dot4Fn> {
 /// Rows of the weight matrix handled by one parallel task.
 const ROW_BLOCK: usize = 16;
 
+/// Below this many multiply-adds a matmul runs on the calling thread: waking the pool costs
+/// more than it saves.
+const SERIAL_WORK: usize = 1 << 17;
+
 /// `y[t, r] = Σ_k x[t, k] · W[r, k]` for a `[rows, cols]` weight matrix of type `ty` stored
 /// row-major in `w`; returns `[t, rows]`.
 pub fn matmul(ty: QuantType, w: &[u8], rows: usize, cols: usize, x: &[f32], t: usize) -> Vec<f32> {
+    matmul_many(&[QuantMat { ty, w, rows }], cols, x, t).pop().expect("one matrix in, one product out")
+}
+
+/// One weight matrix of a [`matmul_many`]: `rows` rows of type `ty`, row-major in `w`.
+#[derive(Debug, Clone, Copy)]
+pub struct QuantMat<'a> {
+    /// Block format.
+    pub ty: QuantType,
+    /// The blocks.
+    pub w: &'a [u8],
+    /// Rows (output features).
+    pub rows: usize,
+}
+
+/// One parallel task: rows `r0..r0 + out.len() / t` of matrix `m`, written `[rows, t]`.
+struct Task<'o> {
+    m: usize,
+    r0: usize,
+    out: &'o mut [f32],
+}
+
+/// [`matmul`] of the same input `x` (`t` rows of `cols`) with several matrices at once, as one
+/// parallel dispatch: the input is quantized once per activation format and shared (q/k/v, or
+/// gate/up, of a layer), and the pool is woken once. Returns one `[t, rows]` product per
+/// matrix; each equals what [`matmul`] gives for that matrix alone.
+pub fn matmul_many(ms: &[QuantMat], cols: usize, x: &[f32], t: usize) -> Vec<Vec<f32>> {
     assert_eq!(x.len(), t * cols, "matmul input length");
-    let rb = ty.row_bytes(cols).expect("matrix width is a whole number of blocks (checked at load)");
-    assert_eq!(w.len(), rows * rb, "matmul weight length");
-    let acts = QuantizedActs::new(ty.act_format(), x, t);
-    let dot = dot_kernel(ty);
-    let dot4 = dot_kernel_x4(ty);
-    let act_rows: Vec<ActRow> = (0..t).map(|i| acts.row(i)).collect();
-    let mut yt = vec![0.0f32; rows * t];
-    yt.par_chunks_mut(ROW_BLOCK * t).enumerate().for_each(|(blk, out)| {
-        let r0 = blk * ROW_BLOCK;
+    let mut acts: Vec<QuantizedActs> = Vec::new();
+    let mut plan = Vec::with_capacity(ms.len());
+    for m in ms {
+        let rb = m.ty.row_bytes(cols).expect("matrix width is a whole number of blocks (checked at load)");
+        assert_eq!(m.w.len(), m.rows * rb, "matmul weight length");
+        let fmt = m.ty.act_format();
+        let ai = match acts.iter().position(|a| a.format == fmt) {
+            Some(i) => i,
+            None => {
+                acts.push(QuantizedActs::new(fmt, x, t));
+                acts.len() - 1
+            }
+        };
+        plan.push((rb, ai, dot_kernel(m.ty), dot_kernel_x4(m.ty)));
+    }
+    let act_rows: Vec<Vec<ActRow>> = acts.iter().map(|a| (0..t).map(|i| a.row(i)).collect()).collect();
+    let mut outs: Vec<Vec<f32>> = ms.iter().map(|m| vec![0.0f32; m.rows * t]).collect();
+    let run = |task: Task| {
+        let (m, (rb, ai, dot, dot4)) = (&ms[task.m], plan[task.m]);
+        let act_rows = &act_rows[ai];
+        let (r0, out) = (task.r0, task.out);
         let nr = out.len() / t;
         let mut tt = 0;
         if let Some(dot4) = dot4 {
@@ -617,7 +659,7 @@ pub fn matmul(ty: QuantType, w: &[u8], rows: usize, cols: usize, x: &[f32], t: u
                 let a4 = [act_rows[tt], act_rows[tt + 1], act_rows[tt + 2], act_rows[tt + 3]];
                 for i in 0..nr {
                     let r = r0 + i;
-                    let y = dot4(&w[r * rb..(r + 1) * rb], &a4);
+                    let y = dot4(&m.w[r * rb..(r + 1) * rb], &a4);
                     out[i * t + tt..i * t + tt + 4].copy_from_slice(&y);
                 }
                 tt += 4;
@@ -626,20 +668,42 @@ pub fn matmul(ty: QuantType, w: &[u8], rows: usize, cols: usize, x: &[f32], t: u
         for (tt, a) in act_rows.iter().enumerate().skip(tt) {
             for i in 0..nr {
                 let r = r0 + i;
-                out[i * t + tt] = dot(&w[r * rb..(r + 1) * rb], a);
+                out[i * t + tt] = dot(&m.w[r * rb..(r + 1) * rb], a);
             }
         }
-    });
-    if t == 1 {
-        return yt;
-    }
-    let mut y = vec![0.0f32; rows * t];
-    for r in 0..rows {
-        for tt in 0..t {
-            y[tt * rows + r] = yt[r * t + tt];
+    };
+    let work: usize = ms.iter().map(|m| m.rows * cols * t).sum();
+    let threads = rayon::current_num_threads();
+    if work < SERIAL_WORK || threads <= 1 {
+        for (mi, out) in outs.iter_mut().enumerate() {
+            run(Task { m: mi, r0: 0, out });
         }
+    } else {
+        // A single token has little work per row: larger blocks, fewer tasks.
+        let block = if t == 1 { 4 * ROW_BLOCK } else { ROW_BLOCK };
+        let mut tasks = Vec::new();
+        for (mi, out) in outs.iter_mut().enumerate() {
+            for (bi, chunk) in out.chunks_mut(block * t).enumerate() {
+                tasks.push(Task { m: mi, r0: bi * block, out: chunk });
+            }
+        }
+        tasks.into_par_iter().for_each(run);
     }
-    y
+    if t == 1 {
+        return outs;
+    }
+    outs.into_iter()
+        .zip(ms)
+        .map(|(yt, m)| {
+            let mut y = vec![0.0f32; m.rows * t];
+            for (r, row) in yt.chunks_exact(t).enumerate() {
+                for (tt, v) in row.iter().enumerate() {
+                    y[tt * m.rows + r] = *v;
+                }
+            }
+            y
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -709,6 +773,35 @@ pub(crate) mod tests {
             assert_eq!(rne(v), v.round_ties_even(), "{v}");
         }
         assert_eq!(rne(1e9), 1e9);
+    }
+
+    #[test]
+    fn matmul_many_equals_separate_matmuls() {
+        let cols = 256;
+        for t in [1, 6] {
+            let x: Vec<f32> = (0..t * cols).map(|i| ((i * 29 % 23) as f32 - 11.0) / 7.0).collect();
+            let tys = [QuantType::Q4_1, QuantType::Q4_K, QuantType::Q6_K, QuantType::Q8_0];
+            let ws: Vec<(QuantType, Vec<u8>, usize)> = tys
+                .iter()
+                .enumerate()
+                .map(|(i, &ty)| {
+                    let rows = 40 + 300 * i;
+                    (ty, random_blocks(ty, rows * cols / ty.block_size(), i as u64), rows)
+                })
+                .collect();
+            let ms: Vec<QuantMat> = ws.iter().map(|(ty, w, rows)| QuantMat { ty: *ty, w, rows: *rows }).collect();
+            let got = matmul_many(&ms, cols, &x, t);
+            for ((ty, w, rows), y) in ws.iter().zip(&got) {
+                assert_eq!(&matmul(*ty, w, *rows, cols, &x, t), y, "{ty} t={t}");
+                let want: Vec<f32> = (0..t)
+                    .flat_map(|tt| {
+                        let a = QuantizedActs::new(ty.act_format(), &x[tt * cols..(tt + 1) * cols], 1);
+                        w.chunks_exact(ty.row_bytes(cols).unwrap()).map(move |r| dot_kernel(*ty)(r, &a.row(0)))
+                    })
+                    .collect();
+                assert_eq!(&want, y, "{ty} t={t} vs single dots");
+            }
+        }
     }
 
     #[test]
