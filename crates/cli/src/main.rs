@@ -17,6 +17,8 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt, streamed to stdout.
     Run(run::RunArgs),
+    /// Talk with a model on the terminal (chat template applied, state kept across turns).
+    Chat(run::ChatArgs),
     /// Print the logits of every position for a list of token ids, as JSON.
     Logits(run::LogitsArgs),
     /// Download a checkpoint from the Hugging Face hub into the local cache.
@@ -34,6 +36,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(a) => run::run(a),
+        Command::Chat(a) => run::chat(a),
         Command::Logits(a) => run::logits(a),
         Command::Pull(a) => pull::pull(a),
         Command::Serve(a) => frognano_serve::run_serve(a),

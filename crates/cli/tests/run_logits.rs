@@ -67,3 +67,24 @@ fn quant_on_load_runs_and_stays_close_to_the_float_model() {
     let q = run(&["--quant", "q8_0"]);
     assert_eq!(f.chars().next(), q.chars().next(), "float {f:?} vs q8_0 {q:?}");
 }
+
+#[test]
+fn chat_keeps_the_conversation_and_reuses_the_earlier_turn() {
+    use std::io::Write;
+    let mut child = bin()
+        .args(["chat", "fixtures/qwen35-tiny", "--temperature", "0", "--max-tokens", "5", "--stats"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"Hello there\nAnd then?\n\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let reused: Vec<usize> =
+        err.lines().filter_map(|l| l.split(" reused)").next()?.rsplit('(').next()?.parse().ok()).collect();
+    assert_eq!(reused.len(), 2, "{err}");
+    assert_eq!(reused[0], 0);
+    assert!(reused[1] > 5, "the second turn reuses the first turn's prompt: {err}");
+}
