@@ -212,6 +212,13 @@ fn commit_archive(archive: &Path, dest: &Path, repo_name: &str) -> anyhow::Resul
     // Ignore Python and Rust build outputs so test runs leave the tree clean.
     let exclude = dest.join(".git/info/exclude");
     std::fs::write(exclude, "__pycache__/\n*.pyc\n/target/\n*.egg-info/\n")?;
+    if dest.join("Cargo.toml").is_file() && !dest.join("Cargo.lock").is_file() {
+        // Pin dependency versions in the commit so every later offline build resolves alike.
+        let out = Command::new("cargo").arg("generate-lockfile").current_dir(dest).output();
+        if !out.as_ref().is_ok_and(|o| o.status.success()) {
+            tracing::warn!("cargo generate-lockfile failed in {}", dest.display());
+        }
+    }
     git(dest, &["add", "-A"])?;
     git(dest, &["commit", "-q", "--allow-empty", "-m", &format!("import {repo_name}")])?;
     let commit = git(dest, &["rev-parse", "HEAD"])?;

@@ -174,7 +174,8 @@ fn prepare_python(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::R
         }
         None => create_venv(tree, opts)?,
     };
-    let python = std::fs::canonicalize(&python).unwrap_or(python);
+    // Absolute but not symlink-resolved: a venv interpreter resolves to its base Python.
+    let python = if python.components().count() > 1 { std::path::absolute(&python)? } else { python };
     let has_pytest = HostCommand::new(&python).args(["-c", "import pytest"]).output().is_ok_and(|o| o.status.success());
     let mut env = "PYTHONDONTWRITEBYTECODE=1 PYTHONHASHSEED=0 TZ=UTC LC_ALL=C.UTF-8".to_string();
     if tree.join("src").is_dir() {
@@ -200,7 +201,13 @@ fn prepare_python(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::R
 
 /// Creates `env_dir/venv` with pytest, the project and its test extras / requirement files.
 fn create_venv(tree: &Path, opts: &EnvOptions) -> anyhow::Result<PathBuf> {
-    let venv = opts.env_dir.join("venv");
+    let venv = std::path::absolute(opts.env_dir.join("venv"))?;
+    anyhow::ensure!(
+        !venv.starts_with("/tmp"),
+        "the virtualenv would live in {}, but sandboxed runs get a private /tmp and could not see it; \
+         choose an output directory outside /tmp (or pass --python)",
+        venv.display()
+    );
     let python = venv.join("bin/python");
     if !python.exists() {
         std::fs::create_dir_all(&opts.env_dir)?;
