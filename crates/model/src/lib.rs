@@ -45,4 +45,25 @@ pub trait CausalLm: Send + Sync {
     /// one only (`[1, vocab]`). An id outside the vocabulary is an error; the cache is then
     /// left unchanged.
     fn forward(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Vec<f32>>;
+
+    /// One decode step for several sequences at once: runs token `id` after whatever each
+    /// `(id, cache)` pair's cache holds (each at its own position) and returns each
+    /// sequence's logits (`[vocab]` per entry, in order). Models implement it so that the
+    /// weights are read once per step for the whole batch instead of once per sequence; the
+    /// default runs [`CausalLm::forward`] per sequence. If any id is outside the vocabulary
+    /// it is an error and no cache is changed.
+    fn forward_batch(&self, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
+        check_batch_ids(batch, self.vocab_size())?;
+        batch.iter_mut().map(|(id, cache)| self.forward(&[*id], cache, false)).collect()
+    }
+}
+
+/// Rejects a batch with a token id outside the vocabulary (before any cache is touched).
+pub(crate) fn check_batch_ids(batch: &[(u32, &mut Cache)], vocab_size: usize) -> Result<()> {
+    match batch.iter().find(|(id, _)| *id as usize >= vocab_size) {
+        Some((bad, _)) => {
+            Err(ModelError::Input(format!("token id {bad} is out of vocabulary (vocab_size {vocab_size})")))
+        }
+        None => Ok(()),
+    }
 }

@@ -279,8 +279,13 @@ impl Llama {
         kc: &mut Vec<f32>,
         vc: &mut Vec<f32>,
     ) -> Vec<f32> {
-        let c = &self.cfg;
-        let (hq, hkv, dh) = (c.num_heads, c.num_kv_heads, c.head_dim);
+        let (q, k, v) = Self::project_qkv(l, x, t);
+        let o = self.attend(q, k, &v, t, pos0, kc, vc);
+        l.wo.matmul(&o, t)
+    }
+
+    /// `x·Wqᵀ (+bq)`, `x·Wkᵀ (+bk)`, `x·Wvᵀ (+bv)` over `t` rows.
+    fn project_qkv(l: &LlamaLayer, x: &[f32], t: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         let [mut q, mut k, mut v]: [Vec<f32>; 3] =
             Matrix::matmul_many(&[&l.wq, &l.wk, &l.wv], x, t).try_into().expect("three products for three matrices");
         if let Some([bq, bk, bv]) = &l.bias_qkv {
@@ -290,6 +295,25 @@ impl Llama {
                 }
             }
         }
+        (q, k, v)
+    }
+
+    /// One sequence's attention core: RoPE on its `t` new queries and keys at positions
+    /// `pos0..`, keys and values appended to its f16 cache, causal attention. Returns
+    /// `[t, heads·dh]` (the input of `Wo`).
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &self,
+        mut q: Vec<f32>,
+        mut k: Vec<f32>,
+        v: &[f32],
+        t: usize,
+        pos0: usize,
+        kc: &mut Vec<f32>,
+        vc: &mut Vec<f32>,
+    ) -> Vec<f32> {
+        let c = &self.cfg;
+        let (hq, hkv, dh) = (c.num_heads, c.num_kv_heads, c.head_dim);
         let angles: Vec<Vec<(f32, f32)>> = (0..t).map(|i| self.rope_angles(pos0 + i)).collect();
         for (i, head) in q.chunks_exact_mut(dh).enumerate() {
             self.rope(head, &angles[i / hq]);
@@ -334,7 +358,7 @@ impl Llama {
                 };
             }
         });
-        l.wo.matmul(&o, t)
+        o
     }
 }
 
@@ -411,5 +435,56 @@ impl CausalLm for Llama {
         let x = rms_norm(rows, &self.norm, c.rms_norm_eps);
         let head = self.output.as_ref().unwrap_or(&self.embed);
         Ok(head.matmul(&x, rows.len() / d))
+    }
+    fn forward_batch(&self, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
+        let c = &self.cfg;
+        let (d, n) = (c.hidden_size, batch.len());
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        crate::check_batch_ids(batch, c.vocab_size)?;
+        for (_, cache) in batch.iter() {
+            if cache.layers.len() != self.layers.len()
+                || !cache.layers.iter().all(|l| matches!(l, LayerCache::Attention { .. }))
+            {
+                return Err(ModelError::Input("cache belongs to a different model".into()));
+            }
+        }
+        // Row i of every activation is sequence i; the matmuls read each weight once for all.
+        let mut h = vec![0.0f32; n * d];
+        for (row, (id, _)) in h.chunks_exact_mut(d).zip(batch.iter()) {
+            self.embed.row_into(*id as usize, row);
+        }
+        let (q_w, kv_w) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+        for (li, l) in self.layers.iter().enumerate() {
+            let x = rms_norm(&h, &l.attn_norm, c.rms_norm_eps);
+            let (q, k, v) = Self::project_qkv(l, &x, n);
+            let outs: Vec<Vec<f32>> = batch
+                .par_iter_mut()
+                .enumerate()
+                .map(|(i, (_, cache))| {
+                    let pos0 = cache.pos;
+                    let LayerCache::Attention { k: kc, v: vc } = &mut cache.layers[li] else {
+                        unreachable!("checked above")
+                    };
+                    let (qi, ki) = (q[i * q_w..(i + 1) * q_w].to_vec(), k[i * kv_w..(i + 1) * kv_w].to_vec());
+                    self.attend(qi, ki, &v[i * kv_w..(i + 1) * kv_w], 1, pos0, kc, vc)
+                })
+                .collect();
+            let a = l.wo.matmul(&outs.concat(), n);
+            h.iter_mut().zip(&a).for_each(|(h, a)| *h += a);
+            let x = rms_norm(&h, &l.ffn_norm, c.rms_norm_eps);
+            let [mut g, u]: [Vec<f32>; 2] =
+                Matrix::matmul_many(&[&l.gate, &l.up], &x, n).try_into().expect("two products for two matrices");
+            ggml::swiglu(&mut g, &u, c.intermediate_size);
+            let y = l.down.matmul(&g, n);
+            h.iter_mut().zip(&y).for_each(|(h, y)| *h += y);
+        }
+        for (_, cache) in batch.iter_mut() {
+            cache.pos += 1;
+        }
+        let x = rms_norm(&h, &self.norm, c.rms_norm_eps);
+        let head = self.output.as_ref().unwrap_or(&self.embed);
+        Ok(head.matmul(&x, n).chunks_exact(c.vocab_size).map(<[f32]>::to_vec).collect())
     }
 }

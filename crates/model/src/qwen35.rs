@@ -230,20 +230,28 @@ impl Qwen35 {
     }
 }
 
+/// One sequence's rows in a (possibly batched) pass: `rows` new tokens at positions
+/// `pos0..` and that sequence's state for the current layer. Projections and the MLP run over
+/// the rows of all segments together; only attention and the recurrent step run per segment.
+struct Segment<'a> {
+    rows: usize,
+    pos0: usize,
+    state: &'a mut LayerCache,
+}
+
+/// `x[r0·w .. (r0+rows)·w]`, copied.
+fn rows_of(x: &[f32], r0: usize, rows: usize, w: usize) -> Vec<f32> {
+    x[r0 * w..(r0 + rows) * w].to_vec()
+}
+
 impl GatedAttention {
-    /// Attention over `t` new tokens at positions `pos0..`, appending to the KV cache.
-    fn forward(
-        &self,
-        x: &[f32],
-        t: usize,
-        pos0: usize,
-        k_cache: &mut Vec<f32>,
-        v_cache: &mut Vec<f32>,
-        m: &Qwen35,
-    ) -> Vec<f32> {
+    /// Attention over the rows of every segment (each at its own positions, appending to its
+    /// own KV cache). `x` is `[Σ rows, d]`.
+    fn forward(&self, x: &[f32], segs: &mut [Segment<'_>], m: &Qwen35) -> Vec<f32> {
         let act = m.act;
         let c = &m.cfg;
         let (hq, hkv, dh) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let t: usize = segs.iter().map(|s| s.rows).sum();
         let eps = m.eps();
         let mut qg = self.q_proj.matmul(x, t);
         act.round(&mut qg);
@@ -262,39 +270,23 @@ impl GatedAttention {
         act.round(&mut k);
         let mut v = self.v_proj.matmul(x, t);
         act.round(&mut v);
-        for (i, head) in q.chunks_exact_mut(dh).enumerate() {
-            m.rope.apply(head, pos0 + i / hq, act);
+        let mut r0 = 0;
+        let mut work = Vec::with_capacity(segs.len());
+        for seg in segs.iter_mut() {
+            let LayerCache::Attention { k: kc, v: vc } = &mut *seg.state else {
+                unreachable!("cache layout checked by the caller")
+            };
+            let (qs, ks, vs) = (
+                rows_of(&q, r0, seg.rows, hq * dh),
+                rows_of(&k, r0, seg.rows, hkv * dh),
+                rows_of(&v, r0, seg.rows, hkv * dh),
+            );
+            work.push((qs, ks, vs, seg.rows, seg.pos0, kc, vc));
+            r0 += seg.rows;
         }
-        for (i, head) in k.chunks_exact_mut(dh).enumerate() {
-            m.rope.apply(head, pos0 + i / hkv, act);
-        }
-        k_cache.extend_from_slice(&k);
-        v_cache.extend_from_slice(&v);
-        let total = pos0 + t;
-        let (kc, vc) = (&*k_cache, &*v_cache);
-        let group = hq / hkv;
-        let scale = 1.0 / (dh as f32).sqrt();
-        // o[i, h, :] for every (token, head), in parallel.
-        let mut o = vec![0.0f32; t * hq * dh];
-        o.par_chunks_mut(dh).enumerate().for_each(|(idx, oh)| {
-            let (i, h) = (idx / hq, idx % hq);
-            let kvh = h / group;
-            let qh = &q[idx * dh..(idx + 1) * dh];
-            let n = pos0 + i + 1; // causal: keys 0..=pos
-            let mut s: Vec<f32> = (0..n)
-                .map(|j| act.r(crate::tensor::dot(qh, &kc[(j * hkv + kvh) * dh..(j * hkv + kvh + 1) * dh]) * scale))
-                .collect();
-            softmax(&mut s);
-            for (j, p) in s.iter().enumerate() {
-                let p = act.r(*p);
-                let vr = &vc[(j * hkv + kvh) * dh..(j * hkv + kvh + 1) * dh];
-                for (e, vv) in oh.iter_mut().zip(vr) {
-                    *e += p * vv;
-                }
-            }
-            act.round(oh);
-        });
-        debug_assert_eq!(kc.len(), total * hkv * dh);
+        let outs: Vec<Vec<f32>> =
+            work.into_par_iter().map(|(q, k, v, rows, pos0, kc, vc)| attend(q, k, &v, rows, pos0, kc, vc, m)).collect();
+        let mut o = outs.concat();
         for (e, gt) in o.iter_mut().zip(&gate) {
             *e = act.r(*e * act.r(sigmoid(*gt)));
         }
@@ -304,11 +296,115 @@ impl GatedAttention {
     }
 }
 
+/// One sequence's attention: RoPE on its `t` new queries and keys at positions `pos0..`, keys
+/// and values appended to its cache, causal softmax attention over the cache. Returns
+/// `[t, Hq·dh]` before the output gate.
+#[allow(clippy::too_many_arguments)]
+fn attend(
+    mut q: Vec<f32>,
+    mut k: Vec<f32>,
+    v: &[f32],
+    t: usize,
+    pos0: usize,
+    k_cache: &mut Vec<f32>,
+    v_cache: &mut Vec<f32>,
+    m: &Qwen35,
+) -> Vec<f32> {
+    let act = m.act;
+    let c = &m.cfg;
+    let (hq, hkv, dh) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+    for (i, head) in q.chunks_exact_mut(dh).enumerate() {
+        m.rope.apply(head, pos0 + i / hq, act);
+    }
+    for (i, head) in k.chunks_exact_mut(dh).enumerate() {
+        m.rope.apply(head, pos0 + i / hkv, act);
+    }
+    k_cache.extend_from_slice(&k);
+    v_cache.extend_from_slice(v);
+    let total = pos0 + t;
+    let (kc, vc) = (&*k_cache, &*v_cache);
+    let group = hq / hkv;
+    let scale = 1.0 / (dh as f32).sqrt();
+    // o[i, h, :] for every (token, head), in parallel.
+    let mut o = vec![0.0f32; t * hq * dh];
+    o.par_chunks_mut(dh).enumerate().for_each(|(idx, oh)| {
+        let (i, h) = (idx / hq, idx % hq);
+        let kvh = h / group;
+        let qh = &q[idx * dh..(idx + 1) * dh];
+        let n = pos0 + i + 1; // causal: keys 0..=pos
+        let mut s: Vec<f32> = (0..n)
+            .map(|j| act.r(crate::tensor::dot(qh, &kc[(j * hkv + kvh) * dh..(j * hkv + kvh + 1) * dh]) * scale))
+            .collect();
+        softmax(&mut s);
+        for (j, p) in s.iter().enumerate() {
+            let p = act.r(*p);
+            let vr = &vc[(j * hkv + kvh) * dh..(j * hkv + kvh + 1) * dh];
+            for (e, vv) in oh.iter_mut().zip(vr) {
+                *e += p * vv;
+            }
+        }
+        act.round(oh);
+    });
+    debug_assert_eq!(kc.len(), total * hkv * dh);
+    o
+}
+
+/// One segment's projected DeltaNet inputs (rows of `[q;k;v]`, `z`, `b`, `a`).
+struct DeltaRows {
+    mix: Vec<f32>,
+    z: Vec<f32>,
+    b: Vec<f32>,
+    a: Vec<f32>,
+}
+
 impl GatedDeltaNet {
-    /// DeltaNet over `t` new tokens, advancing the conv and recurrent state.
-    fn forward(
+    /// DeltaNet over the rows of every segment, advancing each one's conv and recurrent state.
+    /// `x` is `[Σ rows, d]`.
+    fn forward(&self, x: &[f32], segs: &mut [Segment<'_>], m: &Qwen35) -> Vec<f32> {
+        let act = m.act;
+        let c = &m.cfg;
+        let (hv, dv) = (c.linear_num_value_heads, c.linear_value_head_dim);
+        let t: usize = segs.iter().map(|s| s.rows).sum();
+        let mut mix = self.in_proj_qkv.matmul(x, t);
+        act.round(&mut mix);
+        let mut z = self.in_proj_z.matmul(x, t);
+        act.round(&mut z);
+        let mut b = self.in_proj_b.matmul(x, t);
+        act.round(&mut b);
+        let mut a = self.in_proj_a.matmul(x, t);
+        act.round(&mut a);
+        let mut r0 = 0;
+        let mut work = Vec::with_capacity(segs.len());
+        for seg in segs.iter_mut() {
+            let LayerCache::Linear { conv, state } = &mut *seg.state else {
+                unreachable!("cache layout checked by the caller")
+            };
+            let rows = DeltaRows {
+                mix: rows_of(&mix, r0, seg.rows, c.conv_dim()),
+                z: rows_of(&z, r0, seg.rows, hv * dv),
+                b: rows_of(&b, r0, seg.rows, hv),
+                a: rows_of(&a, r0, seg.rows, hv),
+            };
+            // The recurrent form for one token after a prefix, the chunked one otherwise.
+            let decode = seg.rows == 1 && seg.pos0 > 0;
+            work.push((rows, seg.rows, conv, state, decode));
+            r0 += seg.rows;
+        }
+        let outs: Vec<Vec<f32>> = work
+            .into_par_iter()
+            .map(|(rows, t, conv, state, decode)| self.step(rows, t, conv, state, m, decode))
+            .collect();
+        let o = outs.concat();
+        let mut y = self.out_proj.matmul(&o, t);
+        act.round(&mut y);
+        y
+    }
+
+    /// One sequence's conv, delta rule and gated norm over its `t` projected rows; returns
+    /// `[t, Hv·dv]`, the input of `out_proj`.
+    fn step(
         &self,
-        x: &[f32],
+        rows: DeltaRows,
         t: usize,
         conv_state: &mut [f32],
         state: &mut [f32],
@@ -320,14 +416,7 @@ impl GatedDeltaNet {
         let (hk, hv, dk, dv) =
             (c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim);
         let (key_dim, conv_dim) = (c.key_dim(), c.conv_dim());
-        let mut mix = self.in_proj_qkv.matmul(x, t);
-        act.round(&mut mix);
-        let mut z = self.in_proj_z.matmul(x, t);
-        act.round(&mut z);
-        let mut b = self.in_proj_b.matmul(x, t);
-        act.round(&mut b);
-        let mut a = self.in_proj_a.matmul(x, t);
-        act.round(&mut a);
+        let DeltaRows { mix, z, b, a } = rows;
         // Causal conv + SiLU, computed in dt.
         let mut conv = causal_conv1d(&mix, conv_state, &self.conv1d, conv_dim, c.linear_conv_kernel_dim);
         act.round(&mut conv);
@@ -374,9 +463,75 @@ impl GatedDeltaNet {
                 *e = act.r(n * silu(*zz));
             }
         }
-        let mut y = self.out_proj.matmul(&o, t);
-        act.round(&mut y);
-        y
+        o
+    }
+}
+
+impl Qwen35 {
+    /// Fails unless every cache has this model's layer layout.
+    fn check_caches<'c>(&self, caches: impl IntoIterator<Item = &'c Cache>) -> Result<()> {
+        for cache in caches {
+            let fits = cache.layers.len() == self.layers.len()
+                && self.layers.iter().zip(&cache.layers).all(|(l, lc)| {
+                    matches!(
+                        (&l.mixer, lc),
+                        (Mixer::Attention(_), LayerCache::Attention { .. })
+                            | (Mixer::DeltaNet(_), LayerCache::Linear { .. })
+                    )
+                });
+            if !fits {
+                return Err(ModelError::Input("cache belongs to a different model".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The decoder stack over `ids`, split into per-sequence segments: `segs[i] = (rows,
+    /// cache)` takes the next `rows` ids. Returns the last hidden states `[ids.len(), d]` and
+    /// advances every cache. Ids and cache layouts must have been checked.
+    fn decode_layers(&self, ids: &[u32], segs: &mut [(usize, &mut Cache)]) -> Vec<f32> {
+        let d = self.cfg.hidden_size;
+        let t = ids.len();
+        let act = self.act;
+        let mut h = Vec::with_capacity(t * d);
+        for &id in ids {
+            h.extend(self.embed_tokens.row(id as usize));
+        }
+        for (li, layer) in self.layers.iter().enumerate() {
+            let mut u = rms_norm(&h, &layer.input_norm, self.eps());
+            act.round(&mut u);
+            let mut parts: Vec<Segment<'_>> = segs
+                .iter_mut()
+                .map(|(rows, cache)| Segment { rows: *rows, pos0: cache.pos, state: &mut cache.layers[li] })
+                .collect();
+            let u = match &layer.mixer {
+                Mixer::Attention(a) => a.forward(&u, &mut parts, self),
+                Mixer::DeltaNet(n) => n.forward(&u, &mut parts, self),
+            };
+            for (a, b) in h.iter_mut().zip(&u) {
+                *a = act.r(*a + b);
+            }
+            let mut u = rms_norm(&h, &layer.post_attention_norm, self.eps());
+            act.round(&mut u);
+            let u = layer.mlp.forward(&u, t, act);
+            for (a, b) in h.iter_mut().zip(&u) {
+                *a = act.r(*a + b);
+            }
+        }
+        for (rows, cache) in segs.iter_mut() {
+            cache.pos += *rows;
+        }
+        h
+    }
+
+    /// Final norm and output head over `n` hidden rows.
+    fn logits(&self, rows: &[f32], n: usize) -> Vec<f32> {
+        let mut x = rms_norm(rows, &self.norm, self.eps());
+        self.act.round(&mut x);
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
+        let mut logits = head.matmul(&x, n);
+        self.act.round(&mut logits);
+        logits
     }
 }
 
@@ -417,42 +572,22 @@ impl CausalLm for Qwen35 {
                 self.cfg.vocab_size
             )));
         }
-        if cache.layers.len() != self.layers.len() {
-            return Err(ModelError::Input("cache belongs to a different model".into()));
-        }
-        let act = self.act;
-        let pos0 = cache.pos;
-        let decode = t == 1 && pos0 > 0;
-        let mut h = Vec::with_capacity(t * d);
-        for &id in ids {
-            h.extend(self.embed_tokens.row(id as usize));
-        }
-        for (layer, lc) in self.layers.iter().zip(cache.layers.iter_mut()) {
-            let mut u = rms_norm(&h, &layer.input_norm, self.eps());
-            act.round(&mut u);
-            let u = match (&layer.mixer, lc) {
-                (Mixer::Attention(a), LayerCache::Attention { k, v }) => a.forward(&u, t, pos0, k, v, self),
-                (Mixer::DeltaNet(n), LayerCache::Linear { conv, state }) => n.forward(&u, t, conv, state, self, decode),
-                _ => return Err(ModelError::Input("cache layout does not match the model's layer types".into())),
-            };
-            for (a, b) in h.iter_mut().zip(&u) {
-                *a = act.r(*a + b);
-            }
-            let mut u = rms_norm(&h, &layer.post_attention_norm, self.eps());
-            act.round(&mut u);
-            let u = layer.mlp.forward(&u, t, act);
-            for (a, b) in h.iter_mut().zip(&u) {
-                *a = act.r(*a + b);
-            }
-        }
-        cache.pos += t;
+        self.check_caches([&*cache])?;
+        let h = self.decode_layers(ids, &mut [(t, cache)]);
         let rows = if all_logits { &h[..] } else { &h[(t - 1) * d..] };
-        let n = rows.len() / d;
-        let mut x = rms_norm(rows, &self.norm, self.eps());
-        act.round(&mut x);
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
-        let mut logits = head.matmul(&x, n);
-        act.round(&mut logits);
-        Ok(logits)
+        Ok(self.logits(rows, rows.len() / d))
+    }
+
+    fn forward_batch(&self, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        crate::check_batch_ids(batch, self.cfg.vocab_size)?;
+        self.check_caches(batch.iter().map(|(_, c)| &**c))?;
+        let ids: Vec<u32> = batch.iter().map(|(id, _)| *id).collect();
+        let mut segs: Vec<(usize, &mut Cache)> = batch.iter_mut().map(|(_, c)| (1, &mut **c)).collect();
+        let h = self.decode_layers(&ids, &mut segs);
+        let logits = self.logits(&h, ids.len());
+        Ok(logits.chunks_exact(self.cfg.vocab_size).map(<[f32]>::to_vec).collect())
     }
 }
