@@ -63,9 +63,12 @@ fn qwen35_gguf_f32_equals_the_safetensors_path() {
 
 #[test]
 fn qwen35_gguf_bf16_equals_the_bf16_safetensors_weights() {
-    // The bf16 GGUF holds the same bf16 weights as the bf16 checkpoint (norms and small
-    // parameters widened to f32 by the converter). llama.cpp computes activations in f32, so
-    // we compare against the safetensors weights run with f32 activations.
+    // The bf16 GGUF holds the same bf16 weights as the bf16 checkpoint, except that the
+    // converter widened norms and the small gate projections to f32. llama.cpp computes
+    // activations in f32, so we compare against the safetensors weights run with f32
+    // activations. A bf16 weight meets its activations rounded to bf16 (as llama.cpp's BF16
+    // dot does), an f32 weight meets them unrounded: the two runs differ by bf16 rounding of
+    // some matmul inputs, so they must agree to bf16 precision and pick the same tokens.
     let bf = qwen35_from_gguf(&GgufFile::open(repo("fixtures/qwen35-tiny-bf16.gguf")).unwrap()).unwrap();
     assert_eq!(bf.embed_tokens.dtype, frognano_model::tensor::DType::BF16);
     let mut st = Qwen35::from_safetensors(&repo("fixtures/qwen35-tiny-bf16")).unwrap();
@@ -73,9 +76,16 @@ fn qwen35_gguf_bf16_equals_the_bf16_safetensors_weights() {
     let ids = golden_ids("qwen35-tiny");
     let a = bf.forward(&ids, &mut bf.new_cache(), true).unwrap();
     let b = st.forward(&ids, &mut st.new_cache(), true).unwrap();
-    let scale = b.iter().fold(1.0f32, |m, v| m.max(v.abs()));
-    let d = max_abs_diff(&a, &b);
-    assert!(d <= 1e-4 * scale.min(10.0), "bf16 GGUF logits differ from the bf16 checkpoint by {d}");
+    let vocab = bf.vocab_size();
+    let (mut agree, mut worst) = (0, 0f32);
+    for t in 0..ids.len() {
+        let (x, y) = (&a[t * vocab..(t + 1) * vocab], &b[t * vocab..(t + 1) * vocab]);
+        let scale = y.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+        worst = worst.max(max_abs_diff(x, y) / scale);
+        agree += (argmax(x) == argmax(y)) as usize;
+    }
+    assert!(worst <= 1e-2, "bf16 GGUF logits differ from the bf16 checkpoint by {worst} of the row scale");
+    assert!(agree * 100 >= 97 * ids.len(), "argmax agrees on {agree}/{} positions", ids.len());
 }
 
 #[test]

@@ -39,6 +39,18 @@ pub fn gemm(w: Rows, rows: usize, cols: usize, x: &[f32], t: usize, out: &mut [f
     assert!(w.bytes().len() >= rows * cols * w.elem() && x.len() >= t * cols && out.len() >= rows * t);
     #[cfg(target_arch = "x86_64")]
     {
+        if matches!(w, Rows::BF16(_))
+            && std::arch::is_x86_feature_detected!("avx512bf16")
+            && std::arch::is_x86_feature_detected!("avx512f")
+        {
+            // bf16 × bf16 pairs with f32 accumulation (as llama.cpp's BF16 path and torch's
+            // bf16 matmul do): activations are rounded to bf16 once, which for a bf16 model
+            // changes nothing (its activations already are bf16 values).
+            let xb: Vec<u16> = x[..t * cols].iter().map(|v| half::bf16::from_f32(*v).to_bits()).collect();
+            // SAFETY: the features are present; bounds were checked above.
+            unsafe { x86::gemm_avx512_bf16(w.bytes(), rows, cols, &xb, t, out) };
+            return;
+        }
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: the feature is present; bounds were checked above.
             unsafe { x86::gemm_avx512(w, rows, cols, x, t, out) };
@@ -167,6 +179,79 @@ mod x86 {
         }
     }
 
+    /// One tile of R weight rows × N tokens, both bf16, 32 elements per step.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    unsafe fn tile_bf16<const R: usize, const N: usize>(
+        w: &[u8],
+        r0: usize,
+        j0: usize,
+        cols: usize,
+        x: &[u16],
+        t: usize,
+        out: &mut [f32],
+    ) {
+        let mut wp = [w.as_ptr(); R];
+        for (i, p) in wp.iter_mut().enumerate() {
+            *p = w.as_ptr().add((r0 + i) * cols * 2);
+        }
+        let mut xp = [x.as_ptr(); N];
+        for (j, p) in xp.iter_mut().enumerate() {
+            *p = x.as_ptr().add((j0 + j) * cols);
+        }
+        let mut acc = [[_mm512_setzero_ps(); N]; R];
+        let main = cols / 32 * 32;
+        let mut k = 0;
+        while k < main {
+            let mut xv = [_mm512_setzero_si512(); N];
+            for j in 0..N {
+                xv[j] = _mm512_loadu_si512(xp[j].add(k) as *const __m512i);
+            }
+            for i in 0..R {
+                let wv: __m512bh = std::mem::transmute(_mm512_loadu_si512(wp[i].add(2 * k) as *const __m512i));
+                for j in 0..N {
+                    acc[i][j] = _mm512_dpbf16_ps(acc[i][j], wv, std::mem::transmute::<__m512i, __m512bh>(xv[j]));
+                }
+            }
+            k += 32;
+        }
+        for i in 0..R {
+            for j in 0..N {
+                let mut s = _mm512_reduce_add_ps(acc[i][j]);
+                for kk in main..cols {
+                    let wb = u16::from_le_bytes([*wp[i].add(2 * kk), *wp[i].add(2 * kk + 1)]);
+                    s += f32::from_bits((wb as u32) << 16) * f32::from_bits((*xp[j].add(kk) as u32) << 16);
+                }
+                out[(r0 + i) * t + j0 + j] = s;
+            }
+        }
+    }
+
+    /// AVX-512 BF16 entry point: `x` already rounded to bf16.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub unsafe fn gemm_avx512_bf16(w: &[u8], rows: usize, cols: usize, x: &[u16], t: usize, out: &mut [f32]) {
+        let full = rows / 4 * 4;
+        let mut j = 0;
+        while j < t {
+            let n = if t - j >= 4 { 4 } else { 1 };
+            let mut r = 0;
+            while r < full {
+                if n == 4 {
+                    tile_bf16::<4, 4>(w, r, j, cols, x, t, out);
+                } else {
+                    tile_bf16::<4, 1>(w, r, j, cols, x, t, out);
+                }
+                r += 4;
+            }
+            for r in full..rows {
+                for jj in j..j + n {
+                    tile_bf16::<1, 1>(w, r, jj, cols, x, t, out);
+                }
+            }
+            j += n;
+        }
+    }
+
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn load8<const BF16: bool>(p: *const u8, k: usize) -> __m256 {
@@ -284,7 +369,10 @@ mod tests {
         let mut shifted = vec![0u8; 1];
         shifted.extend_from_slice(&bytes);
         let w = if bf16 { Rows::BF16(&shifted[1..]) } else { Rows::F32(&shifted[1..]) };
-        let x: Vec<f32> = (0..t * cols).map(|i| ((i * 31 % 101) as f32 / 50.0) - 1.0).collect();
+        // Activations that are bf16 values (as in a bf16 model), so every kernel sees the same
+        // inputs.
+        let x: Vec<f32> =
+            (0..t * cols).map(|i| half::bf16::from_f32(((i * 31 % 101) as f32 / 50.0) - 1.0).to_f32()).collect();
         let mut fast = vec![0.0; rows * t];
         let mut slow = vec![0.0; rows * t];
         gemm(w, rows, cols, &x, t, &mut fast);
@@ -297,7 +385,9 @@ mod tests {
     #[test]
     fn fast_kernels_equal_the_reference_on_ragged_shapes() {
         for bf16 in [false, true] {
-            for (rows, cols, t) in [(1, 1, 1), (4, 16, 4), (7, 37, 5), (9, 64, 1), (13, 200, 9), (5, 8, 2)] {
+            for (rows, cols, t) in
+                [(1, 1, 1), (4, 16, 4), (7, 37, 5), (9, 64, 1), (13, 200, 9), (5, 8, 2), (8, 96, 6), (4, 33, 4)]
+            {
                 case(rows, cols, t, bf16);
             }
         }
