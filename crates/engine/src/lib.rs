@@ -2,10 +2,11 @@
 //!
 //! Prompts in, tokens out: [`sampler`] (temperature, top-k, top-p, min-p, repetition
 //! penalty, seeds, log-probabilities) and [`session`] (state kept across calls so a
-//! conversation only runs its new tokens; recurrent-state snapshots for hybrid models).
+//! conversation only runs its new tokens; recurrent-state snapshots for hybrid models;
+//! [`Session::start`] + [`decode_step`] to decode many sessions in one batched forward).
 
 pub mod sampler;
 pub mod session;
 
 pub use sampler::{SamplingParams, TokenChoice};
-pub use session::{EngineError, FinishReason, GenerateRequest, Generation, Session};
+pub use session::{decode_step, Decoding, EngineError, FinishReason, GenerateRequest, Generation, Session};

@@ -189,37 +189,147 @@ impl Session {
         req: &GenerateRequest,
         mut on_token: impl FnMut(&TokenChoice) -> ControlFlow<()>,
     ) -> Result<Generation, EngineError> {
-        req.sampling.validate().map_err(EngineError::Request)?;
-        let (mut logits, cached_tokens) = self.prefill(prompt)?;
-        let mut sampler = Sampler::new(req.sampling.clone());
-        let mut out: Vec<TokenChoice> = Vec::new();
-        let finish = loop {
-            if out.len() >= req.max_tokens {
-                break FinishReason::Length;
+        let (mut decoding, mut token) = self.start(prompt, req)?;
+        loop {
+            if let Some(choice) = &token {
+                if on_token(choice).is_break() {
+                    decoding.cancel();
+                }
             }
-            let history_needed = req.sampling.repetition_penalty != 1.0;
-            let choice = if history_needed {
-                sampler.sample(&logits, &self.tokens, req.top_logprobs)
-            } else {
-                sampler.sample(&logits, &[], req.top_logprobs)
-            };
-            let id = choice.id;
-            let flow = on_token(&choice);
-            out.push(choice);
-            if req.stop_ids.contains(&id) {
-                break FinishReason::Stop;
+            if decoding.is_finished() {
+                break;
             }
-            if flow.is_break() {
-                break FinishReason::Cancelled;
-            }
-            if out.len() >= req.max_tokens {
-                break FinishReason::Length;
-            }
-            if self.tokens.len() >= self.model.max_context() {
-                break FinishReason::ContextFull;
-            }
-            logits = self.run(&[id])?;
-        };
-        Ok(Generation { tokens: out, finish, prompt_tokens: prompt.len(), cached_tokens })
+            token = decode_step(&mut [(&mut *self, &mut decoding)])?.pop().flatten();
+        }
+        Ok(decoding.into_generation())
     }
+
+    /// Starts a generation: runs `prompt` (reusing what it can) and samples the first token,
+    /// which is returned (`None` only when `max_tokens` is 0). Further tokens come from
+    /// [`decode_step`], which advances many sessions' generations in one batched forward.
+    pub fn start(
+        &mut self,
+        prompt: &[u32],
+        req: &GenerateRequest,
+    ) -> Result<(Decoding, Option<TokenChoice>), EngineError> {
+        req.sampling.validate().map_err(EngineError::Request)?;
+        let (logits, cached_tokens) = self.prefill(prompt)?;
+        let mut decoding = Decoding {
+            sampler: Sampler::new(req.sampling.clone()),
+            req: req.clone(),
+            tokens: Vec::new(),
+            finish: None,
+            prompt_tokens: prompt.len(),
+            cached_tokens,
+        };
+        if req.max_tokens == 0 {
+            decoding.finish = Some(FinishReason::Length);
+            return Ok((decoding, None));
+        }
+        let choice = decoding.choose(&logits, self);
+        Ok((decoding, Some(choice)))
+    }
+}
+
+/// A generation in progress on a [`Session`] (from [`Session::start`]): the sampler, the
+/// tokens so far and, once it has ended, why. Its last token, when it has not ended, is fed
+/// to the model by the next [`decode_step`].
+pub struct Decoding {
+    sampler: Sampler,
+    req: GenerateRequest,
+    tokens: Vec<TokenChoice>,
+    finish: Option<FinishReason>,
+    prompt_tokens: usize,
+    cached_tokens: usize,
+}
+
+impl Decoding {
+    /// True once the generation has ended (stop id, length, full context or cancel).
+    pub fn is_finished(&self) -> bool {
+        self.finish.is_some()
+    }
+
+    /// Why it ended, once it has.
+    pub fn finish(&self) -> Option<FinishReason> {
+        self.finish
+    }
+
+    /// Tokens generated so far (a stop token included).
+    pub fn tokens(&self) -> &[TokenChoice] {
+        &self.tokens
+    }
+
+    /// Stops the generation (a stop string matched, the client left). A generation whose last
+    /// token was a stop id keeps [`FinishReason::Stop`].
+    pub fn cancel(&mut self) {
+        if self.finish != Some(FinishReason::Stop) {
+            self.finish = Some(FinishReason::Cancelled);
+        }
+    }
+
+    /// The result; a generation not yet finished counts as cancelled.
+    pub fn into_generation(self) -> Generation {
+        Generation {
+            tokens: self.tokens,
+            finish: self.finish.unwrap_or(FinishReason::Cancelled),
+            prompt_tokens: self.prompt_tokens,
+            cached_tokens: self.cached_tokens,
+        }
+    }
+
+    /// Samples the next token from `logits` (the state after `session`'s tokens), records it
+    /// and decides whether generation ends with it.
+    fn choose(&mut self, logits: &[f32], session: &Session) -> TokenChoice {
+        let history: &[u32] = if self.req.sampling.repetition_penalty != 1.0 { &session.tokens } else { &[] };
+        let choice = self.sampler.sample(logits, history, self.req.top_logprobs);
+        self.tokens.push(choice.clone());
+        self.finish = if self.req.stop_ids.contains(&choice.id) {
+            Some(FinishReason::Stop)
+        } else if self.tokens.len() >= self.req.max_tokens {
+            Some(FinishReason::Length)
+        } else if session.tokens.len() >= session.model.max_context() {
+            Some(FinishReason::ContextFull)
+        } else {
+            None
+        };
+        choice
+    }
+}
+
+/// One decode step for many generations at once: every unfinished one's last token goes
+/// through the model in a single [`CausalLm::forward_batch`] (the weights are read once for
+/// the whole batch), then each samples its next token. Returns, per entry, the new token, or
+/// `None` for an entry that had already finished. All sessions must share one model. On an
+/// error no session has advanced.
+pub fn decode_step(batch: &mut [(&mut Session, &mut Decoding)]) -> Result<Vec<Option<TokenChoice>>, EngineError> {
+    let mut out = vec![None; batch.len()];
+    let live: Vec<usize> = (0..batch.len()).filter(|&i| !batch[i].1.is_finished()).collect();
+    let Some(&first) = live.first() else { return Ok(out) };
+    let model = Arc::clone(&batch[first].0.model);
+    if live.iter().any(|&i| !std::ptr::addr_eq(Arc::as_ptr(&batch[i].0.model), Arc::as_ptr(&model))) {
+        return Err(EngineError::Request("a decode step's sessions must share one model".into()));
+    }
+    let ids: Vec<u32> = live
+        .iter()
+        .map(|&i| batch[i].1.tokens.last().expect("an unfinished generation has sampled a token").id)
+        .collect();
+    let logits = {
+        let mut rows: Vec<(u32, &mut Cache)> = Vec::with_capacity(live.len());
+        let mut k = 0;
+        for (i, (session, _)) in batch.iter_mut().enumerate() {
+            if live.get(k) == Some(&i) {
+                rows.push((ids[k], &mut session.cache));
+                k += 1;
+            }
+        }
+        model.forward_batch(&mut rows)?
+    };
+    for ((&i, id), logits) in live.iter().zip(ids).zip(logits) {
+        let (session, decoding) = &mut batch[i];
+        session.tokens.push(id);
+        let choice = decoding.choose(&logits, session);
+        session.last_logits = Some(logits);
+        out[i] = Some(choice);
+    }
+    Ok(out)
 }

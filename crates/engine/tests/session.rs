@@ -102,3 +102,59 @@ fn bad_requests_are_errors_not_panics() {
     // The session still works afterwards.
     assert!(s.generate(&[5, 6], &greedy(1), |_| std::ops::ControlFlow::Continue(())).is_ok());
 }
+
+#[test]
+fn batched_decode_steps_give_each_sequence_the_tokens_it_gets_alone() {
+    use frognano_engine::decode_step;
+    let m = model();
+    let prompts = [ids(5, 1), ids(33, 2), ids(12, 3)];
+    let lengths = [7, 3, 5]; // generations end at different steps; the batch shrinks
+    let mut alone = Vec::new();
+    for (p, &n) in prompts.iter().zip(&lengths) {
+        let g = Session::new(m.clone()).generate(p, &greedy(n), |_| std::ops::ControlFlow::Continue(())).unwrap();
+        alone.push(g.tokens.iter().map(|t| t.id).collect::<Vec<_>>());
+    }
+    let mut sessions: Vec<Session> = prompts.iter().map(|_| Session::new(m.clone())).collect();
+    let mut decodings = Vec::new();
+    let mut streamed: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
+    for (i, (s, p)) in sessions.iter_mut().zip(&prompts).enumerate() {
+        let (d, first) = s.start(p, &greedy(lengths[i])).unwrap();
+        streamed[i].push(first.unwrap().id);
+        decodings.push(d);
+    }
+    let mut steps = 0;
+    while decodings.iter().any(|d| !d.is_finished()) {
+        let mut batch: Vec<_> = sessions.iter_mut().zip(decodings.iter_mut()).collect();
+        for (i, t) in decode_step(&mut batch).unwrap().into_iter().enumerate() {
+            if let Some(t) = t {
+                streamed[i].push(t.id);
+            }
+        }
+        steps += 1;
+    }
+    assert_eq!(steps, 6, "the longest generation needs 6 steps after its first token");
+    for (i, d) in decodings.into_iter().enumerate() {
+        let g = d.into_generation();
+        assert_eq!(g.finish, FinishReason::Length);
+        let batched: Vec<u32> = g.tokens.iter().map(|t| t.id).collect();
+        assert_eq!(batched, alone[i], "sequence {i}");
+        assert_eq!(streamed[i], alone[i], "sequence {i}: tokens returned by the steps");
+        assert_eq!(sessions[i].tokens().len(), prompts[i].len() + lengths[i] - 1);
+    }
+}
+
+#[test]
+fn a_cancelled_generation_leaves_the_batch_and_the_others_continue() {
+    use frognano_engine::decode_step;
+    let m = model();
+    let (mut a, mut b) = (Session::new(m.clone()), Session::new(m.clone()));
+    let (mut da, _) = a.start(&ids(8, 4), &greedy(10)).unwrap();
+    let (mut db, _) = b.start(&ids(9, 5), &greedy(10)).unwrap();
+    decode_step(&mut [(&mut a, &mut da), (&mut b, &mut db)]).unwrap();
+    da.cancel();
+    let out = decode_step(&mut [(&mut a, &mut da), (&mut b, &mut db)]).unwrap();
+    assert!(out[0].is_none() && out[1].is_some());
+    assert_eq!(da.finish(), Some(FinishReason::Cancelled));
+    assert_eq!((da.tokens().len(), db.tokens().len()), (2, 3));
+    assert_eq!(a.tokens().len(), 8 + 1, "a cancelled sequence is not run again");
+}
