@@ -415,6 +415,7 @@ impl QuantizedActs {
         let bs = format.block_size();
         assert_eq!(cols % bs, 0, "activation width {cols} is not a multiple of {bs}");
         let nb = x.len() / bs;
+        #[allow(unused_mut)]
         let mut a = QuantizedActs {
             format,
             cols,
@@ -423,6 +424,29 @@ impl QuantizedActs {
             s: if format == ActFormat::Q8_1 { vec![0.0; nb] } else { Vec::new() },
             bsums: if format == ActFormat::Q8_K { vec![0; x.len() / 16] } else { Vec::new() },
         };
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: AVX2 (which implies SSE4.1's rounding instructions) was detected.
+            unsafe { a.fill_avx2(x) };
+            return a;
+        }
+        a.fill(x);
+        a
+    }
+
+    /// [`QuantizedActs::fill`] compiled for AVX2: the ties-to-even rounding becomes `vroundps`
+    /// instead of a `rintf` call per element, and the block loops vectorise. Same results.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn fill_avx2(&mut self, x: &[f32]) {
+        self.fill(x)
+    }
+
+    /// Quantizes `x` into the (zeroed, correctly sized) buffers.
+    #[inline(always)]
+    fn fill(&mut self, x: &[f32]) {
+        let (format, bs) = (self.format, self.format.block_size());
+        let a = self;
         let qs_chunks = a.qs.chunks_mut(bs);
         match format {
             ActFormat::Q8_0 | ActFormat::Q8_1 => {
@@ -468,7 +492,6 @@ impl QuantizedActs {
                 }
             }
         }
-        a
     }
 
     /// Row `i`.
@@ -773,6 +796,25 @@ pub(crate) mod tests {
             assert_eq!(rne(v), v.round_ties_even(), "{v}");
         }
         assert_eq!(rne(1e9), 1e9);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_activation_quantization_equals_the_plain_one() {
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let x: Vec<f32> = (0..2 * 512).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 37.0 + 0.5).collect();
+        for format in [ActFormat::Q8_0, ActFormat::Q8_1, ActFormat::Q8_K] {
+            let fast = QuantizedActs::new(format, &x, 2);
+            let mut plain = fast.clone();
+            plain.qs.fill(0);
+            plain.d.fill(0.0);
+            plain.s.fill(0.0);
+            plain.bsums.fill(0);
+            plain.fill(&x);
+            assert_eq!((&plain.qs, &plain.d, &plain.s, &plain.bsums), (&fast.qs, &fast.d, &fast.s, &fast.bsums));
+        }
     }
 
     #[test]
