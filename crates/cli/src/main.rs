@@ -27,6 +27,9 @@ enum Command {
     Serve(frognano_serve::ServeArgs),
     /// The coding agent: resolve an issue in a repository and hand back a patch for review.
     Solve(frognano_agent::cli::SolveArgs),
+    /// Task synthesis: validated bug-fix tasks from a repository (`frognano synth REPO |
+    /// --pypi N==V | --crate N@V`), and `synth calibrate`.
+    Synth(frognano_synth::cli::SynthCommand),
     /// SWE-bench-compatible evaluation (grade, run, parse-log, grade-log).
     #[command(subcommand)]
     Eval(frognano_swe::cli::EvalCommand),
@@ -41,6 +44,7 @@ fn main() {
         Command::Pull(a) => pull::pull(a),
         Command::Serve(a) => frognano_serve::run_serve(a),
         Command::Solve(a) => frognano_agent::cli::run_solve(a),
+        Command::Synth(cmd) => frognano_synth::cli::run_synth(cmd),
         Command::Eval(cmd) => frognano_swe::cli::run_eval(cmd),
     };
     if let Err(e) = result {
