@@ -29,7 +29,7 @@ enum Command {
     Solve(frognano_agent::cli::SolveArgs),
     /// Task synthesis: validated bug-fix tasks from a repository (`frognano synth REPO |
     /// --pypi N==V | --crate N@V`), and `synth calibrate`.
-    Synth(frognano_synth::cli::SynthCommand),
+    Synth(Box<frognano_synth::cli::SynthCommand>),
     /// SWE-bench-compatible evaluation (grade, run, parse-log, grade-log).
     #[command(subcommand)]
     Eval(frognano_swe::cli::EvalCommand),
@@ -44,7 +44,7 @@ fn main() {
         Command::Pull(a) => pull::pull(a),
         Command::Serve(a) => frognano_serve::run_serve(a),
         Command::Solve(a) => frognano_agent::cli::run_solve(a),
-        Command::Synth(cmd) => frognano_synth::cli::run_synth(cmd),
+        Command::Synth(cmd) => frognano_synth::cli::run_synth(*cmd),
         Command::Eval(cmd) => frognano_swe::cli::run_eval(cmd),
     };
     if let Err(e) = result {
