@@ -5,7 +5,8 @@
 //! Endpoints: `POST /v1/chat/completions` (tools, streaming, logprobs, reasoning),
 //! `POST /v1/completions` (text or token-id prompts), `GET /v1/models`, `GET /health`,
 //! `POST /tokenize`, `POST /detokenize`. Bad input gets OpenAI-shaped error JSON
-//! ([`error::ApiError`]). Generation runs on a pool of worker threads with prefix-routed
+//! ([`error::ApiError`]). Generation runs on one scheduler thread that batches the decode
+//! steps of all running sequences, over prefix-routed
 //! engine sessions ([`pool`]); model replies are split into reasoning, content and tool calls
 //! by the codec shared with the agent (`frognano_agent::codec`, used in [`output`]).
 //!
@@ -48,7 +49,8 @@ pub struct ServeArgs {
     /// Port to listen on (0 picks a free one).
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
-    /// Sequences generated at the same time; further requests wait their turn.
+    /// Sequences generated at the same time (decoded together, one batched step per
+    /// token); further requests wait their turn.
     #[arg(long, default_value_t = 4)]
     pub max_concurrent: usize,
     /// Context length in tokens (prompt + completion); default and maximum: the model's.
@@ -96,13 +98,13 @@ fn default_model_name(spec: &str) -> String {
     name.map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| spec.to_string())
 }
 
-/// Loads the model and starts the generation workers.
+/// Loads the model and starts the generation scheduler.
 fn load_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
     let loaded = frognano_model::load(&args.model).with_context(|| format!("loading {}", args.model))?;
     state_from_loaded(loaded, args)
 }
 
-/// Starts the generation workers over an already loaded model.
+/// Starts the generation scheduler over an already loaded model.
 fn state_from_loaded(loaded: LoadedModel, args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
     let tokenizer = Arc::new(
         loaded
@@ -128,13 +130,13 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeArgs) -> anyhow::Result<Ar
         model,
         Arc::clone(&tokenizer),
         PoolConfig {
-            workers: args.max_concurrent,
+            max_batch: args.max_concurrent,
             sessions: args.max_concurrent + args.cached_sessions,
             prefix_reuse: !args.no_prefix_reuse,
             max_waiting: args.max_waiting,
         },
     )
-    .context("starting the generation workers")?;
+    .context("starting the generation scheduler")?;
     let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     Ok(Arc::new(AppState {
         model_name: args.model_name.clone().unwrap_or_else(|| default_model_name(&args.model)),

@@ -1,20 +1,21 @@
-//! The request scheduler: a fixed set of worker threads (`--max-concurrent`) that run
-//! generation jobs, and a pool of engine sessions routed by shared prefix, so a request that
-//! extends an earlier conversation lands on the session that already holds its state and
-//! only runs the new tokens.
+//! The request scheduler: one thread that runs every generation, and a pool of engine
+//! sessions routed by shared prefix, so a request that extends an earlier conversation lands
+//! on the session that already holds its state and only runs the new tokens.
 //!
-//! Each worker runs one sequence at a time with the model's per-sequence forward; sequences
-//! of different workers interleave on the CPU. Results stream back to the HTTP side through
-//! a channel per job; when the client goes away its receiver is dropped, the worker sees the
-//! closed channel at the next token and stops that generation.
+//! The scheduler loop admits at most one waiting job per iteration (its prompt is prefilled
+//! and its first token sampled), then advances every running sequence by one token with a
+//! single batched decode step ([`frognano_engine::decode_step`], one `forward_batch`), so
+//! the weights are read once per step for all sequences. `--max-concurrent` bounds the batch.
+//! Results stream back to the HTTP side through a channel per job; when the client goes away
+//! its receiver is dropped, and the scheduler sees the closed channel at the sequence's next
+//! token and drops it from the batch.
 
 use std::collections::VecDeque;
-use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use frognano_engine::{FinishReason, GenerateRequest, Session};
+use frognano_engine::{decode_step, Decoding, FinishReason, GenerateRequest, Generation, Session, TokenChoice};
 use frognano_model::tokenizer::Tokenizer;
 use frognano_model::CausalLm;
 use tokio::sync::mpsc;
@@ -65,9 +66,9 @@ pub struct Job {
 /// Counters, for `/health` and tests.
 #[derive(Debug, Default)]
 pub struct PoolStats {
-    /// Jobs running now.
+    /// Sequences being generated now (the decode batch).
     pub running: AtomicUsize,
-    /// Jobs waiting for a worker.
+    /// Jobs waiting to be admitted.
     pub waiting: AtomicUsize,
     /// Jobs that ran to their end.
     pub completed: AtomicU64,
@@ -86,14 +87,14 @@ pub struct PoolStats {
 /// Scheduler settings.
 #[derive(Debug, Clone)]
 pub struct PoolConfig {
-    /// Worker threads (sequences generated at once).
-    pub workers: usize,
+    /// Most sequences generated at once: the largest decode batch.
+    pub max_batch: usize,
     /// Sessions kept in all (busy and idle); idle ones hold earlier conversations for reuse.
     pub sessions: usize,
     /// Route requests to the session with the longest shared prefix (false: every request
     /// starts from an empty state, for measuring what reuse saves).
     pub prefix_reuse: bool,
-    /// Most jobs waiting for a worker before new ones are refused.
+    /// Most jobs waiting to be admitted before new ones are refused.
     pub max_waiting: usize,
 }
 
@@ -116,10 +117,11 @@ struct Shared {
     stats: PoolStats,
 }
 
-/// The worker pool. Dropping it stops the workers after their current jobs.
+/// The scheduler. Dropping it stops the scheduler thread; sequences still running end
+/// without a summary (their clients see the stream close).
 pub struct EnginePool {
     shared: Arc<Shared>,
-    workers: Vec<JoinHandle<()>>,
+    scheduler: Option<JoinHandle<()>>,
 }
 
 /// A job refused because too many are waiting.
@@ -130,15 +132,15 @@ pub struct QueueFull {
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A worker that panicked mid-job leaves plain data behind; keep serving.
+    // A thread that panicked mid-job leaves plain data behind; keep serving.
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl EnginePool {
-    /// Starts `config.workers` worker threads over `model`.
+    /// Starts the scheduler thread over `model`.
     pub fn start(model: Arc<dyn CausalLm>, tokenizer: Arc<Tokenizer>, config: PoolConfig) -> std::io::Result<Self> {
-        let workers_n = config.workers.max(1);
-        let config = PoolConfig { workers: workers_n, sessions: config.sessions.max(workers_n), ..config };
+        let max_batch = config.max_batch.max(1);
+        let config = PoolConfig { max_batch, sessions: config.sessions.max(max_batch), ..config };
         let shared = Arc::new(Shared {
             model,
             tokenizer,
@@ -151,12 +153,9 @@ impl EnginePool {
             shutdown: AtomicBool::new(false),
             stats: PoolStats::default(),
         });
-        let mut workers = Vec::with_capacity(workers_n);
-        for i in 0..workers_n {
-            let s = Arc::clone(&shared);
-            workers.push(std::thread::Builder::new().name(format!("frognano-gen-{i}")).spawn(move || worker(&s))?);
-        }
-        Ok(EnginePool { shared, workers })
+        let s = Arc::clone(&shared);
+        let scheduler = std::thread::Builder::new().name("frognano-scheduler".into()).spawn(move || scheduler(&s))?;
+        Ok(EnginePool { shared, scheduler: Some(scheduler) })
     }
 
     /// Queues a job.
@@ -187,13 +186,46 @@ impl Drop for EnginePool {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::SeqCst);
         self.shared.queue_signal.notify_all();
-        for w in self.workers.drain(..) {
-            let _ = w.join();
+        if let Some(t) = self.scheduler.take() {
+            let _ = t.join();
         }
     }
 }
 
-fn worker(shared: &Shared) {
+/// A sequence in the decode batch.
+struct Running<'a> {
+    session: Session,
+    decoding: Decoding,
+    reply: ReplyAssembler<'a>,
+    events: mpsc::UnboundedSender<JobEvent>,
+    client_gone: bool,
+}
+
+impl Running<'_> {
+    /// Streams one new token to the client; cancels the generation when a stop string is hit
+    /// or the client has gone.
+    fn take_token(&mut self, choice: &TokenChoice) {
+        if self.events.is_closed() {
+            self.client_gone = true;
+            self.decoding.cancel();
+            return;
+        }
+        let (delta, stop) = self.reply.push_token(choice);
+        if delta.has_output() && self.events.send(JobEvent::Delta(delta)).is_err() {
+            self.client_gone = true;
+            self.decoding.cancel();
+            return;
+        }
+        if stop {
+            self.decoding.cancel();
+        }
+    }
+}
+
+/// The scheduler loop: admit one waiting job (prefill and first token) while the batch has
+/// room, then one batched decode step for every running sequence; finished sequences leave.
+fn scheduler(shared: &Shared) {
+    let mut running: Vec<Running<'_>> = Vec::new();
     loop {
         let job = {
             let mut q = lock(&shared.queue);
@@ -201,29 +233,126 @@ fn worker(shared: &Shared) {
                 if shared.shutdown.load(Ordering::SeqCst) {
                     return;
                 }
-                if let Some(job) = q.pop_front() {
-                    shared.stats.waiting.store(q.len(), Ordering::Relaxed);
-                    break job;
+                if running.len() < shared.config.max_batch {
+                    if let Some(job) = q.pop_front() {
+                        shared.stats.waiting.store(q.len(), Ordering::Relaxed);
+                        break Some(job);
+                    }
+                }
+                if !running.is_empty() {
+                    break None;
                 }
                 q = shared.queue_signal.wait(q).unwrap_or_else(|e| e.into_inner());
             }
         };
-        if job.events.is_closed() {
-            shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
-            continue; // the client left while waiting
+        if let Some(job) = job {
+            if let Some(r) = admit(shared, job) {
+                running.push(r);
+                shared.stats.running.store(running.len(), Ordering::Relaxed);
+            }
         }
-        shared.stats.running.fetch_add(1, Ordering::Relaxed);
-        let mut session = take_session(shared, &job.prompt);
-        let events = job.events.clone();
-        let last = run_job(shared, &mut session, job);
-        // The session goes back before the client hears the end, so a follow-up request sent
-        // right after the answer finds it.
-        return_session(shared, session);
-        shared.stats.running.fetch_sub(1, Ordering::Relaxed);
-        for event in last {
-            let _ = events.send(event);
+        if running.iter().any(|r| !r.decoding.is_finished()) {
+            let mut batch: Vec<(&mut Session, &mut Decoding)> =
+                running.iter_mut().map(|r| (&mut r.session, &mut r.decoding)).collect();
+            match decode_step(&mut batch) {
+                Ok(tokens) => {
+                    for (r, t) in running.iter_mut().zip(tokens) {
+                        if let Some(t) = t {
+                            r.take_token(&t);
+                        }
+                    }
+                }
+                Err(e) => {
+                    // The step changed no state, but it cannot go on; every sequence fails.
+                    for r in running.drain(..) {
+                        fail(shared, r.session, &r.events, &e);
+                    }
+                }
+            }
+        }
+        let (done, still): (Vec<_>, Vec<_>) = running.into_iter().partition(|r| r.decoding.is_finished());
+        running = still;
+        // Counted before the clients hear their end, so `/health` agrees with them.
+        shared.stats.running.store(running.len(), Ordering::Relaxed);
+        for r in done {
+            finish(shared, r);
         }
     }
+}
+
+/// Starts a job: a session for its prompt, prefill, first token. `None` when it ended right
+/// away (client gone, error, or a one-token reply); its events are then already sent.
+fn admit<'a>(shared: &'a Shared, job: Job) -> Option<Running<'a>> {
+    let Job { prompt, request, mode, stop_strings, logprobs, events } = job;
+    if events.is_closed() {
+        shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+        return None; // the client left while waiting
+    }
+    let mut session = take_session(shared, &prompt);
+    let (decoding, first) = match session.start(&prompt, &request) {
+        Ok(started) => started,
+        Err(e) => {
+            fail(shared, session, &events, &e);
+            return None;
+        }
+    };
+    let reply = ReplyAssembler::new(&shared.tokenizer, &mode, stop_strings, request.stop_ids.clone(), logprobs);
+    let mut r = Running { session, decoding, reply, events, client_gone: false };
+    if let Some(first) = first {
+        r.take_token(&first);
+    }
+    if r.decoding.is_finished() {
+        finish(shared, r);
+        return None;
+    }
+    Some(r)
+}
+
+/// Reports an engine failure to the client; the session, whose state may be partial, goes
+/// back empty.
+fn fail(
+    shared: &Shared,
+    mut session: Session,
+    events: &mpsc::UnboundedSender<JobEvent>,
+    e: &frognano_engine::EngineError,
+) {
+    shared.stats.failed.fetch_add(1, Ordering::Relaxed);
+    session.reset();
+    return_session(shared, session);
+    let _ = events.send(JobEvent::Failed(ApiError::from_engine(e)));
+}
+
+/// Ends a finished sequence: counts it, returns its session to the pool, then sends the last
+/// delta and the summary. The session goes back before the client hears the end, so a
+/// follow-up request sent right after the answer finds it.
+fn finish(shared: &Shared, r: Running<'_>) {
+    let Running { session, decoding, mut reply, events, client_gone } = r;
+    let generation: Generation = decoding.into_generation();
+    return_session(shared, session);
+    let stats = &shared.stats;
+    stats.generated_tokens.fetch_add(generation.tokens.len() as u64, Ordering::Relaxed);
+    stats.prompt_tokens.fetch_add(generation.prompt_tokens as u64, Ordering::Relaxed);
+    stats.cached_tokens.fetch_add(generation.cached_tokens as u64, Ordering::Relaxed);
+    if client_gone || (generation.finish == FinishReason::Cancelled && !reply.stopped_by_string) {
+        stats.cancelled.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let tail = reply.finish();
+    if !tail.is_empty() {
+        let _ = events.send(JobEvent::Delta(tail));
+    }
+    let finish_reason = match generation.finish {
+        FinishReason::Length | FinishReason::ContextFull => "length",
+        FinishReason::Stop | FinishReason::Cancelled if reply.saw_tool_call => "tool_calls",
+        FinishReason::Stop | FinishReason::Cancelled => "stop",
+    };
+    stats.completed.fetch_add(1, Ordering::Relaxed);
+    let _ = events.send(JobEvent::Done(JobSummary {
+        finish_reason,
+        prompt_tokens: generation.prompt_tokens,
+        completion_tokens: generation.tokens.len(),
+        cached_tokens: generation.cached_tokens,
+    }));
 }
 
 /// Picks the idle session sharing the longest prefix with `prompt`; a new one while under
@@ -262,64 +391,4 @@ fn return_session(shared: &Shared, mut session: Session) {
     }
     let last_used = shared.clock.fetch_add(1, Ordering::Relaxed);
     lock(&shared.idle).push(IdleSession { session, last_used });
-}
-
-/// Runs one job, streaming its deltas; returns the last events (the final delta and the
-/// summary, or the failure) for the caller to send once the session is back in the pool.
-fn run_job(shared: &Shared, session: &mut Session, job: Job) -> Vec<JobEvent> {
-    let Job { prompt, request, mode, stop_strings, logprobs, events } = job;
-    let tokenizer: &Tokenizer = &shared.tokenizer;
-    let mut reply = ReplyAssembler::new(tokenizer, &mode, stop_strings, request.stop_ids.clone(), logprobs);
-    let mut client_gone = false;
-    let result = session.generate(&prompt, &request, |choice| {
-        if events.is_closed() {
-            client_gone = true;
-            return ControlFlow::Break(());
-        }
-        let (delta, stop) = reply.push_token(choice);
-        if delta.has_output() && events.send(JobEvent::Delta(delta)).is_err() {
-            client_gone = true;
-            return ControlFlow::Break(());
-        }
-        if stop {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        }
-    });
-    let generation = match result {
-        Ok(g) => g,
-        Err(e) => {
-            shared.stats.failed.fetch_add(1, Ordering::Relaxed);
-            // The session's state may be partial; start it afresh next time.
-            session.reset();
-            return vec![JobEvent::Failed(ApiError::from_engine(&e))];
-        }
-    };
-    let stats = &shared.stats;
-    stats.generated_tokens.fetch_add(generation.tokens.len() as u64, Ordering::Relaxed);
-    stats.prompt_tokens.fetch_add(generation.prompt_tokens as u64, Ordering::Relaxed);
-    stats.cached_tokens.fetch_add(generation.cached_tokens as u64, Ordering::Relaxed);
-    if client_gone || (generation.finish == FinishReason::Cancelled && !reply.stopped_by_string) {
-        stats.cancelled.fetch_add(1, Ordering::Relaxed);
-        return Vec::new();
-    }
-    let mut last = Vec::new();
-    let tail = reply.finish();
-    if !tail.is_empty() {
-        last.push(JobEvent::Delta(tail));
-    }
-    let finish_reason = match generation.finish {
-        FinishReason::Length | FinishReason::ContextFull => "length",
-        FinishReason::Stop | FinishReason::Cancelled if reply.saw_tool_call => "tool_calls",
-        FinishReason::Stop | FinishReason::Cancelled => "stop",
-    };
-    stats.completed.fetch_add(1, Ordering::Relaxed);
-    last.push(JobEvent::Done(JobSummary {
-        finish_reason,
-        prompt_tokens: generation.prompt_tokens,
-        completion_tokens: generation.tokens.len(),
-        cached_tokens: generation.cached_tokens,
-    }));
-    last
 }

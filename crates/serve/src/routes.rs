@@ -193,7 +193,7 @@ async fn collect(mut rx: mpsc::UnboundedReceiver<JobEvent>) -> Result<(Delta, Jo
             JobEvent::Failed(err) => return Err(err),
         }
     }
-    Err(ApiError::internal("The generation worker stopped without finishing the request."))
+    Err(ApiError::internal("The generation scheduler stopped without finishing the request."))
 }
 
 fn usage_json(prompt: usize, completion: usize, cached: usize) -> Value {
@@ -490,7 +490,7 @@ fn stream_chat(
                 }
             }
         }
-        let _ = tx.send(data_event(&ApiError::internal("The generation worker stopped.").body())).await;
+        let _ = tx.send(data_event(&ApiError::internal("The generation scheduler stopped.").body())).await;
     });
     sse_response(body_rx)
 }
@@ -644,7 +644,7 @@ fn stream_completions(
                 }
             }
             if !finished {
-                let _ = tx.send(data_event(&ApiError::internal("The generation worker stopped.").body())).await;
+                let _ = tx.send(data_event(&ApiError::internal("The generation scheduler stopped.").body())).await;
                 return;
             }
         }
@@ -689,7 +689,7 @@ async fn health(State(app): State<Arc<AppState>>) -> Response {
         "status": "ok",
         "model": app.model_name,
         "max_model_len": app.ctx,
-        "max_concurrent": c.workers,
+        "max_concurrent": c.max_batch,
         "prefix_reuse": c.prefix_reuse,
         "running": s.running.load(r),
         "waiting": s.waiting.load(r),
