@@ -616,6 +616,23 @@ pub fn dot_kernel_x4(ty: QuantType) -> Option<Dot4Fn> {
     }
 }
 
+/// A 4-row kernel: four consecutive weight rows (`w` holds all four) against one activation row.
+pub type DotRows4Fn = fn(&[u8], &ActRow) -> [f32; 4];
+
+/// The 4-row kernel for `ty`, where one exists on this CPU (each result bit-identical to
+/// [`dot_kernel`]'s for that row).
+pub fn dot_kernel_rows4(ty: QuantType) -> Option<DotRows4Fn> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86::kernel_rows4(ty)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = ty;
+        None
+    }
+}
+
 /// Rows of the weight matrix handled by one parallel task.
 const ROW_BLOCK: usize = 16;
 
@@ -666,12 +683,12 @@ pub fn matmul_many(ms: &[QuantMat], cols: usize, x: &[f32], t: usize) -> Vec<Vec
                 acts.len() - 1
             }
         };
-        plan.push((rb, ai, dot_kernel(m.ty), dot_kernel_x4(m.ty)));
+        plan.push((rb, ai, dot_kernel(m.ty), dot_kernel_x4(m.ty), dot_kernel_rows4(m.ty)));
     }
     let act_rows: Vec<Vec<ActRow>> = acts.iter().map(|a| (0..t).map(|i| a.row(i)).collect()).collect();
     let mut outs: Vec<Vec<f32>> = ms.iter().map(|m| vec![0.0f32; m.rows * t]).collect();
     let run = |task: Task| {
-        let (m, (rb, ai, dot, dot4)) = (&ms[task.m], plan[task.m]);
+        let (m, (rb, ai, dot, dot4, rows4)) = (&ms[task.m], plan[task.m]);
         let act_rows = &act_rows[ai];
         let (r0, out) = (task.r0, task.out);
         let nr = out.len() / t;
@@ -689,7 +706,19 @@ pub fn matmul_many(ms: &[QuantMat], cols: usize, x: &[f32], t: usize) -> Vec<Vec
             }
         }
         for (tt, a) in act_rows.iter().enumerate().skip(tt) {
-            for i in 0..nr {
+            let mut i = 0;
+            if let Some(rows4) = rows4 {
+                // Four weight rows at a time: four independent streams and sums.
+                while i + 4 <= nr {
+                    let r = r0 + i;
+                    let y = rows4(&m.w[r * rb..(r + 4) * rb], a);
+                    for (k, v) in y.into_iter().enumerate() {
+                        out[(i + k) * t + tt] = v;
+                    }
+                    i += 4;
+                }
+            }
+            for i in i..nr {
                 let r = r0 + i;
                 out[i * t + tt] = dot(&m.w[r * rb..(r + 1) * rb], a);
             }

@@ -47,6 +47,24 @@ unsafe fn f16c(p: *const u8) -> f32 {
     f16x2(p).0
 }
 
+/// A 4-row kernel for `ty` (four consecutive weight rows against one activation row), if this
+/// CPU has AVX2, FMA and F16C and one is written for `ty`. Each result is bit-identical to what
+/// [`kernel`]'s single dot gives for that row.
+pub(super) fn kernel_rows4(ty: QuantType) -> Option<super::DotRows4Fn> {
+    if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")) {
+        return None;
+    }
+    // SAFETY: only returned after the features it needs were detected above.
+    let f: super::DotRows4Fn = match ty {
+        QuantType::Q4_1 if vnni() => |w, a| unsafe { dot_q4_1_r4_vnni(w, a) },
+        QuantType::Q4_1 => |w, a| unsafe { dot_q4_1_r4(w, a) },
+        QuantType::Q8_0 if vnni() => |w, a| unsafe { dot_q8_0_r4_vnni(w, a) },
+        QuantType::Q8_0 => |w, a| unsafe { dot_q8_0_r4(w, a) },
+        _ => return None,
+    };
+    Some(f)
+}
+
 /// The SIMD kernel for `ty`, if this CPU has AVX2 and FMA and one is written for `ty`.
 pub(super) fn kernel(ty: QuantType) -> Option<DotFn> {
     if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")) {
@@ -129,7 +147,55 @@ unsafe fn dot_u8_i8_vnni(u: __m256i, y: __m256i) -> __m256i {
 /// compiled twice: with `maddubs`/`madd` (AVX2) and with VNNI. Both give the same integer
 /// lanes, so the same float results.
 macro_rules! block32_kernels {
-    ($feat:literal, $dot_i8:ident, $dot_u8:ident, $q4_0:ident, $q4_1:ident, $q8_0:ident, $q4_1_x4:ident) => {
+    (
+        $feat:literal, $dot_i8:ident, $dot_u8:ident, $q4_0:ident, $q4_1:ident, $q8_0:ident, $q4_1_x4:ident,
+        $q4_1_r4:ident, $q8_0_r4:ident
+    ) => {
+        /// Four consecutive Q4_1 rows (`w`, `4 · row bytes`) against one activation row: four
+        /// independent chains and memory streams, each row summed exactly as [`$q4_1`] sums it.
+        #[target_feature(enable = $feat)]
+        unsafe fn $q4_1_r4(w: &[u8], a: &ActRow) -> [f32; 4] {
+            let rb = w.len() / 4;
+            let nb = rb / 20;
+            debug_assert!(a.qs.len() >= nb * 32 && a.d.len() >= nb && a.s.len() >= nb);
+            let mut acc = [_mm256_setzero_ps(); 4];
+            let mut mins = [0.0f32; 4];
+            let (wp, yp) = (w.as_ptr(), a.qs.as_ptr() as *const u8);
+            for ib in 0..nb {
+                let qy = _mm256_loadu_si256(yp.add(ib * 32) as *const __m256i);
+                let (ad, asum) = (*a.d.get_unchecked(ib), *a.s.get_unchecked(ib));
+                for k in 0..4 {
+                    let b = wp.add(k * rb + ib * 20);
+                    let (dw, mw) = f16x2(b);
+                    mins[k] += mw * asum;
+                    let d = _mm256_set1_ps(dw * ad);
+                    acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps($dot_u8(nibbles(b.add(4)), qy)), acc[k]);
+                }
+            }
+            [hsum_ps(acc[0]) + mins[0], hsum_ps(acc[1]) + mins[1], hsum_ps(acc[2]) + mins[2], hsum_ps(acc[3]) + mins[3]]
+        }
+
+        /// Four consecutive Q8_0 rows against one activation row, each as [`$q8_0`] sums it.
+        #[target_feature(enable = $feat)]
+        unsafe fn $q8_0_r4(w: &[u8], a: &ActRow) -> [f32; 4] {
+            let rb = w.len() / 4;
+            let nb = rb / 34;
+            debug_assert!(a.qs.len() >= nb * 32 && a.d.len() >= nb);
+            let mut acc = [_mm256_setzero_ps(); 4];
+            let (wp, yp) = (w.as_ptr(), a.qs.as_ptr() as *const u8);
+            for ib in 0..nb {
+                let qy = _mm256_loadu_si256(yp.add(ib * 32) as *const __m256i);
+                let ad = *a.d.get_unchecked(ib);
+                for k in 0..4 {
+                    let b = wp.add(k * rb + ib * 34);
+                    let d = _mm256_set1_ps(f16c(b) * ad);
+                    let qx = _mm256_loadu_si256(b.add(2) as *const __m256i);
+                    acc[k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps($dot_i8(qx, qy)), acc[k]);
+                }
+            }
+            [hsum_ps(acc[0]), hsum_ps(acc[1]), hsum_ps(acc[2]), hsum_ps(acc[3])]
+        }
+
         #[target_feature(enable = $feat)]
         unsafe fn $q4_0(w: &[u8], a: &ActRow) -> f32 {
             let nb = w.len() / 18;
@@ -207,7 +273,17 @@ macro_rules! block32_kernels {
     };
 }
 
-block32_kernels!("avx2,fma,f16c", dot_i8, dot_u8_i8, dot_q4_0, dot_q4_1, dot_q8_0, dot_q4_1_x4);
+block32_kernels!(
+    "avx2,fma,f16c",
+    dot_i8,
+    dot_u8_i8,
+    dot_q4_0,
+    dot_q4_1,
+    dot_q8_0,
+    dot_q4_1_x4,
+    dot_q4_1_r4,
+    dot_q8_0_r4
+);
 block32_kernels!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
     dot_i8_vnni,
@@ -215,7 +291,9 @@ block32_kernels!(
     dot_q4_0_vnni,
     dot_q4_1_vnni,
     dot_q8_0_vnni,
-    dot_q4_1_x4_vnni
+    dot_q4_1_x4_vnni,
+    dot_q4_1_r4_vnni,
+    dot_q8_0_r4_vnni
 );
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -337,6 +415,14 @@ mod tests {
                     }
                 };
                 assert_eq!(plain.to_bits(), fast.to_bits(), "{ty}");
+            }
+            if let Some(r4) = kernel_rows4(ty) {
+                let w4 = random_blocks(ty, 4 * cols / 32, 9);
+                let rb = w4.len() / 4;
+                for r in &rows {
+                    let want: Vec<u32> = w4.chunks_exact(rb).map(|row| kernel(ty).unwrap()(row, r).to_bits()).collect();
+                    assert_eq!(r4(&w4, r).map(f32::to_bits).to_vec(), want, "{ty} rows4");
+                }
             }
             if ty == QuantType::Q4_1 {
                 // SAFETY: as above.
