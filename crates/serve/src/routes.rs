@@ -96,10 +96,20 @@ fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
+/// Largest oversized body read to its end (and dropped) before the 413 is sent.
+const OVERSIZED_BODY_DRAIN_BYTES: u64 = 64 * 1024 * 1024;
+
 async fn read_body(app: &AppState, headers: &HeaderMap, body: Body) -> Result<axum::body::Bytes, ApiError> {
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > app.max_body_bytes as u64) {
+    if let Some(n) = declared.filter(|&n| n > app.max_body_bytes as u64) {
+        // Take in (and drop) what the client is still sending before answering: closing the
+        // connection under an unfinished upload resets it, and the client sees "broken pipe"
+        // instead of the 413. Past a bound, answer at once.
+        if n <= OVERSIZED_BODY_DRAIN_BYTES {
+            let mut chunks = body.into_data_stream();
+            while let Some(Ok(_)) = futures_util::StreamExt::next(&mut chunks).await {}
+        }
         return Err(ApiError::too_large(app.max_body_bytes));
     }
     axum::body::to_bytes(body, app.max_body_bytes).await.map_err(|e| {
