@@ -4,18 +4,69 @@
 # same thread count, alternating, in one run. Prints tok/s and FrogNano/llama.cpp ratios for
 # prefill (N tokens) and greedy decode (M tokens), and decode's achieved weight bandwidth.
 #   bench/gguf_speed.sh [MODEL.gguf] [--threads 2] [--prefill 512] [--decode 128] [--runs 3]
+#   bench/gguf_speed.sh --qwen35-4b [--prepare-only] [...]
+# --qwen35-4b times the random-weight Qwen3.5-4B-shape model (bench/make_random_qwen35_4b.py
+# writes bench/out/qwen35-4b-random) as llama.cpp's tools make a Q4_K_M file of it: its
+# convert_hf_to_gguf.py (from the llama-cpp-python sdist, --no-mtp, pre-tokenizer `qwen35`, as
+# scripts/llama_reference.py runs it; bf16 output) then llama_model_quantize. Both files are
+# made once, under bench/out; the bf16 one is deleted after quantizing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then model=$1; shift; fi
-threads=2 prefill=512 decode=128 runs=3
+threads=2 prefill=512 decode=128 runs=3 qwen4b=0 prepare_only=0
 while [ $# -gt 0 ]; do
     case $1 in
         --threads) threads=$2; shift 2 ;; --prefill) prefill=$2; shift 2 ;;
         --decode) decode=$2; shift 2 ;; --runs) runs=$2; shift 2 ;;
+        --qwen35-4b) qwen4b=1; shift ;; --prepare-only) prepare_only=1; shift ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
+if [ "$qwen4b" = 1 ]; then
+    src=bench/out/qwen35-4b-random
+    model=bench/out/qwen35-4b-random-Q4_K_M.gguf
+    if [ ! -f "$model" ]; then
+        [ -f "$src/config.json" ] || { echo "$src missing: run bench/make_random_qwen35_4b.py" >&2; exit 1; }
+        bf16=bench/out/qwen35-4b-random-bf16.gguf
+        if [ ! -f "$bf16" ]; then
+            "${CONVERT_PYTHON:-/work/pyref/venv/bin/python}" - "$src" "$bf16" <<'PY'
+import os, sys
+sys.path.insert(0, "scripts")
+import llama_reference as lr  # finds (and unpacks) the llama-cpp-python sdist
+lcpp = os.path.join(lr.sdist_root(), "vendor", "llama.cpp")
+sys.path[:0] = [os.path.join(lcpp, "gguf-py"), lcpp]
+import convert_hf_to_gguf as c
+from conversion.base import TextModel
+known = TextModel.get_vocab_base_pre
+def pre(self, tokenizer):  # the random checkpoint's tokenizer hash is not in the converter's list
+    try:
+        return known(self, tokenizer)
+    except NotImplementedError:
+        return "qwen35"
+TextModel.get_vocab_base_pre = pre
+src, out = sys.argv[1], sys.argv[2]
+sys.argv = ["convert_hf_to_gguf.py", src, "--outfile", out + ".part", "--outtype", "bf16", "--no-mtp"]
+c.main()
+os.rename(out + ".part", out)
+PY
+        fi
+        .venv-llama/bin/python - "$bf16" "$model" "$threads" <<'PY'
+import os, sys
+import llama_cpp
+src, dst, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+params = llama_cpp.llama_model_quantize_default_params()
+params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
+params.nthread = threads
+rc = llama_cpp.llama_model_quantize(src.encode(), (dst + ".part").encode(), params)
+if rc != 0:
+    sys.exit(f"llama_model_quantize failed ({rc})")
+os.rename(dst + ".part", dst)
+PY
+        rm -f "$bf16"
+    fi
+    [ "$prepare_only" = 1 ] && { ls -l "$model"; exit 0; }
+fi
 [ -f "$model" ] || { echo "$model missing (scripts/fetch-demo-model.sh)" >&2; exit 1; }
 .venv-llama/bin/python -c 'import llama_cpp' || { echo "run scripts/setup-llama-reference.sh first" >&2; exit 1; }
 cargo build --release -q -p frognano-model --example gguf_bench
