@@ -3,12 +3,18 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+use anyhow::Context;
+use frognano_agent::engine_llm::EngineLlm;
+use frognano_agent::llm::{HttpLlm, Llm};
 
 use frognano_sandbox::Isolation;
 
 use crate::calibrate::{EstimateStore, FrontierConfig, Knobs};
 use crate::intake::Source;
+use crate::issue_model::IssueModel;
 use crate::mutate::OperatorId;
 use crate::pipeline::{synthesize, GenOptions, SynthOptions};
 
@@ -89,6 +95,20 @@ pub struct GenerateArgs {
     /// Run tests without confinement.
     #[arg(long)]
     pub no_sandbox: bool,
+    /// Write issue text with this model: in process (checkpoint folder, `.gguf` file or cached
+    /// hub id), or the model name at `--issue-endpoint`. Replies that leak the fix are retried,
+    /// then the template text is used. Default: template text only.
+    #[arg(long)]
+    pub issue_model: Option<String>,
+    /// OpenAI-compatible endpoint serving `--issue-model`.
+    #[arg(long, requires = "issue_model")]
+    pub issue_endpoint: Option<String>,
+    /// Seconds one issue request to `--issue-endpoint` may take.
+    #[arg(long, default_value_t = 120)]
+    pub issue_timeout: u64,
+    /// Model replies tried per task before falling back to the template.
+    #[arg(long, default_value_t = crate::issue_model::DEFAULT_ATTEMPTS)]
+    pub issue_attempts: usize,
 }
 
 /// `frognano synth calibrate`.
@@ -156,7 +176,17 @@ fn parse_operators(names: &[String]) -> anyhow::Result<Option<Vec<OperatorId>>> 
 }
 
 impl GenerateArgs {
-    /// The pipeline options these arguments stand for.
+    /// The issue-writing model these arguments ask for (loaded now), if any.
+    pub fn issue_model(&self) -> anyhow::Result<Option<Arc<IssueModel>>> {
+        let Some(model) = &self.issue_model else { return Ok(None) };
+        let llm: Box<dyn Llm + Send> = match &self.issue_endpoint {
+            Some(url) => Box::new(HttpLlm::new(url, model, Duration::from_secs(self.issue_timeout.max(1)))?),
+            None => Box::new(EngineLlm::load(model).with_context(|| format!("--issue-model {model}"))?),
+        };
+        Ok(Some(Arc::new(IssueModel::new(llm, self.issue_attempts))))
+    }
+
+    /// The pipeline options these arguments stand for (loads `--issue-model`).
     pub fn options(&self) -> anyhow::Result<SynthOptions> {
         let source = match (&self.repo, &self.pypi, &self.krate) {
             (Some(p), None, None) => Source::Local { path: p.clone(), commit: self.commit.clone() },
@@ -187,6 +217,7 @@ impl GenerateArgs {
             python: self.python.clone(),
             harbor: self.harbor.clone(),
             progress: true,
+            issue_model: self.issue_model()?,
         })
     }
 }

@@ -5,6 +5,7 @@
 //! (language, test command, environment, sandboxed runs, two-run baseline), [`mutate`]
 //! (tree-sitter bug operators), [`pipeline`] (candidates, validation, orphan buggy commits,
 //! JSONL instances, combinations, resume), [`issue`] (issue text and leak check),
+//! [`issue_model`] (model-written issue text through the agent's `Llm` trait),
 //! [`harbor`] (Harbor task dirs), [`calibrate`] (pass-rate estimates and the frontier
 //! controller), [`cli`] (`frognano synth`).
 
@@ -13,6 +14,7 @@ pub mod cli;
 pub mod harbor;
 pub mod intake;
 pub mod issue;
+pub mod issue_model;
 pub mod mutate;
 pub mod pipeline;
 pub mod project;

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use frognano_sandbox::Isolation;
@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use crate::intake::{self, git, git_with_input, IntakeRepo, Source};
 use crate::issue::{template_issue, IssueContext};
+use crate::issue_model::{IssueModel, IssueOutcome};
 use crate::mutate::{self, apply_edits, edits_overlap, Edit, Language, OperatorId};
 use crate::project::{self, Baseline, EnvOptions, TestRun, TestSetup};
 
@@ -333,6 +334,8 @@ pub struct SynthOptions {
     pub harbor: Option<PathBuf>,
     /// Show a progress bar.
     pub progress: bool,
+    /// Write issue text with this model (shared by all workers); `None`: the template.
+    pub issue_model: Option<Arc<IssueModel>>,
 }
 
 /// What a run did.
@@ -468,7 +471,12 @@ fn build_instance(sh: &Shared<'_>, cand: &Candidate, v: &Validated) -> anyhow::R
         entities: &entity_names,
         operators: &operators,
     };
-    let problem_statement = template_issue(&ctx);
+    let template = template_issue(&ctx);
+    let issue = match &sh.opts.issue_model {
+        Some(m) => m.write(&ctx, &template),
+        None => IssueOutcome::template(template),
+    };
+    let problem_statement = issue.text;
     let files: BTreeSet<&str> = cand.files.iter().map(|f| f.path.as_str()).collect();
     let mut extra = serde_json::Map::new();
     extra.insert(
@@ -493,7 +501,7 @@ fn build_instance(sh: &Shared<'_>, cand: &Candidate, v: &Validated) -> anyhow::R
                 "strong_operators": cand.operators.iter().filter(|o| o.is_strong()).count(),
             },
             "validation": {"reference_seconds": sh.base.seconds, "bug_seconds": v.bug_seconds},
-            "issue": {"generator": "template", "prompt_version": "observed-v1"},
+            "issue": issue.record,
         }),
     );
     Ok(SweInstance {

@@ -27,6 +27,7 @@ fn options(source: Source, out: &Path, max_candidates: usize, min_complexity: u3
         python: None,
         harbor: None,
         progress: false,
+        issue_model: None,
     }
 }
 

@@ -66,6 +66,7 @@ fn options(repo: &Path, out: &Path, seed: u64, max_candidates: usize) -> SynthOp
         python: Some(PathBuf::from("python3")),
         harbor: None,
         progress: false,
+        issue_model: None,
     }
 }
 
