@@ -364,3 +364,36 @@ fn run_calibrate(a: &CalibrateArgs) -> anyhow::Result<()> {
     println!("estimates: {}", a.estimates.display());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct Top {
+        #[command(flatten)]
+        synth: SynthCommand,
+    }
+
+    #[test]
+    fn issue_model_flags_parse_and_endpoint_needs_a_model() {
+        Top::command_for_checks().debug_assert();
+        let t =
+            Top::try_parse_from(["x", "repo", "--issue-endpoint", "http://127.0.0.1:1", "--issue-model", "m"]).unwrap();
+        let g = &t.synth.generate;
+        assert_eq!(g.issue_model.as_deref(), Some("m"));
+        assert_eq!(g.issue_attempts, crate::issue_model::DEFAULT_ATTEMPTS);
+        let m = g.issue_model().unwrap().expect("an endpoint model");
+        assert!(m.description().contains('m'));
+        assert!(Top::try_parse_from(["x", "repo", "--issue-endpoint", "http://127.0.0.1:1"]).is_err());
+        assert!(Top::try_parse_from(["x", "repo"]).unwrap().synth.generate.issue_model().unwrap().is_none());
+    }
+
+    impl Top {
+        fn command_for_checks() -> clap::Command {
+            <Top as clap::CommandFactory>::command()
+        }
+    }
+}
