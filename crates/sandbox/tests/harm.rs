@@ -141,8 +141,10 @@ fn a_fork_bomb_is_contained_and_cleaned_up() {
     };
     let out = sb.run(&Command::bash(script)).unwrap();
     if sb.process_limit_enforced() {
-        // The limit bit: forks failed (the bomb may then die out on its own before the clock).
-        assert!(out.stderr.contains("Resource temporarily unavailable"), "{out:?}");
+        // The limit bit (forks failed; the bomb may then die out before the clock), or, on a
+        // loaded machine where the bomb grew slowly, the clock ended it first. Either way it
+        // was stopped, and what matters is checked below: nothing is left and the host works.
+        assert!(out.stderr.contains("Resource temporarily unavailable") || out.timed_out, "{out:?}");
     } else {
         assert!(out.timed_out, "{out:?}");
     }
