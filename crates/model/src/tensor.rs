@@ -190,12 +190,17 @@ impl Matrix {
         if !self.cols.is_multiple_of(q.block_size()) || self.dtype == DType::Quant(q) {
             return self.clone();
         }
-        let mut bytes = Vec::with_capacity(self.rows * q.row_bytes(self.cols).unwrap_or(0));
-        let mut row = vec![0.0f32; self.cols];
-        for r in 0..self.rows {
-            self.row_into(r, &mut row);
-            bytes.extend(crate::quant::quantize::quantize(q, &row));
-        }
+        // Rows quantize independently; a 4B model has ~1M of them, so spread them over the
+        // threads (in order: the output is the rows' bytes concatenated).
+        let row_bytes = q.row_bytes(self.cols).unwrap_or(0);
+        let mut bytes = vec![0u8; self.rows * row_bytes];
+        bytes.par_chunks_mut(row_bytes.max(1) * 64).enumerate().for_each(|(blk, out)| {
+            let mut row = vec![0.0f32; self.cols];
+            for (i, dst) in out.chunks_mut(row_bytes.max(1)).enumerate() {
+                self.row_into(blk * 64 + i, &mut row);
+                dst.copy_from_slice(&crate::quant::quantize::quantize(q, &row));
+            }
+        });
         Matrix::new(self.rows, self.cols, DType::Quant(q), Bytes::from_vec(bytes))
     }
 
