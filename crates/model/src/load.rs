@@ -89,7 +89,8 @@ pub fn load_quantized(spec: impl AsRef<str>, quant: Option<crate::quant::QuantTy
     let (model, mut eos_ids, weight_bytes): (Box<dyn CausalLm>, Vec<u32>, usize) = match model_type {
         "qwen3_5" | "qwen3_5_text" => {
             let st = crate::safetensors_dir::SafetensorsDir::open(&path)?;
-            let cfg = crate::config::Qwen35Config::from_file(&cfg_path)?;
+            // config.json was parsed above; build the typed config from that value.
+            let cfg = crate::config::Qwen35Config::from_json(&v).map_err(|msg| ModelError::format(&cfg_path, msg))?;
             let eos = cfg.eos_token_ids.clone();
             let mut bytes = st.byte_len();
             let mut m = Qwen35::from_safetensors_parts(cfg, &st)?;

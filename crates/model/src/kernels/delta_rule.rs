@@ -48,77 +48,66 @@ fn head_rows<'a>(x: &'a [f32], t: usize, heads: usize, h: usize, d: usize) -> im
     (0..t).map(move |i| &x[(i * heads + h) * d..(i * heads + h + 1) * d])
 }
 
-/// Writes head `h`'s rows of `o_h` (`[T, dv]`) into `out` (`[T, Hv, dv]`).
-fn scatter(out: &mut [f32], o_heads: Vec<Vec<f32>>, s: &DeltaShape) {
+/// Runs `head(h, key_head, state_h)` for every value head in parallel (each returns its
+/// `[T, dv]` output) and interleaves the results into `[T, Hv, dv]`.
+fn per_head(state: &mut [f32], s: &DeltaShape, head: impl Fn(usize, usize, &mut [f32]) -> Vec<f32> + Sync) -> Vec<f32> {
+    let o_heads: Vec<Vec<f32>> =
+        state.par_chunks_mut(s.dk * s.dv).enumerate().map(|(h, st)| head(h, s.key_head[h], st)).collect();
+    let mut out = vec![0.0f32; s.t * s.hv * s.dv];
     for (h, oh) in o_heads.into_iter().enumerate() {
         for i in 0..s.t {
             out[(i * s.hv + h) * s.dv..(i * s.hv + h + 1) * s.dv].copy_from_slice(&oh[i * s.dv..(i + 1) * s.dv]);
         }
     }
+    out
 }
 
 /// Step-by-step recurrence; updates `state` and returns the output.
 pub fn recurrent(x: &DeltaInputs, state: &mut [f32], s: &DeltaShape) -> Vec<f32> {
     let (dk, dv) = (s.dk, s.dv);
-    let o_heads: Vec<Vec<f32>> = state
-        .par_chunks_mut(dk * dv)
-        .enumerate()
-        .map(|(h, st)| {
-            let kh = s.key_head[h];
-            let mut o = vec![0.0f32; s.t * dv];
-            let mut d = vec![0.0f32; dv];
-            let rows = head_rows(x.q, s.t, s.hk, kh, dk).zip(head_rows(x.k, s.t, s.hk, kh, dk));
-            for (i, ((q, k), v)) in rows.zip(head_rows(x.v, s.t, s.hv, h, dv)).enumerate() {
-                let alpha = x.g[i * s.hv + h].exp();
-                let beta = x.beta[i * s.hv + h];
-                st.iter_mut().for_each(|e| *e *= alpha);
-                // d = beta · (v − kᵀS)
-                d.copy_from_slice(v);
-                for (a, srow) in k.iter().zip(st.chunks_exact(dv)) {
-                    for (dj, sj) in d.iter_mut().zip(srow) {
-                        *dj -= a * sj;
-                    }
-                }
-                d.iter_mut().for_each(|e| *e *= beta);
-                // S += k ⊗ d ; o = qᵀS
-                let oi = &mut o[i * dv..(i + 1) * dv];
-                for ((a, b), srow) in k.iter().zip(q).zip(st.chunks_exact_mut(dv)) {
-                    for ((sj, dj), oj) in srow.iter_mut().zip(&d).zip(oi.iter_mut()) {
-                        *sj += a * dj;
-                        *oj += b * *sj;
-                    }
+    per_head(state, s, |h, kh, st| {
+        let mut o = vec![0.0f32; s.t * dv];
+        let mut d = vec![0.0f32; dv];
+        let rows = head_rows(x.q, s.t, s.hk, kh, dk).zip(head_rows(x.k, s.t, s.hk, kh, dk));
+        for (i, ((q, k), v)) in rows.zip(head_rows(x.v, s.t, s.hv, h, dv)).enumerate() {
+            let alpha = x.g[i * s.hv + h].exp();
+            let beta = x.beta[i * s.hv + h];
+            st.iter_mut().for_each(|e| *e *= alpha);
+            // d = beta · (v − kᵀS)
+            d.copy_from_slice(v);
+            for (a, srow) in k.iter().zip(st.chunks_exact(dv)) {
+                for (dj, sj) in d.iter_mut().zip(srow) {
+                    *dj -= a * sj;
                 }
             }
-            o
-        })
-        .collect();
-    let mut out = vec![0.0f32; s.t * s.hv * dv];
-    scatter(&mut out, o_heads, s);
-    out
+            d.iter_mut().for_each(|e| *e *= beta);
+            // S += k ⊗ d ; o = qᵀS
+            let oi = &mut o[i * dv..(i + 1) * dv];
+            for ((a, b), srow) in k.iter().zip(q).zip(st.chunks_exact_mut(dv)) {
+                for ((sj, dj), oj) in srow.iter_mut().zip(&d).zip(oi.iter_mut()) {
+                    *sj += a * dj;
+                    *oj += b * *sj;
+                }
+            }
+        }
+        o
+    })
 }
 
 /// Chunked (WY / UT-transform) form, chunk [`CHUNK`]; a ragged last chunk is processed at its
 /// own length, which equals zero-padding (padded steps have g = 0, k = v = 0).
 pub fn chunked(x: &DeltaInputs, state: &mut [f32], s: &DeltaShape) -> Vec<f32> {
-    let (dk, dv) = (s.dk, s.dv);
-    let o_heads: Vec<Vec<f32>> = state
-        .par_chunks_mut(dk * dv)
-        .enumerate()
-        .map(|(h, st)| {
-            let kh = s.key_head[h];
-            let mut o = vec![0.0f32; s.t * dv];
-            let mut n0 = 0;
-            while n0 < s.t {
-                let c = CHUNK.min(s.t - n0);
-                chunk_step(x, st, s, h, kh, n0, c, &mut o[n0 * dv..(n0 + c) * dv]);
-                n0 += c;
-            }
-            o
-        })
-        .collect();
-    let mut out = vec![0.0f32; s.t * s.hv * dv];
-    scatter(&mut out, o_heads, s);
-    out
+    let dv = s.dv;
+    per_head(state, s, |h, kh, st| {
+        let mut o = vec![0.0f32; s.t * dv];
+        let mut n0 = 0;
+        while n0 < s.t {
+            let c = CHUNK.min(s.t - n0);
+            chunk_step(x, st, s, h, kh, n0, c, &mut o[n0 * dv..(n0 + c) * dv]);
+            n0 += c;
+        }
+        o
+    })
 }
 
 /// One chunk of `c` steps starting at `n0` for value head `h`; writes `o` (`[c, dv]`).
