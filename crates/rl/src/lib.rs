@@ -1,0 +1,22 @@
+//! `frognano-rl`: online reinforcement learning of the coding agent on synthesized tasks
+//! (shared/docs/rl-recipe.md).
+//!
+//! One training step: sample tasks from the frontier curriculum ([`curriculum`]), run G agent
+//! attempts per task with the current policy ([`rollout`], [`env`]), score them with the
+//! task's tests, turn rewards into leave-one-out advantages and a clipped token loss
+//! ([`loss`]), back-propagate through our own model code written in candle ([`policy`]), step
+//! AdamW ([`optim`]), and hand the new weights to the rollout engine. [`trainer`] runs that
+//! loop with checkpoints and exact resume; [`store`] keeps every rollout; [`metrics`] logs and
+//! plots; [`tinker`] sends the gradient work to a Tinker-compatible server instead.
+
+pub mod cli;
+pub mod curriculum;
+pub mod env;
+pub mod loss;
+pub mod metrics;
+pub mod optim;
+pub mod policy;
+pub mod rollout;
+pub mod store;
+pub mod tinker;
+pub mod trainer;
