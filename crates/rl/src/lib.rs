@@ -19,4 +19,5 @@ pub mod policy;
 pub mod rollout;
 pub mod store;
 pub mod tinker;
+pub mod toy;
 pub mod trainer;
