@@ -26,7 +26,7 @@ pub enum EvalCommand {
 /// Options shared by `grade` and `run`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ExecArgs {
-    /// Instances: .json, .jsonl (SWE-bench v4 or v5 fields).
+    /// Instances: .json, .jsonl or Hugging Face .parquet (SWE-bench v4 or v5 fields).
     #[arg(long)]
     pub instances: PathBuf,
     /// Directory with one clone per repository (`owner__name` or `name`); instances may

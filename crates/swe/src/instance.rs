@@ -1,4 +1,4 @@
-//! SWE-bench task instances and predictions: types and loaders (JSON, JSONL, parquet).
+//! SWE-bench task instances and predictions: types and loaders (JSON, JSONL, parquet via [`crate::parquet`]).
 
 use std::path::{Path, PathBuf};
 
@@ -55,11 +55,12 @@ pub struct SweInstance {
 
 /// A malformed instance: which record, which field, what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{source_name}{loc}: field `{field}`: {problem}", loc = location_suffix(*.line))]
+#[error("{source_name}{loc}: field `{field}`: {problem}", loc = location_suffix(source_name, *.line))]
 pub struct InstanceError {
     /// File the record came from.
     pub source_name: String,
-    /// 1-based line (JSONL) or record index (JSON list, parquet row), when known.
+    /// 1-based line (JSONL) or record (JSON list), or 0-based row index (parquet, numbered as
+    /// pandas numbers rows), when known.
     pub line: Option<usize>,
     /// Offending field (`<record>` for the record as a whole).
     pub field: String,
@@ -67,8 +68,9 @@ pub struct InstanceError {
     pub problem: String,
 }
 
-fn location_suffix(line: Option<usize>) -> String {
-    line.map(|l| format!(":{l}")).unwrap_or_default()
+fn location_suffix(source: &str, line: Option<usize>) -> String {
+    let sep = if source.ends_with(" row") || source.ends_with(" record") { " " } else { ":" };
+    line.map(|l| format!("{sep}{l}")).unwrap_or_default()
 }
 
 const KNOWN_FIELDS: &[&str] = &[
@@ -287,19 +289,19 @@ pub fn load_instances(path: &Path) -> anyhow::Result<Vec<SweInstance>> {
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     match ext {
         "jsonl" => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| anyhow::anyhow!("cannot read instances {name}: {e}"))?;
+            let text =
+                std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read instances {name}: {e}"))?;
             parse_jsonl_instances(&text, &name).map_err(Into::into)
         }
         "json" => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| anyhow::anyhow!("cannot read instances {name}: {e}"))?;
+            let text =
+                std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read instances {name}: {e}"))?;
             parse_json_instances(&text, &name).map_err(Into::into)
         }
-        "parquet" => anyhow::bail!(
-            "{name}: parquet instances are not supported in this build; convert with \
-             `python -c \"import pandas as pd; pd.read_parquet('{name}').to_json('out.jsonl', orient='records', lines=True)\"`"
-        ),
+        "parquet" => {
+            let bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read instances {name}: {e}"))?;
+            parse_parquet_instances(&bytes, &name).map_err(Into::into)
+        }
         _ => anyhow::bail!("{name}: instances must be a .json, .jsonl or .parquet file"),
     }
 }
@@ -321,6 +323,36 @@ pub fn parse_jsonl_instances(text: &str, source: &str) -> Result<Vec<SweInstance
         out.push(SweInstance::from_json(value, &err)?);
     }
     Ok(out)
+}
+
+/// Parses instances from a parquet file (the Hugging Face form: string columns, test lists
+/// as JSON strings or real lists, nullable v5 fields). A malformed row names its 0-based row
+/// index and field.
+pub fn parse_parquet_instances(bytes: &[u8], source: &str) -> Result<Vec<SweInstance>, InstanceError> {
+    use crate::parquet::ReadError;
+    let rows = crate::parquet::read_rows(bytes).map_err(|e| match e {
+        ReadError::Value(v) => InstanceError {
+            source_name: format!("{source} row"),
+            line: Some(v.row),
+            field: v.field,
+            problem: v.problem,
+        },
+        ReadError::File(f) => {
+            InstanceError { source_name: source.to_string(), line: None, field: "<file>".into(), problem: f.0 }
+        }
+    })?;
+    rows.into_iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let err = |field: &str, problem: String| InstanceError {
+                source_name: format!("{source} row"),
+                line: Some(i),
+                field: field.to_string(),
+                problem,
+            };
+            SweInstance::from_json(Value::Object(row), &err)
+        })
+        .collect()
 }
 
 /// Parses a JSON list of instances (or a single instance object).

@@ -12,6 +12,7 @@ pub mod executor;
 pub mod grading;
 pub mod harbor;
 pub mod instance;
+pub mod parquet;
 pub mod parsers;
 pub mod pyjson;
 pub mod pytext;
