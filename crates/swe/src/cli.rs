@@ -26,7 +26,8 @@ pub enum EvalCommand {
 /// Options shared by `grade` and `run`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ExecArgs {
-    /// Instances: .json, .jsonl or Hugging Face .parquet (SWE-bench v4 or v5 fields).
+    /// Instances: .json, .jsonl or Hugging Face .parquet (SWE-bench v4 or v5 fields), or a
+    /// Harbor dataset folder (or one task directory), verified by its tests/test.sh.
     #[arg(long)]
     pub instances: PathBuf,
     /// Directory with one clone per repository (`owner__name` or `name`); instances may

@@ -153,8 +153,13 @@ pub fn create_workspace(source: &Path, base_commit: &str, dest: &Path) -> anyhow
     Ok(())
 }
 
-fn sandbox_for(ws: &Path, opts: &ExecOptions, timeout: Duration) -> anyhow::Result<Sandbox> {
-    let spec = SandboxSpec::new(ws)
+pub(crate) fn sandbox_for(ws: &Path, opts: &ExecOptions, timeout: Duration) -> anyhow::Result<Sandbox> {
+    Sandbox::new(sandbox_spec(ws, opts, timeout)).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// The sandbox settings every command of an instance runs under.
+pub(crate) fn sandbox_spec(ws: &Path, opts: &ExecOptions, timeout: Duration) -> SandboxSpec {
+    SandboxSpec::new(ws)
         .isolation(opts.isolation)
         .timeout(timeout)
         .output_limit(64 << 20)
@@ -162,12 +167,11 @@ fn sandbox_for(ws: &Path, opts: &ExecOptions, timeout: Duration) -> anyhow::Resu
         // Inside the sandbox the workspace may appear owned by another uid.
         .env("GIT_CONFIG_COUNT", "1")
         .env("GIT_CONFIG_KEY_0", "safe.directory")
-        .env("GIT_CONFIG_VALUE_0", "*");
-    Sandbox::new(spec).map_err(|e| anyhow::anyhow!("{e}"))
+        .env("GIT_CONFIG_VALUE_0", "*")
 }
 
 /// Runs `script` with bash in the sandbox, stdout and stderr merged as in the harness.
-fn run_merged(sb: &Sandbox, script: &str, timeout: Duration) -> anyhow::Result<(String, i32, bool)> {
+pub(crate) fn run_merged(sb: &Sandbox, script: &str, timeout: Duration) -> anyhow::Result<(String, i32, bool)> {
     let cmd = Command::new("bash").arg("-c").arg(format!("exec 2>&1\n{script}")).timeout(timeout);
     let out = sb.run(&cmd).map_err(|e| anyhow::anyhow!("{e}"))?;
     let code = out.returncode();
@@ -255,6 +259,9 @@ fn run_instance_inner(
     log: &mut String,
     result: &mut InstanceResult,
 ) -> Result<(), ErrorKind> {
+    if let Some(task_dir) = inst.extra.get(crate::harbor::HARBOR_TASK_DIR).and_then(|v| v.as_str()) {
+        return crate::harbor::run_harbor_instance(inst, Path::new(task_dir), pred, opts, log_dir, log, result);
+    }
     let infra = |e: anyhow::Error| ErrorKind::Infra(format!("{e:#}"));
     let spec = inst.grading_spec().map_err(infra)?;
     let source = repo_source(inst, opts.repos.as_deref()).map_err(|e| ErrorKind::RepoMissing(format!("{e:#}")))?;

@@ -3,6 +3,21 @@
 //! (shared/docs/swe-bench.md §10), and Harbor's reward files.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::executor::{
+    apply_patch_chain, create_workspace, run_merged, sandbox_for, sandbox_spec, ErrorKind, ExecOptions, InstanceResult,
+    Outcome,
+};
+use crate::instance::{repo_source, InstanceError, Prediction, SweInstance};
+use crate::report::{instance_report_text, LOG_PATCH, LOG_REPORT, LOG_TEST_OUTPUT};
+
+/// Field of a [`SweInstance`] (kept in `extra`) naming the Harbor task directory it came
+/// from; the executor then verifies with the task's `tests/test.sh` instead of a SWE-bench
+/// eval script.
+pub const HARBOR_TASK_DIR: &str = "harbor_task_dir";
 
 /// One Harbor task.
 #[derive(Debug, Clone, PartialEq)]
@@ -132,6 +147,243 @@ pub fn read_reward(verifier_logs: &Path) -> anyhow::Result<f64> {
     text.trim().parse().map_err(|_| anyhow::anyhow!("{}: {:?} is not a number", txt_path.display(), text.trim()))
 }
 
+/// Whether `dir` is one Harbor task (has `task.toml`).
+pub fn is_task_dir(dir: &Path) -> bool {
+    dir.join("task.toml").is_file()
+}
+
+/// Loads a Harbor dataset folder (or one task directory) as instances for `eval grade` /
+/// `eval run`: the prompt is `instruction.md`; repository and commit come from
+/// `tests/instance.json` (SWE fields, as `frognano synth` writes them), else `[metadata]`
+/// `repo` / `base_commit` / `repo_path`, else a `frognano-synth/<owner__name>` Dockerfile
+/// `FROM` with its `orphan commit <sha>` comment. The gold patch is `instance.json`'s `patch`.
+pub fn load_harbor_instances(path: &Path) -> anyhow::Result<Vec<SweInstance>> {
+    let tasks = if is_task_dir(path) { vec![load_harbor_task(path)?] } else { load_harbor_dataset(path)? };
+    anyhow::ensure!(
+        !tasks.is_empty(),
+        "{}: a directory of instances must be a Harbor dataset (subfolders with task.toml) or one task",
+        path.display()
+    );
+    tasks.iter().map(task_instance).collect()
+}
+
+fn synth_dockerfile_source(text: &str) -> (Option<String>, Option<String>) {
+    let repo = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("FROM "))
+        .and_then(|img| img.trim().strip_prefix("frognano-synth/"))
+        .map(|rest| rest.split(':').next().unwrap_or(rest).replacen("__", "/", 1));
+    let commit = text
+        .split("orphan commit ")
+        .nth(1)
+        .map(|rest| rest.chars().take_while(char::is_ascii_hexdigit).collect::<String>())
+        .filter(|c| !c.is_empty());
+    (repo, commit)
+}
+
+/// One task as an instance (see [`load_harbor_instances`]).
+pub fn task_instance(task: &HarborTask) -> anyhow::Result<SweInstance> {
+    let ij = task.dir.join("tests/instance.json");
+    let mut inst = if ij.is_file() {
+        let name = ij.display().to_string();
+        let text = std::fs::read_to_string(&ij).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+        let v: Value = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{name}: invalid JSON: {e}"))?;
+        let err = |field: &str, problem: String| InstanceError {
+            source_name: name.clone(),
+            line: None,
+            field: field.to_string(),
+            problem,
+        };
+        SweInstance::from_json(v, &err)?
+    } else {
+        SweInstance::default()
+    };
+    let meta = |k: &str| task.metadata.get(k).and_then(|v| v.as_str()).map(str::to_string);
+    if inst.repo.is_empty() {
+        inst.repo = meta("repo").unwrap_or_default();
+    }
+    if inst.base_commit.is_empty() {
+        inst.base_commit = meta("base_commit").unwrap_or_default();
+    }
+    if inst.repo_path.is_none() {
+        inst.repo_path = meta("repo_path");
+    }
+    if inst.repo.is_empty() || inst.base_commit.is_empty() {
+        let docker = std::fs::read_to_string(task.dir.join("environment/Dockerfile")).unwrap_or_default();
+        let (repo, commit) = synth_dockerfile_source(&docker);
+        if inst.repo.is_empty() {
+            inst.repo = repo.unwrap_or_default();
+        }
+        if inst.base_commit.is_empty() {
+            inst.base_commit = commit.unwrap_or_default();
+        }
+    }
+    inst.instance_id = task.id.clone();
+    inst.problem_statement = task.instruction.clone();
+    let dir = task.dir.canonicalize().unwrap_or_else(|_| task.dir.clone());
+    inst.extra.insert(HARBOR_TASK_DIR.into(), Value::String(dir.to_string_lossy().into_owned()));
+    Ok(inst)
+}
+
+fn is_path_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"_-.~".contains(&b)
+}
+
+/// Replaces absolute container paths by host paths in a script: `from` matches only as a
+/// whole path prefix (`/app` in `/app/x` or `"/app"`, not in `/apple` or `/x/app`).
+pub fn remap_paths(text: &str, maps: &[(String, String)]) -> String {
+    let mut maps: Vec<&(String, String)> = maps.iter().filter(|(f, _)| f.len() > 1).collect();
+    maps.sort_by_key(|(f, _)| std::cmp::Reverse(f.len()));
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    'outer: while i < text.len() {
+        if bytes[i] == b'/' && (i == 0 || !(is_path_byte(bytes[i - 1]) || bytes[i - 1] == b'/')) {
+            for (from, to) in &maps {
+                let end = i + from.len();
+                if text[i..].starts_with(from.as_str()) && (end == text.len() || !is_path_byte(bytes[end])) {
+                    out.push_str(to);
+                    i = end;
+                    continue 'outer;
+                }
+            }
+        }
+        let ch = text[i..].chars().next().unwrap_or('\0');
+        out.push(ch);
+        i += ch.len_utf8().max(1);
+    }
+    out
+}
+
+fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from).map_err(|e| anyhow::anyhow!("{}: {e}", from.display()))? {
+        let entry = entry?;
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        if entry.file_type()?.is_dir() {
+            copy_dir(&src, &dst)?;
+        } else {
+            std::fs::copy(&src, &dst).map_err(|e| anyhow::anyhow!("{}: {e}", src.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// The directory of a `frognano` executable to put on the verifier's `PATH` (synth's
+/// `test.sh` calls `frognano eval grade-log`): this process when it is `frognano`, else
+/// `FROGNANO_BIN`.
+fn frognano_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok().filter(|p| p.file_stem().is_some_and(|s| s == "frognano"));
+    let exe = exe.or_else(|| std::env::var_os("FROGNANO_BIN").map(PathBuf::from))?;
+    exe.parent().map(Path::to_path_buf)
+}
+
+/// Runs one prediction on a Harbor task: a workspace at the task's commit, the patch applied
+/// with the 5.0.2 chain, then — the agent being done — the task's `tests/` copied in and
+/// `tests/test.sh` run in the sandbox with `/logs`, `/tests` and the workdir remapped to
+/// host paths. The reward (`reward.json` / `reward.txt`) decides: resolved iff >= 1.
+pub(crate) fn run_harbor_instance(
+    inst: &SweInstance,
+    task_dir: &Path,
+    pred: &Prediction,
+    opts: &ExecOptions,
+    log_dir: &Path,
+    log: &mut String,
+    result: &mut InstanceResult,
+) -> Result<(), ErrorKind> {
+    let infra = |e: anyhow::Error| ErrorKind::Infra(format!("{e:#}"));
+    let task = load_harbor_task(task_dir).map_err(infra)?;
+    if inst.base_commit.is_empty() || (inst.repo.is_empty() && inst.repo_path.is_none()) {
+        return Err(ErrorKind::RepoMissing(format!(
+            "Harbor task {}: no local source for the workspace (needs tests/instance.json, [metadata] repo and \
+             base_commit, or a frognano-synth Dockerfile)",
+            task.id
+        )));
+    }
+    let source = repo_source(inst, opts.repos.as_deref()).map_err(|e| ErrorKind::RepoMissing(format!("{e:#}")))?;
+    std::fs::create_dir_all(&opts.work_root).map_err(|e| infra(e.into()))?;
+    let holder = tempfile::Builder::new()
+        .prefix(&format!("{}-", inst.instance_id))
+        .tempdir_in(&opts.work_root)
+        .map_err(|e| infra(e.into()))?;
+    let ws = holder.path().join("repo");
+    create_workspace(&source, &inst.base_commit, &ws).map_err(|e| ErrorKind::RepoMissing(format!("{e:#}")))?;
+    let patch = pred.model_patch.clone().unwrap_or_default();
+    std::fs::write(log_dir.join(LOG_PATCH), &patch).map_err(|e| infra(e.into()))?;
+    let patch_file = ws.join(".git/frognano-patch.diff");
+    std::fs::write(&patch_file, &patch).map_err(|e| infra(e.into()))?;
+    let sb = sandbox_for(&ws, opts, Duration::from_secs(300)).map_err(infra)?;
+    let (apply_log, applied) = apply_patch_chain(&sb, &patch_file).map_err(infra)?;
+    log.push_str(&apply_log);
+    if !applied {
+        return Err(ErrorKind::PatchApplyFailed);
+    }
+    result.patch_applied = true;
+
+    // The verifier's view: /tests, /logs/{verifier,agent} and the workdir, on the host.
+    let tests = holder.path().join("tests");
+    let logs = holder.path().join("logs");
+    copy_dir(&task.dir.join("tests"), &tests).map_err(infra)?;
+    for sub in ["verifier", "agent"] {
+        std::fs::create_dir_all(logs.join(sub)).map_err(|e| infra(e.into()))?;
+    }
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    let mut maps = vec![("/logs".to_string(), s(&logs)), ("/tests".to_string(), s(&tests))];
+    if task.workdir != "/" {
+        maps.push((task.workdir.trim_end_matches('/').to_string(), s(&ws)));
+    }
+    let script_text = std::fs::read_to_string(&task.test_script).map_err(|e| infra(e.into()))?;
+    let script = remap_paths(&script_text, &maps);
+    let script_path = tests.join("test.sh");
+    std::fs::write(&script_path, &script).map_err(|e| infra(e.into()))?;
+    std::fs::write(log_dir.join("test.sh"), &script).map_err(|e| infra(e.into()))?;
+    let timeout = Duration::from_secs_f64(task.verifier_timeout_sec.clamp(1.0, 7.0 * 86400.0));
+    let mut spec = sandbox_spec(&ws, opts, timeout).network(task.allow_internet).writable_path(&logs);
+    // The sandbox's /tmp is private: the copies must be mounted to be seen (a copy, so the
+    // verifier writing there is harmless, as it may in Harbor's container).
+    spec = spec.writable_path(&tests);
+    for (k, v) in &task.env {
+        spec = spec.env(k, remap_paths(v, &maps));
+    }
+    if let Some(dir) = frognano_dir() {
+        let path = std::env::var("PATH").unwrap_or_default();
+        spec = spec.env("PATH", format!("{}:{path}", dir.display()));
+    }
+    let verifier = frognano_sandbox::Sandbox::new(spec).map_err(|e| infra(anyhow::anyhow!("{e}")))?;
+    let t0 = Instant::now();
+    let (output, code, timed_out) = run_merged(
+        &verifier,
+        &format!(
+            "cd {} && bash {}",
+            crate::eval_script::shell_quote(&s(&ws)),
+            crate::eval_script::shell_quote(&s(&script_path))
+        ),
+        timeout,
+    )
+    .map_err(infra)?;
+    result.test_seconds = t0.elapsed().as_secs_f64();
+    std::fs::write(log_dir.join(LOG_TEST_OUTPUT), &output).map_err(|e| infra(e.into()))?;
+    copy_dir(&logs.join("verifier"), &log_dir.join("verifier")).map_err(infra)?;
+    log.push_str(&format!("verifier: bash tests/test.sh exited {code} after {:.1} s\n", result.test_seconds));
+    if timed_out {
+        return Err(ErrorKind::TestTimeout(timeout.as_secs()));
+    }
+    let reward = read_reward(&logs.join("verifier"))
+        .map_err(|e| ErrorKind::Infra(format!("verifier wrote no usable reward: {e:#}")))?;
+    let resolved = reward >= 1.0;
+    let report = json!({ inst.instance_id.clone(): {
+        "patch_is_None": false,
+        "patch_exists": true,
+        "patch_successfully_applied": true,
+        "resolved": resolved,
+        "reward": reward,
+    }});
+    std::fs::write(log_dir.join(LOG_REPORT), instance_report_text(&report)).map_err(|e| infra(e.into()))?;
+    result.outcome = if resolved { Outcome::Resolved } else { Outcome::Unresolved };
+    result.report = Some(report);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +412,26 @@ mod tests {
         assert_eq!(load_harbor_dataset(d.path()).unwrap().len(), 1);
         std::fs::remove_file(t.join("tests/test.sh")).unwrap();
         assert!(load_harbor_task(&t).unwrap_err().to_string().contains("tests/test.sh"));
+    }
+
+    #[test]
+    fn paths_remap_only_as_whole_prefixes() {
+        let maps = vec![("/app".to_string(), "/w/ws".to_string()), ("/logs".to_string(), "/w/logs".to_string())];
+        let t = "cd /app\nls /apple /x/app \"/app/a b\" /logs/verifier/reward.txt $X/app\n";
+        assert_eq!(
+            remap_paths(t, &maps),
+            "cd /w/ws\nls /apple /x/app \"/w/ws/a b\" /w/logs/verifier/reward.txt $X/app\n"
+        );
+        assert_eq!(remap_paths("é/app", &maps), "é/w/ws");
+    }
+
+    #[test]
+    fn synth_dockerfile_names_repo_and_commit() {
+        let (r, c) = synth_dockerfile_source(
+            "FROM frognano-synth/owner__name:latest\nWORKDIR /app\n# The buggy tree is the single orphan commit 0a1b2c of the task\n",
+        );
+        assert_eq!(r.as_deref(), Some("owner/name"));
+        assert_eq!(c.as_deref(), Some("0a1b2c"));
     }
 
     #[test]

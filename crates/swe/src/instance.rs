@@ -283,8 +283,11 @@ fn test_list(
 }
 
 /// Loads instances from a `.json` (list, or one object), `.jsonl` or `.parquet` file, or a
-/// Harbor dataset directory is rejected here (see [`crate::harbor`]).
+/// Harbor dataset folder / task directory (see [`crate::harbor::load_harbor_instances`]).
 pub fn load_instances(path: &Path) -> anyhow::Result<Vec<SweInstance>> {
+    if path.is_dir() {
+        return crate::harbor::load_harbor_instances(path);
+    }
     let name = path.display().to_string();
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     match ext {
@@ -302,7 +305,7 @@ pub fn load_instances(path: &Path) -> anyhow::Result<Vec<SweInstance>> {
             let bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read instances {name}: {e}"))?;
             parse_parquet_instances(&bytes, &name).map_err(Into::into)
         }
-        _ => anyhow::bail!("{name}: instances must be a .json, .jsonl or .parquet file"),
+        _ => anyhow::bail!("{name}: instances must be a .json, .jsonl or .parquet file, or a Harbor dataset folder"),
     }
 }
 
