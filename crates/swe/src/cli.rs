@@ -106,11 +106,22 @@ pub struct RunArgs {
 /// `frognano eval parse-log`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ParseLogArgs {
-    /// Parser name (`parse_log_pytest`, `django`, `cargo`, …).
+    /// Parser name: any of swebench 5.0.2's PARSER_REGISTRY (`parse_log_pytest`, `django`,
+    /// `jest`, `googletest`, `maven`, `phpunit`, `rspec_transformed_json`, …; see --list).
+    #[arg(long, required_unless_present = "list")]
+    pub parser: Option<String>,
+    /// `version` for the parsers that read it (next, lighthouse).
     #[arg(long)]
-    pub parser: String,
+    pub version: Option<String>,
+    /// Instance id for the parsers that read it (immutable_js, jekyll).
+    #[arg(long)]
+    pub instance_id: Option<String>,
+    /// Print the registry names of every parser and exit.
+    #[arg(long)]
+    pub list: bool,
     /// The log file.
-    pub log: PathBuf,
+    #[arg(required_unless_present = "list")]
+    pub log: Option<PathBuf>,
 }
 
 /// `frognano eval grade-log`.
@@ -132,11 +143,20 @@ pub struct GradeLogArgs {
 pub fn run_eval(cmd: EvalCommand) -> anyhow::Result<()> {
     match cmd {
         EvalCommand::ParseLog(a) => {
-            let bytes =
-                std::fs::read(&a.log).map_err(|e| anyhow::anyhow!("cannot read log {}: {e}", a.log.display()))?;
+            if a.list {
+                for name in crate::parsers::implemented_parsers() {
+                    println!("{name}");
+                }
+                return Ok(());
+            }
+            let (Some(parser), Some(log)) = (&a.parser, &a.log) else {
+                anyhow::bail!("parse-log needs --parser NAME and a LOG file (or --list)");
+            };
+            let bytes = std::fs::read(log).map_err(|e| anyhow::anyhow!("cannot read log {}: {e}", log.display()))?;
             let text = crate::pytext::read_text_strict(&bytes)
-                .map_err(|e| anyhow::anyhow!("{}: not valid UTF-8 at byte {}", a.log.display(), e.valid_up_to()))?;
-            let map = crate::parsers::parse_log(&a.parser, &text)?;
+                .map_err(|e| anyhow::anyhow!("{}: not valid UTF-8 at byte {}", log.display(), e.valid_up_to()))?;
+            let ctx = crate::parsers::ParseContext { instance_id: a.instance_id.clone(), version: a.version.clone() };
+            let map = crate::parsers::parse_log_with(parser, &text, &ctx)?;
             println!("{}", serde_json::to_string_pretty(&map)?);
             Ok(())
         }

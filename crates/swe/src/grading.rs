@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde_json::{json, Map, Value};
 
-use crate::parsers::{parse_log, ParseError};
+use crate::parsers::{parse_log_with, ParseContext, ParseError};
 use crate::status::StatusMap;
 
 /// Marker the eval script echoes (via `set -x`) right before the test command.
@@ -132,6 +132,11 @@ pub fn parse_test_exit_code(text: &str) -> Option<i64> {
 /// `get_logs_eval` on already-decoded text (universal newlines applied): the status map and
 /// whether the log is usable.
 pub fn logs_eval(text: &str, parser: &str) -> Result<(StatusMap, bool), GradeError> {
+    logs_eval_with(text, parser, &ParseContext::default())
+}
+
+/// [`logs_eval`] with the instance context some parsers need (see [`ParseContext`]).
+pub fn logs_eval_with(text: &str, parser: &str, ctx: &ParseContext) -> Result<(StatusMap, bool), GradeError> {
     if [APPLY_PATCH_FAIL, RESET_FAILED, TESTS_ERROR, TESTS_TIMEOUT].iter().any(|m| text.contains(m)) {
         return Ok((StatusMap::new(), false));
     }
@@ -141,9 +146,9 @@ pub fn logs_eval(text: &str, parser: &str) -> Result<(StatusMap, bool), GradeErr
     // Python: content.split(START)[1].split(END)[0]
     let after_start = text.split(START_TEST_OUTPUT).nth(1).unwrap_or("");
     let sliced = crate::pytext::before_first(after_start, END_TEST_OUTPUT);
-    let mut map = parse_log(parser, sliced)?;
+    let mut map = parse_log_with(parser, sliced, ctx)?;
     if map.is_empty() {
-        map = parse_log(parser, text)?;
+        map = parse_log_with(parser, text, ctx)?;
     }
     if map.is_empty() && !SUITE_RAN.is_match(text) {
         return Ok((StatusMap::new(), false));
@@ -158,8 +163,13 @@ pub fn logs_eval(text: &str, parser: &str) -> Result<(StatusMap, bool), GradeErr
 
 /// `get_logs_eval` on the raw bytes of a log file.
 pub fn logs_eval_bytes(bytes: &[u8], parser: &str) -> Result<(StatusMap, bool), GradeError> {
+    logs_eval_bytes_with(bytes, parser, &ParseContext::default())
+}
+
+/// [`logs_eval_bytes`] with the instance context.
+pub fn logs_eval_bytes_with(bytes: &[u8], parser: &str, ctx: &ParseContext) -> Result<(StatusMap, bool), GradeError> {
     let text = crate::pytext::read_text_strict(bytes).map_err(|e| GradeError::InvalidUtf8(e.valid_up_to()))?;
-    logs_eval(&text, parser)
+    logs_eval_with(&text, parser, ctx)
 }
 
 fn is_passing(status: &str) -> bool {
@@ -354,6 +364,8 @@ pub struct GradingSpec {
     pub log_parser: String,
     /// How listed tests are judged.
     pub eval_type: EvalType,
+    /// What spec-dependent parsers read (instance id, version).
+    pub context: ParseContext,
 }
 
 /// Everything grading derives from one log, for inspection and parity checks.
@@ -396,7 +408,7 @@ pub fn eval_report(spec: &GradingSpec, model_patch: Option<&str>, log_bytes: &[u
         return Ok(grade);
     }
     entry.insert("patch_exists".into(), json!(true));
-    let (map, found) = logs_eval_bytes(log_bytes, &spec.log_parser)?;
+    let (map, found) = logs_eval_bytes_with(log_bytes, &spec.log_parser, &spec.context)?;
     if !found {
         let text = crate::pytext::read_text_replace(log_bytes);
         if let Some((reason, tier)) = classify_infra_failure(&text) {

@@ -232,6 +232,10 @@ impl SweInstance {
             pass_to_pass: self.pass_to_pass.clone(),
             log_parser: self.parser_name()?,
             eval_type: self.eval_type(),
+            context: crate::parsers::ParseContext {
+                instance_id: Some(self.instance_id.clone()),
+                version: Some(self.version.clone()),
+            },
         })
     }
 }
