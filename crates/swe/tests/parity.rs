@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 
 use frognano_swe::eval_script::rewrite_eval_script;
 use frognano_swe::grading::{
-    classify_infra_failure, compute_fail_to_pass, compute_pass_to_pass, eval_report, logs_eval, parse_test_exit_code,
-    resolution_status, InfraTier,
+    classify_infra_failure, compute_fail_to_pass, compute_pass_to_pass, eval_report, logs_eval_with,
+    parse_test_exit_code, resolution_status, InfraTier,
 };
 use frognano_swe::instance::{parse_predictions, SweInstance};
-use frognano_swe::parsers::parse_log;
+use frognano_swe::parsers::{parse_log_with, ParseContext};
 use frognano_swe::pytext::{before_first, read_text_strict};
 use frognano_swe::report::{make_run_report, predictions_by_id, run_report_text, LOG_REPORT};
 use serde_json::Value;
@@ -32,8 +32,15 @@ fn pairs(map: &frognano_swe::StatusMap) -> Value {
     map.iter().map(|(k, v)| Value::from(vec![k.clone(), v.clone()])).collect::<Vec<_>>().into()
 }
 
-fn check_raw(case: &str, parser: &str, what: &str, text: &str, expected: &Value) -> usize {
-    match (parse_log(parser, text), is_error(expected)) {
+/// Raw-parser keys are a registry name, or `name#instance_id#version` for a run with a spec.
+fn check_raw(case: &str, key: &str, what: &str, text: &str, expected: &Value) -> usize {
+    let mut parts = key.split('#');
+    let parser = parts.next().unwrap();
+    let ctx = match (parts.next(), parts.next()) {
+        (Some(id), Some(v)) => ParseContext { instance_id: Some(id.into()), version: Some(v.into()) },
+        _ => ParseContext::default(),
+    };
+    match (parse_log_with(parser, text, &ctx), is_error(expected)) {
         (Ok(m), false) => {
             assert_eq!(&pairs(&m), expected, "{case}: {parser} on {what}");
             0
@@ -93,7 +100,9 @@ fn parsers_grading_and_reports_match_swebench() {
                 "{name}/{variant}: eval script rewrite"
             );
             let le = &exp["logs_eval"];
-            match read_text_strict(&bytes).map_err(|_| ()).and_then(|t| logs_eval(&t, &spec.log_parser).map_err(|_| ()))
+            match read_text_strict(&bytes)
+                .map_err(|_| ())
+                .and_then(|t| logs_eval_with(&t, &spec.log_parser, &spec.context).map_err(|_| ()))
             {
                 Ok((map, found)) => {
                     assert!(!is_error(le), "{name}/{variant}: swebench raised, we did not");
