@@ -4,6 +4,10 @@
 # created once. CI does not need this: `cargo test -p frognano-swe` checks the committed
 # goldens; run this when the corpus or the pinned swebench version changes, then review
 # `git diff crates/swe/tests/parity`.
+# The non-Python real logs need node + npm (jest, vitest and mocha are installed once into
+# .venv-swe/js from scripts/swe_parity_fixtures/jsproj/package.json), g++ with googletest
+# (Debian libgtest-dev) and doctest (doctest-dev), and mvn; a missing tool drops its cases
+# from the regenerated goldens, so check `git status` before committing them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv-swe
