@@ -7,6 +7,15 @@ pub mod gemm;
 
 use crate::tensor::{round_bf16, round_f16};
 
+/// Whether `FROGNANO_PLAIN_KERNELS=1` asks for the kernels this crate had before its tiled
+/// ones (the multi-token k-quant tiles, the vector prefill attention), read once. For
+/// before/after benchmarks in one binary (`bench/gguf_speed.sh --plain`); results are the same
+/// bits either way.
+pub fn plain_kernels() -> bool {
+    static PLAIN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PLAIN.get_or_init(|| std::env::var("FROGNANO_PLAIN_KERNELS").is_ok_and(|v| v == "1"))
+}
+
 /// The dtype activations are held in between operations (what transformers casts to).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Act {

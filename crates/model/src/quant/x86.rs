@@ -18,6 +18,11 @@ pub(super) fn kernel_x4(ty: QuantType) -> Option<super::Dot4Fn> {
     let f: super::Dot4Fn = match ty {
         QuantType::Q4_1 if vnni() => |w, a| unsafe { dot_q4_1_x4_vnni(w, a) },
         QuantType::Q4_1 => |w, a| unsafe { dot_q4_1_x4(w, a) },
+        QuantType::Q4_K | QuantType::Q6_K if crate::kernels::plain_kernels() => return None,
+        QuantType::Q4_K if avx512bw() => |w, a| unsafe { dot_q4_k_x4_512(w, a) },
+        QuantType::Q4_K => |w, a| unsafe { dot_q4_k_x4(w, a) },
+        QuantType::Q6_K if avx512bw() => |w, a| unsafe { dot_q6_k_x4_512(w, a) },
+        QuantType::Q6_K => |w, a| unsafe { dot_q6_k_x4(w, a) },
         _ => return None,
     };
     Some(f)
@@ -28,6 +33,11 @@ fn vnni() -> bool {
     is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512vl")
         && is_x86_feature_detected!("avx512vnni")
+}
+
+/// Whether this CPU has AVX-512 with byte/word instructions (BW) and 256-bit forms (VL).
+fn avx512bw() -> bool {
+    is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vl")
 }
 
 /// The two f16 at `p` and `p + 2` widened with F16C (reads 4 bytes). One zero-extending 32-bit
@@ -386,6 +396,257 @@ unsafe fn dot_q6_k(w: &[u8], a: &ActRow) -> f32 {
     total
 }
 
+// ---------------------------------------------------------------------------------------------
+// k-quant multi-token kernels: one weight row against four activation rows (tokens), each
+// super-block unpacked once for all four. The integer sums of a super-block are exact whatever
+// the lane layout, and the float epilogue per super-block is written as the single dots write
+// it, so every result is bit-identical to `dot_q4_k` / `dot_q6_k` for that token.
+
+/// The eight 6-bit scales and minimums of a Q4_K super-block (`scales[12]` at `s`).
+#[inline(always)]
+fn q4k_scales_mins(s: &[u8]) -> ([u8; 8], [u8; 8]) {
+    let (mut sc, mut mn) = ([0u8; 8], [0u8; 8]);
+    for j in 0..8 {
+        (sc[j], mn[j]) = scale_min_k4(j, s);
+    }
+    (sc, mn)
+}
+
+/// `Σ_j min[j] · (bsums[2j] + bsums[2j + 1])`: the minimum correction of a Q4_K super-block.
+#[inline(always)]
+fn q4k_msum(mn: &[u8; 8], sums: &[i16]) -> i32 {
+    let mut msum = 0i32;
+    for j in 0..8 {
+        msum += mn[j] as i32 * (sums[2 * j] as i32 + sums[2 * j + 1] as i32);
+    }
+    msum
+}
+
+/// `Σ_g scale[g] · bsums[g]`: the offset-32 correction of a Q6_K super-block.
+#[inline(always)]
+fn q6k_offset(sc: &[u8], sums: &[i16]) -> i32 {
+    let mut offset = 0i32;
+    for g in 0..16 {
+        offset += sc[g] as i8 as i32 * sums[g] as i32;
+    }
+    offset
+}
+
+/// Q4_K, one row × four tokens, AVX2.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q4_k_x4(w: &[u8], a: &[ActRow; 4]) -> [f32; 4] {
+    let nb = w.len() / 144;
+    for r in a {
+        debug_assert!(r.qs.len() >= nb * QK_K && r.d.len() >= nb && r.bsums.len() >= nb * 16);
+    }
+    let mask = _mm256_set1_epi8(0x0F);
+    let mut total = [0.0f32; 4];
+    for ib in 0..nb {
+        let b = w.as_ptr().add(ib * 144);
+        let (d, dmin) = f16x2(b);
+        let (sc, mn) = q4k_scales_mins(std::slice::from_raw_parts(b.add(4), 12));
+        let mut sumi = [_mm256_setzero_si256(); 4];
+        for j in 0..4 {
+            let bits = _mm256_loadu_si256(b.add(16 + 32 * j) as *const __m256i);
+            let lo = _mm256_and_si256(bits, mask);
+            let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), mask);
+            let (s0, s1) = (_mm256_set1_epi16(sc[2 * j] as i16), _mm256_set1_epi16(sc[2 * j + 1] as i16));
+            for k in 0..4 {
+                let y = (a[k].qs.as_ptr() as *const u8).add(ib * QK_K + 64 * j);
+                let ylo = _mm256_loadu_si256(y as *const __m256i);
+                let yhi = _mm256_loadu_si256(y.add(32) as *const __m256i);
+                let plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ylo), s0);
+                let phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), s1);
+                sumi[k] = _mm256_add_epi32(sumi[k], _mm256_add_epi32(plo, phi));
+            }
+        }
+        for k in 0..4 {
+            let msum = q4k_msum(&mn, a[k].bsums.get_unchecked(ib * 16..ib * 16 + 16));
+            total[k] += *a[k].d.get_unchecked(ib) * (d * hsum_epi32(sumi[k]) as f32 - dmin * msum as f32);
+        }
+    }
+    total
+}
+
+/// Q4_K, one row × four tokens, AVX-512 (BW): the low and high nibbles of 32 weight bytes
+/// (64 consecutive elements, two scale groups) in one register.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn dot_q4_k_x4_512(w: &[u8], a: &[ActRow; 4]) -> [f32; 4] {
+    let nb = w.len() / 144;
+    for r in a {
+        debug_assert!(r.qs.len() >= nb * QK_K && r.d.len() >= nb && r.bsums.len() >= nb * 16);
+    }
+    let mask = _mm512_set1_epi8(0x0F);
+    let mut total = _mm_setzero_ps();
+    for ib in 0..nb {
+        let b = w.as_ptr().add(ib * 144);
+        let (d, dmin) = f16x2(b);
+        let (sc, mn) = q4k_scales_mins(std::slice::from_raw_parts(b.add(4), 12));
+        let mut sumi = [_mm512_setzero_si512(); 4];
+        for j in 0..4 {
+            let bits = _mm256_loadu_si256(b.add(16 + 32 * j) as *const __m256i);
+            let both = _mm512_inserti64x4(_mm512_castsi256_si512(bits), _mm256_srli_epi16(bits, 4), 1);
+            let q = _mm512_and_si512(both, mask);
+            let s = _mm512_inserti64x4(_mm512_set1_epi16(sc[2 * j] as i16), _mm256_set1_epi16(sc[2 * j + 1] as i16), 1);
+            for k in 0..4 {
+                let y = _mm512_loadu_si512((a[k].qs.as_ptr() as *const u8).add(ib * QK_K + 64 * j) as *const _);
+                sumi[k] = _mm512_add_epi32(sumi[k], _mm512_madd_epi16(_mm512_maddubs_epi16(q, y), s));
+            }
+        }
+        // The minimum corrections of the four tokens as vectors (bsums · mins, 8 lanes each),
+        // then all eight integer sums reduced together and the float epilogue on four lanes,
+        // each lane the single dot's `ad · (d·isum − dmin·msum)`.
+        let mn16: [u8; 16] = std::array::from_fn(|g| mn[g / 2]);
+        let mins16 = _mm256_cvtepu8_epi16(_mm_loadu_si128(mn16.as_ptr() as *const __m128i));
+        let m: [__m256i; 4] = std::array::from_fn(|k| {
+            let bs = _mm256_loadu_si256(a[k].bsums.as_ptr().add(ib * 16) as *const __m256i);
+            _mm256_madd_epi16(bs, mins16)
+        });
+        let s: [__m256i; 4] = std::array::from_fn(|k| half_sum(sumi[k]));
+        let isum = reduce_4x8(s);
+        let msum = reduce_4x8(m);
+        let ad = _mm_set_ps(
+            *a[3].d.get_unchecked(ib),
+            *a[2].d.get_unchecked(ib),
+            *a[1].d.get_unchecked(ib),
+            *a[0].d.get_unchecked(ib),
+        );
+        let x = _mm_sub_ps(
+            _mm_mul_ps(_mm_set1_ps(d), _mm_cvtepi32_ps(isum)),
+            _mm_mul_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(msum)),
+        );
+        total = _mm_add_ps(total, _mm_mul_ps(ad, x));
+    }
+    let mut out = [0.0f32; 4];
+    _mm_storeu_ps(out.as_mut_ptr(), total);
+    out
+}
+
+/// The two 256-bit halves of `v` added (16 i32 lanes to 8).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn half_sum(v: __m512i) -> __m256i {
+    _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v))
+}
+
+/// The lane sums of four 8-lane i32 vectors, as one 4-lane vector (exact integer sums).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn reduce_4x8(v: [__m256i; 4]) -> __m128i {
+    let g = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    _mm_add_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256::<1>(g))
+}
+
+/// The four 6-bit quarters of half `n` of a Q6_K super-block (`b` its start): quarter `k` holds
+/// elements `128n + 32k ..`, values 0..63 (still offset by 32).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6k_quarters(b: *const u8, n: usize) -> [__m256i; 4] {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let ql = b.add(64 * n);
+    let qh = _mm256_loadu_si256(b.add(128 + 32 * n) as *const __m256i);
+    let ql0 = _mm256_loadu_si256(ql as *const __m256i);
+    let ql1 = _mm256_loadu_si256(ql.add(32) as *const __m256i);
+    [
+        _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x03)), 4)),
+        _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0C)), 2)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, _mm256_set1_epi8(0x30))),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+            _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0xC0u8 as i8)), 2),
+        ),
+    ]
+}
+
+/// Q6_K, one row × four tokens, AVX2.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q6_k_x4(w: &[u8], a: &[ActRow; 4]) -> [f32; 4] {
+    let nb = w.len() / 210;
+    for r in a {
+        debug_assert!(r.qs.len() >= nb * QK_K && r.d.len() >= nb && r.bsums.len() >= nb * 16);
+    }
+    let mut total = [0.0f32; 4];
+    for ib in 0..nb {
+        let b = w.as_ptr().add(ib * 210);
+        let d = f16x2(b.add(206)).1;
+        let sc = std::slice::from_raw_parts(b.add(192), 16);
+        let mut sumi = [_mm256_setzero_si256(); 4];
+        for n in 0..2 {
+            let quarters = q6k_quarters(b, n);
+            for (kq, qv) in quarters.iter().enumerate() {
+                let g = n * 8 + 2 * kq;
+                let scale =
+                    _mm256_set_m128i(_mm_set1_epi16(sc[g + 1] as i8 as i16), _mm_set1_epi16(sc[g] as i8 as i16));
+                for k in 0..4 {
+                    let y = (a[k].qs.as_ptr() as *const u8).add(ib * QK_K + 128 * n + 32 * kq);
+                    let yv = _mm256_loadu_si256(y as *const __m256i);
+                    sumi[k] = _mm256_add_epi32(sumi[k], _mm256_madd_epi16(_mm256_maddubs_epi16(*qv, yv), scale));
+                }
+            }
+        }
+        for k in 0..4 {
+            let offset = q6k_offset(sc, a[k].bsums.get_unchecked(ib * 16..ib * 16 + 16));
+            total[k] += *a[k].d.get_unchecked(ib) * d * (hsum_epi32(sumi[k]) - 32 * offset) as f32;
+        }
+    }
+    total
+}
+
+/// Q6_K, one row × four tokens, AVX-512 (BW): two quarters (64 consecutive elements, four scale
+/// groups) per register.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn dot_q6_k_x4_512(w: &[u8], a: &[ActRow; 4]) -> [f32; 4] {
+    let nb = w.len() / 210;
+    for r in a {
+        debug_assert!(r.qs.len() >= nb * QK_K && r.d.len() >= nb && r.bsums.len() >= nb * 16);
+    }
+    // Word lane l of a 512-bit register covers element group 4·c + l / 8 of its 64 elements.
+    let idx: [__m512i; 4] = std::array::from_fn(|c| {
+        let v: [i16; 32] = std::array::from_fn(|l| (4 * c + l / 8) as i16);
+        _mm512_loadu_si512(v.as_ptr() as *const _)
+    });
+    let mut total = _mm_setzero_ps();
+    for ib in 0..nb {
+        let b = w.as_ptr().add(ib * 210);
+        let d = f16x2(b.add(206)).1;
+        let sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192) as *const __m128i)));
+        let mut sumi = [_mm512_setzero_si512(); 4];
+        for n in 0..2 {
+            let q = q6k_quarters(b, n);
+            let pairs = [
+                _mm512_inserti64x4(_mm512_castsi256_si512(q[0]), q[1], 1),
+                _mm512_inserti64x4(_mm512_castsi256_si512(q[2]), q[3], 1),
+            ];
+            for (h, qv) in pairs.iter().enumerate() {
+                let scale = _mm512_permutexvar_epi16(idx[2 * n + h], sc16);
+                for k in 0..4 {
+                    let y = (a[k].qs.as_ptr() as *const u8).add(ib * QK_K + 128 * n + 64 * h);
+                    let yv = _mm512_loadu_si512(y as *const _);
+                    sumi[k] = _mm512_add_epi32(sumi[k], _mm512_madd_epi16(_mm512_maddubs_epi16(*qv, yv), scale));
+                }
+            }
+        }
+        // isum − 32·offset of the four tokens as vectors, reduced together; each lane's float
+        // epilogue is the single dot's `ad · d · (isum − 32·offset)`.
+        let sc16_256 = _mm512_castsi512_si256(sc16);
+        let v: [__m256i; 4] = std::array::from_fn(|k| {
+            let bs = _mm256_loadu_si256(a[k].bsums.as_ptr().add(ib * 16) as *const __m256i);
+            _mm256_sub_epi32(half_sum(sumi[k]), _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, sc16_256)))
+        });
+        let ad = _mm_set_ps(
+            *a[3].d.get_unchecked(ib),
+            *a[2].d.get_unchecked(ib),
+            *a[1].d.get_unchecked(ib),
+            *a[0].d.get_unchecked(ib),
+        );
+        let x = _mm_cvtepi32_ps(reduce_4x8(v));
+        total = _mm_add_ps(total, _mm_mul_ps(_mm_mul_ps(ad, _mm_set1_ps(d)), x));
+    }
+    let mut out = [0.0f32; 4];
+    _mm_storeu_ps(out.as_mut_ptr(), total);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,6 +689,56 @@ mod tests {
                 // SAFETY: as above.
                 let (plain, fast) = unsafe { (dot_q4_1_x4(&w, &rows), dot_q4_1_x4_vnni(&w, &rows)) };
                 assert_eq!(plain.map(f32::to_bits), fast.map(f32::to_bits));
+            }
+        }
+    }
+
+    /// The k-quant 4-token kernels (AVX2 and AVX-512) are bit-identical, token by token, to the
+    /// single dots, on ragged super-block counts and activations of very different magnitudes.
+    #[test]
+    fn k_quant_token_tiles_equal_the_single_dots() {
+        let have = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        if !(have && is_x86_feature_detected!("f16c")) {
+            return;
+        }
+        for (nsb, seed) in [(1usize, 1u64), (3, 2), (10, 3), (11, 4)] {
+            let cols = nsb * QK_K;
+            let x: Vec<f32> = (0..4 * cols)
+                .map(|i| {
+                    let v = ((i * 7919 + seed as usize * 31) % 1013) as f32 - 506.0;
+                    v / 37.0 * if (i / cols).is_multiple_of(2) { 1.0 } else { 1e-3 } * if i % 97 == 0 { 50.0 } else { 1.0 }
+                })
+                .collect();
+            let acts = QuantizedActs::new(crate::quant::ActFormat::Q8_K, &x, 4);
+            let rows = [acts.row(0), acts.row(1), acts.row(2), acts.row(3)];
+            for ty in [QuantType::Q4_K, QuantType::Q6_K] {
+                let single = kernel(ty).unwrap();
+                for r in 0..5u64 {
+                    let w = random_blocks(ty, nsb, seed * 100 + r);
+                    let want: Vec<u32> = rows.iter().map(|a| single(&w, a).to_bits()).collect();
+                    // SAFETY: AVX2/FMA/F16C detected above; the AVX-512 forms only where detected.
+                    let avx2 = unsafe {
+                        if ty == QuantType::Q4_K {
+                            dot_q4_k_x4(&w, &rows)
+                        } else {
+                            dot_q6_k_x4(&w, &rows)
+                        }
+                    };
+                    assert_eq!(avx2.map(f32::to_bits).to_vec(), want, "{ty} avx2 x4, {nsb} super-blocks");
+                    if avx512bw() {
+                        // SAFETY: detected just above.
+                        let z = unsafe {
+                            if ty == QuantType::Q4_K {
+                                dot_q4_k_x4_512(&w, &rows)
+                            } else {
+                                dot_q6_k_x4_512(&w, &rows)
+                            }
+                        };
+                        assert_eq!(z.map(f32::to_bits).to_vec(), want, "{ty} avx512 x4, {nsb} super-blocks");
+                    }
+                    let via = kernel_x4(ty).unwrap()(&w, &rows);
+                    assert_eq!(via.map(f32::to_bits).to_vec(), want, "{ty} dispatched x4");
+                }
             }
         }
     }
