@@ -20,6 +20,7 @@ use rayon::prelude::*;
 use crate::cache::{Cache, LayerCache};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
+use crate::kernels::attention::{self, AttnShape};
 use crate::quant::ggml::{self, F16Dot};
 use crate::quant::QuantType;
 use crate::tensor::{round_f16, Matrix};
@@ -324,41 +325,11 @@ impl Llama {
         }
         kc.extend(k.iter().map(|e| round_f16(*e)));
         vc.extend(v.iter().map(|e| round_f16(*e)));
-        let (kc, vc) = (&*kc, &*vc);
-        let group = hq / hkv;
         let scale = 1.0 / (dh as f32).sqrt();
         // llama.cpp's K·Q and softmax·V are f16 matmuls whose summation order depends on the
         // batch size (module docs of `quant::ggml`); its KV cache has 256-cell granularity.
-        let order = F16Dot::for_batch(t);
-        let mut o = vec![0.0f32; t * hq * dh];
-        o.par_chunks_mut(dh).enumerate().for_each(|(idx, oh)| {
-            let (i, h) = (idx / hq, idx % hq);
-            let kvh = h / group;
-            let qh = &q[idx * dh..(idx + 1) * dh];
-            let n = pos0 + i + 1;
-            let mut s: Vec<f32> = (0..n)
-                .map(|j| order.dot(qh, &kc[(j * hkv + kvh) * dh..(j * hkv + kvh + 1) * dh], dh) * scale)
-                .collect();
-            ggml::softmax(&mut s);
-            let slots = if order == F16Dot::Gemm { 16 } else { 64 };
-            let mut acc = vec![0.0f32; slots * dh];
-            for (j, p) in s.iter().enumerate() {
-                let p = round_f16(*p);
-                let vr = &vc[(j * hkv + kvh) * dh..(j * hkv + kvh + 1) * dh];
-                let slot = &mut acc[(j % slots) * dh..(j % slots + 1) * dh];
-                for (e, vv) in slot.iter_mut().zip(vr) {
-                    *e += p * vv;
-                }
-            }
-            for (e, out) in oh.iter_mut().enumerate() {
-                *out = if order == F16Dot::Gemm {
-                    ggml::reduce16(&std::array::from_fn(|l| acc[l * dh + e]))
-                } else {
-                    F16Dot::combine_vec(&std::array::from_fn(|l| acc[l * dh + e]))
-                };
-            }
-        });
-        o
+        let shape = AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, scale };
+        attention::causal(&q, kc, vc, shape, F16Dot::for_batch(t))
     }
 }
 

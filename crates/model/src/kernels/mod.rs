@@ -1,6 +1,7 @@
 //! Element-wise and small kernels shared by the architectures. Hot kernels with a plain
 //! reference twin live in their own files ([`delta_rule`], [`conv`]).
 
+pub mod attention;
 pub mod conv;
 pub mod delta_rule;
 pub mod gemm;
