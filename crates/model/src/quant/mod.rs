@@ -616,6 +616,23 @@ pub fn dot_kernel_x4(ty: QuantType) -> Option<Dot4Fn> {
     }
 }
 
+/// An 8-token dot kernel: one weight row against eight activation rows.
+pub type Dot8Fn = fn(&[u8], &[ActRow; 8]) -> [f32; 8];
+
+/// The 8-token kernel for `ty`, where one exists on this CPU (each result bit-identical to
+/// [`dot_kernel`]'s for that token).
+pub fn dot_kernel_x8(ty: QuantType) -> Option<Dot8Fn> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86::kernel_x8(ty)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = ty;
+        None
+    }
+}
+
 /// A 4-row kernel: four consecutive weight rows (`w` holds all four) against one activation row.
 pub type DotRows4Fn = fn(&[u8], &ActRow) -> [f32; 4];
 
@@ -683,16 +700,28 @@ pub fn matmul_many(ms: &[QuantMat], cols: usize, x: &[f32], t: usize) -> Vec<Vec
                 acts.len() - 1
             }
         };
-        plan.push((rb, ai, dot_kernel(m.ty), dot_kernel_x4(m.ty), dot_kernel_rows4(m.ty)));
+        plan.push((rb, ai, dot_kernel(m.ty), dot_kernel_x4(m.ty), dot_kernel_rows4(m.ty), dot_kernel_x8(m.ty)));
     }
     let act_rows: Vec<Vec<ActRow>> = acts.iter().map(|a| (0..t).map(|i| a.row(i)).collect()).collect();
     let mut outs: Vec<Vec<f32>> = ms.iter().map(|m| vec![0.0f32; m.rows * t]).collect();
     let run = |task: Task| {
-        let (m, (rb, ai, dot, dot4, rows4)) = (&ms[task.m], plan[task.m]);
+        let (m, (rb, ai, dot, dot4, rows4, dot8)) = (&ms[task.m], plan[task.m]);
         let act_rows = &act_rows[ai];
         let (r0, out) = (task.r0, task.out);
         let nr = out.len() / t;
         let mut tt = 0;
+        if let Some(dot8) = dot8 {
+            // Eight tokens at a time (the k-quant tiles).
+            while tt + 8 <= t {
+                let a8: [ActRow; 8] = std::array::from_fn(|k| act_rows[tt + k]);
+                for i in 0..nr {
+                    let r = r0 + i;
+                    let y = dot8(&m.w[r * rb..(r + 1) * rb], &a8);
+                    out[i * t + tt..i * t + tt + 8].copy_from_slice(&y);
+                }
+                tt += 8;
+            }
+        }
         if let Some(dot4) = dot4 {
             // Four tokens at a time: each weight block is unpacked once for all four.
             while tt + 4 <= t {

@@ -19,10 +19,27 @@ pub(super) fn kernel_x4(ty: QuantType) -> Option<super::Dot4Fn> {
         QuantType::Q4_1 if vnni() => |w, a| unsafe { dot_q4_1_x4_vnni(w, a) },
         QuantType::Q4_1 => |w, a| unsafe { dot_q4_1_x4(w, a) },
         QuantType::Q4_K | QuantType::Q6_K if crate::kernels::plain_kernels() => return None,
-        QuantType::Q4_K if avx512bw() => |w, a| unsafe { dot_q4_k_x4_512(w, a) },
+        QuantType::Q4_K if avx512bw() => |w, a| unsafe { dot_q4_k_xn_512(w, a) },
         QuantType::Q4_K => |w, a| unsafe { dot_q4_k_x4(w, a) },
-        QuantType::Q6_K if avx512bw() => |w, a| unsafe { dot_q6_k_x4_512(w, a) },
+        QuantType::Q6_K if avx512bw() => |w, a| unsafe { dot_q6_k_xn_512(w, a) },
         QuantType::Q6_K => |w, a| unsafe { dot_q6_k_x4(w, a) },
+        _ => return None,
+    };
+    Some(f)
+}
+
+/// An 8-token kernel for `ty` (one weight row against eight activation rows), where one is
+/// written for `ty` and this CPU has AVX-512 BW: the k-quant tiles, whose weight unpacking
+/// then serves twice as many tokens. Each result bit-identical to [`kernel`]'s single dot.
+pub(super) fn kernel_x8(ty: QuantType) -> Option<super::Dot8Fn> {
+    let have = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
+    if !have || !avx512bw() || crate::kernels::plain_kernels() {
+        return None;
+    }
+    // SAFETY: only returned after the features it needs were detected above.
+    let f: super::Dot8Fn = match ty {
+        QuantType::Q4_K => |w, a| unsafe { dot_q4_k_xn_512(w, a) },
+        QuantType::Q6_K => |w, a| unsafe { dot_q6_k_xn_512(w, a) },
         _ => return None,
     };
     Some(f)
@@ -468,57 +485,63 @@ unsafe fn dot_q4_k_x4(w: &[u8], a: &[ActRow; 4]) -> [f32; 4] {
     total
 }
 
-/// Q4_K, one row × four tokens, AVX-512 (BW): the low and high nibbles of 32 weight bytes
-/// (64 consecutive elements, two scale groups) in one register.
+/// Q4_K, one row × `N` tokens (a multiple of 4), AVX-512 (BW): the low and high nibbles of 32
+/// weight bytes (64 consecutive elements, two scale groups) in one register, unpacked once for
+/// all `N` tokens.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn dot_q4_k_x4_512(w: &[u8], a: &[ActRow; 4]) -> [f32; 4] {
+unsafe fn dot_q4_k_xn_512<const N: usize>(w: &[u8], a: &[ActRow; N]) -> [f32; N] {
     let nb = w.len() / 144;
     for r in a {
         debug_assert!(r.qs.len() >= nb * QK_K && r.d.len() >= nb && r.bsums.len() >= nb * 16);
     }
     let mask = _mm512_set1_epi8(0x0F);
-    let mut total = _mm_setzero_ps();
+    let mut total = [_mm_setzero_ps(); N];
     for ib in 0..nb {
         let b = w.as_ptr().add(ib * 144);
         let (d, dmin) = f16x2(b);
         let (sc, mn) = q4k_scales_mins(std::slice::from_raw_parts(b.add(4), 12));
-        let mut sumi = [_mm512_setzero_si512(); 4];
+        let mut sumi = [_mm512_setzero_si512(); N];
         for j in 0..4 {
             let bits = _mm256_loadu_si256(b.add(16 + 32 * j) as *const __m256i);
             let both = _mm512_inserti64x4(_mm512_castsi256_si512(bits), _mm256_srli_epi16(bits, 4), 1);
             let q = _mm512_and_si512(both, mask);
             let s = _mm512_inserti64x4(_mm512_set1_epi16(sc[2 * j] as i16), _mm256_set1_epi16(sc[2 * j + 1] as i16), 1);
-            for k in 0..4 {
+            for k in 0..N {
                 let y = _mm512_loadu_si512((a[k].qs.as_ptr() as *const u8).add(ib * QK_K + 64 * j) as *const _);
                 sumi[k] = _mm512_add_epi32(sumi[k], _mm512_madd_epi16(_mm512_maddubs_epi16(q, y), s));
             }
         }
-        // The minimum corrections of the four tokens as vectors (bsums · mins, 8 lanes each),
-        // then all eight integer sums reduced together and the float epilogue on four lanes,
+        // The minimum corrections of four tokens at a time as vectors (bsums · mins, 8 lanes
+        // each), all eight integer sums reduced together and the float epilogue on four lanes,
         // each lane the single dot's `ad · (d·isum − dmin·msum)`.
         let mn16: [u8; 16] = std::array::from_fn(|g| mn[g / 2]);
         let mins16 = _mm256_cvtepu8_epi16(_mm_loadu_si128(mn16.as_ptr() as *const __m128i));
-        let m: [__m256i; 4] = std::array::from_fn(|k| {
-            let bs = _mm256_loadu_si256(a[k].bsums.as_ptr().add(ib * 16) as *const __m256i);
-            _mm256_madd_epi16(bs, mins16)
-        });
-        let s: [__m256i; 4] = std::array::from_fn(|k| half_sum(sumi[k]));
-        let isum = reduce_4x8(s);
-        let msum = reduce_4x8(m);
-        let ad = _mm_set_ps(
-            *a[3].d.get_unchecked(ib),
-            *a[2].d.get_unchecked(ib),
-            *a[1].d.get_unchecked(ib),
-            *a[0].d.get_unchecked(ib),
-        );
-        let x = _mm_sub_ps(
-            _mm_mul_ps(_mm_set1_ps(d), _mm_cvtepi32_ps(isum)),
-            _mm_mul_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(msum)),
-        );
-        total = _mm_add_ps(total, _mm_mul_ps(ad, x));
+        for g in 0..N / 4 {
+            let t = |k: usize| &a[4 * g + k];
+            let m: [__m256i; 4] = std::array::from_fn(|k| {
+                let bs = _mm256_loadu_si256(t(k).bsums.as_ptr().add(ib * 16) as *const __m256i);
+                _mm256_madd_epi16(bs, mins16)
+            });
+            let s: [__m256i; 4] = std::array::from_fn(|k| half_sum(sumi[4 * g + k]));
+            let isum = reduce_4x8(s);
+            let msum = reduce_4x8(m);
+            let ad = _mm_set_ps(
+                *t(3).d.get_unchecked(ib),
+                *t(2).d.get_unchecked(ib),
+                *t(1).d.get_unchecked(ib),
+                *t(0).d.get_unchecked(ib),
+            );
+            let x = _mm_sub_ps(
+                _mm_mul_ps(_mm_set1_ps(d), _mm_cvtepi32_ps(isum)),
+                _mm_mul_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(msum)),
+            );
+            total[g] = _mm_add_ps(total[g], _mm_mul_ps(ad, x));
+        }
     }
-    let mut out = [0.0f32; 4];
-    _mm_storeu_ps(out.as_mut_ptr(), total);
+    let mut out = [0.0f32; N];
+    for (g, tg) in total.iter().enumerate().take(N / 4) {
+        _mm_storeu_ps(out.as_mut_ptr().add(4 * g), *tg);
+    }
     out
 }
 
@@ -592,10 +615,10 @@ unsafe fn dot_q6_k_x4(w: &[u8], a: &[ActRow; 4]) -> [f32; 4] {
     total
 }
 
-/// Q6_K, one row × four tokens, AVX-512 (BW): two quarters (64 consecutive elements, four scale
-/// groups) per register.
+/// Q6_K, one row × `N` tokens (a multiple of 4), AVX-512 (BW): two quarters (64 consecutive
+/// elements, four scale groups) per register, unpacked once for all `N` tokens.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn dot_q6_k_x4_512(w: &[u8], a: &[ActRow; 4]) -> [f32; 4] {
+unsafe fn dot_q6_k_xn_512<const N: usize>(w: &[u8], a: &[ActRow; N]) -> [f32; N] {
     let nb = w.len() / 210;
     for r in a {
         debug_assert!(r.qs.len() >= nb * QK_K && r.d.len() >= nb && r.bsums.len() >= nb * 16);
@@ -605,12 +628,12 @@ unsafe fn dot_q6_k_x4_512(w: &[u8], a: &[ActRow; 4]) -> [f32; 4] {
         let v: [i16; 32] = std::array::from_fn(|l| (4 * c + l / 8) as i16);
         _mm512_loadu_si512(v.as_ptr() as *const _)
     });
-    let mut total = _mm_setzero_ps();
+    let mut total = [_mm_setzero_ps(); N];
     for ib in 0..nb {
         let b = w.as_ptr().add(ib * 210);
         let d = f16x2(b.add(206)).1;
-        let sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192) as *const __m128i)));
-        let mut sumi = [_mm512_setzero_si512(); 4];
+        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192) as *const __m128i));
+        let mut sumi = [_mm512_setzero_si512(); N];
         for n in 0..2 {
             let q = q6k_quarters(b, n);
             let pairs = [
@@ -618,32 +641,36 @@ unsafe fn dot_q6_k_x4_512(w: &[u8], a: &[ActRow; 4]) -> [f32; 4] {
                 _mm512_inserti64x4(_mm512_castsi256_si512(q[2]), q[3], 1),
             ];
             for (h, qv) in pairs.iter().enumerate() {
-                let scale = _mm512_permutexvar_epi16(idx[2 * n + h], sc16);
-                for k in 0..4 {
+                let scale = _mm512_permutexvar_epi16(idx[2 * n + h], _mm512_castsi256_si512(sc16));
+                for k in 0..N {
                     let y = (a[k].qs.as_ptr() as *const u8).add(ib * QK_K + 128 * n + 64 * h);
                     let yv = _mm512_loadu_si512(y as *const _);
                     sumi[k] = _mm512_add_epi32(sumi[k], _mm512_madd_epi16(_mm512_maddubs_epi16(*qv, yv), scale));
                 }
             }
         }
-        // isum − 32·offset of the four tokens as vectors, reduced together; each lane's float
-        // epilogue is the single dot's `ad · d · (isum − 32·offset)`.
-        let sc16_256 = _mm512_castsi512_si256(sc16);
-        let v: [__m256i; 4] = std::array::from_fn(|k| {
-            let bs = _mm256_loadu_si256(a[k].bsums.as_ptr().add(ib * 16) as *const __m256i);
-            _mm256_sub_epi32(half_sum(sumi[k]), _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, sc16_256)))
-        });
-        let ad = _mm_set_ps(
-            *a[3].d.get_unchecked(ib),
-            *a[2].d.get_unchecked(ib),
-            *a[1].d.get_unchecked(ib),
-            *a[0].d.get_unchecked(ib),
-        );
-        let x = _mm_cvtepi32_ps(reduce_4x8(v));
-        total = _mm_add_ps(total, _mm_mul_ps(_mm_mul_ps(ad, _mm_set1_ps(d)), x));
+        // isum − 32·offset of four tokens at a time as vectors, reduced together; each lane's
+        // float epilogue is the single dot's `ad · d · (isum − 32·offset)`.
+        for g in 0..N / 4 {
+            let t = |k: usize| &a[4 * g + k];
+            let v: [__m256i; 4] = std::array::from_fn(|k| {
+                let bs = _mm256_loadu_si256(t(k).bsums.as_ptr().add(ib * 16) as *const __m256i);
+                _mm256_sub_epi32(half_sum(sumi[4 * g + k]), _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, sc16)))
+            });
+            let ad = _mm_set_ps(
+                *t(3).d.get_unchecked(ib),
+                *t(2).d.get_unchecked(ib),
+                *t(1).d.get_unchecked(ib),
+                *t(0).d.get_unchecked(ib),
+            );
+            let x = _mm_cvtepi32_ps(reduce_4x8(v));
+            total[g] = _mm_add_ps(total[g], _mm_mul_ps(_mm_mul_ps(ad, _mm_set1_ps(d)), x));
+        }
     }
-    let mut out = [0.0f32; 4];
-    _mm_storeu_ps(out.as_mut_ptr(), total);
+    let mut out = [0.0f32; N];
+    for (g, tg) in total.iter().enumerate().take(N / 4) {
+        _mm_storeu_ps(out.as_mut_ptr().add(4 * g), *tg);
+    }
     out
 }
 
@@ -683,6 +710,17 @@ mod tests {
                 for r in &rows {
                     let want: Vec<u32> = w4.chunks_exact(rb).map(|row| kernel(ty).unwrap()(row, r).to_bits()).collect();
                     assert_eq!(r4(&w4, r).map(f32::to_bits).to_vec(), want, "{ty} rows4");
+                    // SAFETY: AVX2/FMA/F16C were detected above.
+                    let avx2 = unsafe {
+                        match ty {
+                            QuantType::Q4_1 => Some(dot_q4_1_r4(&w4, r)),
+                            QuantType::Q8_0 => Some(dot_q8_0_r4(&w4, r)),
+                            _ => None,
+                        }
+                    };
+                    if let Some(y) = avx2 {
+                        assert_eq!(y.map(f32::to_bits).to_vec(), want, "{ty} rows4 avx2");
+                    }
                 }
             }
             if ty == QuantType::Q4_1 {
@@ -706,7 +744,9 @@ mod tests {
             let x: Vec<f32> = (0..4 * cols)
                 .map(|i| {
                     let v = ((i * 7919 + seed as usize * 31) % 1013) as f32 - 506.0;
-                    v / 37.0 * if (i / cols).is_multiple_of(2) { 1.0 } else { 1e-3 } * if i % 97 == 0 { 50.0 } else { 1.0 }
+                    v / 37.0
+                        * if (i / cols).is_multiple_of(2) { 1.0 } else { 1e-3 }
+                        * if i % 97 == 0 { 50.0 } else { 1.0 }
                 })
                 .collect();
             let acts = QuantizedActs::new(crate::quant::ActFormat::Q8_K, &x, 4);
@@ -729,15 +769,21 @@ mod tests {
                         // SAFETY: detected just above.
                         let z = unsafe {
                             if ty == QuantType::Q4_K {
-                                dot_q4_k_x4_512(&w, &rows)
+                                dot_q4_k_xn_512(&w, &rows)
                             } else {
-                                dot_q6_k_x4_512(&w, &rows)
+                                dot_q6_k_xn_512(&w, &rows)
                             }
                         };
                         assert_eq!(z.map(f32::to_bits).to_vec(), want, "{ty} avx512 x4, {nsb} super-blocks");
                     }
                     let via = kernel_x4(ty).unwrap()(&w, &rows);
                     assert_eq!(via.map(f32::to_bits).to_vec(), want, "{ty} dispatched x4");
+                    if let Some(x8) = kernel_x8(ty) {
+                        // Eight tokens: the four above, then the same four in reverse order.
+                        let rows8 = [rows[0], rows[1], rows[2], rows[3], rows[3], rows[2], rows[1], rows[0]];
+                        let want8: Vec<u32> = want.iter().chain(want.iter().rev()).copied().collect();
+                        assert_eq!(x8(&w, &rows8).map(f32::to_bits).to_vec(), want8, "{ty} x8");
+                    }
                 }
             }
         }
