@@ -5,6 +5,9 @@
 # prefill (N tokens) and greedy decode (M tokens), and decode's achieved weight bandwidth.
 #   bench/gguf_speed.sh [MODEL.gguf] [--threads 2] [--prefill 512] [--decode 128] [--runs 3]
 #   bench/gguf_speed.sh --qwen35-4b [--prepare-only] [...]
+#   --plain also times FrogNano with FROGNANO_PLAIN_KERNELS=1 (its kernels before the tiled
+#   k-quant matmuls and the vector attention; same results) in the same alternation, for
+#   before/after ratios from one run. The load average is printed at the start and the end.
 # --qwen35-4b times the random-weight Qwen3.5-4B-shape model (bench/make_random_qwen35_4b.py
 # writes bench/out/qwen35-4b-random) as llama.cpp's tools make a Q4_K_M file of it: its
 # convert_hf_to_gguf.py (from the llama-cpp-python sdist, --no-mtp, pre-tokenizer `qwen35`, as
@@ -14,12 +17,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then model=$1; shift; fi
-threads=2 prefill=512 decode=128 runs=3 qwen4b=0 prepare_only=0
+threads=2 prefill=512 decode=128 runs=3 qwen4b=0 prepare_only=0 plain=0
 while [ $# -gt 0 ]; do
     case $1 in
         --threads) threads=$2; shift 2 ;; --prefill) prefill=$2; shift 2 ;;
         --decode) decode=$2; shift 2 ;; --runs) runs=$2; shift 2 ;;
         --qwen35-4b) qwen4b=1; shift ;; --prepare-only) prepare_only=1; shift ;;
+        --plain) plain=1; shift ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -74,6 +78,7 @@ ours=${CARGO_TARGET_DIR:-target}/release/examples/gguf_bench
 mkdir -p bench/out
 out=bench/out/gguf_speed.jsonl
 : > "$out"
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$runs"); do
     .venv-llama/bin/python - "$model" "$threads" "$prefill" "$decode" >> "$out" <<'PY'
 import json, sys, time, os
@@ -99,19 +104,40 @@ print(json.dumps({"engine": "llama.cpp", "threads": threads, "prefill_tok_s": n_
                   "weight_bytes": os.path.getsize(model)}))
 PY
     "$ours" "$model" --threads "$threads" --prefill "$prefill" --decode "$decode" >> "$out"
+    if [ "$plain" = 1 ]; then
+        FROGNANO_PLAIN_KERNELS=1 "$ours" "$model" --threads "$threads" --prefill "$prefill" --decode "$decode" \
+            | sed 's/"engine":"frognano"/"engine":"frognano-plain"/' >> "$out"
+    fi
 done
-python3 - "$out" "$model" "$threads" "$prefill" "$decode" <<'PY'
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+# One-thread copy bandwidth now (read + write bytes of a 256 MiB copy, best of 5), to set
+# decode's weight bandwidth against.
+copy_gbs=$(.venv-llama/bin/python - <<'PY'
+import time, numpy as np
+a = np.ones(1 << 25, dtype=np.float64); b = np.empty_like(a)
+best = min((lambda t: (np.copyto(b, a), time.perf_counter() - t)[1])(time.perf_counter()) for _ in range(5))
+print(f"{2 * a.nbytes / best / 1e9:.1f}")
+PY
+)
+python3 - "$out" "$model" "$threads" "$prefill" "$decode" "$copy_gbs" <<'PY'
 import json, statistics, sys, subprocess
 rows = [json.loads(l) for l in open(sys.argv[1])]
 med = lambda e, k: statistics.median(r[k] for r in rows if r["engine"] == e)
-model, threads, pre, dec = sys.argv[2:6]
+model, threads, pre, dec, copy_gbs = sys.argv[2:7]
 wb = next(r["weight_bytes"] for r in rows if r["engine"] == "frognano")
-print(f"model {model}, {threads} threads, prefill {pre} tokens, decode {dec} tokens, median of {len(rows)//2} alternating runs")
-print(f"{'':10} {'llama.cpp':>10} {'frognano':>10} {'ratio':>7}")
+runs = sum(r["engine"] == "llama.cpp" for r in rows)
+print(f"model {model}, {threads} threads, prefill {pre} tokens, decode {dec} tokens, median of {runs} alternating runs")
+plain = any(r["engine"] == "frognano-plain" for r in rows)
+head = f"{'':10} {'llama.cpp':>10} {'frognano':>10} {'ratio':>7}"
+print(head + (f" {'plain':>10} {'ratio':>7} {'new/plain':>9}" if plain else ""))
 for k, name in [("prefill_tok_s", "prefill"), ("decode_tok_s", "decode")]:
     a, b = med("llama.cpp", k), med("frognano", k)
-    print(f"{name:10} {a:10.2f} {b:10.2f} {b / a:7.2f}")
+    line = f"{name:10} {a:10.2f} {b:10.2f} {b / a if a else 0:7.2f}"
+    if plain:
+        p = med("frognano-plain", k)
+        line += f" {p:10.2f} {p / a if a else 0:7.2f} {b / p if p else 0:9.2f}"
+    print(line)
 print(f"decode weight bandwidth: frognano {wb * med('frognano', 'decode_tok_s') / 1e9:.2f} GB/s, "
       f"llama.cpp {wb * med('llama.cpp', 'decode_tok_s') / 1e9:.2f} GB/s (weights {wb / 1e6:.1f} MB; "
-      f"one-thread copy bandwidth here ~20 GB/s, shared/docs/peers.md)")
+      f"one-thread copy bandwidth measured just now: {copy_gbs} GB/s read + write)")
 PY
