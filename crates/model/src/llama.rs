@@ -217,6 +217,139 @@ impl Llama {
         Ok(Llama::new(cfg, embed, output, layers, norm, freq_factors))
     }
 
+    /// Reads a Hugging Face `LlamaForCausalLM` `config.json` (model_type `"llama"`); the error
+    /// names the field. RoPE pairs are [`RopeStyle::Halves`] (HF `rotate_half`). Returns the
+    /// config and whether the output head is tied to the embedding.
+    pub fn config_from_json(v: &serde_json::Value) -> std::result::Result<(LlamaConfig, bool), String> {
+        use serde_json::Value;
+        let model_type = v.get("model_type").and_then(Value::as_str).unwrap_or("");
+        if model_type != "llama" {
+            return Err(format!("unknown model_type {model_type:?}; expected \"llama\""));
+        }
+        let int = |key: &str, default: Option<usize>| -> std::result::Result<usize, String> {
+            match v.get(key) {
+                None | Some(Value::Null) => default.ok_or_else(|| format!("missing field `{key}`")),
+                Some(x) => x
+                    .as_u64()
+                    .map(|n| n as usize)
+                    .ok_or_else(|| format!("field `{key}`: expected a non-negative integer, found {x}")),
+            }
+        };
+        let float = |obj: &Value, key: &str, default: f64| -> std::result::Result<f64, String> {
+            match obj.get(key) {
+                None | Some(Value::Null) => Ok(default),
+                Some(x) => x.as_f64().ok_or_else(|| format!("field `{key}`: expected a number, found {x}")),
+            }
+        };
+        let d = int("hidden_size", None)?;
+        let heads = int("num_attention_heads", None)?;
+        let kv_heads = int("num_key_value_heads", Some(heads))?;
+        if d == 0 || heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+            return Err(format!(
+                "num_attention_heads {heads} must be a positive multiple of num_key_value_heads {kv_heads} \
+                 (hidden_size {d})"
+            ));
+        }
+        let head_dim = int("head_dim", Some(d / heads))?;
+        if head_dim == 0 || head_dim % 2 != 0 {
+            return Err(format!("field `head_dim`: {head_dim} must be positive and even"));
+        }
+        if let Some(act) = v.get("hidden_act").and_then(Value::as_str) {
+            if act != "silu" {
+                return Err(format!("field `hidden_act`: {act:?} is not supported (only \"silu\")"));
+            }
+        }
+        for flag in ["attention_bias", "mlp_bias"] {
+            if v.get(flag).and_then(Value::as_bool) == Some(true) {
+                return Err(format!("field `{flag}`: biases are not supported"));
+            }
+        }
+        // transformers 5 moved RoPE settings into `rope_parameters`; older files use
+        // `rope_theta` and `rope_scaling` at top level.
+        let rope = v.get("rope_parameters").filter(|r| r.is_object());
+        let rope_theta = match rope {
+            Some(r) if r.get("rope_theta").is_some() => float(r, "rope_theta", 10000.0)?,
+            _ => float(v, "rope_theta", 10000.0)?,
+        };
+        for scaling in [v.get("rope_scaling"), rope] {
+            let Some(s) = scaling.filter(|s| s.is_object()) else { continue };
+            let kind = s.get("rope_type").or_else(|| s.get("type")).and_then(Value::as_str).unwrap_or("default");
+            let factor_one = s.get("factor").and_then(Value::as_f64).is_none_or(|f| f == 1.0);
+            if !(kind == "default" || (kind == "linear" && factor_one)) {
+                return Err(format!("RoPE scaling {kind:?} is not supported"));
+            }
+        }
+        let cfg = LlamaConfig {
+            arch: "llama".into(),
+            hidden_size: d,
+            num_layers: int("num_hidden_layers", None)?,
+            num_heads: heads,
+            num_kv_heads: kv_heads,
+            head_dim,
+            intermediate_size: int("intermediate_size", None)?,
+            vocab_size: int("vocab_size", None)?,
+            rms_norm_eps: float(v, "rms_norm_eps", 1e-6)? as f32,
+            rope_theta: rope_theta as f32,
+            rope_dim: head_dim,
+            rope_style: RopeStyle::Halves,
+            max_context: int("max_position_embeddings", Some(2048))?,
+        };
+        let tied = v.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false);
+        Ok((cfg, tied))
+    }
+
+    /// Loads a Hugging Face `LlamaForCausalLM` checkpoint folder (`config.json` with
+    /// model_type `"llama"` + safetensors, HF tensor names and q/k row layout).
+    pub fn from_safetensors(dir: &std::path::Path) -> Result<Self> {
+        let cfg_path = dir.join("config.json");
+        let text = std::fs::read_to_string(&cfg_path).map_err(|e| ModelError::io(&cfg_path, e))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| ModelError::format(&cfg_path, format!("invalid JSON: {e}")))?;
+        let (cfg, tied) = Self::config_from_json(&v).map_err(|msg| ModelError::format(&cfg_path, msg))?;
+        let st = crate::safetensors_dir::SafetensorsDir::open(dir)?;
+        Self::from_safetensors_parts(cfg, tied, &st)
+    }
+
+    /// Loads the HF-named weights of an opened checkpoint for `cfg`. `lm_head.weight` is used
+    /// when present; without it the head is the embedding, which is an error unless `tied`.
+    pub fn from_safetensors_parts(
+        cfg: LlamaConfig,
+        tied: bool,
+        st: &crate::safetensors_dir::SafetensorsDir,
+    ) -> Result<Self> {
+        let (d, ffn, vocab) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
+        let (q_dim, kv_dim) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
+        let embed = st.matrix("model.embed_tokens.weight", vocab, d)?;
+        let output = if st.contains("lm_head.weight") {
+            Some(st.matrix("lm_head.weight", vocab, d)?)
+        } else if tied {
+            None
+        } else {
+            return Err(ModelError::MissingTensor {
+                path: st.dir().to_path_buf(),
+                name: "lm_head.weight (config.json says tie_word_embeddings is false)".into(),
+            });
+        };
+        let mut layers = Vec::with_capacity(cfg.num_layers);
+        for i in 0..cfg.num_layers {
+            let p = |n: &str| format!("model.layers.{i}.{n}");
+            layers.push(LlamaLayer {
+                attn_norm: st.f32(&p("input_layernorm.weight"), &[d])?,
+                wq: st.matrix(&p("self_attn.q_proj.weight"), q_dim, d)?,
+                wk: st.matrix(&p("self_attn.k_proj.weight"), kv_dim, d)?,
+                wv: st.matrix(&p("self_attn.v_proj.weight"), kv_dim, d)?,
+                wo: st.matrix(&p("self_attn.o_proj.weight"), d, q_dim)?,
+                bias_qkv: None,
+                ffn_norm: st.f32(&p("post_attention_layernorm.weight"), &[d])?,
+                gate: st.matrix(&p("mlp.gate_proj.weight"), ffn, d)?,
+                up: st.matrix(&p("mlp.up_proj.weight"), ffn, d)?,
+                down: st.matrix(&p("mlp.down_proj.weight"), d, ffn)?,
+            });
+        }
+        let norm = st.f32("model.norm.weight", &[d])?;
+        Ok(Llama::new(cfg, embed, output, layers, norm, None))
+    }
+
     /// Re-quantizes every weight matrix to `q` (`--quant`); matrices too narrow for its
     /// blocks fall back as [`Matrix::quantized`] describes.
     pub fn quantize_weights(&mut self, q: QuantType) {

@@ -100,10 +100,22 @@ pub fn load_quantized(spec: impl AsRef<str>, quant: Option<crate::quant::QuantTy
             }
             (Box::new(m), eos, bytes)
         }
+        "llama" => {
+            let st = crate::safetensors_dir::SafetensorsDir::open(&path)?;
+            let (cfg, tied) =
+                crate::llama::Llama::config_from_json(&v).map_err(|msg| ModelError::format(&cfg_path, msg))?;
+            let mut bytes = st.byte_len();
+            let mut m = crate::llama::Llama::from_safetensors_parts(cfg, tied, &st)?;
+            if let Some(q) = quant {
+                m.quantize_weights(q);
+                bytes = m.weight_bytes();
+            }
+            (Box::new(m), eos_from_config(&v), bytes)
+        }
         other => {
             return Err(ModelError::format(
                 &cfg_path,
-                format!("unknown model_type {other:?}; supported: \"qwen3_5\", \"qwen3_5_text\""),
+                format!("unknown model_type {other:?}; supported: \"qwen3_5\", \"qwen3_5_text\", \"llama\""),
             ))
         }
     };
@@ -125,4 +137,13 @@ pub fn load_quantized(spec: impl AsRef<str>, quant: Option<crate::quant::QuantTy
     eos_ids.sort_unstable();
     eos_ids.dedup();
     Ok(LoadedModel { model, path, generation, eos_ids, weight_bytes, tokenizer, chat_template })
+}
+
+/// `eos_token_id` of a `config.json` (a number or a list), as ids.
+fn eos_from_config(v: &serde_json::Value) -> Vec<u32> {
+    match v.get("eos_token_id") {
+        Some(serde_json::Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
+        Some(serde_json::Value::Array(a)) => a.iter().filter_map(serde_json::Value::as_u64).map(|x| x as u32).collect(),
+        _ => vec![],
+    }
 }
