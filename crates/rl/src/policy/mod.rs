@@ -1,1 +1,467 @@
-//! (in progress)
+//! The trainable policy: our own model code written with candle autograd, so the trainer can
+//! compute token log-probabilities and their gradients.
+//!
+//! * [`Policy::load`] reads a Hugging Face safetensors folder (`llama`, `qwen3_5`,
+//!   `qwen3_5_text`) or a llama-architecture GGUF file (dequantized to f32, q/k rows put back
+//!   into Hugging Face order); [`Policy::random_llama`] makes a small random model.
+//! * [`Policy::token_logprobs`] gives `log π(targets[i] | input[..=i])`, differentiable with
+//!   respect to [`Policy::params`]: every weight (full fine-tuning, Hugging Face names) or the
+//!   LoRA matrices only (PEFT names).
+//! * [`Policy::inference_model`] hands the current weights (LoRA merged) to frognano-model's
+//!   fast inference engine for the next rollouts.
+//! * [`Policy::save`] writes a merged checkpoint (`frognano run DIR` and transformers load it)
+//!   or a PEFT adapter; [`Policy::set_params`] / [`Policy::load_params`] restore saved
+//!   parameters exactly.
+//!
+//! The networks ([`llama`], [`qwen35`]) compute in f32 (f64 when the policy's dtype is F64,
+//! for gradient checks) whatever the storage dtype, and follow frognano-model's `llama.rs` and
+//! `qwen35.rs` formulas.
+
+mod io;
+pub mod llama;
+pub mod ops;
+mod qwen35;
+mod store;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context};
+use candle_core::{DType, Device, Tensor, Var};
+use frognano_model::config::Qwen35Config;
+use frognano_model::safetensors_dir::SafetensorsDir;
+
+pub use llama::LlamaSpec;
+use store::Store;
+
+/// LoRA settings (PEFT semantics: `W + (alpha/rank)·B·A`, `B` starts at zero).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoraConfig {
+    /// Rank `r` of the adapters.
+    pub rank: usize,
+    /// Scale numerator: the update is multiplied by `alpha / rank`.
+    pub alpha: f32,
+    /// Linear modules to adapt, matched against the end of each module's name (PEFT
+    /// `target_modules`): `q_proj` adapts every `…self_attn.q_proj`.
+    pub targets: Vec<String>,
+}
+
+impl LoraConfig {
+    /// The default targets: every attention and MLP projection.
+    pub fn default_targets() -> Vec<String> {
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"].map(String::from).to_vec()
+    }
+}
+
+impl Default for LoraConfig {
+    /// Rank 16, alpha 32, [`LoraConfig::default_targets`].
+    fn default() -> Self {
+        LoraConfig { rank: 16, alpha: 32.0, targets: Self::default_targets() }
+    }
+}
+
+/// How a policy is built.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyOptions {
+    /// `Some`: train LoRA adapters on a frozen base; `None`: full fine-tuning.
+    pub lora: Option<LoraConfig>,
+    /// Storage dtype of the weights: F32 (default), BF16 or F16 (computation is still f32), or
+    /// F64 (computation in f64; for gradient checks).
+    pub dtype: DType,
+    /// Seed of every random initialisation (LoRA `A`, random models).
+    pub seed: u64,
+}
+
+impl Default for PolicyOptions {
+    /// Full fine-tuning in f32, seed 0.
+    fn default() -> Self {
+        PolicyOptions { lora: None, dtype: DType::F32, seed: 0 }
+    }
+}
+
+/// What [`Policy::save`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaveFormat {
+    /// A complete checkpoint with LoRA merged into the weights: `config.json`,
+    /// `model.safetensors` (Hugging Face names and layout) and the tokenizer, chat template and
+    /// generation config of the source.
+    Merged,
+    /// A PEFT adapter: `adapter_config.json` + `adapter_model.safetensors` (LoRA policies only).
+    Adapter,
+}
+
+/// The architecture and its shapes.
+enum Net {
+    Llama(LlamaSpec),
+    Qwen35(Box<Qwen35Config>),
+}
+
+/// Where the policy's base weights came from (for what `save` copies or writes).
+enum Source {
+    /// A Hugging Face folder: its parsed `config.json`, and whether tensor names carry the
+    /// multimodal wrapper prefix `model.language_model.`.
+    Dir { path: PathBuf, config: serde_json::Value, wrapper: bool },
+    /// A GGUF file.
+    Gguf(PathBuf),
+    /// [`Policy::random_llama`].
+    Random,
+}
+
+/// A trainable language model (see the module docs).
+pub struct Policy {
+    net: Net,
+    store: Store,
+    source: Source,
+    lora: Option<LoraConfig>,
+}
+
+/// A candle error with a message.
+fn msg(s: String) -> candle_core::Error {
+    candle_core::Error::Msg(s)
+}
+
+impl Policy {
+    /// Loads a policy from a Hugging Face safetensors folder (`config.json` model_type
+    /// `"llama"` with `LlamaForCausalLM` names, or `"qwen3_5"` / `"qwen3_5_text"` as
+    /// frognano-model reads them) or a llama-architecture `.gguf` file (every tensor
+    /// dequantized to f32; llama.cpp's q/k row permutation undone so saved checkpoints are in
+    /// Hugging Face layout). Errors name the file and the tensor or field.
+    pub fn load(path: &Path, opts: &PolicyOptions) -> anyhow::Result<Policy> {
+        check_dtype(opts.dtype)?;
+        if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+            let (spec, tensors) = io::read_llama_gguf(path)?;
+            return Self::assemble(Net::Llama(spec), tensors, Source::Gguf(path.to_path_buf()), opts);
+        }
+        if !path.is_dir() {
+            bail!("{}: expected a checkpoint folder (config.json + *.safetensors) or a .gguf file", path.display());
+        }
+        let cfg_path = path.join("config.json");
+        let text =
+            std::fs::read_to_string(&cfg_path).with_context(|| format!("{}: cannot read", cfg_path.display()))?;
+        let config: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{}: invalid JSON", cfg_path.display()))?;
+        let model_type = config.get("model_type").and_then(|m| m.as_str()).unwrap_or("").to_string();
+        let st = SafetensorsDir::open(path)?;
+        let wrapper = io::uses_wrapper_prefix(path)?;
+        let (net, shapes) = match model_type.as_str() {
+            "llama" => {
+                let (c, tied) = frognano_model::llama::Llama::config_from_json(&config)
+                    .map_err(|m| anyhow!("{}: {m}", cfg_path.display()))?;
+                let mut spec = LlamaSpec::from_config(&c, tied && !st.contains("lm_head.weight"));
+                spec.bos_token_id = config.get("bos_token_id").and_then(|v| v.as_u64()).map(|v| v as u32);
+                spec.eos_token_ids = eos_ids(&config);
+                let shapes = spec.weight_shapes();
+                (Net::Llama(spec), shapes)
+            }
+            "qwen3_5" | "qwen3_5_text" => {
+                let c = Qwen35Config::from_json(&config).map_err(|m| anyhow!("{}: {m}", cfg_path.display()))?;
+                let mut shapes = qwen35::weight_shapes(&c);
+                if st.contains("lm_head.weight") {
+                    shapes.push(("lm_head.weight".into(), vec![c.vocab_size, c.hidden_size]));
+                } else if !c.tie_word_embeddings {
+                    bail!(
+                        "{}: tensor `lm_head.weight` not found (config.json says tie_word_embeddings is false)",
+                        path.display()
+                    );
+                }
+                (Net::Qwen35(Box::new(c)), shapes)
+            }
+            other => bail!(
+                "{}: model_type {other:?} cannot be trained; supported: \"llama\", \"qwen3_5\", \"qwen3_5_text\"",
+                cfg_path.display()
+            ),
+        };
+        let tensors = io::read_safetensors(&st, &shapes)?;
+        Self::assemble(net, tensors, Source::Dir { path: path.to_path_buf(), config, wrapper }, opts)
+    }
+
+    /// A random-weight llama of shape `spec`, deterministic in `opts.seed` (matrices uniform
+    /// with standard deviation 0.02, norm scales 1). For tests and toy runs.
+    pub fn random_llama(spec: &LlamaSpec, opts: &PolicyOptions) -> anyhow::Result<Policy> {
+        check_dtype(opts.dtype)?;
+        spec.validate().map_err(|m| anyhow!(m))?;
+        let tensors = spec.random_weights(opts.seed)?;
+        Self::assemble(Net::Llama(spec.clone()), tensors, Source::Random, opts)
+    }
+
+    fn assemble(
+        net: Net,
+        tensors: Vec<(String, Tensor)>,
+        source: Source,
+        opts: &PolicyOptions,
+    ) -> anyhow::Result<Policy> {
+        let mut store = Store::new(tensors, opts.dtype, opts.lora.is_some())?;
+        if let Some(l) = &opts.lora {
+            if l.rank == 0 {
+                bail!("LoRA rank must be positive");
+            }
+            let all = match &net {
+                Net::Llama(s) => s.linear_modules(),
+                Net::Qwen35(c) => qwen35::linear_modules(c),
+            };
+            let mut chosen = Vec::new();
+            for t in &l.targets {
+                let hits: Vec<&String> = all.iter().filter(|m| *m == t || m.ends_with(&format!(".{t}"))).collect();
+                if hits.is_empty() {
+                    bail!("LoRA target {t:?} matches no linear module of this model (e.g. {:?})", all.first());
+                }
+                chosen.extend(hits.into_iter().cloned());
+            }
+            // Model order, each module once.
+            let chosen: Vec<String> = all.into_iter().filter(|m| chosen.contains(m)).collect();
+            store.add_lora(&chosen, l.rank, l.alpha, opts.seed)?;
+        }
+        Ok(Policy { net, store, source, lora: opts.lora.clone() })
+    }
+
+    /// `"llama"` or `"qwen3_5"`.
+    pub fn arch(&self) -> &'static str {
+        match self.net {
+            Net::Llama(_) => "llama",
+            Net::Qwen35(_) => "qwen3_5",
+        }
+    }
+
+    /// Vocabulary size (logit width).
+    pub fn vocab_size(&self) -> usize {
+        match &self.net {
+            Net::Llama(s) => s.vocab_size,
+            Net::Qwen35(c) => c.vocab_size,
+        }
+    }
+
+    /// Storage dtype of the weights.
+    pub fn dtype(&self) -> DType {
+        self.store.storage
+    }
+
+    /// The LoRA settings, if this policy trains adapters.
+    pub fn lora(&self) -> Option<&LoraConfig> {
+        self.lora.as_ref()
+    }
+
+    /// Logits `[input.len(), vocab]` for every position (f32, or f64 for an F64 policy),
+    /// differentiable. Errors on an empty input or an id outside the vocabulary.
+    pub fn logits(&self, input: &[u32]) -> candle_core::Result<Tensor> {
+        if input.is_empty() {
+            return Err(msg("no input tokens".into()));
+        }
+        let vocab = self.vocab_size();
+        if let Some(bad) = input.iter().find(|&&id| id as usize >= vocab) {
+            return Err(msg(format!("token id {bad} is out of vocabulary (vocab_size {vocab})")));
+        }
+        let ids = Tensor::from_slice(input, input.len(), &Device::Cpu)?;
+        match &self.net {
+            Net::Llama(s) => llama::logits(s, &self.store, &ids),
+            Net::Qwen35(c) => qwen35::logits(c, &self.store, &ids),
+        }
+    }
+
+    /// `log π(targets[i] | input[..=i])` for each `i`: shape `[n]`, f32 (f64 for an F64
+    /// policy), differentiable with respect to [`Policy::params`]. For a sequence `S`,
+    /// `input = S[..n]` and `targets = S[1..=n]`. Errors when the lengths differ, the input is
+    /// empty, or an id is outside the vocabulary.
+    pub fn token_logprobs(&self, input: &[u32], targets: &[u32]) -> candle_core::Result<Tensor> {
+        if input.len() != targets.len() {
+            return Err(msg(format!("{} input tokens but {} targets", input.len(), targets.len())));
+        }
+        let vocab = self.vocab_size();
+        if let Some(bad) = targets.iter().find(|&&id| id as usize >= vocab) {
+            return Err(msg(format!("target id {bad} is out of vocabulary (vocab_size {vocab})")));
+        }
+        ops::gather_logprobs(&self.logits(input)?, targets)
+    }
+
+    /// The trainable parameters, in a stable order with stable names. Full fine-tuning: every
+    /// weight under its Hugging Face name as saved (`model.layers.0.self_attn.q_proj.weight`;
+    /// `model.language_model.…` for wrapper checkpoints). LoRA: `lora_A` then `lora_B` of each
+    /// adapted module under PEFT names
+    /// (`base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight`).
+    pub fn params(&self) -> Vec<(String, Var)> {
+        if self.lora.is_some() {
+            let mut v = Vec::with_capacity(2 * self.store.adapters.len());
+            for ad in &self.store.adapters {
+                let base = format!("base_model.model.{}", self.saved_name(&ad.module));
+                v.push((format!("{base}.lora_A.weight"), ad.a.clone()));
+                v.push((format!("{base}.lora_B.weight"), ad.b.clone()));
+            }
+            v
+        } else {
+            self.store.trainable().into_iter().map(|(n, var)| (self.saved_name(&n), var)).collect()
+        }
+    }
+
+    /// The name a canonical weight name has on disk (adds the wrapper prefix back).
+    fn saved_name(&self, canonical: &str) -> String {
+        match &self.source {
+            Source::Dir { wrapper: true, .. } => match canonical.strip_prefix("model.") {
+                Some(rest) => format!("model.language_model.{rest}"),
+                None => canonical.to_string(),
+            },
+            _ => canonical.to_string(),
+        }
+    }
+
+    /// The current weights (LoRA merged) as a frognano-model network for sampling. It
+    /// computes in f32; BF16 policies hand over bf16 matrices.
+    pub fn inference_model(&self) -> anyhow::Result<Box<dyn frognano_model::CausalLm>> {
+        Ok(match &self.net {
+            Net::Llama(s) => Box::new(llama::inference_model(s, &self.store)?),
+            Net::Qwen35(c) => Box::new(qwen35::inference_model(c, &self.store)?),
+        })
+    }
+
+    /// Every base weight with LoRA merged, under its on-disk name, in the storage dtype (F64
+    /// policies save f32).
+    pub fn merged_tensors(&self) -> anyhow::Result<Vec<(String, Tensor)>> {
+        let out = if self.store.storage == DType::F64 { DType::F32 } else { self.store.storage };
+        self.store.names.iter().map(|n| Ok((self.saved_name(n), self.store.merged(n)?.to_dtype(out)?))).collect()
+    }
+
+    /// Writes the policy to the folder `dir` (created if missing).
+    ///
+    /// * [`SaveFormat::Merged`]: `config.json` (the source's, with its dtype field updated; a
+    ///   `LlamaForCausalLM` config for GGUF and random sources), `model.safetensors` (Hugging
+    ///   Face names and layout, LoRA merged), and the source's `tokenizer.json`,
+    ///   `tokenizer_config.json`, chat template and `generation_config.json` (written from the
+    ///   metadata for a GGUF source). `frognano run DIR` and transformers'
+    ///   `AutoModelForCausalLM` load it.
+    /// * [`SaveFormat::Adapter`]: PEFT `adapter_config.json` + `adapter_model.safetensors`.
+    pub fn save(&self, dir: &Path, format: SaveFormat) -> anyhow::Result<()> {
+        std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create the folder", dir.display()))?;
+        match format {
+            SaveFormat::Merged => self.save_merged(dir),
+            SaveFormat::Adapter => self.save_adapter(dir),
+        }
+    }
+
+    fn save_merged(&self, dir: &Path) -> anyhow::Result<()> {
+        let tensors: HashMap<String, Tensor> = self.merged_tensors()?.into_iter().collect();
+        let dtype = io::dtype_name(if self.store.storage == DType::F64 { DType::F32 } else { self.store.storage });
+        io::write_safetensors(&tensors, &dir.join("model.safetensors"))?;
+        // A stale index would point frognano-model and transformers at other shard files.
+        let stale = dir.join("model.safetensors.index.json");
+        if stale.exists() {
+            std::fs::remove_file(&stale).with_context(|| format!("{}: cannot remove", stale.display()))?;
+        }
+        match &self.source {
+            Source::Dir { path, config, .. } => {
+                let mut config = config.clone();
+                set_dtype_fields(&mut config, dtype);
+                if let Some(tc) = config.get_mut("text_config").filter(|t| t.is_object()) {
+                    set_dtype_fields(tc, dtype);
+                }
+                io::write_json(&dir.join("config.json"), &config)?;
+                io::copy_side_files(path, dir)?;
+            }
+            Source::Gguf(path) => {
+                let Net::Llama(spec) = &self.net else { unreachable!("GGUF sources are llama") };
+                io::write_json(&dir.join("config.json"), &spec.hf_config(dtype))?;
+                io::write_gguf_side_files(path, dir)?;
+            }
+            Source::Random => {
+                let Net::Llama(spec) = &self.net else { unreachable!("random sources are llama") };
+                io::write_json(&dir.join("config.json"), &spec.hf_config(dtype))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn save_adapter(&self, dir: &Path) -> anyhow::Result<()> {
+        let Some(l) = &self.lora else {
+            bail!("this policy trains every weight (no LoRA adapter); save it with SaveFormat::Merged");
+        };
+        let out = if self.store.storage == DType::F64 { DType::F32 } else { self.store.storage };
+        let tensors: HashMap<String, Tensor> = self
+            .params()
+            .into_iter()
+            .map(|(n, v)| Ok((n, v.as_tensor().to_dtype(out)?)))
+            .collect::<candle_core::Result<_>>()?;
+        io::write_safetensors(&tensors, &dir.join("adapter_model.safetensors"))?;
+        let base = match &self.source {
+            Source::Dir { path, .. } | Source::Gguf(path) => {
+                serde_json::Value::String(io::absolute(path).to_string_lossy().into_owned())
+            }
+            Source::Random => serde_json::Value::Null,
+        };
+        let cfg = serde_json::json!({
+            "peft_type": "LORA",
+            "task_type": "CAUSAL_LM",
+            "base_model_name_or_path": base,
+            "r": l.rank,
+            "lora_alpha": l.alpha,
+            "lora_dropout": 0.0,
+            "target_modules": l.targets,
+            "bias": "none",
+            "fan_in_fan_out": false,
+            "inference_mode": true,
+            "init_lora_weights": true,
+            "use_rslora": false,
+            "use_dora": false,
+            "modules_to_save": null,
+            "layers_to_transform": null,
+            "layers_pattern": null,
+            "rank_pattern": {},
+            "alpha_pattern": {},
+            "revision": null,
+        });
+        io::write_json(&dir.join("adapter_config.json"), &cfg)
+    }
+
+    /// Overwrites every trainable parameter with the tensor of the same name in `tensors`
+    /// (names as [`Policy::params`] gives them; other entries are ignored), converted to the
+    /// storage dtype. Nothing is changed unless every parameter is present with its shape; the
+    /// error names the tensor and the expected and found shapes.
+    pub fn set_params(&mut self, tensors: &HashMap<String, Tensor>) -> anyhow::Result<()> {
+        let params = self.params();
+        for (name, var) in &params {
+            let t = tensors.get(name).ok_or_else(|| anyhow!("tensor `{name}` not found"))?;
+            if t.dims() != var.dims() {
+                bail!("tensor `{name}` has shape {:?}, expected {:?}", t.dims(), var.dims());
+            }
+        }
+        for (name, var) in &params {
+            var.set(&tensors[name].to_dtype(var.dtype())?).with_context(|| format!("tensor `{name}`"))?;
+        }
+        Ok(())
+    }
+
+    /// [`Policy::set_params`] from a safetensors file (a saved adapter, a merged checkpoint's
+    /// `model.safetensors`, or a trainer checkpoint); errors name the file and the tensor.
+    pub fn load_params(&mut self, path: &Path) -> anyhow::Result<()> {
+        let tensors = io::load_tensor_file(path)?;
+        self.set_params(&tensors).map_err(|e| anyhow!("{}: {e}", path.display()))
+    }
+
+    /// Writes [`Policy::params`] to a safetensors file (what [`Policy::load_params`] reads).
+    pub fn save_params(&self, path: &Path) -> anyhow::Result<()> {
+        let tensors: HashMap<String, Tensor> =
+            self.params().into_iter().map(|(n, v)| (n, v.as_tensor().clone())).collect();
+        io::write_safetensors(&tensors, path)
+    }
+}
+
+/// Sets `torch_dtype` / `dtype` of a config object to `dtype` where present.
+fn set_dtype_fields(v: &mut serde_json::Value, dtype: &str) {
+    for key in ["torch_dtype", "dtype"] {
+        if v.get(key).is_some() {
+            v[key] = serde_json::Value::String(dtype.into());
+        }
+    }
+}
+
+fn check_dtype(d: DType) -> anyhow::Result<()> {
+    match d {
+        DType::F32 | DType::BF16 | DType::F16 | DType::F64 => Ok(()),
+        other => bail!("policy dtype {other:?} is not supported; use F32, BF16, F16 or F64"),
+    }
+}
+
+/// `eos_token_id` of a config (a number or a list).
+fn eos_ids(v: &serde_json::Value) -> Vec<u32> {
+    match v.get("eos_token_id") {
+        Some(serde_json::Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
+        Some(serde_json::Value::Array(a)) => a.iter().filter_map(|x| x.as_u64()).map(|x| x as u32).collect(),
+        _ => vec![],
+    }
+}

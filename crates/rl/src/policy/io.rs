@@ -1,0 +1,256 @@
+//! Reading checkpoints into policy weights and writing them back: Hugging Face safetensors
+//! folders, llama-architecture GGUF files (dequantized, q/k rows put back into Hugging Face
+//! order), merged checkpoints and PEFT adapters.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context};
+use candle_core::{DType, Device, Tensor};
+use frognano_model::gguf::GgufFile;
+use frognano_model::safetensors_dir::SafetensorsDir;
+use frognano_model::tensor::{Bytes, DType as MDType, Matrix};
+
+use super::store::Store;
+
+/// The weight `name` (LoRA merged) as a frognano-model matrix: bf16 storage stays bf16,
+/// everything else becomes f32.
+pub(crate) fn matrix(st: &Store, name: &str) -> anyhow::Result<Matrix> {
+    let w = st.merged(name)?;
+    let (rows, cols) = w.dims2().with_context(|| format!("weight `{name}` is not a matrix"))?;
+    if st.storage == DType::BF16 {
+        let v: Vec<half::bf16> = w.to_dtype(DType::BF16)?.flatten_all()?.to_vec1()?;
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect();
+        Ok(Matrix::new(rows, cols, MDType::BF16, Bytes::from_vec(bytes)))
+    } else {
+        Ok(Matrix::from_f32(rows, cols, w.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?))
+    }
+}
+
+/// The weight `name` (LoRA merged) flattened to f32.
+pub(crate) fn vector(st: &Store, name: &str) -> anyhow::Result<Vec<f32>> {
+    Ok(st.merged(name)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?)
+}
+
+/// Reads every tensor of `shapes` from a safetensors checkpoint (canonical names; the
+/// checkpoint may use the `model.language_model.` prefix), as f32 tensors of exactly those
+/// shapes. Errors name the file or folder and the tensor.
+pub(crate) fn read_safetensors(
+    st: &SafetensorsDir,
+    shapes: &[(String, Vec<usize>)],
+) -> anyhow::Result<Vec<(String, Tensor)>> {
+    shapes
+        .iter()
+        .map(|(name, shape)| {
+            let v = st.f32(name, shape)?;
+            Ok((name.clone(), Tensor::from_vec(v, shape.as_slice(), &Device::Cpu)?))
+        })
+        .collect()
+}
+
+/// Whether any stored tensor of the checkpoint uses the multimodal wrapper prefix
+/// `model.language_model.` (read from the safetensors headers).
+pub(crate) fn uses_wrapper_prefix(dir: &Path) -> anyhow::Result<bool> {
+    for entry in std::fs::read_dir(dir).with_context(|| format!("{}: cannot list the folder", dir.display()))? {
+        let p = entry?.path();
+        if p.extension().is_some_and(|e| e == "safetensors") {
+            let names = safetensors_names(&p)?;
+            if names.iter().any(|n| n.starts_with("model.language_model.")) {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// Tensor names in a safetensors file's header.
+fn safetensors_names(path: &Path) -> anyhow::Result<Vec<String>> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+    let mut len = [0u8; 8];
+    f.read_exact(&mut len).with_context(|| format!("{}: not a safetensors file", path.display()))?;
+    let n = u64::from_le_bytes(len);
+    if n > 100 << 20 {
+        bail!("{}: safetensors header of {n} bytes is implausible", path.display());
+    }
+    let mut header = vec![0u8; n as usize];
+    f.read_exact(&mut header).with_context(|| format!("{}: truncated safetensors header", path.display()))?;
+    let v: serde_json::Value = serde_json::from_slice(&header)
+        .with_context(|| format!("{}: safetensors header is not JSON", path.display()))?;
+    Ok(v.as_object().map(|o| o.keys().filter(|k| *k != "__metadata__").cloned().collect()).unwrap_or_default())
+}
+
+/// Rows of a llama.cpp-permuted q or k weight put back into Hugging Face order. The
+/// converter stores row `2j + s` of each head at what was row `s·dh/2 + j`.
+pub(crate) fn unpermute_rows(w: &[f32], heads: usize, head_dim: usize, cols: usize) -> Vec<f32> {
+    let half = head_dim / 2;
+    let mut out = vec![0.0f32; w.len()];
+    for h in 0..heads {
+        for j in 0..half {
+            for s in 0..2 {
+                let src = (h * head_dim + 2 * j + s) * cols;
+                let dst = (h * head_dim + s * half + j) * cols;
+                out[dst..dst + cols].copy_from_slice(&w[src..src + cols]);
+            }
+        }
+    }
+    out
+}
+
+/// A llama-architecture GGUF file as Hugging Face-named f32 tensors and its spec.
+pub(crate) fn read_llama_gguf(path: &Path) -> anyhow::Result<(super::LlamaSpec, Vec<(String, Tensor)>)> {
+    let f = GgufFile::open(path)?;
+    let arch = f.get_str("general.architecture")?.unwrap_or("").to_string();
+    if !matches!(arch.as_str(), "llama" | "mistral") {
+        bail!("{}: general.architecture {arch:?} cannot be trained; supported GGUF: llama, mistral", path.display());
+    }
+    if f.contains("rope_freqs.weight") {
+        bail!("{}: tensor `rope_freqs.weight` (Llama 3.1 RoPE scaling) is not supported for training", path.display());
+    }
+    if f.contains("blk.0.attn_q.bias") {
+        bail!("{}: tensor `blk.0.attn_q.bias`: attention biases are not supported for training", path.display());
+    }
+    let m = frognano_model::llama::Llama::from_gguf(&f)?;
+    let c = &m.cfg;
+    if c.rope_dim != c.head_dim {
+        bail!("{}: rope.dimension_count {} differs from the head size {}", path.display(), c.rope_dim, c.head_dim);
+    }
+    let mut spec = super::LlamaSpec::from_config(c, m.output.is_none());
+    spec.bos_token_id = f.get_u64("tokenizer.ggml.bos_token_id")?.map(|v| v as u32);
+    spec.eos_token_ids = f.get_u64("tokenizer.ggml.eos_token_id")?.map(|v| vec![v as u32]).unwrap_or_default();
+    let dev = Device::Cpu;
+    let mat = |name: &str, mx: &Matrix| -> anyhow::Result<(String, Tensor)> {
+        Ok((name.to_string(), Tensor::from_vec(mx.to_f32(), (mx.rows, mx.cols), &dev)?))
+    };
+    let vecf = |name: &str, v: &[f32]| -> anyhow::Result<(String, Tensor)> {
+        Ok((name.to_string(), Tensor::from_slice(v, v.len(), &dev)?))
+    };
+    let mut out = vec![mat("model.embed_tokens.weight", &m.embed)?];
+    for (i, l) in m.layers.iter().enumerate() {
+        let p = |n: &str| format!("model.layers.{i}.{n}");
+        let d = c.hidden_size;
+        out.push(vecf(&p("input_layernorm.weight"), &l.attn_norm)?);
+        let q = unpermute_rows(&l.wq.to_f32(), c.num_heads, c.head_dim, d);
+        out.push((p("self_attn.q_proj.weight"), Tensor::from_vec(q, (l.wq.rows, d), &dev)?));
+        let k = unpermute_rows(&l.wk.to_f32(), c.num_kv_heads, c.head_dim, d);
+        out.push((p("self_attn.k_proj.weight"), Tensor::from_vec(k, (l.wk.rows, d), &dev)?));
+        out.push(mat(&p("self_attn.v_proj.weight"), &l.wv)?);
+        out.push(mat(&p("self_attn.o_proj.weight"), &l.wo)?);
+        out.push(vecf(&p("post_attention_layernorm.weight"), &l.ffn_norm)?);
+        out.push(mat(&p("mlp.gate_proj.weight"), &l.gate)?);
+        out.push(mat(&p("mlp.up_proj.weight"), &l.up)?);
+        out.push(mat(&p("mlp.down_proj.weight"), &l.down)?);
+    }
+    out.push(vecf("model.norm.weight", &m.norm)?);
+    if let Some(o) = &m.output {
+        out.push(mat("lm_head.weight", o)?);
+    }
+    Ok((spec, out))
+}
+
+/// Writes `tensors` to a safetensors file.
+pub(crate) fn write_safetensors(tensors: &HashMap<String, Tensor>, path: &Path) -> anyhow::Result<()> {
+    candle_core::safetensors::save(tensors, path).with_context(|| format!("{}: cannot write", path.display()))
+}
+
+/// Writes pretty JSON.
+pub(crate) fn write_json(path: &Path, v: &serde_json::Value) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(v)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("{}: cannot write", path.display()))
+}
+
+/// The tokenizer, chat template and generation files a checkpoint folder carries.
+const SIDE_FILES: &[&str] = &[
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "generation_config.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+];
+
+/// Copies the tokenizer / chat-template / generation files of `src` that exist into `dst`.
+pub(crate) fn copy_side_files(src: &Path, dst: &Path) -> anyhow::Result<()> {
+    for f in SIDE_FILES {
+        let from = src.join(f);
+        if from.is_file() {
+            let to = dst.join(f);
+            if same_file(&from, &to) {
+                continue;
+            }
+            std::fs::copy(&from, &to).with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
+        }
+    }
+    Ok(())
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}
+
+/// Writes `tokenizer.json`, `tokenizer_config.json` (with the chat template and special
+/// tokens) and `generation_config.json` for a checkpoint trained from the GGUF file `path`,
+/// from the file's metadata.
+pub(crate) fn write_gguf_side_files(path: &Path, dst: &Path) -> anyhow::Result<()> {
+    let f = GgufFile::open(path)?;
+    if f.get("tokenizer.ggml.model").is_some() {
+        let tok = frognano_model::gguf_load::tokenizer_from_gguf(&f)?;
+        let out = dst.join("tokenizer.json");
+        tok.inner().save(&out, false).map_err(|e| anyhow!("{}: cannot write the tokenizer: {e}", out.display()))?;
+    }
+    let tokens = f.get_str_array("tokenizer.ggml.tokens")?.unwrap_or_default();
+    let text = |key: &str| -> anyhow::Result<Option<String>> {
+        Ok(f.get_u64(key)?.and_then(|id| tokens.get(id as usize)).map(|s| s.to_string()))
+    };
+    let mut cfg = serde_json::json!({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "clean_up_tokenization_spaces": false,
+        "add_bos_token": f.get_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(false),
+    });
+    for (field, key) in [
+        ("bos_token", "tokenizer.ggml.bos_token_id"),
+        ("eos_token", "tokenizer.ggml.eos_token_id"),
+        ("pad_token", "tokenizer.ggml.padding_token_id"),
+        ("unk_token", "tokenizer.ggml.unknown_token_id"),
+    ] {
+        if let Some(t) = text(key)? {
+            cfg[field] = serde_json::Value::String(t);
+        }
+    }
+    if let Some(t) = f.get_str("tokenizer.chat_template")? {
+        cfg["chat_template"] = serde_json::Value::String(t.to_string());
+    }
+    write_json(&dst.join("tokenizer_config.json"), &cfg)?;
+    let stop = frognano_model::gguf_load::stop_ids_from_gguf(&f)?;
+    let mut gen = serde_json::json!({ "eos_token_id": stop });
+    if let Some(bos) = f.get_u64("tokenizer.ggml.bos_token_id")? {
+        gen["bos_token_id"] = serde_json::json!(bos);
+    }
+    write_json(&dst.join("generation_config.json"), &gen)
+}
+
+/// Hugging Face name of a dtype for `config.json`.
+pub(crate) fn dtype_name(d: DType) -> &'static str {
+    match d {
+        DType::BF16 => "bfloat16",
+        DType::F16 => "float16",
+        _ => "float32",
+    }
+}
+
+/// Loads a safetensors file of parameters (for [`super::Policy::load_params`]).
+pub(crate) fn load_tensor_file(path: &Path) -> anyhow::Result<HashMap<String, Tensor>> {
+    candle_core::safetensors::load(path, &Device::Cpu)
+        .with_context(|| format!("{}: cannot read as safetensors", path.display()))
+}
+
+/// `path` made absolute if possible (for `base_model_name_or_path`).
+pub(crate) fn absolute(path: &Path) -> PathBuf {
+    path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
+}

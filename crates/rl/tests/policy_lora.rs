@@ -1,0 +1,179 @@
+//! LoRA: `B` starts at zero so the adapted model equals the base; PEFT names; gradients reach
+//! only the adapters and match finite differences; merged saves reload through
+//! `frognano_model::load` to the same logits; adapters and parameters round-trip exactly.
+
+use std::collections::HashMap;
+
+use candle_core::{DType, Device, Tensor};
+use frognano_model::CausalLm;
+use frognano_rl::policy::{LlamaSpec, LoraConfig, Policy, PolicyOptions, SaveFormat};
+
+fn rows(t: &Tensor) -> Vec<f32> {
+    t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+}
+
+fn engine_logits(m: &dyn CausalLm, ids: &[u32]) -> Vec<f32> {
+    let mut cache = m.new_cache();
+    m.forward(ids, &mut cache, true).unwrap()
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+fn spec() -> LlamaSpec {
+    LlamaSpec { tie_word_embeddings: false, ..LlamaSpec::tiny(80) }
+}
+
+fn lora_opts(seed: u64) -> PolicyOptions {
+    PolicyOptions { lora: Some(LoraConfig { rank: 4, alpha: 8.0, ..Default::default() }), seed, ..Default::default() }
+}
+
+/// Gives every adapter's `B` (and so the merged weights) a deterministic non-zero value.
+fn perturb_b(p: &Policy) {
+    for (i, (name, v)) in p.params().iter().enumerate() {
+        if name.ends_with("lora_B.weight") {
+            let n = v.elem_count();
+            let data: Vec<f32> = (0..n).map(|j| (((i * 131 + j * 17) % 97) as f32 / 97.0 - 0.5) * 0.2).collect();
+            v.set(&Tensor::from_vec(data, v.dims(), &Device::Cpu).unwrap().to_dtype(v.dtype()).unwrap()).unwrap();
+        }
+    }
+}
+
+const IDS: [u32; 10] = [3, 14, 15, 9, 26, 53, 58, 9, 7, 79];
+
+#[test]
+fn lora_starts_at_the_base_model_with_peft_names() {
+    let base = Policy::random_llama(&spec(), &PolicyOptions { seed: 5, ..Default::default() }).unwrap();
+    let p = Policy::random_llama(&spec(), &lora_opts(5)).unwrap();
+    assert_eq!(rows(&p.logits(&IDS).unwrap()), rows(&base.logits(&IDS).unwrap()));
+    let params = p.params();
+    assert_eq!(params.len(), 2 * 7 * 2, "A and B for 7 modules in 2 layers");
+    assert_eq!(params[0].0, "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight");
+    assert_eq!(params[1].0, "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight");
+    assert_eq!(params[0].1.dims(), &[4, 32]);
+    assert_eq!(params[1].1.dims(), &[32, 4]);
+    assert_eq!(params.last().unwrap().0, "base_model.model.model.layers.1.mlp.down_proj.lora_B.weight");
+    for (n, v) in &params {
+        if n.ends_with("lora_B.weight") {
+            assert_eq!(v.as_tensor().abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap(), 0.0, "{n}");
+        }
+    }
+    // Narrower targets.
+    let only_q = PolicyOptions {
+        lora: Some(LoraConfig { rank: 2, alpha: 2.0, targets: vec!["q_proj".into(), "down_proj".into()] }),
+        ..Default::default()
+    };
+    let names: Vec<String> =
+        Policy::random_llama(&spec(), &only_q).unwrap().params().into_iter().map(|p| p.0).collect();
+    assert_eq!(names.len(), 8);
+    assert!(names.iter().all(|n| n.contains("q_proj") || n.contains("down_proj")));
+    // A target that matches nothing is an error, not a silent no-op.
+    let bad = PolicyOptions {
+        lora: Some(LoraConfig { targets: vec!["qkv".into()], ..Default::default() }),
+        ..Default::default()
+    };
+    let e = Policy::random_llama(&spec(), &bad).err().unwrap().to_string();
+    assert!(e.contains("qkv"), "{e}");
+}
+
+#[test]
+fn lora_gradients_reach_only_adapters_and_match_finite_differences() {
+    let opts = PolicyOptions { dtype: DType::F64, ..lora_opts(9) };
+    let p = Policy::random_llama(&LlamaSpec { num_layers: 1, ..spec() }, &opts).unwrap();
+    perturb_b(&p);
+    let input = [1u32, 2, 40, 7];
+    let targets = [2u32, 40, 7, 70];
+    let loss = |p: &Policy| p.token_logprobs(&input, &targets).unwrap().sum_all().unwrap();
+    let grads = loss(&p).backward().unwrap();
+    for (name, var) in p.params() {
+        let g: Vec<f64> = grads.get(&var).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let base = var.as_tensor().copy().unwrap();
+        let flat: Vec<f64> = base.flatten_all().unwrap().to_vec1().unwrap();
+        for i in [0, flat.len() / 2, flat.len() - 1] {
+            let at = |d: f64| {
+                let mut f = flat.clone();
+                f[i] += d;
+                var.set(&Tensor::from_vec(f, base.dims(), &Device::Cpu).unwrap()).unwrap();
+                let l = loss(&p).to_scalar::<f64>().unwrap();
+                var.set(&base).unwrap();
+                l
+            };
+            let fd = (at(1e-6) - at(-1e-6)) / 2e-6;
+            assert!((fd - g[i]).abs() < 1e-6 * (1.0 + fd.abs()), "{name}[{i}]: autograd {} vs fd {fd}", g[i]);
+        }
+    }
+}
+
+#[test]
+fn merged_save_reloads_through_frognano_model_to_equal_logits() {
+    let p = Policy::random_llama(&spec(), &lora_opts(11)).unwrap();
+    perturb_b(&p);
+    let ours = rows(&p.logits(&IDS).unwrap());
+    let base = Policy::random_llama(&spec(), &PolicyOptions { seed: 11, ..Default::default() }).unwrap();
+    assert!(max_abs_diff(&ours, &rows(&base.logits(&IDS).unwrap())) > 1e-4, "the adapters change the model");
+    let engine = engine_logits(p.inference_model().unwrap().as_ref(), &IDS);
+    let scale = engine.iter().map(|v| v.abs()).fold(0.0, f32::max);
+    assert!(max_abs_diff(&ours, &engine) < 1e-3 * scale, "merged inference model");
+    let dir = tempfile::tempdir().unwrap();
+    p.save(dir.path(), SaveFormat::Merged).unwrap();
+    let back = frognano_model::load(dir.path().to_str().unwrap()).unwrap();
+    assert_eq!(engine_logits(back.model.as_ref(), &IDS), engine, "saved merged weights are exact");
+    // The merged checkpoint is a plain (full) policy again.
+    let full = Policy::load(dir.path(), &PolicyOptions::default()).unwrap();
+    assert!(max_abs_diff(&rows(&full.logits(&IDS).unwrap()), &ours) < 1e-5);
+    assert_eq!(full.params()[0].0, "model.embed_tokens.weight");
+}
+
+#[test]
+fn adapter_save_and_set_params_round_trip_exactly() {
+    let p = Policy::random_llama(&spec(), &lora_opts(13)).unwrap();
+    perturb_b(&p);
+    let dir = tempfile::tempdir().unwrap();
+    p.save(dir.path(), SaveFormat::Adapter).unwrap();
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("adapter_config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["peft_type"], "LORA");
+    assert_eq!(cfg["r"], 4);
+    assert_eq!(cfg["lora_alpha"], 8.0);
+    assert_eq!(cfg["target_modules"].as_array().unwrap().len(), 7);
+    // A fresh policy on the same base with other adapter values becomes identical after
+    // loading the adapter.
+    let mut q = Policy::random_llama(&spec(), &lora_opts(13)).unwrap();
+    for (_, v) in q.params() {
+        v.set(&v.as_tensor().affine(0.5, 0.01).unwrap()).unwrap();
+    }
+    assert_ne!(rows(&q.params()[1].1), rows(&p.params()[1].1));
+    q.load_params(&dir.path().join("adapter_model.safetensors")).unwrap();
+    for ((na, va), (nb, vb)) in p.params().iter().zip(q.params()) {
+        assert_eq!(na, &nb);
+        assert_eq!(rows(va), rows(&vb), "{na}");
+    }
+    assert_eq!(rows(&q.logits(&IDS).unwrap()), rows(&p.logits(&IDS).unwrap()));
+    // A full policy cannot write an adapter.
+    let full = Policy::random_llama(&spec(), &PolicyOptions::default()).unwrap();
+    assert!(full.save(dir.path(), SaveFormat::Adapter).is_err());
+}
+
+#[test]
+fn full_params_save_then_set_params_is_exact_in_f32_and_bf16() {
+    for dtype in [DType::F32, DType::BF16] {
+        let opts = PolicyOptions { dtype, seed: 21, ..Default::default() };
+        let p = Policy::random_llama(&spec(), &opts).unwrap();
+        let f = tempfile::NamedTempFile::new().unwrap();
+        p.save_params(f.path()).unwrap();
+        let mut q = Policy::random_llama(&spec(), &PolicyOptions { seed: 22, ..opts.clone() }).unwrap();
+        q.load_params(f.path()).unwrap();
+        for ((na, va), (nb, vb)) in p.params().iter().zip(q.params()) {
+            assert_eq!(na, &nb);
+            assert_eq!(va.dtype(), dtype);
+            assert_eq!(rows(va), rows(&vb), "{na}");
+        }
+        // set_params from an in-memory map too.
+        let map: HashMap<String, Tensor> = p.params().into_iter().map(|(n, v)| (n, v.as_tensor().clone())).collect();
+        let mut r = Policy::random_llama(&spec(), &PolicyOptions { seed: 23, ..opts }).unwrap();
+        r.set_params(&map).unwrap();
+        assert_eq!(rows(&r.logits(&IDS).unwrap()), rows(&p.logits(&IDS).unwrap()));
+    }
+}

@@ -1,0 +1,167 @@
+//! The candle Qwen3.5 policy computes what frognano-model's inference Qwen3.5 computes and what
+//! transformers computed (committed golden logits), its gradients match finite differences
+//! (f64) through gated attention, the conv, the delta rule and every norm, and LoRA / merged
+//! saves keep Hugging Face names (including the `model.language_model.` wrapper prefix).
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use frognano_model::CausalLm;
+use frognano_rl::policy::{LoraConfig, Policy, PolicyOptions, SaveFormat};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(name)
+}
+
+fn rows(t: &Tensor) -> Vec<f32> {
+    t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+}
+
+fn engine_logits(m: &dyn CausalLm, ids: &[u32]) -> Vec<f32> {
+    let mut cache = m.new_cache();
+    m.forward(ids, &mut cache, true).unwrap()
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// `input_ids`, `logits_full` (transformers 5.23, f32, CPU) and `logits_full_f64` (the same in
+/// f64: the exact result) of a golden file.
+fn golden(name: &str) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
+    let bytes = std::fs::read(fixture(&format!("{name}.golden.safetensors"))).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let ids = st.tensor("input_ids").unwrap();
+    let ids = ids.data().chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32).collect();
+    let f32s = |key: &str| -> Vec<f32> {
+        let t = st.tensor(key).unwrap();
+        t.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
+    };
+    (ids, f32s("logits_full"), f32s("logits_full_f64"))
+}
+
+#[test]
+fn tiny_qwen35_matches_engine_and_transformers() {
+    let (ids, tf, exact) = golden("qwen35-tiny");
+    let p = Policy::load(&fixture("qwen35-tiny"), &PolicyOptions::default()).unwrap();
+    assert_eq!(p.arch(), "qwen3_5");
+    let ids = &ids[..64];
+    let got = rows(&p.logits(ids).unwrap());
+    let n = ids.len() * p.vocab_size();
+    let (tf, exact) = (&tf[..n], &exact[..n]);
+    // transformers' own f32 run is this far from the exact (f64) result; logits reach ~50, so
+    // f32 rounding alone exceeds 1e-4. We must be as close to the exact result as that.
+    let noise = max_abs_diff(tf, exact);
+    let tol = 1e-4f32.max(1.5 * noise);
+    let d_exact = max_abs_diff(&got, exact);
+    assert!(d_exact < tol, "candle vs exact: {d_exact} (transformers f32 is {noise} from it)");
+    let d_tf = max_abs_diff(&got, tf);
+    assert!(d_tf < 2.0 * tol, "candle vs transformers f32: {d_tf}");
+    let reference = frognano_model::load(fixture("qwen35-tiny").to_str().unwrap()).unwrap();
+    let d_engine = max_abs_diff(&got, &engine_logits(reference.model.as_ref(), ids));
+    assert!(d_engine < 2.0 * tol, "candle vs frognano-model: {d_engine}");
+    let d_inf = max_abs_diff(&got, &engine_logits(p.inference_model().unwrap().as_ref(), ids));
+    assert!(d_inf < 2.0 * tol, "candle vs its own inference model: {d_inf}");
+    eprintln!("qwen35-tiny, 64 tokens: |candle − f64| {d_exact}, |candle − transformers| {d_tf}, |candle − engine| {d_engine}; transformers noise {noise}");
+}
+
+#[test]
+fn wrapper_untied_checkpoint_keeps_its_prefix_and_round_trips() {
+    let (ids, want, _) = golden("qwen35-wrapper-untied");
+    let opts = PolicyOptions {
+        lora: Some(LoraConfig {
+            rank: 2,
+            alpha: 4.0,
+            targets: vec!["q_proj".into(), "in_proj_qkv".into(), "out_proj".into(), "gate_proj".into()],
+        }),
+        seed: 1,
+        ..Default::default()
+    };
+    let p = Policy::load(&fixture("qwen35-wrapper-untied"), &opts).unwrap();
+    let ids = &ids[..40];
+    let vocab = p.vocab_size();
+    let got = rows(&p.logits(ids).unwrap());
+    assert!(max_abs_diff(&got, &want[..ids.len() * vocab]) < 1e-4, "LoRA starts at the base model");
+    let names: Vec<String> = p.params().into_iter().map(|x| x.0).collect();
+    assert!(names.iter().all(|n| n.starts_with("base_model.model.model.language_model.layers.")), "{names:?}");
+    assert!(names.iter().any(|n| n.contains("linear_attn.in_proj_qkv.lora_A")));
+    assert!(names.iter().any(|n| n.contains("linear_attn.out_proj.lora_B")));
+    // Non-zero adapters, then merged save → frognano-model sees the same model.
+    for (i, (n, v)) in p.params().iter().enumerate() {
+        if n.ends_with("lora_B.weight") {
+            let data: Vec<f32> = (0..v.elem_count()).map(|j| (((i + j * 7) % 11) as f32 - 5.0) * 0.02).collect();
+            v.set(&Tensor::from_vec(data, v.dims(), &Device::Cpu).unwrap()).unwrap();
+        }
+    }
+    let adapted = rows(&p.logits(ids).unwrap());
+    assert!(max_abs_diff(&adapted, &got) > 1e-3);
+    let dir = tempfile::tempdir().unwrap();
+    p.save(dir.path(), SaveFormat::Merged).unwrap();
+    let back = frognano_model::load(dir.path().to_str().unwrap()).unwrap();
+    let d = max_abs_diff(&engine_logits(back.model.as_ref(), ids), &adapted);
+    assert!(d < 1e-4, "merged checkpoint vs policy: {d}");
+    let header = std::fs::read(dir.path().join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&header).unwrap();
+    assert!(st.names().iter().any(|n| n.starts_with("model.language_model.layers.")));
+    assert!(st.names().contains(&"lm_head.weight"));
+    // Full fine-tuning names of the wrapper keep its prefix too.
+    let full = Policy::load(dir.path(), &PolicyOptions::default()).unwrap();
+    assert_eq!(full.params()[0].0, "model.language_model.embed_tokens.weight");
+    assert!(max_abs_diff(&rows(&full.logits(ids).unwrap()), &adapted) < 1e-4);
+}
+
+#[test]
+fn qwen35_full_gradient_matches_finite_differences() {
+    let p = Policy::load(&fixture("qwen35-tiny"), &PolicyOptions { dtype: DType::F64, ..Default::default() }).unwrap();
+    let input = [5u32, 900, 17, 3, 250, 17, 8];
+    let targets = [900u32, 17, 3, 250, 17, 8, 1];
+    let w = Tensor::new(&[0.5f64, -1.0, 0.8, 1.2, -0.3, 1.0, 0.6], &Device::Cpu).unwrap();
+    let loss = |p: &Policy| (p.token_logprobs(&input, &targets).unwrap() * &w).unwrap().sum_all().unwrap();
+    let params = p.params();
+    let grads = loss(&p).backward().unwrap();
+    // Every kind of weight: DeltaNet (layer 0), gated attention (layer 3), norms, head.
+    let checked = [
+        "model.embed_tokens.weight",
+        "model.layers.0.input_layernorm.weight",
+        "model.layers.0.linear_attn.in_proj_qkv.weight",
+        "model.layers.0.linear_attn.in_proj_z.weight",
+        "model.layers.0.linear_attn.in_proj_b.weight",
+        "model.layers.0.linear_attn.in_proj_a.weight",
+        "model.layers.0.linear_attn.conv1d.weight",
+        "model.layers.0.linear_attn.dt_bias",
+        "model.layers.0.linear_attn.A_log",
+        "model.layers.0.linear_attn.norm.weight",
+        "model.layers.0.linear_attn.out_proj.weight",
+        "model.layers.3.self_attn.q_proj.weight",
+        "model.layers.3.self_attn.k_proj.weight",
+        "model.layers.3.self_attn.v_proj.weight",
+        "model.layers.3.self_attn.q_norm.weight",
+        "model.layers.3.self_attn.k_norm.weight",
+        "model.layers.3.self_attn.o_proj.weight",
+        "model.layers.5.mlp.down_proj.weight",
+        "model.norm.weight",
+    ];
+    for name in checked {
+        let (_, var) = params.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no param {name}"));
+        let g: Vec<f64> = grads.get(var).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let base = var.as_tensor().copy().unwrap();
+        let flat: Vec<f64> = base.flatten_all().unwrap().to_vec1().unwrap();
+        let mut idx: Vec<usize> = (0..flat.len()).collect();
+        idx.sort_by(|a, b| g[*b].abs().total_cmp(&g[*a].abs()));
+        idx.truncate(2);
+        for i in idx {
+            let at = |d: f64| {
+                let mut f = flat.clone();
+                f[i] += d;
+                var.set(&Tensor::from_vec(f, base.dims(), &Device::Cpu).unwrap()).unwrap();
+                let l = loss(&p).to_scalar::<f64>().unwrap();
+                var.set(&base).unwrap();
+                l
+            };
+            let fd = (at(1e-6) - at(-1e-6)) / 2e-6;
+            assert!(g[i].abs() > 1e-9, "{name}: zero gradient");
+            assert!((fd - g[i]).abs() < 1e-5 * (1.0 + fd.abs()), "{name}[{i}]: autograd {} vs fd {fd}", g[i]);
+        }
+    }
+}
