@@ -1,6 +1,24 @@
 //! The in-process backend: the model runs inside this process through `frognano-engine`.
 //! One [`Session`] lives across the whole run, so each agent step only prefills what was
 //! added since the last one (the tool results), not the whole conversation.
+//!
+//! **Recording** (opt-in, [`EngineLlm::recording`]): for RL rollouts every assistant turn is
+//! kept as a [`TurnRecord`] — the prompt token ids, the sampled ids (the closing end-of-turn
+//! token included) and one sampling logprob per sampled token (the engine's log-softmax of
+//! the raw logits, which is the sampling distribution exactly when sampling is raw:
+//! temperature 1, top-p 1, no top-k/min-p, no repetition penalty).
+//!
+//! While recording, turn k's prompt is built *token-in, token-out*: the previous prompt, the
+//! tokens the model actually sampled, then only the tokenized text the chat template adds
+//! after the previous assistant message (its closing glue, the tool results, the next
+//! generation prompt). Earlier turns are never re-tokenized, so the model conditions on
+//! exactly what it sampled and the rollout is one growing sequence (rl-recipe.md §4). This
+//! needs the template to be append-only for the conversation (rendering the conversation
+//! through the previous assistant message starts with the previous prompt's text, and the
+//! full rendering starts with that); when it is not (a template that drops earlier
+//! reasoning, a throw-away retry history), the turn falls back to the plain re-rendered
+//! prompt and its record says so ([`TurnRecord::continued`] false); whoever builds the
+//! training sequence then finds the prefix property broken.
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -8,19 +26,55 @@ use std::sync::Arc;
 use frognano_engine::{FinishReason as EngineFinish, GenerateRequest, SamplingParams, Session};
 use frognano_model::chat::{ChatMessage, ChatTemplate};
 use frognano_model::tokenizer::Tokenizer;
+use frognano_model::CausalLm;
 use serde_json::Value;
 
 use crate::codec;
 use crate::llm::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Usage};
+
+/// One assistant turn as the engine ran it (recording mode).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnRecord {
+    /// The prompt token ids the model was run on.
+    pub prompt_ids: Vec<u32>,
+    /// The sampled token ids, the end-of-turn token included when one was drawn.
+    pub sampled_ids: Vec<u32>,
+    /// log p(token) of each sampled token under the model's raw distribution.
+    pub logprobs: Vec<f32>,
+    /// Whether an end-of-turn token closed the turn (false: cut by a length limit).
+    pub stopped: bool,
+    /// Whether the prompt was built by token continuation of the previous turn (always
+    /// true for the first turn); false when the turn fell back to re-rendering.
+    pub continued: bool,
+}
+
+/// What the recorder remembers of the last turn, to continue from it.
+struct LastTurn {
+    /// The messages the last prompt was rendered from.
+    messages: Vec<Message>,
+    /// The rendered text of the last prompt (generation prompt included).
+    text: String,
+    /// The last prompt's ids followed by the ids sampled after it.
+    tokens: Vec<u32>,
+    /// Whether the last turn ended with an end-of-turn token.
+    stopped: bool,
+}
+
+#[derive(Default)]
+struct Recorder {
+    turns: Vec<TurnRecord>,
+    last: Option<LastTurn>,
+}
 
 /// A model loaded in this process.
 pub struct EngineLlm {
     name: String,
     session: Session,
     tokenizer: Tokenizer,
-    template: ChatTemplate,
+    template: Arc<ChatTemplate>,
     eos_ids: Vec<u32>,
     max_context: usize,
+    recorder: Option<Recorder>,
 }
 
 impl EngineLlm {
@@ -31,30 +85,142 @@ impl EngineLlm {
         lm.tokenizer()?;
         lm.chat_template()?;
         let frognano_model::LoadedModel { model, tokenizer, chat_template, eos_ids, .. } = lm;
-        let max_context = model.max_context();
-        Ok(EngineLlm {
-            name: spec.to_string(),
-            session: Session::new(Arc::from(model)),
-            tokenizer: tokenizer.expect("checked above"),
-            template: chat_template.expect("checked above"),
-            eos_ids,
-            max_context,
-        })
+        let (Some(tokenizer), Some(template)) = (tokenizer, chat_template) else {
+            anyhow::bail!("{spec}: the checkpoint has no tokenizer or no chat template");
+        };
+        Ok(Self::from_parts(spec, Arc::from(model), tokenizer, Arc::new(template), eos_ids))
     }
 
-    fn render(&self, request: &ChatRequest<'_>) -> Result<String, LlmError> {
-        let messages = request
-            .messages
+    /// An engine over an already-loaded model (the RL trainer swaps weights without going
+    /// back to disk): `eos_ids` end a turn. Recording is off.
+    pub fn from_parts(
+        name: impl Into<String>,
+        model: Arc<dyn CausalLm>,
+        tokenizer: Tokenizer,
+        template: Arc<ChatTemplate>,
+        eos_ids: Vec<u32>,
+    ) -> Self {
+        let max_context = model.max_context();
+        EngineLlm {
+            name: name.into(),
+            session: Session::new(model),
+            tokenizer,
+            template,
+            eos_ids,
+            max_context,
+            recorder: None,
+        }
+    }
+
+    /// Caps the context at `max_context` tokens (never above the model's own limit).
+    pub fn with_max_context(mut self, max_context: usize) -> Self {
+        self.max_context = max_context.min(self.session.model().max_context());
+        self
+    }
+
+    /// Turns recording of every assistant turn on (see the module docs).
+    pub fn recording(mut self) -> Self {
+        self.recorder = Some(Recorder::default());
+        self
+    }
+
+    /// The turns recorded so far (empty when not recording).
+    pub fn turns(&self) -> &[TurnRecord] {
+        self.recorder.as_ref().map_or(&[], |r| &r.turns)
+    }
+
+    /// Hands over the recorded turns and forgets the conversation (the next turn starts a
+    /// new sequence). Recording stays on if it was on.
+    pub fn take_turns(&mut self) -> Vec<TurnRecord> {
+        self.recorder.as_mut().map(std::mem::take).map(|r| r.turns).unwrap_or_default()
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The chat template.
+    pub fn template(&self) -> &ChatTemplate {
+        &self.template
+    }
+
+    /// Ids that end a turn.
+    pub fn eos_ids(&self) -> &[u32] {
+        &self.eos_ids
+    }
+
+    /// Renders `messages` as the model sees them (`add_generation_prompt` for a prompt).
+    pub fn render_messages(
+        &self,
+        messages: &[Message],
+        tools: &[Value],
+        enable_thinking: bool,
+        add_generation_prompt: bool,
+    ) -> Result<String, LlmError> {
+        let messages = messages
             .iter()
             .map(to_chat_message)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| LlmError::Other(format!("message not representable for the chat template: {e}")))?;
         let mut kwargs = serde_json::Map::new();
-        kwargs.insert("enable_thinking".into(), Value::Bool(request.sampling.enable_thinking));
-        let tools = (!request.tools.is_empty()).then_some(request.tools);
+        kwargs.insert("enable_thinking".into(), Value::Bool(enable_thinking));
+        let tools = (!tools.is_empty()).then_some(tools);
         self.template
-            .render(&messages, tools, true, Some(&kwargs))
+            .render(&messages, tools, add_generation_prompt, Some(&kwargs))
             .map_err(|e| LlmError::Other(format!("chat template: {e}")))
+    }
+
+    fn render(&self, request: &ChatRequest<'_>) -> Result<String, LlmError> {
+        self.render_messages(request.messages, request.tools, request.sampling.enable_thinking, true)
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<u32>, LlmError> {
+        self.tokenizer.encode_with(text, false).map_err(|e| LlmError::Other(format!("tokenizer: {e}")))
+    }
+
+    /// The prompt ids for `request` whose full rendering is `text`; `true` when they continue
+    /// the recorded previous turn token for token.
+    fn prompt_ids(&self, request: &ChatRequest<'_>, text: &str) -> Result<(Vec<u32>, bool), LlmError> {
+        let last = match &self.recorder {
+            Some(Recorder { last: Some(last), .. }) => last,
+            Some(_) => return Ok((self.encode(text)?, true)),
+            None => return Ok((self.encode(text)?, false)),
+        };
+        match self.continuation(request, text, last)? {
+            Some(delta) => {
+                let mut ids = last.tokens.clone();
+                ids.extend(self.encode(&delta)?);
+                Ok((ids, true))
+            }
+            None => Ok((self.encode(text)?, false)),
+        }
+    }
+
+    /// The text to append after the last turn's sampled tokens, or `None` when the
+    /// conversation does not extend the last one through an append-only template.
+    fn continuation(&self, request: &ChatRequest<'_>, text: &str, last: &LastTurn) -> Result<Option<String>, LlmError> {
+        let m = last.messages.len();
+        let msgs = request.messages;
+        if msgs.len() <= m || msgs[..m] != last.messages[..] || msgs[m].role != "assistant" {
+            return Ok(None);
+        }
+        let s = request.sampling;
+        let through = self.render_messages(&msgs[..=m], request.tools, s.enable_thinking, false)?;
+        let (Some(body), true) = (through.strip_prefix(last.text.as_str()), text.starts_with(&through)) else {
+            return Ok(None);
+        };
+        // The end-of-turn token the template closes the assistant message with: the last
+        // one in the rendered message.
+        let close = self
+            .eos_ids
+            .iter()
+            .filter_map(|&id| self.tokenizer.decode(&[id], false).ok().filter(|t| !t.is_empty()))
+            .filter_map(|t| body.rfind(&t).map(|at| (at, t.len())))
+            .max();
+        let Some((at, len)) = close else { return Ok(None) };
+        let glue = if last.stopped { &body[at + len..] } else { &body[at..] };
+        Ok(Some(format!("{glue}{}", &text[through.len()..])))
     }
 }
 
@@ -66,8 +232,7 @@ fn to_chat_message(m: &Message) -> Result<ChatMessage, serde_json::Error> {
 impl Llm for EngineLlm {
     fn complete(&mut self, request: &ChatRequest<'_>) -> Result<Completion, LlmError> {
         let prompt_text = self.render(request)?;
-        let prompt =
-            self.tokenizer.encode_with(&prompt_text, false).map_err(|e| LlmError::Other(format!("tokenizer: {e}")))?;
+        let (prompt, continued) = self.prompt_ids(request, &prompt_text)?;
         if prompt.len() >= self.max_context {
             return Err(LlmError::ContextOverflow(format!(
                 "maximum context length is {} tokens, the conversation has {}",
@@ -83,7 +248,12 @@ impl Llm for EngineLlm {
                 top_k: s.top_k as usize,
                 min_p: s.min_p,
                 repetition_penalty: s.repetition_penalty,
-                seed: s.seed,
+                // While recording, each turn draws from its own stream (seed + turn index);
+                // otherwise every turn would replay the first turn's random numbers.
+                seed: match &self.recorder {
+                    Some(rec) => s.seed.map(|seed| seed.wrapping_add(rec.turns.len() as u64)),
+                    None => s.seed,
+                },
             },
             max_tokens: (s.max_tokens as usize).min(self.max_context - prompt.len()),
             stop_ids: self.eos_ids.clone(),
@@ -93,6 +263,21 @@ impl Llm for EngineLlm {
             .session
             .generate(&prompt, &req, |_| ControlFlow::Continue(()))
             .map_err(|e| LlmError::Other(format!("generation: {e}")))?;
+        if let Some(rec) = &mut self.recorder {
+            let sampled_ids: Vec<u32> = g.tokens.iter().map(|t| t.id).collect();
+            let stopped = g.finish == EngineFinish::Stop;
+            let mut tokens = prompt.clone();
+            tokens.extend_from_slice(&sampled_ids);
+            rec.turns.push(TurnRecord {
+                prompt_ids: prompt.clone(),
+                sampled_ids,
+                logprobs: g.tokens.iter().map(|t| t.logprob).collect(),
+                stopped,
+                continued,
+            });
+            rec.last =
+                Some(LastTurn { messages: request.messages.to_vec(), text: prompt_text.clone(), tokens, stopped });
+        }
         let ids: Vec<u32> = g.tokens.iter().map(|t| t.id).filter(|id| !self.eos_ids.contains(id)).collect();
         let raw = self.tokenizer.decode(&ids, true).map_err(|e| LlmError::Other(format!("detokenize: {e}")))?;
         let usage = Some(Usage { prompt_tokens: g.prompt_tokens as u64, completion_tokens: g.tokens.len() as u64 });

@@ -112,29 +112,41 @@ impl Workspace {
     /// The workspace's changes against the base commit (new and deleted files included,
     /// binary-safe), computed by git running in a sandbox of the given isolation.
     pub fn diff(&self, isolation: Isolation) -> anyhow::Result<String> {
-        let sandbox = Sandbox::new(
-            SandboxSpec::new(&self.path)
-                .isolation(isolation)
-                .timeout(Duration::from_secs(120))
-                .output_limit(256 << 20)
-                .flood_limit(512 << 20),
-        )?;
-        let script = format!(
-            "git add -A . && git -c core.quotepath=off diff --cached --binary --no-color --no-ext-diff {}",
-            self.base_commit
-        );
-        let out = sandbox
-            .run(&SandboxCommand::bash(script).env("GIT_CONFIG_NOSYSTEM", "1").env("GIT_CONFIG_GLOBAL", "/dev/null"))?;
-        if !out.success() || out.truncated {
-            bail!(
-                "cannot compute the workspace diff (exit {}{}): {}",
-                out.returncode(),
-                if out.truncated { ", output too large" } else { "" },
-                out.stderr.trim()
-            );
-        }
-        Ok(out.stdout)
+        diff_in_sandbox(&self.path, &self.base_commit, isolation)
     }
+}
+
+/// The changes of the checkout at `dir` against `base_commit` (new and deleted files
+/// included, binary-safe), computed by git running in a sandbox of the given isolation, so
+/// hooks, filters or an fsmonitor the agent planted never run on the host.
+pub fn diff_in_sandbox(dir: &Path, base_commit: &str, isolation: Isolation) -> anyhow::Result<String> {
+    let sandbox = Sandbox::new(
+        SandboxSpec::new(dir)
+            .isolation(isolation)
+            .timeout(Duration::from_secs(120))
+            .output_limit(256 << 20)
+            .flood_limit(512 << 20),
+    )?;
+    let script = format!(
+        "git add -A . && git -c core.quotepath=off diff --cached --binary --no-color --no-ext-diff {base_commit}"
+    );
+    let command = SandboxCommand::bash(script)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        // Inside the sandbox the checkout may appear owned by another uid.
+        .env("GIT_CONFIG_COUNT", "1")
+        .env("GIT_CONFIG_KEY_0", "safe.directory")
+        .env("GIT_CONFIG_VALUE_0", "*");
+    let out = sandbox.run(&command)?;
+    if !out.success() || out.truncated {
+        bail!(
+            "cannot compute the workspace diff (exit {}{}): {}",
+            out.returncode(),
+            if out.truncated { ", output too large" } else { "" },
+            out.stderr.trim()
+        );
+    }
+    Ok(out.stdout)
 }
 
 /// Applies `patch` to the user's repository `repo` (checking first that it applies
