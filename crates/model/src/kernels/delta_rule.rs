@@ -111,8 +111,47 @@ pub fn chunked(x: &DeltaInputs, state: &mut [f32], s: &DeltaShape) -> Vec<f32> {
 }
 
 /// One chunk of `c` steps starting at `n0` for value head `h`; writes `o` (`[c, dv]`).
+/// Compiled twice: for AVX2 where the CPU has it (the same operations in the same order on
+/// wider vectors — Rust never fuses or reorders float operations — so the same bits), and
+/// plain.
 #[allow(clippy::too_many_arguments)]
 fn chunk_step(
+    x: &DeltaInputs,
+    st: &mut [f32],
+    s: &DeltaShape,
+    h: usize,
+    kh: usize,
+    n0: usize,
+    c: usize,
+    o: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && !super::plain_kernels() {
+        // SAFETY: AVX2 was detected just above.
+        return unsafe { chunk_step_avx2(x, st, s, h, kh, n0, c, o) };
+    }
+    chunk_step_body(x, st, s, h, kh, n0, c, o)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn chunk_step_avx2(
+    x: &DeltaInputs,
+    st: &mut [f32],
+    s: &DeltaShape,
+    h: usize,
+    kh: usize,
+    n0: usize,
+    c: usize,
+    o: &mut [f32],
+) {
+    chunk_step_body(x, st, s, h, kh, n0, c, o)
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn chunk_step_body(
     x: &DeltaInputs,
     st: &mut [f32],
     s: &DeltaShape,
@@ -239,6 +278,26 @@ mod tests {
         let ob = chunked(&inputs, &mut sb, &s);
         assert!(max_diff(&oa, &ob) < 1e-4, "outputs differ by {}", max_diff(&oa, &ob));
         assert!(max_diff(&sa, &sb) < 1e-4, "states differ by {}", max_diff(&sa, &sb));
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_chunk_step_has_the_plain_bits() {
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let (dk, dv, hk, hv) = (32, 48, 1, 2);
+        let (x, s) = random_case(45, hk, hv, dk, dv, 11);
+        let inputs = DeltaInputs { q: &x[0], k: &x[1], v: &x[2], g: &x[3], beta: &x[4] };
+        let s0: Vec<f32> = (0..dk * dv).map(|i| ((i % 13) as f32 - 6.0) / 20.0).collect();
+        let (mut sa, mut sb) = (s0.clone(), s0);
+        let (mut oa, mut ob) = (vec![0.0; 45 * dv], vec![0.0; 45 * dv]);
+        chunk_step_body(&inputs, &mut sa, &s, 1, 0, 0, 45, &mut oa);
+        // SAFETY: AVX2 was detected above.
+        unsafe { chunk_step_avx2(&inputs, &mut sb, &s, 1, 0, 0, 45, &mut ob) };
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&oa), bits(&ob));
+        assert_eq!(bits(&sa), bits(&sb));
     }
 
     #[test]
