@@ -157,6 +157,26 @@ fn adapter_save_and_set_params_round_trip_exactly() {
 }
 
 #[test]
+fn bf16_base_keeps_f32_adapters_and_its_inference_model_agrees() {
+    let opts = PolicyOptions { dtype: DType::BF16, ..lora_opts(31) };
+    let p = Policy::random_llama(&spec(), &opts).unwrap();
+    perturb_b(&p);
+    assert!(p.params().iter().all(|(_, v)| v.dtype() == DType::F32));
+    let ours = rows(&p.logits(&IDS).unwrap());
+    let engine = engine_logits(p.inference_model().unwrap().as_ref(), &IDS);
+    let scale = engine.iter().map(|v| v.abs()).fold(0.0, f32::max);
+    // The merged weights are rounded to bf16 for the engine.
+    assert!(max_abs_diff(&ours, &engine) < 2e-2 * scale, "bf16 inference model");
+    let dir = tempfile::tempdir().unwrap();
+    p.save(dir.path(), SaveFormat::Merged).unwrap();
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["torch_dtype"], "bfloat16");
+    let back = frognano_model::load(dir.path().to_str().unwrap()).unwrap();
+    assert_eq!(engine_logits(back.model.as_ref(), &IDS), engine);
+}
+
+#[test]
 fn full_params_save_then_set_params_is_exact_in_f32_and_bf16() {
     for dtype in [DType::F32, DType::BF16] {
         let opts = PolicyOptions { dtype, seed: 21, ..Default::default() };

@@ -150,7 +150,16 @@ pub(crate) fn read_llama_gguf(path: &Path) -> anyhow::Result<(super::LlamaSpec, 
 
 /// Writes `tensors` to a safetensors file.
 pub(crate) fn write_safetensors(tensors: &HashMap<String, Tensor>, path: &Path) -> anyhow::Result<()> {
-    candle_core::safetensors::save(tensors, path).with_context(|| format!("{}: cannot write", path.display()))
+    candle_core::safetensors::save(tensors, path).with_context(|| format!("{}: cannot write", path.display()))?;
+    // The writer creates the file owner-only; checkpoints are meant to be shared like the
+    // other files of the folder.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
+            .with_context(|| format!("{}: cannot set permissions", path.display()))?;
+    }
+    Ok(())
 }
 
 /// Writes pretty JSON.

@@ -65,8 +65,10 @@ impl Default for LoraConfig {
 pub struct PolicyOptions {
     /// `Some`: train LoRA adapters on a frozen base; `None`: full fine-tuning.
     pub lora: Option<LoraConfig>,
-    /// Storage dtype of the weights: F32 (default), BF16 or F16 (computation is still f32), or
-    /// F64 (computation in f64; for gradient checks).
+    /// Storage dtype of the base weights: F32 (default), BF16 or F16 (computation is still
+    /// f32; in full fine-tuning the optimizer then updates bf16/f16 tensors), or F64
+    /// (computation in f64; for gradient checks). LoRA adapters are always kept in the compute
+    /// dtype (f32, or f64 for F64).
     pub dtype: DType,
     /// Seed of every random initialisation (LoRA `A`, random models).
     pub seed: u64,
@@ -326,7 +328,8 @@ impl Policy {
     ///   `tokenizer_config.json`, chat template and `generation_config.json` (written from the
     ///   metadata for a GGUF source). `frognano run DIR` and transformers'
     ///   `AutoModelForCausalLM` load it.
-    /// * [`SaveFormat::Adapter`]: PEFT `adapter_config.json` + `adapter_model.safetensors`.
+    /// * [`SaveFormat::Adapter`]: PEFT `adapter_config.json` + `adapter_model.safetensors`
+    ///   (f32).
     pub fn save(&self, dir: &Path, format: SaveFormat) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create the folder", dir.display()))?;
         match format {
@@ -371,11 +374,10 @@ impl Policy {
         let Some(l) = &self.lora else {
             bail!("this policy trains every weight (no LoRA adapter); save it with SaveFormat::Merged");
         };
-        let out = if self.store.storage == DType::F64 { DType::F32 } else { self.store.storage };
         let tensors: HashMap<String, Tensor> = self
             .params()
             .into_iter()
-            .map(|(n, v)| Ok((n, v.as_tensor().to_dtype(out)?)))
+            .map(|(n, v)| Ok((n, v.as_tensor().to_dtype(DType::F32)?)))
             .collect::<candle_core::Result<_>>()?;
         io::write_safetensors(&tensors, &dir.join("adapter_model.safetensors"))?;
         let base = match &self.source {

@@ -143,7 +143,7 @@ impl Store {
     }
 
     /// Puts LoRA adapters of rank `rank` on every module of `modules` (canonical names of
-    /// linear modules); `A` is Kaiming-uniform like PEFT's default (bound `1/√in`), drawn from
+    /// linear modules), stored in the compute dtype; `A` is Kaiming-uniform like PEFT's default (bound `1/√in`), drawn from
     /// `seed`; `B` is zero, so the adapted model starts equal to the base.
     pub fn add_lora(&mut self, modules: &[String], rank: usize, alpha: f32, seed: u64) -> Result<()> {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x4c6f5241);
@@ -153,8 +153,10 @@ impl Store {
             let (out, inp) = w.dims2()?;
             let bound = 1.0 / (inp as f32).sqrt();
             let a: Vec<f32> = (0..rank * inp).map(|_| rng.random_range(-bound..bound)).collect();
-            let a = Tensor::from_vec(a, (rank, inp), w.device())?.to_dtype(self.storage)?;
-            let b = Tensor::zeros((out, rank), self.storage, w.device())?;
+            // Adapters live in the compute dtype (f32 for a bf16 base) so optimizer steps on them
+            // are not lost to bf16 rounding.
+            let a = Tensor::from_vec(a, (rank, inp), w.device())?.to_dtype(self.compute)?;
+            let b = Tensor::zeros((out, rank), self.compute, w.device())?;
             self.adapter_of.insert(m.clone(), self.adapters.len());
             self.adapters.push(Adapter { module: m.clone(), a: Var::from_tensor(&a)?, b: Var::from_tensor(&b)? });
         }
