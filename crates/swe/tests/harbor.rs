@@ -230,3 +230,26 @@ fn eval_run_solves_harbor_tasks_and_verifies_after_the_agent() {
     assert_eq!(s.resolved, 1, "{rows:?}\n{o}\n{sh}");
     assert_eq!(m.pass_at_k, 1.0);
 }
+
+#[test]
+fn cli_grades_a_harbor_folder_with_gold_from_instance_json() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Eval {
+        #[command(subcommand)]
+        cmd: frognano_swe::cli::EvalCommand,
+    }
+    let fx = fixture();
+    let out = tempfile::tempdir().unwrap();
+    let mut args = vec!["eval", "grade", "--instances"];
+    let task = fx.dataset.join("sh__greet-1");
+    let (task, repos, o) = (task.to_str().unwrap(), fx.repos.to_str().unwrap(), out.path().to_str().unwrap());
+    args.extend([task, "--repos", repos, "--output", o, "--run-id", "cli", "--predictions", "gold"]);
+    if Sandbox::bubblewrap_available().is_err() {
+        args.push("--no-sandbox");
+    }
+    frognano_swe::cli::run_eval(Eval::parse_from(args).cmd).unwrap();
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("gold.cli.json")).unwrap()).unwrap();
+    assert_eq!(report["resolved_ids"], json!(["sh__greet-1"]), "{report}");
+}
