@@ -1,0 +1,215 @@
+//! `SweEnv` over a fixture repository task made at test time (a bash project graded with the
+//! go-test parser, as in frognano-swe's end-to-end tests): the verifier gives the gold patch
+//! reward 1 and an empty patch 0 (partial credit in between when asked), and a rollout of the
+//! demo model is recorded and scored. The model part is skipped with a message when the demo
+//! model is absent, unless FROGNANO_REQUIRE_FIXTURES is set.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use frognano_model::CausalLm;
+use frognano_rl::env::{load_tasks, ChatParts, Environment, RolloutConfig, SweEnv, SweEnvOptions};
+use frognano_rl::rollout::Outcome;
+use frognano_sandbox::{Isolation, Sandbox};
+use frognano_swe::instance::{parse_jsonl_instances, SweInstance};
+use serde_json::json;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn write(dir: &Path, rel: &str, text: &str) {
+    let p = dir.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+fn commit(dir: &Path, msg: &str) -> String {
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "-m", msg]);
+    git(dir, &["rev-parse", "HEAD"])
+}
+
+/// The diff that turns the working tree's `rel` into `after` (the tree is left as it was).
+fn diff_for(dir: &Path, rel: &str, after: &str) -> String {
+    let before = std::fs::read_to_string(dir.join(rel)).ok();
+    write(dir, rel, after);
+    git(dir, &["add", "-N", rel]);
+    let d = Command::new("git").args(["diff", "--", rel]).current_dir(dir).output().unwrap();
+    match before {
+        Some(b) => write(dir, rel, &b),
+        None => std::fs::remove_file(dir.join(rel)).unwrap(),
+    }
+    git(dir, &["reset", "-q"]);
+    String::from_utf8(d.stdout).unwrap()
+}
+
+const LIB_BUGGY: &str = "greet() { echo \"Helo, $1\"; }\nfarewell() { echo \"Godbye, $1\"; }\n";
+const LIB_HALF: &str = "greet() { echo \"Hello, $1\"; }\nfarewell() { echo \"Godbye, $1\"; }\n";
+const LIB_FIXED: &str = "greet() { echo \"Hello, $1\"; }\nfarewell() { echo \"Goodbye, $1\"; }\n";
+const RUNNER: &str = "#!/bin/bash\n# go-test style runner over tests/*.t.sh\n. ./lib.sh\nfor t in tests/*.t.sh; do . \"$t\"; done\nfor f in $(declare -F | awk '{print $3}' | grep '^Test'); do\n  if $f; then echo \"--- PASS: $f (0.00s)\"; else echo \"--- FAIL: $f (0.00s)\"; fi\ndone\n";
+const NEW_TESTS: &str = "TestGreet() { [ \"$(greet Bob)\" = \"Hello, Bob\" ]; }\nTestFarewell() { [ \"$(farewell Bob)\" = \"Goodbye, Bob\" ]; }\n";
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    instances: Vec<SweInstance>,
+    half_patch: String,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let repo = root.join("greet");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    write(&repo, "lib.sh", LIB_BUGGY);
+    write(&repo, "run_tests.sh", RUNNER);
+    write(&repo, "tests/other.t.sh", "TestTrue() { true; }\n");
+    let base = commit(&repo, "initial");
+    let gold = diff_for(&repo, "lib.sh", LIB_FIXED);
+    let half_patch = diff_for(&repo, "lib.sh", LIB_HALF);
+    let test_patch = diff_for(&repo, "tests/greet.t.sh", NEW_TESTS);
+    // Future history: the fix lands later; the agent's workspace must not contain it.
+    write(&repo, "lib.sh", LIB_FIXED);
+    commit(&repo, "fix greetings");
+    let line = json!({
+        "instance_id": "sh__greet-1", "repo": "sh/greet", "base_commit": base,
+        "repo_path": repo.to_string_lossy(),
+        "patch": gold, "test_patch": test_patch,
+        // The demo model cannot fix anything; the text asks for a short reply so that the
+        // rollout ends by itself (exit `agent`) and reaches the verifier.
+        "problem_statement": "Reply with the single word OK.",
+        "version": "0.1", "log_parser": "gotest", "test_cmd": "bash run_tests.sh",
+        "FAIL_TO_PASS": ["TestGreet", "TestFarewell"], "PASS_TO_PASS": ["TestTrue"],
+    });
+    let instances = parse_jsonl_instances(&format!("{line}\n"), "fixture.jsonl").unwrap();
+    Fixture { _dir: dir, root, instances, half_patch }
+}
+
+fn isolation() -> Isolation {
+    if Sandbox::bubblewrap_available().is_ok() {
+        Isolation::Bubblewrap
+    } else {
+        eprintln!("bubblewrap unavailable: running unconfined");
+        Isolation::Unconfined
+    }
+}
+
+fn options(fx: &Fixture) -> SweEnvOptions {
+    SweEnvOptions {
+        repos: None,
+        isolation: isolation(),
+        work_root: fx.root.join("work"),
+        test_timeout: Duration::from_secs(60),
+        enable_thinking: false,
+    }
+}
+
+fn demo() -> Option<(Arc<dyn CausalLm>, ChatParts)> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if !path.exists() {
+        if std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_some() {
+            panic!(
+                "{} is missing and FROGNANO_REQUIRE_FIXTURES is set: run scripts/fetch-demo-model.sh",
+                path.display()
+            );
+        }
+        eprintln!("skipping: {} is missing (run scripts/fetch-demo-model.sh)", path.display());
+        return None;
+    }
+    Some(ChatParts::split(frognano_model::load(path.to_str().unwrap()).unwrap()).unwrap())
+}
+
+/// Chat parts for the verifier-only checks: the Qwen3.5 tokenizer is not needed there, any
+/// tokenizer and template do; the demo model's when present.
+fn chat_parts() -> Option<ChatParts> {
+    demo().map(|(_, c)| c)
+}
+
+#[test]
+fn verifier_scores_gold_one_empty_zero_and_partial_credit_between() {
+    let Some(chat) = chat_parts() else { return };
+    let fx = fixture();
+    let env = SweEnv::new("fixture", fx.instances.clone(), chat, options(&fx)).unwrap();
+    assert_eq!(env.task_ids(), vec!["sh__greet-1".to_string()]);
+    let id = "sh__greet-1";
+    assert_eq!(env.verify(id, &fx.instances[0].patch).unwrap(), Outcome::Scored { reward: 1.0 });
+    assert_eq!(env.verify(id, "").unwrap(), Outcome::Scored { reward: 0.0 });
+    assert_eq!(env.verify(id, &fx.half_patch).unwrap(), Outcome::Scored { reward: 0.0 });
+    let inst = env.task(id).unwrap();
+    assert_eq!(env.grade(inst, &fx.half_patch, true), Outcome::Scored { reward: 0.5 });
+    assert!(env.verify("nope", "").unwrap_err().to_string().contains("unknown task id"));
+    // A patch that does not apply to the base commit is not the agent's reward 0.
+    let bad = "diff --git a/nothere.sh b/nothere.sh\n--- a/nothere.sh\n+++ b/nothere.sh\n@@ -1 +1 @@\n-x\n+y\n";
+    assert!(matches!(env.verify(id, bad).unwrap(), Outcome::Infra { .. }));
+}
+
+#[test]
+fn tasks_load_from_files_and_harbor_dirs_and_bad_ones_are_refused() {
+    let Some(chat) = chat_parts() else { return };
+    let fx = fixture();
+    let file = fx.root.join("tasks.jsonl");
+    std::fs::write(&file, format!("{}\n", fx.instances[0].to_json())).unwrap();
+    assert_eq!(load_tasks(&file).unwrap().len(), 1);
+    let harbor = fx.root.join("harbor");
+    write(&harbor, "sh__greet-1/tests/instance.json", &fx.instances[0].to_json().to_string());
+    assert_eq!(load_tasks(&harbor).unwrap()[0].instance_id, "sh__greet-1");
+    let twice = vec![fx.instances[0].clone(), fx.instances[0].clone()];
+    let e = SweEnv::new("x", twice, chat.clone(), options(&fx)).err().unwrap();
+    assert!(e.to_string().contains("appears twice"), "{e}");
+    let mut no_cmd = fx.instances[0].clone();
+    no_cmd.test_cmd = None;
+    assert!(SweEnv::new("x", vec![no_cmd], chat, options(&fx)).is_err());
+}
+
+#[test]
+fn a_rollout_on_the_fixture_task_is_recorded_and_scored() {
+    let Some((model, chat)) = demo() else { return };
+    let fx = fixture();
+    let mut env = SweEnv::new("fixture", fx.instances.clone(), chat, options(&fx)).unwrap();
+    let greedy = RolloutConfig {
+        temperature: 0.0,
+        max_tokens_per_turn: 24,
+        max_steps: 2,
+        max_context_tokens: 4096,
+        max_time: Some(Duration::from_secs(120)),
+        partial_credit: false,
+    };
+    let check_shape = |r: &frognano_rl::rollout::Rollout, seed: u64| {
+        assert_eq!((r.task_id.as_str(), r.seed), ("sh__greet-1", seed));
+        assert!(!r.turn_starts.is_empty() && r.turn_starts.len() <= 2, "{r:?}");
+        assert_eq!((r.logprobs.len(), r.weights.len()), (r.tokens.len(), r.tokens.len()));
+        assert!(r.sampled_tokens() > 0 && r.weights[..r.turn_starts[0]].iter().all(|&w| w == 0));
+        eprintln!("seed {seed}: exit {} outcome {:?} in {:.1}s", r.exit, r.outcome, r.wall_s);
+    };
+    // Greedy, the demo model answers briefly and stops by itself (exit `agent`): the empty
+    // workspace diff goes to the verifier and scores 0.
+    let r = env.rollout(&model, "sh__greet-1", &greedy, 7).unwrap();
+    check_shape(&r, 7);
+    assert_eq!(r.exit, "agent");
+    assert_eq!(r.outcome, Outcome::Scored { reward: 0.0 });
+    assert_eq!(*r.weights.last().unwrap(), 1, "the closing end-of-turn token is the policy's");
+    // Raw sampling (temperature 1) rambles: cut at 24 tokens it is a limit exit, or, when it
+    // stops by itself, graded.
+    let raw = RolloutConfig { temperature: 1.0, ..greedy.clone() };
+    let r = env.rollout(&model, "sh__greet-1", &raw, 1).unwrap();
+    check_shape(&r, 1);
+    match &r.outcome {
+        Outcome::Scored { reward } => assert_eq!((r.exit.as_str(), *reward), ("agent", 0.0)),
+        Outcome::Limit { reason } => assert_eq!(reason, &r.exit),
+        Outcome::Infra { reason } => panic!("infrastructure trouble on the fixture: {reason}"),
+    }
+    assert!(env.request_tasks(frognano_rl::env::Direction::Harder, 4).unwrap().is_empty());
+    // Unknown ids are an error, not an outcome.
+    assert!(env.rollout(&model, "nope", &greedy, 0).is_err());
+}
