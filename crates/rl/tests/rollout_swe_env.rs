@@ -10,10 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use frognano_model::CausalLm;
-use frognano_rl::env::{load_tasks, ChatParts, Environment, RolloutConfig, SweEnv, SweEnvOptions};
+use frognano_rl::env::{
+    load_tasks, ChatParts, Direction, Environment, RolloutConfig, SweEnv, SweEnvOptions, SynthSource,
+};
 use frognano_rl::rollout::Outcome;
 use frognano_sandbox::{Isolation, Sandbox};
 use frognano_swe::instance::{parse_jsonl_instances, SweInstance};
+use frognano_synth::calibrate::Knobs;
 use serde_json::json;
 
 fn git(dir: &Path, args: &[&str]) -> String {
@@ -209,7 +212,52 @@ fn a_rollout_on_the_fixture_task_is_recorded_and_scored() {
         Outcome::Limit { reason } => assert_eq!(reason, &r.exit),
         Outcome::Infra { reason } => panic!("infrastructure trouble on the fixture: {reason}"),
     }
-    assert!(env.request_tasks(frognano_rl::env::Direction::Harder, 4).unwrap().is_empty());
+    assert!(env.request_tasks(Direction::Harder, 4).unwrap().is_empty());
     // Unknown ids are an error, not an outcome.
     assert!(env.rollout(&model, "nope", &greedy, 0).is_err());
+}
+
+/// The synth fixture project (crates/synth/tests/fixtures/pyproj) as a git repository.
+fn pyproj_repo(root: &Path) -> PathBuf {
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            let dest = to.join(e.file_name().to_string_lossy().replace(".fixture", ""));
+            if e.path().is_dir() {
+                copy(&e.path(), &dest);
+            } else {
+                std::fs::copy(e.path(), dest).unwrap();
+            }
+        }
+    }
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../synth/tests/fixtures/pyproj");
+    let dest = root.join("pyproj");
+    copy(&src, &dest);
+    std::fs::write(dest.join(".gitignore"), "__pycache__/\n").unwrap();
+    git(&dest, &["init", "-q"]);
+    commit(&dest, "fixture");
+    dest
+}
+
+#[test]
+fn request_tasks_synthesizes_more_from_the_source_repository() {
+    let Some(chat) = chat_parts() else { return };
+    let fx = fixture();
+    let repo = pyproj_repo(&fx.root);
+    let mut source = SynthSource::new(&repo, fx.root.join("synth-out"));
+    source.max_candidates = 6;
+    source.workers = 1;
+    source.python = Some(PathBuf::from("python3"));
+    let mut env = SweEnv::from_synth(source, chat, options(&fx)).unwrap();
+    assert!(env.task_ids().is_empty());
+    let new = env.request_tasks(Direction::Easier, 2).unwrap();
+    assert!(!new.is_empty() && new.len() <= 2, "{new:?}");
+    assert_eq!(env.task_ids().len(), new.len());
+    assert_eq!(env.knobs(), Some(Knobs::default()), "easier than the easiest knobs stays there");
+    assert!(env.levels().values().all(|&l| l == 0));
+    // Each new task is gradable: its gold patch resolves it.
+    let id = &new[0];
+    let gold = env.task(id).unwrap().patch.clone();
+    assert_eq!(env.verify(id, &gold).unwrap(), Outcome::Scored { reward: 1.0 });
 }
