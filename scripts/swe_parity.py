@@ -378,6 +378,11 @@ def handwritten_other():
     add("hw_doctest_malformed", "<doctest binary=\"x\"><TestCase name=\"a\"></doctest>\n", "parse_log_doctest")
     add("hw_marked", "  1 passing\n1) Marked Code spans should work\n 2) indented\n3)no space\n10) Lists nested  \n",
         "parse_log_marked", exit_code=1)
+    add("hw_vitest", " \u2713 src/a.test.ts > adds 12ms\n \u00d7 src/a.test.ts > subs 3 ms\n"
+        " \u2193 src/a.test.ts > later [skipped]\n \u2713 src/a.test.ts > no timing\n\u2713 tight\n",
+        "parse_log_vitest", exit_code=1)
+    add("hw_tap", "TAP version 13\nok 1 - adds\nnot ok 2 - subs\n  ok 3 indented sub\nok 4 # SKIP\nok five\n",
+        "parse_log_tap", exit_code=1)
     add("hw_redis", "[ok]: SET and GET (2 ms)\n[err]: EXPIRE works in tests/unit/expire.tcl\n[skip]: slow test\n"
         "[ignore]: ignored one\n[ok]: name with (parens) (1 ms)\n  [ok]: indented\n[ok]:nospace\n",
         "parse_log_redis", exit_code=1)
