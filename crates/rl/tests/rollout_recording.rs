@@ -82,10 +82,12 @@ fn check_alignment(model: &Arc<dyn CausalLm>, turns: &[TurnRecord], s: &Sequence
             }
         }
     }
-    // 2. Re-scored in one forward over all of S (what a trainer does). Known issue: the GGUF
-    // llama path's single-token decode and its multi-token forward disagree at some (token,
-    // position) pairs (logit gaps up to ~0.6 at a fresh cache, carried on through the cached
-    // keys and values), so this agreement is only checked to 1e-3 when
+    // 2. Re-scored in one forward over all of S (what a trainer does). The GGUF llama path
+    // reproduces llama.cpp's numerics, which depend on the batch size (f16 K·Q and softmax·V
+    // summed in a batch-dependent order, 8-bit activation quantization where an ulp can flip
+    // a rounding; crates/model/src/llama.rs): one-token decode steps and a many-token forward
+    // differ at some (token, position) pairs (logit gaps up to ~0.6), carried on through the
+    // cached keys and values. So this agreement is checked to 1e-3 only when
     // FROGNANO_STRICT_RESCORE is set; otherwise it is reported and bounded loosely.
     let mut cache = model.new_cache();
     let logits = model.forward(&s.tokens, &mut cache, true).unwrap();
