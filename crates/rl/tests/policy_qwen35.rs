@@ -165,3 +165,44 @@ fn qwen35_full_gradient_matches_finite_differences() {
         }
     }
 }
+
+#[test]
+fn qwen35_lora_gradient_matches_finite_differences() {
+    let lora = LoraConfig {
+        rank: 2,
+        alpha: 4.0,
+        targets: ["q_proj", "v_proj", "in_proj_qkv", "in_proj_z", "in_proj_a", "out_proj", "up_proj"]
+            .map(String::from)
+            .to_vec(),
+    };
+    let opts = PolicyOptions { lora: Some(lora), dtype: DType::F64, seed: 4 };
+    let p = Policy::load(&fixture("qwen35-tiny"), &opts).unwrap();
+    for (i, (n, v)) in p.params().iter().enumerate() {
+        if n.ends_with("lora_B.weight") {
+            let data: Vec<f64> = (0..v.elem_count()).map(|j| (((i + j * 5) % 13) as f64 - 6.0) * 0.03).collect();
+            v.set(&Tensor::from_vec(data, v.dims(), &Device::Cpu).unwrap()).unwrap();
+        }
+    }
+    let input = [7u32, 300, 12, 12, 801];
+    let targets = [300u32, 12, 12, 801, 2];
+    let loss = |p: &Policy| p.token_logprobs(&input, &targets).unwrap().sum_all().unwrap();
+    let grads = loss(&p).backward().unwrap();
+    let params = p.params();
+    for (name, var) in params.iter().filter(|(n, _)| n.contains("layers.0.") || n.contains("layers.3.")) {
+        let g: Vec<f64> = grads.get(var).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let base = var.as_tensor().copy().unwrap();
+        let flat: Vec<f64> = base.flatten_all().unwrap().to_vec1().unwrap();
+        let i = (0..flat.len()).max_by(|a, b| g[*a].abs().total_cmp(&g[*b].abs())).unwrap();
+        let at = |d: f64| {
+            let mut f = flat.clone();
+            f[i] += d;
+            var.set(&Tensor::from_vec(f, base.dims(), &Device::Cpu).unwrap()).unwrap();
+            let l = loss(&p).to_scalar::<f64>().unwrap();
+            var.set(&base).unwrap();
+            l
+        };
+        let fd = (at(1e-6) - at(-1e-6)) / 2e-6;
+        assert!(g[i].abs() > 1e-9, "{name}: zero gradient");
+        assert!((fd - g[i]).abs() < 1e-5 * (1.0 + fd.abs()), "{name}[{i}]: autograd {} vs fd {fd}", g[i]);
+    }
+}

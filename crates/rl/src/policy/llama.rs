@@ -251,7 +251,7 @@ pub(crate) fn logits(spec: &LlamaSpec, st: &Store, ids: &Tensor) -> Result<Tenso
     }
     let x = ops::rms_norm(&h, &st.get("model.norm.weight")?, eps)?;
     if spec.tie_word_embeddings {
-        ops::linear(&x, &embed)
+        st.matmul_weight(&x, "model.embed_tokens.weight")
     } else {
         st.linear(&x, "lm_head")
     }

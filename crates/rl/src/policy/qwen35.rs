@@ -158,7 +158,7 @@ pub(crate) fn logits(c: &Qwen35Config, st: &Store, ids: &Tensor) -> Result<Tenso
     if st.contains("lm_head.weight") {
         st.linear(&x, "lm_head")
     } else {
-        ops::linear(&x, &embed)
+        st.matmul_weight(&x, "model.embed_tokens.weight")
     }
 }
 

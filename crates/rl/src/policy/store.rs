@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use candle_core::{DType, Result, Tensor, Var};
+use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Result, Shape, Storage, Tensor, Var};
 use rand::{Rng, SeedableRng};
 
 use super::ops;
@@ -113,9 +113,19 @@ impl Store {
             .collect()
     }
 
+    /// `x · Wᵀ` for the weight `name` (`[out, in]`) and `x` `[n, in]`. A frozen weight goes
+    /// through [`FrozenLinear`], whose backward pass computes only the input gradient (candle's
+    /// matmul would also compute the unused weight gradient, as costly as the forward).
+    pub fn matmul_weight(&self, x: &Tensor, name: &str) -> Result<Tensor> {
+        match self.slot(name)? {
+            Slot::Trainable(_) => ops::linear(x, &self.get(name)?),
+            Slot::Frozen(_) => x.contiguous()?.apply_op1(FrozenLinear { w: self.get(name)?.detach() }),
+        }
+    }
+
     /// `x · (W + s·B·A)ᵀ` for the linear module `module` (weight `module.weight`).
     pub fn linear(&self, x: &Tensor, module: &str) -> Result<Tensor> {
-        let y = ops::linear(x, &self.get(&format!("{module}.weight"))?)?;
+        let y = self.matmul_weight(x, &format!("{module}.weight"))?;
         match self.adapter_of.get(module) {
             None => Ok(y),
             Some(&i) => {
@@ -161,5 +171,42 @@ impl Store {
             self.adapters.push(Adapter { module: m.clone(), a: Var::from_tensor(&a)?, b: Var::from_tensor(&b)? });
         }
         Ok(())
+    }
+}
+
+/// `x · Wᵀ` with a constant `W`: the backward pass returns only `∂/∂x = grad · W`.
+struct FrozenLinear {
+    /// `[out, in]`, compute dtype, detached.
+    w: Tensor,
+}
+
+impl CustomOp1 for FrozenLinear {
+    fn name(&self) -> &'static str {
+        "frozen-linear"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (a, b) = layout
+            .contiguous_offsets()
+            .ok_or_else(|| candle_core::Error::Msg("frozen-linear: input must be contiguous".into()))?;
+        let x = match storage {
+            CpuStorage::F32(v) => Tensor::from_slice(&v[a..b], layout.shape(), &Device::Cpu)?,
+            CpuStorage::F64(v) => Tensor::from_slice(&v[a..b], layout.shape(), &Device::Cpu)?,
+            _ => return Err(candle_core::Error::Msg("frozen-linear: input must be f32 or f64".into())),
+        };
+        let y = x.matmul(&self.w.t()?)?.contiguous()?;
+        let shape = y.shape().clone();
+        let (st, l) = y.storage_and_layout();
+        let Storage::Cpu(cpu) = &*st else {
+            return Err(candle_core::Error::Msg("frozen-linear: CPU only".into()));
+        };
+        if l.start_offset() != 0 {
+            return Err(candle_core::Error::Msg("frozen-linear: unexpected output offset".into()));
+        }
+        Ok((cpu.clone(), shape))
+    }
+
+    fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
+        Ok(Some(grad_res.matmul(&self.w)?))
     }
 }
