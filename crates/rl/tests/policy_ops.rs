@@ -157,3 +157,23 @@ fn gather_logprobs_gradients_and_normalisation() {
     let total: f64 = lp.iter().map(|l| l.exp()).sum();
     assert!((total - 1.0).abs() < 1e-12, "probabilities sum to {total}");
 }
+
+#[test]
+fn chunked_delta_rule_equals_recurrence_and_its_gradients_check() {
+    // Several chunks with a ragged tail, chunk sizes on both sides of the block-inverse switch.
+    for (n, chunk) in [(150, 64), (37, 16), (9, 4)] {
+        let x = delta_inputs(n, 3, 4, 5);
+        let a: Vec<f64> =
+            delta_rule(&x[0], &x[1], &x[2], &x[3], &x[4]).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let b: Vec<f64> = delta_rule_chunked(&x[0], &x[1], &x[2], &x[3], &x[4], chunk)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let d = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+        assert!(d < 1e-10, "n {n}, chunk {chunk}: chunked differs from the recurrence by {d}");
+    }
+    grad_check(&delta_inputs(11, 2, 3, 2), |t| delta_rule_chunked(&t[0], &t[1], &t[2], &t[3], &t[4], 4));
+    grad_check(&delta_inputs(20, 1, 3, 2), |t| delta_rule_chunked(&t[0], &t[1], &t[2], &t[3], &t[4], 16));
+}

@@ -46,7 +46,7 @@ fn tiny_qwen35_matches_engine_and_transformers() {
     let (ids, tf, exact) = golden("qwen35-tiny");
     let p = Policy::load(&fixture("qwen35-tiny"), &PolicyOptions::default()).unwrap();
     assert_eq!(p.arch(), "qwen3_5");
-    let ids = &ids[..64];
+    let ids = &ids[..]; // 150 tokens: two full chunks of the delta rule and a ragged tail
     let got = rows(&p.logits(ids).unwrap());
     let n = ids.len() * p.vocab_size();
     let (tf, exact) = (&tf[..n], &exact[..n]);
@@ -63,12 +63,12 @@ fn tiny_qwen35_matches_engine_and_transformers() {
     assert!(d_engine < 2.0 * tol, "candle vs frognano-model: {d_engine}");
     let d_inf = max_abs_diff(&got, &engine_logits(p.inference_model().unwrap().as_ref(), ids));
     assert!(d_inf < 2.0 * tol, "candle vs its own inference model: {d_inf}");
-    eprintln!("qwen35-tiny, 64 tokens: |candle − f64| {d_exact}, |candle − transformers| {d_tf}, |candle − engine| {d_engine}; transformers noise {noise}");
+    eprintln!("qwen35-tiny, 150 tokens: |candle − f64| {d_exact}, |candle − transformers| {d_tf}, |candle − engine| {d_engine}; transformers noise {noise}");
 }
 
 #[test]
 fn wrapper_untied_checkpoint_keeps_its_prefix_and_round_trips() {
-    let (ids, want, _) = golden("qwen35-wrapper-untied");
+    let (ids, tf, exact) = golden("qwen35-wrapper-untied");
     let opts = PolicyOptions {
         lora: Some(LoraConfig {
             rank: 2,
@@ -82,7 +82,12 @@ fn wrapper_untied_checkpoint_keeps_its_prefix_and_round_trips() {
     let ids = &ids[..40];
     let vocab = p.vocab_size();
     let got = rows(&p.logits(ids).unwrap());
-    assert!(max_abs_diff(&got, &want[..ids.len() * vocab]) < 1e-4, "LoRA starts at the base model");
+    let n = ids.len() * vocab;
+    // f32 through five layers (candle's summation order, the chunked delta rule) lands ~1e-4
+    // from the exact result on this fixture; transformers' f32 run is closer only by luck of order.
+    let tol = 2e-4f32.max(1.5 * max_abs_diff(&tf[..n], &exact[..n]));
+    let d = max_abs_diff(&got, &exact[..n]);
+    assert!(d < tol, "LoRA starts at the base model: {d} from the exact logits (tolerance {tol})");
     let names: Vec<String> = p.params().into_iter().map(|x| x.0).collect();
     assert!(names.iter().all(|n| n.starts_with("base_model.model.model.language_model.layers.")), "{names:?}");
     assert!(names.iter().any(|n| n.contains("linear_attn.in_proj_qkv.lora_A")));

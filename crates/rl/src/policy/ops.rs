@@ -159,6 +159,83 @@ pub fn delta_rule(q: &Tensor, k: &Tensor, v: &Tensor, g: &Tensor, beta: &Tensor)
     Tensor::cat(&outs, 1)?.transpose(0, 1)?.contiguous()
 }
 
+/// `(I + A)⁻¹` for a batch of strictly lower-triangular `a` `[b, m, m]`: blocks of up to 8
+/// by the finite product `(I − A)(I + A²)(I + A⁴)` (exact there, since `A⁸ = 0`), larger ones
+/// by the block rule `[[T11, 0], [−T22·A21·T11, T22]]`.
+fn inv_unit_lower(a: &Tensor) -> Result<Tensor> {
+    let (b, m, _) = a.dims3()?;
+    let eye = Tensor::eye(m, a.dtype(), a.device())?.unsqueeze(0)?.broadcast_as((b, m, m))?.contiguous()?;
+    if m <= 8 {
+        let a2 = a.matmul(a)?;
+        let a4 = a2.matmul(&a2)?;
+        return (&eye - a)?.matmul(&(&eye + a2)?)?.matmul(&(eye + a4)?);
+    }
+    let h = m / 2;
+    let block = |r: usize, c: usize, rows: usize, cols: usize| -> Result<Tensor> {
+        a.narrow(1, r, rows)?.narrow(2, c, cols)?.contiguous()
+    };
+    let t11 = inv_unit_lower(&block(0, 0, h, h)?)?;
+    let t22 = inv_unit_lower(&block(h, h, m - h, m - h)?)?;
+    let t21 = t22.matmul(&block(h, 0, m - h, h)?)?.matmul(&t11)?.neg()?;
+    let top = Tensor::cat(&[t11, Tensor::zeros((b, h, m - h), a.dtype(), a.device())?], 2)?;
+    let bottom = Tensor::cat(&[t21, t22], 2)?;
+    Tensor::cat(&[top, bottom], 1)
+}
+
+/// The gated delta rule in its chunked (WY / UT-transform) form, shared/docs/qwen35.md §3.5:
+/// the same function as [`delta_rule`] (same shapes), computed `chunk` tokens at a time with
+/// matrix products, so the graph keeps one state per chunk instead of one per token. Within a
+/// chunk, with `cᵢ` the cumulative log decay and `Dᵢⱼ = exp(cᵢ − cⱼ)` for `i ≥ j`:
+///
+/// ```text
+/// A = strictly_lower((diag(β)K Kᵀ) ⊙ D);  T = (I + A)⁻¹
+/// U = T·diag(β)V;  W = T·diag(β eᶜ)K;  Vnew = U − W·S
+/// O = diag(eᶜ)Q·S + lower_incl((Q Kᵀ) ⊙ D)·Vnew
+/// S ← e^(c_last)·S + (diag(e^(c_last − c))K)ᵀ·Vnew
+/// ```
+pub fn delta_rule_chunked(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    g: &Tensor,
+    beta: &Tensor,
+    chunk: usize,
+) -> Result<Tensor> {
+    let (hv, n, dk) = q.dims3()?;
+    let dv = v.dim(2)?;
+    let (dt, dev) = (q.dtype(), q.device());
+    let mut s = Tensor::zeros((hv, dk, dv), dt, dev)?;
+    let mut outs = Vec::with_capacity(n.div_ceil(chunk.max(1)));
+    let mut n0 = 0;
+    while n0 < n {
+        let c = chunk.max(1).min(n - n0);
+        let (qc, kc, vc) = (q.narrow(1, n0, c)?, k.narrow(1, n0, c)?, v.narrow(1, n0, c)?);
+        let bc = beta.narrow(1, n0, c)?.unsqueeze(2)?; // [hv, c, 1]
+        let cum = g.narrow(1, n0, c)?.contiguous()?.cumsum(1)?; // [hv, c]
+        let incl: Vec<u8> = (0..c * c).map(|i| u8::from(i % c <= i / c)).collect();
+        let incl = Tensor::from_vec(incl, (c, c), dev)?.broadcast_as((hv, c, c))?;
+        let strict: Vec<f32> = (0..c * c).map(|i| if i % c < i / c { 1.0 } else { 0.0 }).collect();
+        let strict = Tensor::from_vec(strict, (c, c), dev)?.to_dtype(dt)?;
+        let diff = cum.unsqueeze(2)?.broadcast_sub(&cum.unsqueeze(1)?)?; // [hv, c, c]: cᵢ − cⱼ
+        let neg_inf = Tensor::full(f32::NEG_INFINITY, (hv, c, c), dev)?.to_dtype(dt)?;
+        let decay = incl.where_cond(&diff, &neg_inf)?.exp()?; // D, zero above the diagonal
+        let ec = cum.exp()?.unsqueeze(2)?; // [hv, c, 1]
+        let kb = kc.broadcast_mul(&bc)?;
+        let a = kb.matmul(&kc.t()?)?.mul(&decay)?.broadcast_mul(&strict)?;
+        let t = inv_unit_lower(&a)?;
+        let u = t.matmul(&vc.broadcast_mul(&bc)?)?;
+        let w = t.matmul(&kb.broadcast_mul(&ec)?)?;
+        let vnew = (u - w.matmul(&s)?)?;
+        let o = (qc.broadcast_mul(&ec)?.matmul(&s)? + qc.matmul(&kc.t()?)?.mul(&decay)?.matmul(&vnew)?)?;
+        outs.push(o);
+        let last = cum.narrow(1, c - 1, 1)?; // [hv, 1]
+        let tail = last.broadcast_sub(&cum)?.exp()?.unsqueeze(2)?; // [hv, c, 1]
+        s = (s.broadcast_mul(&last.exp()?.unsqueeze(2)?)? + kc.broadcast_mul(&tail)?.t()?.matmul(&vnew)?)?;
+        n0 += c;
+    }
+    Tensor::cat(&outs, 1)?.transpose(0, 1)?.contiguous()
+}
+
 /// `log softmax(logits)[i, targets[i]]` for `logits` `[n, V]`: shape `[n]`.
 pub fn gather_logprobs(logits: &Tensor, targets: &[u32]) -> Result<Tensor> {
     let n = logits.dim(0)?;

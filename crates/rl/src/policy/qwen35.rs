@@ -2,8 +2,8 @@
 //! `frognano_model::qwen35` computes (shared/docs/qwen35.md §3) in f32: zero-centred RMSNorms
 //! (`1 + w`), gated full attention (per-head `[query | gate]` interleave, q/k norms, partial
 //! rotate-half RoPE), Gated DeltaNet (causal depthwise conv + SiLU, l2-normalised q/k, decay
-//! `g = −exp(A_log)·softplus(a + dt_bias)`, `β = σ(b)`, the delta rule as its recurrence,
-//! gated RMSNorm), SwiGLU MLPs. Weights keep their Hugging Face names and values.
+//! `g = −exp(A_log)·softplus(a + dt_bias)`, `β = σ(b)`, the delta rule in its chunked form
+//! so the autograd graph keeps one state per 64 tokens, gated RMSNorm), SwiGLU MLPs. Weights keep their Hugging Face names and values.
 
 use candle_core::{Result, Tensor};
 use frognano_model::config::{LayerType, Qwen35Config};
@@ -12,6 +12,9 @@ use frognano_model::qwen35::{GatedAttention, GatedDeltaNet, Layer, Mixer, Mlp, Q
 
 use super::ops;
 use super::store::Store;
+
+/// Tokens per chunk of the delta rule (as transformers and frognano-model's prefill).
+const DELTA_CHUNK: usize = 64;
 
 /// Every weight name with its shape, in checkpoint order (canonical `model.` prefix).
 pub(crate) fn weight_shapes(c: &Qwen35Config) -> Vec<(String, Vec<usize>)> {
@@ -122,12 +125,13 @@ fn delta_net(c: &Qwen35Config, st: &Store, p: &str, x: &Tensor) -> Result<Tensor
     let beta = ops::sigmoid(&b)?;
     let neg_a = st.get(&w("A_log"))?.exp()?.neg()?;
     let g = ops::softplus(&a.broadcast_add(&st.get(&w("dt_bias"))?)?)?.broadcast_mul(&neg_a)?;
-    let o = ops::delta_rule(
+    let o = ops::delta_rule_chunked(
         &q.transpose(0, 1)?.contiguous()?,
         &k.transpose(0, 1)?.contiguous()?,
         &v.transpose(0, 1)?.contiguous()?,
         &g.t()?.contiguous()?,
         &beta.t()?.contiguous()?,
+        DELTA_CHUNK,
     )?;
     // Gated RMSNorm per value head: norm · w, times silu(z).
     let y = (ops::rms_norm(&o, &st.get(&w("norm.weight"))?, c.rms_norm_eps)? * z.silu()?)?;
