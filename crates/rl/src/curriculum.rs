@@ -160,14 +160,16 @@ impl Curriculum {
 
     /// Whether to ask the environment for more tasks, which way and how many: when the
     /// band mass is below 4·B and the out-of-band mass leans one way (frontier mode only;
-    /// the uniform baseline keeps its pool fixed).
+    /// the uniform baseline keeps its pool fixed). Not while the tasks of an earlier request
+    /// are still being measured (at least as many `new` or calibrating tasks as would be
+    /// asked for), so one shortage does not turn the synthesis knobs several steps at once.
     pub fn needs_tasks(&self) -> Option<(Direction, usize)> {
         if self.mode == SamplingMode::Uniform {
             return None;
         }
         let r = self.band_report();
         match r.direction {
-            _ if r.request == 0 => None,
+            _ if r.request == 0 || r.new + r.calibrating >= r.request => None,
             calibrate::Direction::Harder => Some((Direction::Harder, r.request)),
             calibrate::Direction::Easier => Some((Direction::Easier, r.request)),
             calibrate::Direction::Hold => None,

@@ -89,6 +89,13 @@ fn needs_tasks_follows_the_out_of_band_mass() {
         c.record(&format!("hard{i}"), &vec![scored(0.0); 8], 1);
     }
     assert_eq!(c.needs_tasks(), Some((Direction::Easier, 4)));
+    // While the tasks of a request are being measured, no further request.
+    c.add_tasks(&["n0", "n1", "n2"]);
+    assert_eq!(c.needs_tasks(), Some((Direction::Easier, 4)));
+    c.add_tasks(&["n3"]);
+    assert_eq!(c.needs_tasks(), None);
+    c.record("n3", &[scored(0.0)], 2);
+    assert_eq!(c.needs_tasks(), None, "calibrating tasks count as pending too");
     assert_eq!(pool(Curriculum::uniform()).needs_tasks(), None);
 }
 
