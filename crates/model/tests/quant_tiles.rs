@@ -56,7 +56,7 @@ fn every_token_of_a_tiled_matmul_equals_its_one_token_matmul() {
     ] {
         for rows in [1usize, 5, 37] {
             let w = random_blocks(ty, rows * cols / ty.block_size(), rows as u64);
-            for t in [2usize, 4, 7, 8, 9, 13, 16, 19] {
+            for t in [2usize, 4, 7, 8, 9, 13, 16, 19, 28, 35] {
                 let x = values(t * cols, 1000 + t as u64);
                 let y = quant::matmul(ty, &w, rows, cols, &x, t);
                 for tt in 0..t {
