@@ -162,6 +162,25 @@ pub(crate) fn write_safetensors(tensors: &HashMap<String, Tensor>, path: &Path) 
     Ok(())
 }
 
+/// Removes `model.safetensors.index.json` and `model-NNNNN-of-NNNNN.safetensors` shards from
+/// `dir` (before a single-file merged save).
+pub(crate) fn remove_stale_shards(dir: &Path) -> anyhow::Result<()> {
+    let is_shard = |name: &str| {
+        name.strip_prefix("model-").and_then(|r| r.strip_suffix(".safetensors")).is_some_and(|mid| {
+            let parts: Vec<&str> = mid.split("-of-").collect();
+            parts.len() == 2 && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
+    };
+    for entry in std::fs::read_dir(dir).with_context(|| format!("{}: cannot list the folder", dir.display()))? {
+        let p = entry?.path();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name == "model.safetensors.index.json" || is_shard(name) {
+            std::fs::remove_file(&p).with_context(|| format!("{}: cannot remove the old shard", p.display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// Writes pretty JSON.
 pub(crate) fn write_json(path: &Path, v: &serde_json::Value) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(v)?;

@@ -341,12 +341,10 @@ impl Policy {
     fn save_merged(&self, dir: &Path) -> anyhow::Result<()> {
         let tensors: HashMap<String, Tensor> = self.merged_tensors()?.into_iter().collect();
         let dtype = io::dtype_name(if self.store.storage == DType::F64 { DType::F32 } else { self.store.storage });
+        // An older sharded checkpoint in the folder would be read alongside (or instead of) the
+        // new file: remove its index and shards first.
+        io::remove_stale_shards(dir)?;
         io::write_safetensors(&tensors, &dir.join("model.safetensors"))?;
-        // A stale index would point frognano-model and transformers at other shard files.
-        let stale = dir.join("model.safetensors.index.json");
-        if stale.exists() {
-            std::fs::remove_file(&stale).with_context(|| format!("{}: cannot remove", stale.display()))?;
-        }
         match &self.source {
             Source::Dir { path, config, .. } => {
                 let mut config = config.clone();
