@@ -63,6 +63,17 @@ fn tiny_qwen35_matches_engine_and_transformers() {
     assert!(d_engine < 2.0 * tol, "candle vs frognano-model: {d_engine}");
     let d_inf = max_abs_diff(&got, &engine_logits(p.inference_model().unwrap().as_ref(), ids));
     assert!(d_inf < 2.0 * tol, "candle vs its own inference model: {d_inf}");
+    // A q8_0 inference model samples from nearly the same distribution.
+    let q8 = p.inference_model_quantized(Some(frognano_model::quant::QuantType::Q8_0)).unwrap();
+    let d_q8 = max_abs_diff(&got, &engine_logits(q8.as_ref(), ids));
+    // It is the model `frognano run --quant q8_0` runs.
+    let want_q8 = frognano_model::load::load_quantized(
+        fixture("qwen35-tiny").to_str().unwrap(),
+        Some(frognano_model::quant::QuantType::Q8_0),
+    )
+    .unwrap();
+    let d_same = max_abs_diff(&engine_logits(q8.as_ref(), ids), &engine_logits(want_q8.model.as_ref(), ids));
+    assert!(d_q8 > 0.0 && d_same < 1e-3, "q8_0 inference model: {d_same} from --quant q8_0 ({d_q8} from f32)");
     eprintln!("qwen35-tiny, 150 tokens: |candle − f64| {d_exact}, |candle − transformers| {d_tf}, |candle − engine| {d_engine}; transformers noise {noise}");
 }
 
