@@ -33,6 +33,9 @@ enum Command {
     /// SWE-bench-compatible evaluation (grade, run, parse-log, grade-log).
     #[command(subcommand)]
     Eval(frognano_swe::cli::EvalCommand),
+    /// Online RL of the agent on synthesized tasks (rollouts, clipped policy loss, frontier
+    /// curriculum, checkpoints that resume exactly); `--toy` shows the loop in a minute.
+    Train(Box<frognano_rl::cli::TrainArgs>),
 }
 
 fn main() {
@@ -46,6 +49,7 @@ fn main() {
         Command::Solve(a) => frognano_agent::cli::run_solve(a),
         Command::Synth(cmd) => frognano_synth::cli::run_synth(*cmd),
         Command::Eval(cmd) => frognano_swe::cli::run_eval(cmd),
+        Command::Train(a) => frognano_rl::cli::run_train(*a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

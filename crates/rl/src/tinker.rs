@@ -158,6 +158,24 @@ impl TinkerClient {
             .unwrap_or_else(|| format!("tinker://{}/sampler_weights/{name}", self.model_id)))
     }
 
+    /// `save_weights` (full training state, for resume) under `name`; returns the `tinker://`
+    /// path that [`TinkerClient::load_weights`] takes.
+    pub fn save_weights(&mut self, name: &str) -> anyhow::Result<String> {
+        let body = json!({"model_id": self.model_id, "path": name, "seq_id": self.seq_id});
+        let r = self.call_and_wait("save_weights", &body)?;
+        Ok(r.get("path")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("tinker://{}/weights/{name}", self.model_id)))
+    }
+
+    /// `load_weights` from a `tinker://…/weights/…` path (resume).
+    pub fn load_weights(&mut self, path: &str) -> anyhow::Result<()> {
+        let body = json!({"model_id": self.model_id, "path": path, "seq_id": self.seq_id});
+        self.call_and_wait("load_weights", &body)?;
+        Ok(())
+    }
+
     /// Downloads the archive of checkpoint `name` (a `.tar.gz`) to `dest`.
     pub fn download(&mut self, name: &str, dest: &std::path::Path) -> anyhow::Result<()> {
         let url = format!("{}/training_runs/{}/checkpoints/{name}/archive", self.base, self.model_id);
@@ -215,6 +233,50 @@ impl TinkerClient {
         let resp = self.agent.post(&url).send_json(body).map_err(|e| http_error(&url, e))?;
         resp.into_json().map_err(|e| anyhow::anyhow!("{url}: bad JSON: {e}"))
     }
+}
+
+/// Unpacks a `.tar.gz` archive into `dest` (created).
+pub fn unpack(archive: &std::path::Path, dest: &std::path::Path) -> anyhow::Result<()> {
+    let file = std::fs::File::open(archive).map_err(|e| anyhow::anyhow!("cannot open {}: {e}", archive.display()))?;
+    std::fs::create_dir_all(dest).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dest.display()))?;
+    tar::Archive::new(flate2::read::GzDecoder::new(file))
+        .unpack(dest)
+        .map_err(|e| anyhow::anyhow!("{} is not a readable .tar.gz archive: {e}", archive.display()))
+}
+
+/// The first file named `name` under `dir` (depth-first, sorted).
+pub fn find_file(dir: &std::path::Path, name: &str) -> anyhow::Result<std::path::PathBuf> {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let mut entries: Vec<_> = std::fs::read_dir(&d)
+            .map_err(|e| anyhow::anyhow!("cannot list {}: {e}", d.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        entries.sort();
+        for p in entries.iter().rev() {
+            if p.is_dir() {
+                stack.push(p.clone());
+            } else if p.file_name().is_some_and(|n| n == name) {
+                return Ok(p.clone());
+            }
+        }
+    }
+    anyhow::bail!("no {name} inside {}", dir.display())
+}
+
+/// Adapter tensor names in PEFT's saved form (`base_model.model.` prefix, no adapter name),
+/// whatever variant the server wrote (`…lora_A.default.weight`, no prefix).
+pub fn peft_names(
+    tensors: std::collections::HashMap<String, candle_core::Tensor>,
+) -> std::collections::HashMap<String, candle_core::Tensor> {
+    tensors
+        .into_iter()
+        .map(|(k, v)| {
+            let k = k.replace(".lora_A.default.", ".lora_A.").replace(".lora_B.default.", ".lora_B.");
+            let k = if k.starts_with("base_model.model.") { k } else { format!("base_model.model.{k}") };
+            (k, v)
+        })
+        .collect()
 }
 
 fn field(v: &Value, key: &str) -> anyhow::Result<String> {
@@ -290,6 +352,43 @@ mod tests {
         let is_only = json!({"supported_loss_fns": ["cross_entropy", "importance_sampling"]});
         assert_eq!(choose_loss(&is_only, &cfg).unwrap().0, "importance_sampling");
         assert!(choose_loss(&json!({"supported_loss_fns": ["cross_entropy"]}), &cfg).is_none());
+    }
+
+    #[test]
+    fn adapter_archives_unpack_and_names_normalise() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = dir.path().join("src/sampler_weights/step-000001");
+        std::fs::create_dir_all(&inner).unwrap();
+        std::fs::write(inner.join("adapter_model.safetensors"), b"x").unwrap();
+        let archive = dir.path().join("a.tar.gz");
+        let gz = flate2::write::GzEncoder::new(std::fs::File::create(&archive).unwrap(), flate2::Compression::fast());
+        let mut tb = tar::Builder::new(gz);
+        tb.append_dir_all("ckpt", dir.path().join("src")).unwrap();
+        tb.into_inner().unwrap().finish().unwrap();
+        let out = dir.path().join("out");
+        unpack(&archive, &out).unwrap();
+        let found = find_file(&out, "adapter_model.safetensors").unwrap();
+        assert!(found.ends_with("ckpt/sampler_weights/step-000001/adapter_model.safetensors"), "{found:?}");
+        assert!(find_file(&out, "nope.bin").unwrap_err().to_string().contains("no nope.bin inside"));
+        std::fs::write(dir.path().join("bad.tar.gz"), b"not gzip").unwrap();
+        assert!(unpack(&dir.path().join("bad.tar.gz"), &out).unwrap_err().to_string().contains("not a readable"));
+
+        let t = candle_core::Tensor::zeros(1, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
+        let names: std::collections::HashMap<_, _> = [
+            ("model.layers.0.self_attn.q_proj.lora_A.default.weight".to_string(), t.clone()),
+            ("base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight".to_string(), t),
+        ]
+        .into_iter()
+        .collect();
+        let mut keys: Vec<String> = peft_names(names).into_keys().collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            vec![
+                "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",
+                "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"
+            ]
+        );
     }
 
     #[test]

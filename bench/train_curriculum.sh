@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Benchmark (not CI): `frognano train` with the frontier curriculum vs uniform task sampling,
+# same budget, on tasks synthesized from a small fixture repository; held-out solve rate of
+# SmolLM2-135M-Instruct (dequantized to f32 from the demo GGUF, LoRA rank 8) before and after.
+#
+#   bench/train_curriculum.sh [STEPS]      (env: B, G, EVAL_ATTEMPTS, MAX_STEPS, LR, …)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STEPS="${1:-4}"
+OUT=bench/out/train-curriculum
+./scripts/fetch-demo-model.sh >/dev/null
+cargo build --release -q -p frognano -p frognano-rl --example curriculum_bench
+BIN=./target/release/frognano
+
+# The fixture repository: a few small functions with unittest-style tests pytest runs.
+REPO="$OUT/repo"
+if [ ! -d "$REPO/.git" ]; then
+  rm -rf "$REPO" && mkdir -p "$REPO"
+  cat > "$REPO/textkit.py" <<'PY'
+"""Small text and number helpers."""
+
+
+def mean(values):
+    if not values:
+        raise ValueError("mean() of an empty sequence")
+    return sum(values) / len(values)
+
+
+def median(values):
+    if not values:
+        raise ValueError("median() of an empty sequence")
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2 == 0:
+        return (ordered[middle - 1] + ordered[middle]) / 2
+    return ordered[middle]
+
+
+def clamp(x, low, high):
+    if low > high:
+        raise ValueError("low must not exceed high")
+    if x < low:
+        return low
+    if x > high:
+        return high
+    return x
+
+
+def count_words(text):
+    count = 0
+    for word in text.split():
+        if word.strip(".,;:!?"):
+            count += 1
+    return count
+
+
+def is_palindrome(text):
+    letters = [c.lower() for c in text if c.isalnum()]
+    i, j = 0, len(letters) - 1
+    while i < j:
+        if letters[i] != letters[j]:
+            return False
+        i += 1
+        j -= 1
+    return True
+
+
+def running_max(values):
+    out = []
+    best = None
+    for v in values:
+        if best is None or v > best:
+            best = v
+        out.append(best)
+    return out
+PY
+  cat > "$REPO/test_textkit.py" <<'PY'
+import unittest
+
+from textkit import clamp, count_words, is_palindrome, mean, median, running_max
+
+
+class TestTextkit(unittest.TestCase):
+    def test_mean(self):
+        self.assertEqual(mean([1, 2, 3, 4]), 2.5)
+
+    def test_mean_empty(self):
+        with self.assertRaises(ValueError):
+            mean([])
+
+    def test_median_odd(self):
+        self.assertEqual(median([3, 1, 2]), 2)
+
+    def test_median_even(self):
+        self.assertEqual(median([4, 1, 3, 2]), 2.5)
+
+    def test_clamp(self):
+        self.assertEqual(clamp(5, 0, 3), 3)
+        self.assertEqual(clamp(-1, 0, 3), 0)
+        self.assertEqual(clamp(2, 0, 3), 2)
+
+    def test_clamp_bad_range(self):
+        with self.assertRaises(ValueError):
+            clamp(1, 3, 0)
+
+    def test_count_words(self):
+        self.assertEqual(count_words("a b, c ... d!"), 4)
+
+    def test_palindrome(self):
+        self.assertTrue(is_palindrome("A man, a plan, a canal: Panama"))
+        self.assertFalse(is_palindrome("frog"))
+
+    def test_running_max(self):
+        self.assertEqual(running_max([1, 3, 2, 5, 4]), [1, 3, 3, 5, 5])
+
+
+if __name__ == "__main__":
+    unittest.main()
+PY
+  git -C "$REPO" init -q && git -C "$REPO" add -A && git -C "$REPO" -c user.name=bench -c user.email=bench@localhost commit -qm "textkit"
+fi
+
+TASKS="$OUT/tasks"
+if [ ! -s "$TASKS/tasks.jsonl" ]; then
+  "$BIN" synth "$REPO" --out "$TASKS" --min-complexity 1 --max-candidates 60 --max-f2p-fraction 0.5
+fi
+echo "tasks: $(wc -l < "$TASKS/tasks.jsonl")"
+rm -rf "$OUT/frontier" "$OUT/uniform"
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+./target/release/examples/curriculum_bench models/SmolLM2-135M-Instruct.Q4_1.gguf "$TASKS" "$OUT" "$STEPS" | tee "$OUT/table.md"
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
