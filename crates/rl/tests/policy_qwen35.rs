@@ -173,6 +173,12 @@ fn qwen35_full_gradient_matches_finite_differences() {
         let mut idx: Vec<usize> = (0..flat.len()).collect();
         idx.sort_by(|a, b| g[*b].abs().total_cmp(&g[*a].abs()));
         idx.truncate(2);
+        if name.ends_with("q_proj.weight") {
+            // Rows dh..2·dh of each head are the output gate (head 1's gate row 5, column 7).
+            let (dh, d): (usize, usize) = (32, 64);
+            idx.push((2 * dh + dh + 5) * d + 7);
+            idx.push(5 * d + 7); // and head 0's query row 5
+        }
         for i in idx {
             let at = |d: f64| {
                 let mut f = flat.clone();
