@@ -197,3 +197,39 @@ fn full_params_save_then_set_params_is_exact_in_f32_and_bf16() {
         assert_eq!(rows(&r.logits(&IDS).unwrap()), rows(&p.logits(&IDS).unwrap()));
     }
 }
+
+/// Log-probability of `seq[1..]` after `seq[..i]` under an engine model.
+fn engine_seq_logprob(m: &dyn CausalLm, seq: &[u32]) -> f32 {
+    let lg = engine_logits(m, &seq[..seq.len() - 1]);
+    let v = m.vocab_size();
+    lg.chunks(v)
+        .zip(&seq[1..])
+        .map(|(r, &t)| {
+            let mx = r.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            r[t as usize] - mx - r.iter().map(|x| (x - mx).exp()).sum::<f32>().ln()
+        })
+        .sum()
+}
+
+#[test]
+fn a_few_gradient_steps_raise_the_sequence_logprob_and_reach_the_inference_model() {
+    let seq: Vec<u32> = vec![1, 17, 42, 17, 42, 5, 60, 61, 62, 2];
+    for (opts, lr) in [(PolicyOptions { seed: 2, ..Default::default() }, 0.01), (lora_opts(2), 0.01)] {
+        let p = Policy::random_llama(&spec(), &opts).unwrap();
+        let before = engine_seq_logprob(p.inference_model().unwrap().as_ref(), &seq);
+        for _ in 0..15 {
+            let lp = p.token_logprobs(&seq[..seq.len() - 1], &seq[1..]).unwrap().sum_all().unwrap();
+            let grads = lp.backward().unwrap();
+            for (name, v) in p.params() {
+                let g = grads.get(&v).unwrap_or_else(|| panic!("no gradient for {name}"));
+                // Adam-like step size: the gradient scaled to RMS 1 per tensor.
+                let rms = g.sqr().unwrap().mean_all().unwrap().sqrt().unwrap().to_scalar::<f32>().unwrap();
+                v.set(&(v.as_tensor() + (g * (lr / (rms as f64 + 1e-12))).unwrap()).unwrap()).unwrap();
+            }
+        }
+        let ours = p.token_logprobs(&seq[..seq.len() - 1], &seq[1..]).unwrap().sum_all().unwrap();
+        let after = engine_seq_logprob(p.inference_model().unwrap().as_ref(), &seq);
+        assert!(after > before + 5.0, "lora {}: log-prob {before} → {after}", opts.lora.is_some());
+        assert!((after - ours.to_scalar::<f32>().unwrap()).abs() < 1e-2, "engine and policy agree after training");
+    }
+}
