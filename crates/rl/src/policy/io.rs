@@ -33,17 +33,19 @@ pub(crate) fn vector(st: &Store, name: &str) -> anyhow::Result<Vec<f32>> {
 }
 
 /// Reads every tensor of `shapes` from a safetensors checkpoint (canonical names; the
-/// checkpoint may use the `model.language_model.` prefix), as f32 tensors of exactly those
-/// shapes. Errors name the file or folder and the tensor.
+/// checkpoint may use the `model.language_model.` prefix) as tensors of exactly those shapes,
+/// each converted to `dtype` as it is read (so a bf16 policy never holds the whole model in
+/// f32). Errors name the file or folder and the tensor.
 pub(crate) fn read_safetensors(
     st: &SafetensorsDir,
     shapes: &[(String, Vec<usize>)],
+    dtype: DType,
 ) -> anyhow::Result<Vec<(String, Tensor)>> {
     shapes
         .iter()
         .map(|(name, shape)| {
             let v = st.f32(name, shape)?;
-            Ok((name.clone(), Tensor::from_vec(v, shape.as_slice(), &Device::Cpu)?))
+            Ok((name.clone(), Tensor::from_vec(v, shape.as_slice(), &Device::Cpu)?.to_dtype(dtype)?))
         })
         .collect()
 }

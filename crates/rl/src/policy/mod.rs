@@ -173,7 +173,7 @@ impl Policy {
                 cfg_path.display()
             ),
         };
-        let tensors = io::read_safetensors(&st, &shapes)?;
+        let tensors = io::read_safetensors(&st, &shapes, opts.dtype)?;
         Self::assemble(net, tensors, Source::Dir { path: path.to_path_buf(), config, wrapper }, opts)
     }
 
