@@ -370,9 +370,16 @@ impl Policy {
         match &self.source {
             Source::Dir { path, config, .. } => {
                 let mut config = config.clone();
+                // The saved head decides tying (a checkpoint that ships lm_head.weight although
+                // its config says tied is saved untied, as frognano-model read it).
+                let tied = serde_json::Value::Bool(!self.store.contains("lm_head.weight"));
                 set_dtype_fields(&mut config, dtype);
+                config["tie_word_embeddings"] = tied.clone();
                 if let Some(tc) = config.get_mut("text_config").filter(|t| t.is_object()) {
                     set_dtype_fields(tc, dtype);
+                    if tc.get("tie_word_embeddings").is_some() {
+                        tc["tie_word_embeddings"] = tied;
+                    }
                 }
                 io::write_json(&dir.join("config.json"), &config)?;
                 io::copy_side_files(path, dir)?;
