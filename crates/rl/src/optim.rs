@@ -39,13 +39,15 @@ pub struct StepStats {
 }
 
 /// AdamW over a fixed, ordered list of parameters. Moments are kept in f32 whatever the
-/// parameters' dtype.
+/// parameters' dtype, and so is a master copy of every parameter stored in lower precision:
+/// a bf16 weight cannot take updates smaller than its rounding step, the f32 master can.
 pub struct AdamW {
     /// Settings.
     pub cfg: AdamWConfig,
     step: u64,
     m: Vec<Tensor>,
     v: Vec<Tensor>,
+    master: Vec<Option<Tensor>>,
 }
 
 impl AdamW {
@@ -54,7 +56,11 @@ impl AdamW {
         let zeros = |p: &Var| Tensor::zeros(p.shape(), DType::F32, p.device());
         let m = params.iter().map(|(_, p)| zeros(p)).collect::<CandleResult<Vec<_>>>()?;
         let v = params.iter().map(|(_, p)| zeros(p)).collect::<CandleResult<Vec<_>>>()?;
-        Ok(AdamW { cfg, step: 0, m, v })
+        let master = params
+            .iter()
+            .map(|(_, p)| (p.dtype() != DType::F32).then(|| p.as_tensor().to_dtype(DType::F32)).transpose())
+            .collect::<CandleResult<Vec<_>>>()?;
+        Ok(AdamW { cfg, step: 0, m, v, master })
     }
 
     /// Steps taken so far.
@@ -89,9 +95,15 @@ impl AdamW {
             let m = ((&self.m[i] * c.beta1)? + (&g * (1.0 - c.beta1))?)?;
             let v = ((&self.v[i] * c.beta2)? + (g.sqr()? * (1.0 - c.beta2))?)?;
             let update = ((&m / bc1)? / ((&v / bc2)?.sqrt()? + c.eps)?)?;
-            let w = p.as_tensor().to_dtype(DType::F32)?;
+            let w = match &self.master[i] {
+                Some(master) => master.clone(),
+                None => p.as_tensor().to_dtype(DType::F32)?,
+            };
             let w = ((&w * (1.0 - c.lr * c.weight_decay))? - (update * c.lr)?)?;
             p.set(&w.to_dtype(p.dtype())?)?;
+            if self.master[i].is_some() {
+                self.master[i] = Some(w);
+            }
             self.m[i] = m;
             self.v[i] = v;
         }
@@ -104,6 +116,9 @@ impl AdamW {
         for (i, (name, _)) in params.iter().enumerate() {
             out.insert(format!("adam.m.{name}"), self.m[i].clone());
             out.insert(format!("adam.v.{name}"), self.v[i].clone());
+            if let Some(master) = &self.master[i] {
+                out.insert(format!("adam.master.{name}"), master.clone());
+            }
         }
         // u64 does not fit a tensor exactly in every dtype; two u32 halves do.
         let step = [(self.step >> 32) as u32, self.step as u32];
@@ -126,6 +141,9 @@ impl AdamW {
         for (i, (name, p)) in params.iter().enumerate() {
             self.m[i] = get(&format!("adam.m.{name}"), p.shape())?;
             self.v[i] = get(&format!("adam.v.{name}"), p.shape())?;
+            if self.master[i].is_some() {
+                self.master[i] = Some(get(&format!("adam.master.{name}"), p.shape())?);
+            }
         }
         let step =
             state.get("adam.step").ok_or_else(|| anyhow::anyhow!("optimizer state: tensor adam.step is missing"))?;
@@ -198,6 +216,24 @@ mod tests {
             p.as_tensor().to_vec1().unwrap()
         };
         assert_eq!(run(None), run(Some(3)));
+    }
+
+    #[test]
+    fn bf16_weights_take_updates_below_their_rounding_step() {
+        // At 1.0, bf16 steps by 2^-7; 100 Adam steps of 1e-4 move the f32 master by 0.01.
+        let p = Var::from_tensor(&Tensor::ones(1, DType::BF16, &Device::Cpu).unwrap()).unwrap();
+        let params = vec![("w".to_string(), p.clone())];
+        let cfg = AdamWConfig { lr: 1e-4, max_grad_norm: None, ..AdamWConfig::default() };
+        let mut opt = AdamW::new(cfg, &params).unwrap();
+        let g = Tensor::ones(1, DType::BF16, &Device::Cpu).unwrap();
+        for _ in 0..100 {
+            opt.step(&params, std::slice::from_ref(&g)).unwrap();
+        }
+        let w = p.as_tensor().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap()[0];
+        assert!((w - 0.99).abs() < 0.004, "bf16 weight stuck at {w}");
+        let st = opt.state(&params).unwrap();
+        let master = st["adam.master.w"].to_vec1::<f32>().unwrap()[0];
+        assert!((master - 0.99).abs() < 1e-4, "master {master}");
     }
 
     #[test]
