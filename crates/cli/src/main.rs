@@ -39,6 +39,13 @@ enum Command {
 }
 
 fn main() {
+    // Rust ignores SIGPIPE, so printing to a closed pipe (`frognano eval … | grep -q`) panics;
+    // restore the default so the process ends quietly, as other command-line tools do.
+    #[cfg(unix)]
+    // SAFETY: setting a signal disposition to the default before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(a) => run::run(a),

@@ -56,10 +56,13 @@ entity_complexity = {}\nreference_seconds = {}\nbug_seconds = {}\nissue_generato
     let test_sh = format!(
         "#!/bin/bash\n# Runs the tests, grades the log with the SWE-bench v5 rules (frognano eval grade-log),\n\
 # writes 1 to /logs/verifier/reward.txt iff the resolution is FULL.\nset -uo pipefail\nmkdir -p /logs/verifier\ncd /app\n\
-: '>>>>> Start Test Output'\n{cmd} > /logs/verifier/test_output.txt 2>&1\n: '>>>>> End Test Output'\n\
+# The grader reads only what lies between the two markers, so they go into the log itself.\n\
+{{ echo \"+ : '>>>>> Start Test Output'\"; {cmd}; echo \"+ : '>>>>> End Test Output'\"; }} \\\n    > /logs/verifier/test_output.txt 2>&1\n\
 here=\"$(cd \"$(dirname \"$0\")\" && pwd)\"\n\
-if frognano eval grade-log --instance \"$here/instance.json\" --log /logs/verifier/test_output.txt \\\n\
-    | grep -q '\"resolved\": true'; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n",
+# The report goes to a file first: `grep -q` closing a pipe early would fail the grader under pipefail.\n\
+frognano eval grade-log --instance \"$here/instance.json\" --log /logs/verifier/test_output.txt \\\n\
+    > /logs/verifier/report.json\n\
+if grep -q '\"resolved\": true' /logs/verifier/report.json; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n",
         cmd = inst.test_cmd.as_deref().unwrap_or("true")
     );
     std::fs::write(dir.join("tests/test.sh"), test_sh)?;
