@@ -169,6 +169,17 @@ impl Trainer {
             let tensors = load_tensors(&ckpt.join("trainer_state.safetensors"))?;
             policy.set_params(&tensors)?;
             optimizer.load_state(&params, &tensors)?;
+            // `steps` may grow on a resume; any other change makes the continuation a different run.
+            let (mut saved, mut given) = (serde_json::to_value(&state.config)?, serde_json::to_value(&cfg)?);
+            saved["steps"] = serde_json::Value::Null;
+            given["steps"] = serde_json::Value::Null;
+            if saved != given {
+                eprintln!(
+                    "warning: resuming {} with settings that differ from its checkpoint's ({}); the run continues with the new ones",
+                    out.display(),
+                    ckpt.join("state.json").display()
+                );
+            }
             curriculum = state.curriculum;
             step = state.step;
             version = state.policy_version;
