@@ -112,6 +112,10 @@ pub struct TrainArgs {
     /// Dual-clip constant c for negative advantages (off by default).
     #[arg(long)]
     pub dual_clip: Option<f32>,
+    /// Truncated importance weighting against sampler/trainer numeric mismatch: weight each
+    /// token by min(π_trainer/π_sampler, C) and take the ratio against the trainer (off by default).
+    #[arg(long, value_name = "C")]
+    pub tis_cap: Option<f32>,
     /// Length normalisation of the loss.
     #[arg(long, value_enum, default_value_t = Aggregation::TokenMean)]
     pub aggregation: Aggregation,
@@ -200,6 +204,7 @@ pub fn run_train(a: TrainArgs) -> anyhow::Result<()> {
             dual_clip: a.dual_clip,
             aggregation: a.aggregation,
             max_len: a.max_len,
+            tis_cap: a.tis_cap,
         },
         optim: AdamWConfig {
             lr,

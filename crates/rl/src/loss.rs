@@ -117,6 +117,11 @@ pub struct LossConfig {
     pub aggregation: Aggregation,
     /// `L_max` for [`Aggregation::SeqMeanTokenSumNorm`].
     pub max_len: usize,
+    /// Truncated importance weighting against sampler/trainer mismatch (rl-recipe.md §2,
+    /// "off-policy correction"): the ratio is taken against the trainer's own logprobs before
+    /// the update, and each token's loss is weighted by min(π_trainer/π_sampler, cap).
+    #[serde(default)]
+    pub tis_cap: Option<f32>,
 }
 
 impl Default for LossConfig {
@@ -128,6 +133,7 @@ impl Default for LossConfig {
             dual_clip: None,
             aggregation: Aggregation::TokenMean,
             max_len: 40_768,
+            tis_cap: None,
         }
     }
 }
@@ -141,6 +147,10 @@ pub struct Datum {
     pub targets: Vec<u32>,
     /// Sampling logprob of each target (0 where the weight is 0).
     pub old_logprobs: Vec<f32>,
+    /// The trainer's logprob of each target before this step's first update, when truncated
+    /// importance weighting needs it across several mini-batches (`None`: taken from the
+    /// current forward pass, which is the same thing in the first mini-batch).
+    pub trainer_logprobs: Option<Vec<f32>>,
     /// Loss weight of each target (1 = sampled by the policy).
     pub weights: Vec<f32>,
     /// The trajectory's advantage.
@@ -163,6 +173,7 @@ impl Datum {
             input: r.tokens[..n - 1].to_vec(),
             targets: r.tokens[1..].to_vec(),
             old_logprobs: r.logprobs[1..].to_vec(),
+            trainer_logprobs: None,
             weights: r.weights[1..].iter().map(|&w| w as f32).collect(),
             advantage,
             group,
@@ -228,9 +239,23 @@ impl std::ops::AddAssign for LossStats {
 pub fn sequence_loss(new_logprobs: &Tensor, d: &Datum, cfg: &LossConfig) -> CandleResult<(Tensor, LossStats)> {
     let dev = new_logprobs.device();
     let n = d.targets.len();
-    let old = Tensor::from_slice(&d.old_logprobs, n, dev)?;
-    let w = Tensor::from_slice(&d.weights, n, dev)?;
+    let sampler = Tensor::from_slice(&d.old_logprobs, n, dev)?.to_dtype(new_logprobs.dtype())?;
+    let mut w = Tensor::from_slice(&d.weights, n, dev)?.to_dtype(new_logprobs.dtype())?;
     let a = d.advantage as f64;
+    // With truncated importance weighting the ratio is taken against the trainer's own
+    // logprobs and the sampler/trainer mismatch enters as a capped per-token weight.
+    let old = match cfg.tis_cap {
+        None => sampler,
+        Some(cap) => {
+            let trainer = match &d.trainer_logprobs {
+                Some(v) => Tensor::from_slice(v, n, dev)?.to_dtype(new_logprobs.dtype())?,
+                None => new_logprobs.detach(),
+            };
+            let is_weight = (&trainer - &sampler)?.exp()?.clamp(0.0, cap)?;
+            w = (w * is_weight)?;
+            trainer
+        }
+    };
     let log_ratio = (new_logprobs - &old)?;
     let ratio = log_ratio.exp()?;
     let per_token = match cfg.kind {
@@ -249,7 +274,8 @@ pub fn sequence_loss(new_logprobs: &Tensor, d: &Datum, cfg: &LossConfig) -> Cand
     let loss = ((per_token * &w)?.sum_all()? * d.scale as f64)?;
 
     // Statistics on plain numbers.
-    let lr: Vec<f32> = log_ratio.to_vec1()?;
+    let lr: Vec<f32> = log_ratio.to_dtype(candle_core::DType::F32)?.to_vec1()?;
+    let new: Vec<f32> = new_logprobs.to_dtype(candle_core::DType::F32)?.to_vec1()?;
     let mut s = LossStats::default();
     for (t, &m) in d.weights.iter().enumerate() {
         if m == 0.0 {
@@ -258,7 +284,8 @@ pub fn sequence_loss(new_logprobs: &Tensor, d: &Datum, cfg: &LossConfig) -> Cand
         let rho = lr[t].exp();
         s.tokens += m;
         s.ratio_sum += m * rho;
-        s.abs_logprob_gap += m * lr[t].abs();
+        // The gap is always against the sampler, whatever the ratio is taken against.
+        s.abs_logprob_gap += m * (new[t] - d.old_logprobs[t]).abs();
         s.kl_sum += m * -lr[t];
         let clipped = match cfg.kind {
             PolicyLoss::Ppo => {
@@ -334,6 +361,7 @@ mod tests {
             input: vec![0; old.len()],
             targets: vec![0; old.len()],
             old_logprobs: old.to_vec(),
+            trainer_logprobs: None,
             weights: w.to_vec(),
             advantage: a,
             group: 0,
@@ -383,6 +411,32 @@ mod tests {
         assert!((loss.to_scalar::<f32>().unwrap() - 3.0).abs() < 1e-5);
         let (plain, _) = sequence_loss(&new, &datum(&old, &[1.0], -1.0), &LossConfig::default()).unwrap();
         assert!((plain.to_scalar::<f32>().unwrap() - 10.0).abs() < 1e-4);
+    }
+
+    #[test]
+    fn truncated_importance_weights_by_hand() {
+        let dev = Device::Cpu;
+        // Sampler said −1.0; the trainer says −0.5 (π_t/π_s = e^0.5 = 1.6487) and −1.5 (0.6065).
+        let new = [-0.5f32, -1.5];
+        let d = datum(&[-1.0, -1.0], &[1.0, 1.0], 1.0);
+        for (cap, w0) in [(2.0f32, 0.5f32.exp()), (1.2, 1.2)] {
+            let var = Var::from_slice(&new, 2, &dev).unwrap();
+            let cfg = LossConfig { tis_cap: Some(cap), ..LossConfig::default() };
+            let (loss, _) = sequence_loss(var.as_tensor(), &d, &cfg).unwrap();
+            let w1 = (-0.5f32).exp();
+            // First pass: ratio 1 against the trainer's own logprobs, loss −Σ w·A.
+            assert!((loss.to_scalar::<f32>().unwrap() + w0 + w1).abs() < 1e-5, "cap {cap}");
+            let g: Vec<f32> = loss.backward().unwrap().get(&var).unwrap().to_vec1().unwrap();
+            assert!((g[0] + w0).abs() < 1e-5 && (g[1] + w1).abs() < 1e-5, "cap {cap}: {g:?}");
+        }
+        // Given trainer logprobs (a later mini-batch), the ratio moves but the weight does not.
+        let d2 = Datum { trainer_logprobs: Some(vec![-0.5, -1.5]), ..d };
+        let moved = Tensor::from_slice(&[-0.5f32 + 0.1, -1.5], 2, &dev).unwrap();
+        let cfg = LossConfig { tis_cap: Some(2.0), ..LossConfig::default() };
+        let (loss, s) = sequence_loss(&moved, &d2, &cfg).unwrap();
+        let want = -(0.5f32.exp() * 0.1f32.exp() + (-0.5f32).exp());
+        assert!((loss.to_scalar::<f32>().unwrap() - want).abs() < 1e-5);
+        assert!((s.ratio_sum - (0.1f32.exp() + 1.0)).abs() < 1e-5);
     }
 
     #[test]

@@ -308,6 +308,7 @@ mod tests {
             input: (0..n as u32).collect(),
             targets: (1..=n as u32).collect(),
             old_logprobs: vec![-0.5; n],
+            trainer_logprobs: None,
             weights: (0..n).map(|i| (i % 2) as f32).collect(),
             advantage: a,
             group: 0,

@@ -327,6 +327,13 @@ impl Trainer {
         let t1 = Instant::now();
         if !data.is_empty() {
             let k = self.cfg.mini_batches.clamp(1, data.len());
+            if self.cfg.loss.tis_cap.is_some() && k > 1 {
+                // Later mini-batches must weigh against the trainer before this step's first update.
+                for d in data.iter_mut() {
+                    let lp = self.policy.token_logprobs(&d.input, &d.targets)?.detach();
+                    d.trainer_logprobs = Some(lp.to_dtype(candle_core::DType::F32)?.to_vec1()?);
+                }
+            }
             let per = data.len().div_ceil(k);
             let (mut stats, mut loss_sum, mut norm_sum, mut updates) = (LossStats::default(), 0.0, 0.0, 0);
             let mut trained_tokens = 0usize;
