@@ -251,6 +251,42 @@ pub fn run_instance(inst: &SweInstance, pred: &Prediction, opts: &ExecOptions, l
     result
 }
 
+/// A workspace for `inst` at its base commit, in a temporary folder under `opts.work_root`
+/// (removed when the returned holder drops), with the prediction's patch written to the log
+/// folder and applied through the 5.0.2 fallback chain (its log appended to `log`). Returns
+/// the holder, the workspace path and a sandbox over it whose commands get `timeout`.
+pub(crate) fn patched_workspace(
+    inst: &SweInstance,
+    pred: &Prediction,
+    opts: &ExecOptions,
+    log_dir: &Path,
+    log: &mut String,
+    timeout: Duration,
+) -> Result<(tempfile::TempDir, PathBuf, Sandbox), ErrorKind> {
+    let infra = |e: anyhow::Error| ErrorKind::Infra(format!("{e:#}"));
+    let source = repo_source(inst, opts.repos.as_deref()).map_err(|e| ErrorKind::RepoMissing(format!("{e:#}")))?;
+    std::fs::create_dir_all(&opts.work_root).map_err(|e| infra(e.into()))?;
+    let holder = tempfile::Builder::new()
+        .prefix(&format!("{}-", inst.instance_id))
+        .tempdir_in(&opts.work_root)
+        .map_err(|e| infra(e.into()))?;
+    let ws = holder.path().join("repo");
+    create_workspace(&source, &inst.base_commit, &ws).map_err(|e| ErrorKind::RepoMissing(format!("{e:#}")))?;
+    let patch = pred.model_patch.clone().unwrap_or_default();
+    std::fs::write(log_dir.join(LOG_PATCH), &patch).map_err(|e| infra(e.into()))?;
+    // Inside the workspace's git dir: readable in the sandbox (its /tmp is private), and
+    // untouched by `git clean`.
+    let patch_file = ws.join(".git/frognano-patch.diff");
+    std::fs::write(&patch_file, &patch).map_err(|e| infra(e.into()))?;
+    let sb = sandbox_for(&ws, opts, timeout).map_err(infra)?;
+    let (apply_log, applied) = apply_patch_chain(&sb, &patch_file).map_err(infra)?;
+    log.push_str(&apply_log);
+    if !applied {
+        return Err(ErrorKind::PatchApplyFailed);
+    }
+    Ok((holder, ws, sb))
+}
+
 fn run_instance_inner(
     inst: &SweInstance,
     pred: &Prediction,
@@ -264,26 +300,7 @@ fn run_instance_inner(
     }
     let infra = |e: anyhow::Error| ErrorKind::Infra(format!("{e:#}"));
     let spec = inst.grading_spec().map_err(infra)?;
-    let source = repo_source(inst, opts.repos.as_deref()).map_err(|e| ErrorKind::RepoMissing(format!("{e:#}")))?;
-    std::fs::create_dir_all(&opts.work_root).map_err(|e| infra(e.into()))?;
-    let ws_holder = tempfile::Builder::new()
-        .prefix(&format!("{}-", inst.instance_id))
-        .tempdir_in(&opts.work_root)
-        .map_err(|e| infra(e.into()))?;
-    let ws = ws_holder.path().join("repo");
-    create_workspace(&source, &inst.base_commit, &ws).map_err(|e| ErrorKind::RepoMissing(format!("{e:#}")))?;
-    let patch = pred.model_patch.clone().unwrap_or_default();
-    std::fs::write(log_dir.join(LOG_PATCH), &patch).map_err(|e| infra(e.into()))?;
-    // Inside the workspace's git dir: readable in the sandbox (its /tmp is private), and
-    // untouched by `git clean`.
-    let patch_file = ws.join(".git/frognano-patch.diff");
-    std::fs::write(&patch_file, &patch).map_err(|e| infra(e.into()))?;
-    let sb = sandbox_for(&ws, opts, opts.timeout).map_err(infra)?;
-    let (apply_log, applied) = apply_patch_chain(&sb, &patch_file).map_err(infra)?;
-    log.push_str(&apply_log);
-    if !applied {
-        return Err(ErrorKind::PatchApplyFailed);
-    }
+    let (_ws_holder, ws, sb) = patched_workspace(inst, pred, opts, log_dir, log, opts.timeout)?;
     result.patch_applied = true;
     let script = eval_script_for(inst, &ws).map_err(infra)?;
     std::fs::write(log_dir.join("eval.sh"), &script).map_err(|e| infra(e.into()))?;
@@ -304,7 +321,7 @@ fn run_instance_inner(
         return Err(ErrorKind::TestTimeout(secs));
     }
     std::fs::write(log_dir.join(LOG_TEST_OUTPUT), &output).map_err(|e| infra(e.into()))?;
-    let grade = eval_report(&spec, Some(&patch), output.as_bytes())
+    let grade = eval_report(&spec, Some(pred.model_patch.as_deref().unwrap_or("")), output.as_bytes())
         .map_err(|e| ErrorKind::Infra(format!("grader error: {e}")))?;
     std::fs::write(log_dir.join(LOG_REPORT), instance_report_text(&grade.report)).map_err(|e| infra(e.into()))?;
     result.outcome = if grade.resolved { Outcome::Resolved } else { Outcome::Unresolved };

@@ -7,12 +7,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::executor::{
-    apply_patch_chain, create_workspace, run_merged, sandbox_for, sandbox_spec, ErrorKind, ExecOptions, InstanceResult,
-    Outcome,
-};
-use crate::instance::{repo_source, InstanceError, Prediction, SweInstance};
-use crate::report::{instance_report_text, LOG_PATCH, LOG_REPORT, LOG_TEST_OUTPUT};
+use crate::executor::{patched_workspace, run_merged, sandbox_spec, ErrorKind, ExecOptions, InstanceResult, Outcome};
+use crate::instance::{InstanceError, Prediction, SweInstance};
+use crate::report::{instance_report_text, LOG_REPORT, LOG_TEST_OUTPUT};
 
 /// Field of a [`SweInstance`] (kept in `extra`) naming the Harbor task directory it came
 /// from; the executor then verifies with the task's `tests/test.sh` instead of a SWE-bench
@@ -300,24 +297,8 @@ pub(crate) fn run_harbor_instance(
             task.id
         )));
     }
-    let source = repo_source(inst, opts.repos.as_deref()).map_err(|e| ErrorKind::RepoMissing(format!("{e:#}")))?;
-    std::fs::create_dir_all(&opts.work_root).map_err(|e| infra(e.into()))?;
-    let holder = tempfile::Builder::new()
-        .prefix(&format!("{}-", inst.instance_id))
-        .tempdir_in(&opts.work_root)
-        .map_err(|e| infra(e.into()))?;
-    let ws = holder.path().join("repo");
-    create_workspace(&source, &inst.base_commit, &ws).map_err(|e| ErrorKind::RepoMissing(format!("{e:#}")))?;
-    let patch = pred.model_patch.clone().unwrap_or_default();
-    std::fs::write(log_dir.join(LOG_PATCH), &patch).map_err(|e| infra(e.into()))?;
-    let patch_file = ws.join(".git/frognano-patch.diff");
-    std::fs::write(&patch_file, &patch).map_err(|e| infra(e.into()))?;
-    let sb = sandbox_for(&ws, opts, Duration::from_secs(300)).map_err(infra)?;
-    let (apply_log, applied) = apply_patch_chain(&sb, &patch_file).map_err(infra)?;
-    log.push_str(&apply_log);
-    if !applied {
-        return Err(ErrorKind::PatchApplyFailed);
-    }
+    // The sandbox here only applies the patch; the verifier gets its own below.
+    let (holder, ws, _) = patched_workspace(inst, pred, opts, log_dir, log, Duration::from_secs(300))?;
     result.patch_applied = true;
 
     // The verifier's view: /tests, /logs/{verifier,agent} and the workdir, on the host.
