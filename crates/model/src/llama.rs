@@ -501,6 +501,17 @@ impl CausalLm for Llama {
     }
 
     fn forward(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Vec<f32>> {
+        crate::kernels::on_pool(|| self.forward_here(ids, cache, all_logits))
+    }
+
+    fn forward_batch(&self, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
+        crate::kernels::on_pool(|| self.forward_batch_here(batch))
+    }
+}
+
+impl Llama {
+    /// [`CausalLm::forward`], on the calling thread.
+    fn forward_here(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Vec<f32>> {
         let c = &self.cfg;
         let (d, t) = (c.hidden_size, ids.len());
         if t == 0 {
@@ -540,7 +551,8 @@ impl CausalLm for Llama {
         let head = self.output.as_ref().unwrap_or(&self.embed);
         Ok(head.matmul(&x, rows.len() / d))
     }
-    fn forward_batch(&self, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
+    /// [`CausalLm::forward_batch`], on the calling thread.
+    fn forward_batch_here(&self, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
         let c = &self.cfg;
         let (d, n) = (c.hidden_size, batch.len());
         if n == 0 {

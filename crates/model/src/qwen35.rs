@@ -561,6 +561,17 @@ impl CausalLm for Qwen35 {
     }
 
     fn forward(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Vec<f32>> {
+        crate::kernels::on_pool(|| self.forward_here(ids, cache, all_logits))
+    }
+
+    fn forward_batch(&self, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
+        crate::kernels::on_pool(|| self.forward_batch_here(batch))
+    }
+}
+
+impl Qwen35 {
+    /// [`CausalLm::forward`], on the calling thread.
+    fn forward_here(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Vec<f32>> {
         let d = self.cfg.hidden_size;
         let t = ids.len();
         if t == 0 {
@@ -578,7 +589,8 @@ impl CausalLm for Qwen35 {
         Ok(self.logits(rows, rows.len() / d))
     }
 
-    fn forward_batch(&self, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
+    /// [`CausalLm::forward_batch`], on the calling thread.
+    fn forward_batch_here(&self, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
         if batch.is_empty() {
             return Ok(Vec::new());
         }

@@ -45,6 +45,28 @@ pub(super) fn kernel_x8(ty: QuantType) -> Option<super::Dot8Fn> {
     Some(f)
 }
 
+/// How far ahead of the weight stream the decode kernels prefetch, in bytes. A one-token matmul
+/// reads every weight byte once, front to back, and the hardware prefetchers stop at every 4 KiB
+/// page boundary, so without this a core spends most of a decode step waiting on memory.
+/// Measured on SmolLM2 Q4_1 decode, 1 thread: none 49 tok/s, 1 KiB ahead 56, 2 KiB 68,
+/// 4–16 KiB 79–80 (llama.cpp 65 in the same minute).
+const PREFETCH_AHEAD: usize = 4096;
+
+/// Prefetches the cache lines of `PREFETCH_AHEAD + off .. PREFETCH_AHEAD + off + LEN` past
+/// `base`: what a kernel that consumes `LEN` bytes of its weight stream per step will reach
+/// `PREFETCH_AHEAD` bytes later. Issued at 64-byte steps from the start, so consecutive steps
+/// leave no line out. The address may lie past the weights (a prefetch never faults), hence
+/// the wrapping arithmetic.
+#[inline(always)]
+unsafe fn prefetch_ahead<const LEN: usize>(base: *const u8, off: usize) {
+    let p = base.wrapping_add(PREFETCH_AHEAD + off);
+    let mut l = 0;
+    while l < LEN {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(l) as *const i8);
+        l += 64;
+    }
+}
+
 /// Whether this CPU has AVX-512 VNNI with 256-bit forms (AVX-512 VL).
 fn vnni() -> bool {
     is_x86_feature_detected!("avx512f")
@@ -189,6 +211,8 @@ macro_rules! block32_kernels {
             let mut mins = [0.0f32; 4];
             let (wp, yp) = (w.as_ptr(), a.qs.as_ptr() as *const u8);
             for ib in 0..nb {
+                // The four rows are contiguous: 80 bytes of the group per step.
+                prefetch_ahead::<80>(wp, ib * 80);
                 let qy = _mm256_loadu_si256(yp.add(ib * 32) as *const __m256i);
                 let (ad, asum) = (*a.d.get_unchecked(ib), *a.s.get_unchecked(ib));
                 for k in 0..4 {
@@ -211,6 +235,7 @@ macro_rules! block32_kernels {
             let mut acc = [_mm256_setzero_ps(); 4];
             let (wp, yp) = (w.as_ptr(), a.qs.as_ptr() as *const u8);
             for ib in 0..nb {
+                prefetch_ahead::<136>(wp, ib * 136);
                 let qy = _mm256_loadu_si256(yp.add(ib * 32) as *const __m256i);
                 let ad = *a.d.get_unchecked(ib);
                 for k in 0..4 {
@@ -231,6 +256,7 @@ macro_rules! block32_kernels {
             let (wp, yp) = (w.as_ptr(), a.qs.as_ptr() as *const u8);
             for ib in 0..nb {
                 let b = wp.add(ib * 18);
+                prefetch_ahead::<18>(b, 0);
                 let d = _mm256_set1_ps(f16c(b) * *a.d.get_unchecked(ib));
                 let qx = _mm256_sub_epi8(nibbles(b.add(2)), _mm256_set1_epi8(8));
                 let qy = _mm256_loadu_si256(yp.add(ib * 32) as *const __m256i);
@@ -248,6 +274,7 @@ macro_rules! block32_kernels {
             let (wp, yp) = (w.as_ptr(), a.qs.as_ptr() as *const u8);
             for ib in 0..nb {
                 let b = wp.add(ib * 20);
+                prefetch_ahead::<20>(b, 0);
                 let (dw, mw) = f16x2(b);
                 let d = _mm256_set1_ps(dw * *a.d.get_unchecked(ib));
                 mins += mw * *a.s.get_unchecked(ib);
@@ -266,6 +293,7 @@ macro_rules! block32_kernels {
             let (wp, yp) = (w.as_ptr(), a.qs.as_ptr() as *const u8);
             for ib in 0..nb {
                 let b = wp.add(ib * 34);
+                prefetch_ahead::<34>(b, 0);
                 let d = _mm256_set1_ps(f16c(b) * *a.d.get_unchecked(ib));
                 let qx = _mm256_loadu_si256(b.add(2) as *const __m256i);
                 let qy = _mm256_loadu_si256(yp.add(ib * 32) as *const __m256i);
@@ -332,6 +360,7 @@ unsafe fn dot_q4_k(w: &[u8], a: &ActRow) -> f32 {
     let yp = a.qs.as_ptr() as *const u8;
     for ib in 0..nb {
         let b = &w[ib * 144..(ib + 1) * 144];
+        prefetch_ahead::<144>(b.as_ptr(), 0);
         let (d, dmin) = f16x2(b.as_ptr());
         let scales = &b[4..16];
         let sums = &a.bsums[ib * 16..ib * 16 + 16];
@@ -367,6 +396,7 @@ unsafe fn dot_q6_k(w: &[u8], a: &ActRow) -> f32 {
     let yp = a.qs.as_ptr() as *const u8;
     for ib in 0..nb {
         let b = &w[ib * 210..(ib + 1) * 210];
+        prefetch_ahead::<210>(b.as_ptr(), 0);
         // The last two bytes of the block: read from 206 so as not to run past it.
         let d = f16x2(b.as_ptr().add(206)).1;
         let sc = &b[192..208];
