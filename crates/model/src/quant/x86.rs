@@ -5,7 +5,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{scale_min_k4, ActRow, DotFn, QuantType, QK_K};
+use super::{ActRow, DotFn, QuantType, QK_K};
 
 /// A 4-token kernel for `ty` (one weight row against four activation rows, the weight blocks
 /// unpacked once), if this CPU has AVX2, FMA and F16C and one is written for `ty`. Each of its
@@ -141,15 +141,6 @@ unsafe fn hsum_ps(v: __m256) -> f32 {
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_movehdup_ps(s));
     _mm_cvtss_f32(s)
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn hsum_epi32(v: __m256i) -> i32 {
-    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
-    _mm_cvtsi128_si32(s)
 }
 
 /// 32 nibbles from 16 bytes: low nibbles in the lower 128 bits, high nibbles in the upper.
@@ -356,23 +347,19 @@ unsafe fn dot_q4_k(w: &[u8], a: &ActRow) -> f32 {
     let nb = w.len() / 144;
     debug_assert!(a.qs.len() >= nb * QK_K && a.d.len() >= nb && a.bsums.len() >= nb * 16);
     let mask = _mm256_set1_epi8(0x0F);
-    let mut total = 0.0f32;
+    let mut acc = _mm256_setzero_ps();
     let yp = a.qs.as_ptr() as *const u8;
     for ib in 0..nb {
-        let b = &w[ib * 144..(ib + 1) * 144];
-        prefetch_ahead::<144>(b.as_ptr(), 0);
-        let (d, dmin) = f16x2(b.as_ptr());
-        let scales = &b[4..16];
-        let sums = &a.bsums[ib * 16..ib * 16 + 16];
-        let mut msum = 0i32;
+        let b = w.as_ptr().add(ib * 144);
+        prefetch_ahead::<144>(b, 0);
+        let (d, dmin) = f16x2(b);
+        let sm = q4k_scales_mins_vec(b.add(4));
+        let sc: [u8; 16] = std::mem::transmute(sm);
         let mut sumi = _mm256_setzero_si256();
-        let q = b.as_ptr().add(16);
+        let q = b.add(16);
         let y = yp.add(ib * QK_K);
         for j in 0..4 {
-            let (s0, m0) = scale_min_k4(2 * j, scales);
-            let (s1, m1) = scale_min_k4(2 * j + 1, scales);
-            msum += m0 as i32 * (sums[4 * j] as i32 + sums[4 * j + 1] as i32)
-                + m1 as i32 * (sums[4 * j + 2] as i32 + sums[4 * j + 3] as i32);
+            let (s0, s1) = (sc[2 * j], sc[2 * j + 1]);
             let bits = _mm256_loadu_si256(q.add(32 * j) as *const __m256i);
             let lo = _mm256_and_si256(bits, mask);
             let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), mask);
@@ -382,9 +369,11 @@ unsafe fn dot_q4_k(w: &[u8], a: &ActRow) -> f32 {
             let phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yhi), _mm256_set1_epi16(s1 as i16));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
         }
-        total += *a.d.get_unchecked(ib) * (d * hsum_epi32(sumi) as f32 - dmin * msum as f32);
+        let m = _mm256_madd_epi16(load_bsums(a, ib), q4k_mins16(sm));
+        let ad = *a.d.get_unchecked(ib);
+        acc = q4k_accumulate(acc, sumi, m, d * ad, dmin * ad);
     }
-    total
+    hsum_ps(acc)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -392,7 +381,7 @@ unsafe fn dot_q6_k(w: &[u8], a: &ActRow) -> f32 {
     let nb = w.len() / 210;
     debug_assert!(a.qs.len() >= nb * QK_K && a.d.len() >= nb && a.bsums.len() >= nb * 16);
     let m4 = _mm256_set1_epi8(0x0F);
-    let mut total = 0.0f32;
+    let mut acc = _mm256_setzero_ps();
     let yp = a.qs.as_ptr() as *const u8;
     for ib in 0..nb {
         let b = &w[ib * 210..(ib + 1) * 210];
@@ -400,11 +389,6 @@ unsafe fn dot_q6_k(w: &[u8], a: &ActRow) -> f32 {
         // The last two bytes of the block: read from 206 so as not to run past it.
         let d = f16x2(b.as_ptr().add(206)).1;
         let sc = &b[192..208];
-        let sums = &a.bsums[ib * 16..ib * 16 + 16];
-        let mut offset = 0i32;
-        for g in 0..16 {
-            offset += sc[g] as i8 as i32 * sums[g] as i32;
-        }
         let mut sumi = _mm256_setzero_si256();
         let y = yp.add(ib * QK_K);
         for n in 0..2 {
@@ -438,9 +422,9 @@ unsafe fn dot_q6_k(w: &[u8], a: &ActRow) -> f32 {
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(*qv, yv), scale));
             }
         }
-        total += *a.d.get_unchecked(ib) * d * (hsum_epi32(sumi) - 32 * offset) as f32;
+        acc = q6k_accumulate(acc, sumi, load_bsums(a, ib), q6k_scales16(b.as_ptr()), *a.d.get_unchecked(ib) * d);
     }
-    total
+    hsum_ps(acc)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -449,34 +433,66 @@ unsafe fn dot_q6_k(w: &[u8], a: &ActRow) -> f32 {
 // the lane layout, and the float epilogue per super-block is written as the single dots write
 // it, so every result is bit-identical to `dot_q4_k` / `dot_q6_k` for that token.
 
-/// The eight 6-bit scales and minimums of a Q4_K super-block (`scales[12]` at `s`).
-#[inline(always)]
-fn q4k_scales_mins(s: &[u8]) -> ([u8; 8], [u8; 8]) {
-    let (mut sc, mut mn) = ([0u8; 8], [0u8; 8]);
-    for j in 0..8 {
-        (sc[j], mn[j]) = scale_min_k4(j, s);
-    }
-    (sc, mn)
+/// The eight 6-bit scales (bytes 0..8) and eight minimums (bytes 8..16) of a Q4_K `scales[12]`
+/// field at `p` ([`super::scale_min_k4`]'s values), unpacked in general registers with ggml's
+/// masks, without a round trip through memory (byte stores followed by a vector load stall on
+/// store forwarding).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4k_scales_mins_vec(p: *const u8) -> __m128i {
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const LOW2: u32 = 0x0303_0303;
+    let u0 = (p as *const u32).read_unaligned();
+    let u1 = (p.add(4) as *const u32).read_unaligned();
+    let u2 = (p.add(8) as *const u32).read_unaligned();
+    let sc_lo = u0 & LOW6;
+    let sc_hi = (u2 & LOW4) | (((u0 >> 6) & LOW2) << 4);
+    let mn_lo = u1 & LOW6;
+    let mn_hi = ((u2 >> 4) & LOW4) | (((u1 >> 6) & LOW2) << 4);
+    _mm_set_epi32(mn_hi as i32, mn_lo as i32, sc_hi as i32, sc_lo as i32)
 }
 
-/// `Σ_j min[j] · (bsums[2j] + bsums[2j + 1])`: the minimum correction of a Q4_K super-block.
-#[inline(always)]
-fn q4k_msum(mn: &[u8; 8], sums: &[i16]) -> i32 {
-    let mut msum = 0i32;
-    for j in 0..8 {
-        msum += mn[j] as i32 * (sums[2 * j] as i32 + sums[2 * j + 1] as i32);
-    }
-    msum
+/// Each minimum of a Q4_K super-block twice, as sixteen words (one per group of 16, the
+/// layout of the activation's `bsums`), from [`q4k_scales_mins_vec`]'s register.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4k_mins16(sm: __m128i) -> __m256i {
+    _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm))
 }
 
-/// `Σ_g scale[g] · bsums[g]`: the offset-32 correction of a Q6_K super-block.
-#[inline(always)]
-fn q6k_offset(sc: &[u8], sums: &[i16]) -> i32 {
-    let mut offset = 0i32;
-    for g in 0..16 {
-        offset += sc[g] as i8 as i32 * sums[g] as i32;
-    }
-    offset
+/// The sixteen signed scales of a Q6_K super-block starting at `b`, as words.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6k_scales16(b: *const u8) -> __m256i {
+    _mm256_cvtepi8_epi16(_mm_loadu_si128(b.add(192) as *const __m128i))
+}
+
+/// The sixteen block sums (per group of 16) of super-block `ib` of an activation row.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_bsums(a: &ActRow, ib: usize) -> __m256i {
+    _mm256_loadu_si256(a.bsums.as_ptr().add(ib * 16) as *const __m256i)
+}
+
+/// The float step that ends a Q4_K super-block in every Q4_K kernel (one token or a tile, AVX2
+/// or AVX-512), so that all of them give the same bits for a token: eight integer lanes `s` of
+/// the scaled dot and eight lanes `m` of the minimum correction (`bsums · mins`), folded into
+/// the token's eight-lane accumulator. No horizontal sum per super-block: one at the end.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4k_accumulate(acc: __m256, s: __m256i, m: __m256i, d_ad: f32, dmin_ad: f32) -> __m256 {
+    let acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d_ad), acc);
+    _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(dmin_ad), acc)
+}
+
+/// The same for Q6_K: lanes `s` of the scaled dot minus 32 × (`bsums · scales`), the offset of
+/// the stored values, exact in integers, then one multiply-add by `d · ad`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6k_accumulate(acc: __m256, s: __m256i, bsums: __m256i, sc16: __m256i, d_ad: f32) -> __m256 {
+    let t = _mm256_sub_epi32(s, _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, sc16)));
+    _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(d_ad), acc)
 }
 
 /// Q4_K, one row × four tokens, AVX2.
@@ -487,11 +503,12 @@ unsafe fn dot_q4_k_x4(w: &[u8], a: &[ActRow; 4]) -> [f32; 4] {
         debug_assert!(r.qs.len() >= nb * QK_K && r.d.len() >= nb && r.bsums.len() >= nb * 16);
     }
     let mask = _mm256_set1_epi8(0x0F);
-    let mut total = [0.0f32; 4];
+    let mut acc = [_mm256_setzero_ps(); 4];
     for ib in 0..nb {
         let b = w.as_ptr().add(ib * 144);
         let (d, dmin) = f16x2(b);
-        let (sc, mn) = q4k_scales_mins(std::slice::from_raw_parts(b.add(4), 12));
+        let sm = q4k_scales_mins_vec(b.add(4));
+        let sc: [u8; 16] = std::mem::transmute(sm);
         let mut sumi = [_mm256_setzero_si256(); 4];
         for j in 0..4 {
             let bits = _mm256_loadu_si256(b.add(16 + 32 * j) as *const __m256i);
@@ -507,12 +524,14 @@ unsafe fn dot_q4_k_x4(w: &[u8], a: &[ActRow; 4]) -> [f32; 4] {
                 sumi[k] = _mm256_add_epi32(sumi[k], _mm256_add_epi32(plo, phi));
             }
         }
+        let mins16 = q4k_mins16(sm);
         for k in 0..4 {
-            let msum = q4k_msum(&mn, a[k].bsums.get_unchecked(ib * 16..ib * 16 + 16));
-            total[k] += *a[k].d.get_unchecked(ib) * (d * hsum_epi32(sumi[k]) as f32 - dmin * msum as f32);
+            let m = _mm256_madd_epi16(load_bsums(&a[k], ib), mins16);
+            let ad = *a[k].d.get_unchecked(ib);
+            acc[k] = q4k_accumulate(acc[k], sumi[k], m, d * ad, dmin * ad);
         }
     }
-    total
+    acc.map(|v| hsum_ps(v))
 }
 
 /// Q4_K, one row × `N` tokens (a multiple of 4), AVX-512 (BW): the low and high nibbles of 32
@@ -525,54 +544,39 @@ unsafe fn dot_q4_k_xn_512<const N: usize>(w: &[u8], a: &[ActRow; N]) -> [f32; N]
         debug_assert!(r.qs.len() >= nb * QK_K && r.d.len() >= nb && r.bsums.len() >= nb * 16);
     }
     let mask = _mm512_set1_epi8(0x0F);
-    let mut total = [_mm_setzero_ps(); N];
+    // Word lane l of scale register j holds scale 2j + l / 16 (the low nibbles of 32 bytes are
+    // sub-block 2j, the high nibbles 2j + 1).
+    let idx: [__m512i; 4] = std::array::from_fn(|j| {
+        let v: [i16; 32] = std::array::from_fn(|l| (2 * j + l / 16) as i16);
+        _mm512_loadu_si512(v.as_ptr() as *const _)
+    });
+    let mut acc = [_mm256_setzero_ps(); N];
     for ib in 0..nb {
         let b = w.as_ptr().add(ib * 144);
         let (d, dmin) = f16x2(b);
-        let (sc, mn) = q4k_scales_mins(std::slice::from_raw_parts(b.add(4), 12));
+        let sm = q4k_scales_mins_vec(b.add(4));
+        // The scales as words (lanes 0..8).
+        let sc16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
         let mut sumi = [_mm512_setzero_si512(); N];
-        for j in 0..4 {
+        for (j, ix) in idx.iter().enumerate() {
             let bits = _mm256_loadu_si256(b.add(16 + 32 * j) as *const __m256i);
             let both = _mm512_inserti64x4(_mm512_castsi256_si512(bits), _mm256_srli_epi16(bits, 4), 1);
             let q = _mm512_and_si512(both, mask);
-            let s = _mm512_inserti64x4(_mm512_set1_epi16(sc[2 * j] as i16), _mm256_set1_epi16(sc[2 * j + 1] as i16), 1);
+            let s = _mm512_permutexvar_epi16(*ix, sc16);
             for k in 0..N {
                 let y = _mm512_loadu_si512((a[k].qs.as_ptr() as *const u8).add(ib * QK_K + 64 * j) as *const _);
                 sumi[k] = _mm512_add_epi32(sumi[k], _mm512_madd_epi16(_mm512_maddubs_epi16(q, y), s));
             }
         }
-        // The minimum corrections of four tokens at a time as vectors (bsums · mins, 8 lanes
-        // each), all eight integer sums reduced together and the float epilogue on four lanes,
-        // each lane the single dot's `ad · (d·isum − dmin·msum)`.
-        let mn16: [u8; 16] = std::array::from_fn(|g| mn[g / 2]);
-        let mins16 = _mm256_cvtepu8_epi16(_mm_loadu_si128(mn16.as_ptr() as *const __m128i));
-        for g in 0..N / 4 {
-            let t = |k: usize| &a[4 * g + k];
-            let m: [__m256i; 4] = std::array::from_fn(|k| {
-                let bs = _mm256_loadu_si256(t(k).bsums.as_ptr().add(ib * 16) as *const __m256i);
-                _mm256_madd_epi16(bs, mins16)
-            });
-            let s: [__m256i; 4] = std::array::from_fn(|k| half_sum(sumi[4 * g + k]));
-            let isum = reduce_4x8(s);
-            let msum = reduce_4x8(m);
-            let ad = _mm_set_ps(
-                *t(3).d.get_unchecked(ib),
-                *t(2).d.get_unchecked(ib),
-                *t(1).d.get_unchecked(ib),
-                *t(0).d.get_unchecked(ib),
-            );
-            let x = _mm_sub_ps(
-                _mm_mul_ps(_mm_set1_ps(d), _mm_cvtepi32_ps(isum)),
-                _mm_mul_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(msum)),
-            );
-            total[g] = _mm_add_ps(total[g], _mm_mul_ps(ad, x));
+        // The two halves' lanes added give the AVX2 kernels' eight lanes exactly.
+        let mins16 = q4k_mins16(sm);
+        for k in 0..N {
+            let m = _mm256_madd_epi16(load_bsums(&a[k], ib), mins16);
+            let ad = *a[k].d.get_unchecked(ib);
+            acc[k] = q4k_accumulate(acc[k], half_sum(sumi[k]), m, d * ad, dmin * ad);
         }
     }
-    let mut out = [0.0f32; N];
-    for (g, tg) in total.iter().enumerate().take(N / 4) {
-        _mm_storeu_ps(out.as_mut_ptr().add(4 * g), *tg);
-    }
-    out
+    acc.map(|v| hsum_ps(v))
 }
 
 /// The two 256-bit halves of `v` added (16 i32 lanes to 8).
@@ -580,14 +584,6 @@ unsafe fn dot_q4_k_xn_512<const N: usize>(w: &[u8], a: &[ActRow; N]) -> [f32; N]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 unsafe fn half_sum(v: __m512i) -> __m256i {
     _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v))
-}
-
-/// The lane sums of four 8-lane i32 vectors, as one 4-lane vector (exact integer sums).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn reduce_4x8(v: [__m256i; 4]) -> __m128i {
-    let g = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    _mm_add_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256::<1>(g))
 }
 
 /// The four 6-bit quarters of half `n` of a Q6_K super-block (`b` its start): quarter `k` holds
@@ -618,7 +614,7 @@ unsafe fn dot_q6_k_x4(w: &[u8], a: &[ActRow; 4]) -> [f32; 4] {
     for r in a {
         debug_assert!(r.qs.len() >= nb * QK_K && r.d.len() >= nb && r.bsums.len() >= nb * 16);
     }
-    let mut total = [0.0f32; 4];
+    let mut acc = [_mm256_setzero_ps(); 4];
     for ib in 0..nb {
         let b = w.as_ptr().add(ib * 210);
         let d = f16x2(b.add(206)).1;
@@ -637,12 +633,12 @@ unsafe fn dot_q6_k_x4(w: &[u8], a: &[ActRow; 4]) -> [f32; 4] {
                 }
             }
         }
+        let sc16 = q6k_scales16(b);
         for k in 0..4 {
-            let offset = q6k_offset(sc, a[k].bsums.get_unchecked(ib * 16..ib * 16 + 16));
-            total[k] += *a[k].d.get_unchecked(ib) * d * (hsum_epi32(sumi[k]) - 32 * offset) as f32;
+            acc[k] = q6k_accumulate(acc[k], sumi[k], load_bsums(&a[k], ib), sc16, *a[k].d.get_unchecked(ib) * d);
         }
     }
-    total
+    acc.map(|v| hsum_ps(v))
 }
 
 /// Q6_K, one row × `N` tokens (a multiple of 4), AVX-512 (BW): two quarters (64 consecutive
@@ -658,7 +654,7 @@ unsafe fn dot_q6_k_xn_512<const N: usize>(w: &[u8], a: &[ActRow; N]) -> [f32; N]
         let v: [i16; 32] = std::array::from_fn(|l| (4 * c + l / 8) as i16);
         _mm512_loadu_si512(v.as_ptr() as *const _)
     });
-    let mut total = [_mm_setzero_ps(); N];
+    let mut acc = [_mm256_setzero_ps(); N];
     for ib in 0..nb {
         let b = w.as_ptr().add(ib * 210);
         let d = f16x2(b.add(206)).1;
@@ -679,29 +675,12 @@ unsafe fn dot_q6_k_xn_512<const N: usize>(w: &[u8], a: &[ActRow; N]) -> [f32; N]
                 }
             }
         }
-        // isum − 32·offset of four tokens at a time as vectors, reduced together; each lane's
-        // float epilogue is the single dot's `ad · d · (isum − 32·offset)`.
-        for g in 0..N / 4 {
-            let t = |k: usize| &a[4 * g + k];
-            let v: [__m256i; 4] = std::array::from_fn(|k| {
-                let bs = _mm256_loadu_si256(t(k).bsums.as_ptr().add(ib * 16) as *const __m256i);
-                _mm256_sub_epi32(half_sum(sumi[4 * g + k]), _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, sc16)))
-            });
-            let ad = _mm_set_ps(
-                *t(3).d.get_unchecked(ib),
-                *t(2).d.get_unchecked(ib),
-                *t(1).d.get_unchecked(ib),
-                *t(0).d.get_unchecked(ib),
-            );
-            let x = _mm_cvtepi32_ps(reduce_4x8(v));
-            total[g] = _mm_add_ps(total[g], _mm_mul_ps(_mm_mul_ps(ad, _mm_set1_ps(d)), x));
+        for k in 0..N {
+            acc[k] =
+                q6k_accumulate(acc[k], half_sum(sumi[k]), load_bsums(&a[k], ib), sc16, *a[k].d.get_unchecked(ib) * d);
         }
     }
-    let mut out = [0.0f32; N];
-    for (g, tg) in total.iter().enumerate().take(N / 4) {
-        _mm_storeu_ps(out.as_mut_ptr().add(4 * g), *tg);
-    }
-    out
+    acc.map(|v| hsum_ps(v))
 }
 
 #[cfg(test)]

@@ -1,0 +1,52 @@
+//! Times the quantized matmul kernels on a 4B-shaped MLP weight (9216 × 2560) at one thread:
+//! decode (1 token) and prefill tiles (64 tokens), in multiply-adds per second. For kernel
+//! work: `cargo run --release -p frognano-model --example quant_matmul_speed [q4_k|q6_k|q4_1|q8_0]`.
+use frognano_model::quant::{matmul, QuantType};
+use std::time::Instant;
+
+fn main() {
+    rayon::ThreadPoolBuilder::new().num_threads(1).build_global().expect("one pool");
+    let which: Vec<String> = std::env::args().skip(1).collect();
+    let (rows, cols) = (9216, 2560);
+    for ty in [QuantType::Q4_K, QuantType::Q6_K, QuantType::Q4_1, QuantType::Q8_0] {
+        if !which.is_empty() && !which.iter().any(|w| w.eq_ignore_ascii_case(ty.name())) {
+            continue;
+        }
+        let n = rows * cols / ty.block_size() * ty.block_bytes();
+        let mut s = 7u64;
+        let mut w: Vec<u8> = (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (s >> 33) as u8
+            })
+            .collect();
+        // Small normal f16 scales where each format keeps them.
+        let scale_at: &[usize] = match ty {
+            QuantType::Q4_K => &[0, 2],
+            QuantType::Q6_K => &[208],
+            QuantType::Q4_1 => &[0, 2],
+            _ => &[0],
+        };
+        for b in w.chunks_exact_mut(ty.block_bytes()) {
+            for &o in scale_at {
+                b[o..o + 2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
+            }
+        }
+        for t in [1usize, 64] {
+            let x: Vec<f32> = (0..t * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
+            let _ = matmul(ty, &w, rows, cols, &x, t);
+            let reps = if t == 1 { 40 } else { std::env::var("REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(3) };
+            let t0 = Instant::now();
+            for _ in 0..reps {
+                std::hint::black_box(matmul(ty, &w, rows, cols, &x, t));
+            }
+            let sec = t0.elapsed().as_secs_f64() / reps as f64;
+            println!(
+                "{ty} t={t:<3} {:8.2} ms  {:6.1} GB/s weights  {:6.1} G multiply-adds/s",
+                sec * 1e3,
+                n as f64 / sec / 1e9,
+                (rows * cols * t) as f64 / sec / 1e9
+            );
+        }
+    }
+}
