@@ -370,8 +370,7 @@ unsafe fn dot_q4_k(w: &[u8], a: &ActRow) -> f32 {
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
         }
         let m = _mm256_madd_epi16(load_bsums(a, ib), q4k_mins16(sm));
-        let ad = *a.d.get_unchecked(ib);
-        acc = q4k_accumulate(acc, sumi, m, d * ad, dmin * ad);
+        acc = q4k_accumulate(acc, sumi, m, _mm256_set1_ps(d), _mm256_set1_ps(dmin), a.d.as_ptr().add(ib));
     }
     hsum_ps(acc)
 }
@@ -477,13 +476,15 @@ unsafe fn load_bsums(a: &ActRow, ib: usize) -> __m256i {
 
 /// The float step that ends a Q4_K super-block in every Q4_K kernel (one token or a tile, AVX2
 /// or AVX-512), so that all of them give the same bits for a token: eight integer lanes `s` of
-/// the scaled dot and eight lanes `m` of the minimum correction (`bsums · mins`), folded into
-/// the token's eight-lane accumulator. No horizontal sum per super-block: one at the end.
+/// the scaled dot and eight lanes `m` of the minimum correction (`bsums · mins`) become
+/// `d·s − dmin·m` (`d`, `dmin` broadcast once per super-block and shared by every token), and
+/// that, times the token's activation scale `ad` (a broadcast load), is added to the token's
+/// eight-lane accumulator. No horizontal sum per super-block: one at the end.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4k_accumulate(acc: __m256, s: __m256i, m: __m256i, d_ad: f32, dmin_ad: f32) -> __m256 {
-    let acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d_ad), acc);
-    _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(dmin_ad), acc)
+unsafe fn q4k_accumulate(acc: __m256, s: __m256i, m: __m256i, d: __m256, dmin: __m256, ad: *const f32) -> __m256 {
+    let v = _mm256_fmsub_ps(d, _mm256_cvtepi32_ps(s), _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(m)));
+    _mm256_fmadd_ps(_mm256_broadcast_ss(&*ad), v, acc)
 }
 
 /// The same for Q6_K: lanes `s` of the scaled dot minus 32 × (`bsums · scales`), the offset of
@@ -525,10 +526,10 @@ unsafe fn dot_q4_k_x4(w: &[u8], a: &[ActRow; 4]) -> [f32; 4] {
             }
         }
         let mins16 = q4k_mins16(sm);
+        let (dv, dminv) = (_mm256_set1_ps(d), _mm256_set1_ps(dmin));
         for k in 0..4 {
             let m = _mm256_madd_epi16(load_bsums(&a[k], ib), mins16);
-            let ad = *a[k].d.get_unchecked(ib);
-            acc[k] = q4k_accumulate(acc[k], sumi[k], m, d * ad, dmin * ad);
+            acc[k] = q4k_accumulate(acc[k], sumi[k], m, dv, dminv, a[k].d.as_ptr().add(ib));
         }
     }
     acc.map(|v| hsum_ps(v))
@@ -570,10 +571,10 @@ unsafe fn dot_q4_k_xn_512<const N: usize>(w: &[u8], a: &[ActRow; N]) -> [f32; N]
         }
         // The two halves' lanes added give the AVX2 kernels' eight lanes exactly.
         let mins16 = q4k_mins16(sm);
+        let (dv, dminv) = (_mm256_set1_ps(d), _mm256_set1_ps(dmin));
         for k in 0..N {
             let m = _mm256_madd_epi16(load_bsums(&a[k], ib), mins16);
-            let ad = *a[k].d.get_unchecked(ib);
-            acc[k] = q4k_accumulate(acc[k], half_sum(sumi[k]), m, d * ad, dmin * ad);
+            acc[k] = q4k_accumulate(acc[k], half_sum(sumi[k]), m, dv, dminv, a[k].d.as_ptr().add(ib));
         }
     }
     acc.map(|v| hsum_ps(v))
