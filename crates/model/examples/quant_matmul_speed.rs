@@ -8,6 +8,27 @@ fn main() {
     rayon::ThreadPoolBuilder::new().num_threads(1).build_global().expect("one pool");
     let which: Vec<String> = std::env::args().skip(1).collect();
     let (rows, cols) = (9216, 2560);
+    if which.iter().any(|w| w == "quantize") {
+        // What `--quant` does to every matrix on load, one thread.
+        let x: Vec<f32> = (0..rows * cols).map(|i| (((i * 2654435761usize) >> 7) % 2001) as f32 / 1e5 - 0.01).collect();
+        for ty in [QuantType::Q8_0, QuantType::Q4_K] {
+            let t0 = Instant::now();
+            let q = frognano_model::quant::quantize::quantize(ty, &x);
+            let sec = t0.elapsed().as_secs_f64();
+            println!(
+                "quantize {ty}: {:.2} s for {} values ({:.1} M values/s), rms error {:.2e}",
+                sec,
+                x.len(),
+                x.len() as f64 / sec / 1e6,
+                {
+                    let mut back = vec![0.0; x.len()];
+                    frognano_model::quant::dequantize(ty, &q, &mut back);
+                    (x.iter().zip(&back).map(|(a, b)| (a - b).powi(2)).sum::<f32>() / x.len() as f32).sqrt()
+                }
+            );
+        }
+        return;
+    }
     for ty in [QuantType::Q4_K, QuantType::Q6_K, QuantType::Q4_1, QuantType::Q8_0] {
         if !which.is_empty() && !which.iter().any(|w| w.eq_ignore_ascii_case(ty.name())) {
             continue;
