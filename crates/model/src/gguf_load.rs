@@ -151,6 +151,7 @@ pub fn load_gguf(path: &Path, quant: Option<QuantType>) -> Result<LoadedModel> {
             if let Some(q) = quant {
                 crate::qwen35_gguf::quantize_qwen35(&mut m, q);
             }
+            crate::qwen35_gguf::pack_qwen35(&mut m);
             Box::new(m)
         }
         "llama" | "mistral" | "granite" | "qwen2" => {
@@ -158,6 +159,7 @@ pub fn load_gguf(path: &Path, quant: Option<QuantType>) -> Result<LoadedModel> {
             if let Some(q) = quant {
                 m.quantize_weights(q);
             }
+            m.pack_for_matmul();
             Box::new(m)
         }
         other => {

@@ -365,6 +365,21 @@ impl Llama {
         }
     }
 
+    /// Repacks the matmul weights for this CPU's fastest kernels ([`Matrix::pack_for_matmul`]):
+    /// the projections and the output head (the tied embedding when there is none; its row
+    /// lookups keep reading the original bytes).
+    pub fn pack_for_matmul(&mut self) {
+        match self.output.as_mut() {
+            Some(m) => m.pack_for_matmul(),
+            None => self.embed.pack_for_matmul(),
+        }
+        for l in &mut self.layers {
+            for m in [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo, &mut l.gate, &mut l.up, &mut l.down] {
+                m.pack_for_matmul();
+            }
+        }
+    }
+
     /// Bytes of weights.
     pub fn weight_bytes(&self) -> usize {
         let mut n = self.embed.byte_len() + self.output.as_ref().map_or(0, |m| m.byte_len());

@@ -96,6 +96,7 @@ pub fn load_quantized(spec: impl AsRef<str>, quant: Option<crate::quant::QuantTy
             let mut m = Qwen35::from_safetensors_parts(cfg, &st)?;
             if let Some(q) = quant {
                 crate::qwen35_gguf::quantize_qwen35(&mut m, q);
+                crate::qwen35_gguf::pack_qwen35(&mut m);
                 bytes = crate::qwen35_gguf::qwen35_weight_bytes(&m);
             }
             (Box::new(m), eos, bytes)
@@ -108,6 +109,7 @@ pub fn load_quantized(spec: impl AsRef<str>, quant: Option<crate::quant::QuantTy
             let mut m = crate::llama::Llama::from_safetensors_parts(cfg, tied, &st)?;
             if let Some(q) = quant {
                 m.quantize_weights(q);
+                m.pack_for_matmul();
                 bytes = m.weight_bytes();
             }
             (Box::new(m), eos_from_config(&v), bytes)

@@ -170,6 +170,27 @@ pub fn quantize_qwen35(m: &mut Qwen35, q: crate::quant::QuantType) {
     m.act = Act::F32;
 }
 
+/// Repacks the matmul weights of a Qwen3.5 model for this CPU's fastest kernels
+/// ([`crate::tensor::Matrix::pack_for_matmul`]): every projection and the output head (the
+/// tied embedding when there is none; its row lookups keep reading the original bytes).
+pub fn pack_qwen35(m: &mut Qwen35) {
+    match m.lm_head.as_mut() {
+        Some(h) => h.pack_for_matmul(),
+        None => m.embed_tokens.pack_for_matmul(),
+    }
+    for l in &mut m.layers {
+        let mats: Vec<&mut crate::tensor::Matrix> = match &mut l.mixer {
+            Mixer::Attention(a) => vec![&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.o_proj],
+            Mixer::DeltaNet(n) => {
+                vec![&mut n.in_proj_qkv, &mut n.in_proj_z, &mut n.in_proj_b, &mut n.in_proj_a, &mut n.out_proj]
+            }
+        };
+        for mm in mats.into_iter().chain([&mut l.mlp.gate, &mut l.mlp.up, &mut l.mlp.down]) {
+            mm.pack_for_matmul();
+        }
+    }
+}
+
 /// Bytes of the weight matrices of a Qwen3.5 model (after any re-quantization).
 pub fn qwen35_weight_bytes(m: &Qwen35) -> usize {
     let mut n = m.embed_tokens.byte_len() + m.lm_head.as_ref().map_or(0, |h| h.byte_len());

@@ -166,6 +166,9 @@ pub struct Matrix {
     /// Stored element type.
     pub dtype: DType,
     bytes: Bytes,
+    /// The same Q4_K weights repacked for the eight-row kernel ([`crate::quant::q4k_x8`]),
+    /// when [`Matrix::pack_for_matmul`] made them; matmuls then read only these.
+    packed: Option<Arc<Vec<u8>>>,
 }
 
 impl Matrix {
@@ -174,7 +177,32 @@ impl Matrix {
     pub fn new(rows: usize, cols: usize, dtype: DType, bytes: Bytes) -> Self {
         let row = dtype.row_bytes(cols).expect("matrix width is a whole number of blocks");
         assert_eq!(bytes.len(), rows * row, "matrix byte length");
-        Matrix { rows, cols, dtype, bytes }
+        Matrix { rows, cols, dtype, bytes, packed: None }
+    }
+
+    /// Repacks a Q4_K matrix for the eight-row AVX-512 VNNI kernel when this CPU has it and
+    /// the rows come in eights (a one-time copy of the weights, made at load); anything else
+    /// is left as it is. Results stay within the Q4_K dot's rounding, and one token and a
+    /// tile of tokens keep giving the same bits. `FROGNANO_PLAIN_KERNELS=1` skips it.
+    pub fn pack_for_matmul(&mut self) {
+        use crate::quant::{q4k_x8, QuantType};
+        if self.dtype == DType::Quant(QuantType::Q4_K)
+            && self.packed.is_none()
+            && self.rows.is_multiple_of(q4k_x8::GROUP)
+            && q4k_x8::available()
+            && !crate::kernels::plain_kernels()
+        {
+            self.packed = Some(Arc::new(q4k_x8::pack(self.bytes.as_slice(), self.rows, self.cols)));
+        }
+    }
+
+    fn quant_mat(&self, ty: crate::quant::QuantType) -> crate::quant::QuantMat<'_> {
+        crate::quant::QuantMat {
+            ty,
+            w: self.bytes.as_slice(),
+            rows: self.rows,
+            packed: self.packed.as_deref().map(Vec::as_slice),
+        }
     }
 
     /// The stored bytes (row-major, `dtype` layout).
@@ -239,9 +267,7 @@ impl Matrix {
         let quant: Option<Vec<crate::quant::QuantMat>> = ms
             .iter()
             .map(|m| match m.dtype {
-                DType::Quant(ty) if m.cols == ms[0].cols => {
-                    Some(crate::quant::QuantMat { ty, w: m.bytes.as_slice(), rows: m.rows })
-                }
+                DType::Quant(ty) if m.cols == ms[0].cols => Some(m.quant_mat(ty)),
                 _ => None,
             })
             .collect();
@@ -257,7 +283,7 @@ impl Matrix {
         let (rows, cols) = (self.rows, self.cols);
         assert_eq!(x.len(), t * cols, "matmul input length");
         if let DType::Quant(q) = self.dtype {
-            return crate::quant::matmul(q, self.bytes.as_slice(), rows, cols, x, t);
+            return crate::quant::matmul_many(&[self.quant_mat(q)], cols, x, t).pop().expect("one product");
         }
         // Work in [rows, t] so each task owns a contiguous slice, then transpose. Enough
         // blocks for every thread several times over; at most 64 rows so a block's weights

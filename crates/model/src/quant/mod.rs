@@ -23,6 +23,7 @@
 //! AVX2 the hot formats use the SIMD kernels in `x86`, picked at run time.
 
 pub mod ggml;
+pub mod q4k_x8;
 pub mod quantize;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -363,6 +364,9 @@ pub struct QuantizedActs {
     pub s: Vec<f32>,
     /// Sum of every 16 values (Q8_K only).
     pub bsums: Vec<i16>,
+    /// Sum of every 32 values (Q8_K only), eight per block in the order
+    /// `[B0, B1, B4, B5, B2, B3, B6, B7]` the packed Q4_K kernel ([`q4k_x8`]) reads.
+    pub sums32: Vec<i16>,
 }
 
 /// One quantized activation row.
@@ -376,6 +380,8 @@ pub struct ActRow<'a> {
     pub s: &'a [f32],
     /// Sums of 16 (Q8_K).
     pub bsums: &'a [i16],
+    /// Sums of 32 in [`q4k_x8`]'s order (Q8_K).
+    pub sums32: &'a [i16],
 }
 
 impl ActFormat {
@@ -423,6 +429,7 @@ impl QuantizedActs {
             d: vec![0.0; nb],
             s: if format == ActFormat::Q8_1 { vec![0.0; nb] } else { Vec::new() },
             bsums: if format == ActFormat::Q8_K { vec![0; x.len() / 16] } else { Vec::new() },
+            sums32: if format == ActFormat::Q8_K { vec![0; x.len() / 32] } else { Vec::new() },
         };
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
@@ -490,6 +497,11 @@ impl QuantizedActs {
                     }
                     *d = 1.0 / iscale;
                 }
+                for (s32, s16) in a.sums32.chunks_exact_mut(8).zip(a.bsums.chunks_exact(16)) {
+                    for (slot, j) in [0, 1, 4, 5, 2, 3, 6, 7].into_iter().enumerate() {
+                        s32[slot] = s16[2 * j] + s16[2 * j + 1];
+                    }
+                }
             }
         }
     }
@@ -503,6 +515,11 @@ impl QuantizedActs {
             d: &self.d[i * nb..(i + 1) * nb],
             s: if self.s.is_empty() { &[] } else { &self.s[i * nb..(i + 1) * nb] },
             bsums: if self.bsums.is_empty() { &[] } else { &self.bsums[i * self.cols / 16..(i + 1) * self.cols / 16] },
+            sums32: if self.sums32.is_empty() {
+                &[]
+            } else {
+                &self.sums32[i * self.cols / 32..(i + 1) * self.cols / 32]
+            },
         }
     }
 }
@@ -660,7 +677,7 @@ const SERIAL_WORK: usize = 1 << 17;
 /// `y[t, r] = Σ_k x[t, k] · W[r, k]` for a `[rows, cols]` weight matrix of type `ty` stored
 /// row-major in `w`; returns `[t, rows]`.
 pub fn matmul(ty: QuantType, w: &[u8], rows: usize, cols: usize, x: &[f32], t: usize) -> Vec<f32> {
-    matmul_many(&[QuantMat { ty, w, rows }], cols, x, t).pop().expect("one matrix in, one product out")
+    matmul_many(&[QuantMat { ty, w, rows, packed: None }], cols, x, t).pop().expect("one matrix in, one product out")
 }
 
 /// One weight matrix of a [`matmul_many`]: `rows` rows of type `ty`, row-major in `w`.
@@ -672,6 +689,8 @@ pub struct QuantMat<'a> {
     pub w: &'a [u8],
     /// Rows (output features).
     pub rows: usize,
+    /// The same Q4_K matrix packed by [`q4k_x8::pack`], if it was (then used instead of `w`).
+    pub packed: Option<&'a [u8]>,
 }
 
 /// One parallel task: rows `r0..r0 + out.len() / t` of matrix `m`, written `[rows, t]`.
@@ -704,11 +723,40 @@ pub fn matmul_many(ms: &[QuantMat], cols: usize, x: &[f32], t: usize) -> Vec<Vec
     }
     let act_rows: Vec<Vec<ActRow>> = acts.iter().map(|a| (0..t).map(|i| a.row(i)).collect()).collect();
     let mut outs: Vec<Vec<f32>> = ms.iter().map(|m| vec![0.0f32; m.rows * t]).collect();
+    let packed_kernels = (q4k_x8::kernel::<1>(), q4k_x8::kernel::<4>(), q4k_x8::kernel::<8>());
     let run = |task: Task| {
         let (m, (rb, ai, dot, dot4, rows4, dot8)) = (&ms[task.m], plan[task.m]);
         let act_rows = &act_rows[ai];
         let (r0, out) = (task.r0, task.out);
         let nr = out.len() / t;
+        if let (Some(p), (Some(k1), Some(k4), Some(k8))) = (m.packed, packed_kernels) {
+            // Eight rows at a time (tasks start on multiples of eight rows), every token.
+            let gb = cols / QK_K * q4k_x8::BLOCK_BYTES;
+            for g in 0..nr / q4k_x8::GROUP {
+                let pg = &p[(r0 / q4k_x8::GROUP + g) * gb..][..gb];
+                let mut put = |tt: usize, ys: &[[f32; q4k_x8::GROUP]]| {
+                    for (k, y) in ys.iter().enumerate() {
+                        for (r, v) in y.iter().enumerate() {
+                            out[(g * q4k_x8::GROUP + r) * t + tt + k] = *v;
+                        }
+                    }
+                };
+                let mut tt = 0;
+                while tt + 8 <= t {
+                    put(tt, &k8(pg, &std::array::from_fn(|k| act_rows[tt + k])));
+                    tt += 8;
+                }
+                while tt + 4 <= t {
+                    put(tt, &k4(pg, &std::array::from_fn(|k| act_rows[tt + k])));
+                    tt += 4;
+                }
+                while tt < t {
+                    put(tt, &k1(pg, &[act_rows[tt]]));
+                    tt += 1;
+                }
+            }
+            return;
+        }
         let mut tt = 0;
         if let Some(dot8) = dot8 {
             // Eight tokens at a time (the k-quant tiles).
@@ -870,8 +918,10 @@ pub(crate) mod tests {
             plain.d.fill(0.0);
             plain.s.fill(0.0);
             plain.bsums.fill(0);
+            plain.sums32.fill(0);
             plain.fill(&x);
             assert_eq!((&plain.qs, &plain.d, &plain.s, &plain.bsums), (&fast.qs, &fast.d, &fast.s, &fast.bsums));
+            assert_eq!(plain.sums32, fast.sums32);
         }
     }
 
@@ -889,7 +939,8 @@ pub(crate) mod tests {
                     (ty, random_blocks(ty, rows * cols / ty.block_size(), i as u64), rows)
                 })
                 .collect();
-            let ms: Vec<QuantMat> = ws.iter().map(|(ty, w, rows)| QuantMat { ty: *ty, w, rows: *rows }).collect();
+            let ms: Vec<QuantMat> =
+                ws.iter().map(|(ty, w, rows)| QuantMat { ty: *ty, w, rows: *rows, packed: None }).collect();
             let got = matmul_many(&ms, cols, &x, t);
             for ((ty, w, rows), y) in ws.iter().zip(&got) {
                 assert_eq!(&matmul(*ty, w, *rows, cols, &x, t), y, "{ty} t={t}");
