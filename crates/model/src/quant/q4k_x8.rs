@@ -66,8 +66,7 @@ pub fn pack(w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
     out.par_chunks_mut(nb * BLOCK_BYTES).enumerate().for_each(|(g, dst)| {
         for (ib, blk) in dst.chunks_exact_mut(BLOCK_BYTES).enumerate() {
             let src = |r: usize| &w[(g * GROUP + r) * row_bytes + ib * 144..][..144];
-            let mut q = [[0u8; QK_K]; GROUP];
-            for (r, qr) in q.iter_mut().enumerate() {
+            for r in 0..GROUP {
                 let b = src(r);
                 blk[2 * r..2 * r + 2].copy_from_slice(&b[0..2]);
                 blk[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&b[2..4]);
@@ -76,20 +75,16 @@ pub fn pack(w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
                     blk[OFF_SCALES + 8 * j + r] = s;
                     blk[OFF_MINS + 8 * r + j] = m;
                 }
-                for (e, v) in qr.iter_mut().enumerate() {
-                    let (chunk, l) = (e / 64, e % 64);
-                    let byte = b[16 + chunk * 32 + l % 32];
-                    *v = if l < 32 { byte & 0xF } else { byte >> 4 };
-                }
-            }
-            for j in 0..8 {
-                let regs = &mut blk[OFF_QS + 128 * j..OFF_QS + 128 * (j + 1)];
-                for (half, reg) in regs.chunks_exact_mut(64).enumerate() {
-                    for r in 0..GROUP {
-                        for b in 0..8 {
-                            let lo = q[r][32 * j + 8 * (2 * half) + b];
-                            let hi = q[r][32 * j + 8 * (2 * half + 1) + b];
-                            reg[8 * r + b] = lo | (hi << 4);
+                // Sub-block j is nibble half j % 2 of bytes 32·(j / 2) .. + 32 of the values;
+                // register pair `half` takes its elements 16·half .. + 16, the first eight as low
+                // nibbles and the next eight as high.
+                for j in 0..8 {
+                    let bytes = &b[16 + 32 * (j / 2)..][..32];
+                    let nib = |x: u8| if j % 2 == 0 { x & 0xF } else { x >> 4 };
+                    for half in 0..2 {
+                        let reg = &mut blk[OFF_QS + 128 * j + 64 * half + 8 * r..][..8];
+                        for (i, o) in reg.iter_mut().enumerate() {
+                            *o = nib(bytes[16 * half + i]) | (nib(bytes[16 * half + 8 + i]) << 4);
                         }
                     }
                 }
