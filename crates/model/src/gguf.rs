@@ -222,6 +222,8 @@ pub fn ggml_id(dtype: DType) -> u32 {
 pub struct GgufFile {
     path: PathBuf,
     data: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    /// `data` again when it is a file map (for [`crate::tensor::Bytes::release_pages`]).
+    map: Option<Arc<memmap2::Mmap>>,
     version: u32,
     metadata: Vec<(String, MetaValue)>,
     tensors: Vec<TensorInfo>,
@@ -349,7 +351,8 @@ impl GgufFile {
         // SAFETY: read-only map; a file changed underneath us is the user's problem (as for
         // every mmap-based loader).
         let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| ModelError::io(path, e))?;
-        Self::from_bytes(Arc::new(mmap), path)
+        let map = Arc::new(mmap);
+        Ok(GgufFile { map: Some(map.clone()), ..Self::from_bytes(map, path)? })
     }
 
     /// Parses a GGUF image held in memory; `path` names it in errors.
@@ -460,7 +463,7 @@ impl GgufFile {
         if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
             return Err(ModelError::format(path, format!("tensor `{}` appears twice", w[0])));
         }
-        Ok(GgufFile { path: path.to_path_buf(), data, version, metadata, tensors, alignment })
+        Ok(GgufFile { path: path.to_path_buf(), data, map: None, version, metadata, tensors, alignment })
     }
 
     /// The file.
@@ -575,7 +578,11 @@ impl GgufFile {
                 found: t.dims.iter().rev().copied().collect(),
             });
         }
-        Ok(Matrix::new(rows, cols, t.dtype, Bytes::new(self.data.clone(), t.start, t.len)))
+        let bytes = match &self.map {
+            Some(map) => Bytes::mapped(map.clone(), t.start, t.len),
+            None => Bytes::new(self.data.clone(), t.start, t.len),
+        };
+        Ok(Matrix::new(rows, cols, t.dtype, bytes))
     }
 
     /// A tensor with exactly `elements` values, widened/dequantized to f32 (norms, biases, small

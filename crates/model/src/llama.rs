@@ -464,13 +464,17 @@ impl Llama {
         let c = &self.cfg;
         let (hq, hkv, dh) = (c.num_heads, c.num_kv_heads, c.head_dim);
         let angles: Vec<Vec<(f32, f32)>> = (0..t).map(|i| self.rope_angles(pos0 + i)).collect();
-        for (i, head) in q.chunks_exact_mut(dh).enumerate() {
-            self.rope(head, &angles[i / hq]);
-            head.iter_mut().for_each(|e| *e = round_f16(*e));
-        }
-        for (i, head) in k.chunks_exact_mut(dh).enumerate() {
-            self.rope(head, &angles[i / hkv]);
-        }
+        crate::kernels::for_each_row(&mut q, hq * dh, |i, row| {
+            for head in row.chunks_exact_mut(dh) {
+                self.rope(head, &angles[i]);
+                head.iter_mut().for_each(|e| *e = round_f16(*e));
+            }
+        });
+        crate::kernels::for_each_row(&mut k, hkv * dh, |i, row| {
+            for head in row.chunks_exact_mut(dh) {
+                self.rope(head, &angles[i]);
+            }
+        });
         kc.extend(k.iter().map(|e| round_f16(*e)));
         vc.extend(v.iter().map(|e| round_f16(*e)));
         let scale = 1.0 / (dh as f32).sqrt();
@@ -556,7 +560,8 @@ impl Llama {
             let x = rms_norm(&h, &l.ffn_norm, c.rms_norm_eps);
             let [mut g, u]: [Vec<f32>; 2] =
                 Matrix::matmul_many(&[&l.gate, &l.up], &x, t).try_into().expect("two products for two matrices");
-            ggml::swiglu(&mut g, &u, c.intermediate_size);
+            let ffn = c.intermediate_size;
+            crate::kernels::for_each_row(&mut g, ffn, |i, row| ggml::swiglu(row, &u[i * ffn..(i + 1) * ffn], ffn));
             let y = l.down.matmul(&g, t);
             h.iter_mut().zip(&y).for_each(|(h, y)| *h += y);
         }

@@ -34,13 +34,16 @@ pub struct Mlp {
 impl Mlp {
     /// `(silu(x·Wgᵀ) ⊙ x·Wuᵀ)·Wdᵀ`, rounded like a `dt` run.
     pub fn forward(&self, x: &[f32], t: usize, act: Act) -> Vec<f32> {
-        let mut g = self.gate.matmul(x, t);
+        let [mut g, mut u]: [Vec<f32>; 2] =
+            Matrix::matmul_many(&[&self.gate, &self.up], x, t).try_into().expect("two products for two matrices");
         act.round(&mut g);
-        let mut u = self.up.matmul(x, t);
         act.round(&mut u);
-        for (a, b) in g.iter_mut().zip(&u) {
-            *a = act.r(act.r(silu(*a)) * b);
-        }
+        let width = g.len() / t.max(1);
+        crate::kernels::for_each_row(&mut g, width, |i, row| {
+            for (a, b) in row.iter_mut().zip(&u[i * width..(i + 1) * width]) {
+                *a = act.r(act.r(silu(*a)) * b);
+            }
+        });
         let mut y = self.down.matmul(&g, t);
         act.round(&mut y);
         y
@@ -253,7 +256,10 @@ impl GatedAttention {
         let (hq, hkv, dh) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
         let t: usize = segs.iter().map(|s| s.rows).sum();
         let eps = m.eps();
-        let mut qg = self.q_proj.matmul(x, t);
+        let [mut qg, mut k, mut v]: [Vec<f32>; 3] =
+            Matrix::matmul_many(&[&self.q_proj, &self.k_proj, &self.v_proj], x, t)
+                .try_into()
+                .expect("three products for three matrices");
         act.round(&mut qg);
         // Split the per-head [query | gate] interleave.
         let mut q = vec![0.0f32; t * hq * dh];
@@ -264,11 +270,9 @@ impl GatedAttention {
         }
         let mut q = rms_norm(&q, &self.q_norm, eps);
         act.round(&mut q);
-        let mut k = self.k_proj.matmul(x, t);
         act.round(&mut k);
         let mut k = rms_norm(&k, &self.k_norm, eps);
         act.round(&mut k);
-        let mut v = self.v_proj.matmul(x, t);
         act.round(&mut v);
         let mut r0 = 0;
         let mut work = Vec::with_capacity(segs.len());
@@ -287,9 +291,12 @@ impl GatedAttention {
         let outs: Vec<Vec<f32>> =
             work.into_par_iter().map(|(q, k, v, rows, pos0, kc, vc)| attend(q, k, &v, rows, pos0, kc, vc, m)).collect();
         let mut o = outs.concat();
-        for (e, gt) in o.iter_mut().zip(&gate) {
-            *e = act.r(*e * act.r(sigmoid(*gt)));
-        }
+        let width = o.len() / t.max(1);
+        crate::kernels::for_each_row(&mut o, width, |i, row| {
+            for (e, gt) in row.iter_mut().zip(&gate[i * width..(i + 1) * width]) {
+                *e = act.r(*e * act.r(sigmoid(*gt)));
+            }
+        });
         let mut y = self.o_proj.matmul(&o, t);
         act.round(&mut y);
         y
@@ -365,14 +372,13 @@ impl GatedDeltaNet {
         let c = &m.cfg;
         let (hv, dv) = (c.linear_num_value_heads, c.linear_value_head_dim);
         let t: usize = segs.iter().map(|s| s.rows).sum();
-        let mut mix = self.in_proj_qkv.matmul(x, t);
-        act.round(&mut mix);
-        let mut z = self.in_proj_z.matmul(x, t);
-        act.round(&mut z);
-        let mut b = self.in_proj_b.matmul(x, t);
-        act.round(&mut b);
-        let mut a = self.in_proj_a.matmul(x, t);
-        act.round(&mut a);
+        let [mut mix, mut z, mut b, mut a]: [Vec<f32>; 4] =
+            Matrix::matmul_many(&[&self.in_proj_qkv, &self.in_proj_z, &self.in_proj_b, &self.in_proj_a], x, t)
+                .try_into()
+                .expect("four products for four matrices");
+        for p in [&mut mix, &mut z, &mut b, &mut a] {
+            act.round(p);
+        }
         let mut r0 = 0;
         let mut work = Vec::with_capacity(segs.len());
         for seg in segs.iter_mut() {
@@ -419,11 +425,13 @@ impl GatedDeltaNet {
         let DeltaRows { mix, z, b, a } = rows;
         // Causal conv + SiLU, computed in dt.
         let mut conv = causal_conv1d(&mix, conv_state, &self.conv1d, conv_dim, c.linear_conv_kernel_dim);
-        act.round(&mut conv);
         act.round(conv_state);
-        for e in conv.iter_mut() {
-            *e = act.r(silu(*e));
-        }
+        crate::kernels::for_each_row(&mut conv, conv_dim, |_, row| {
+            act.round(row);
+            for e in row.iter_mut() {
+                *e = act.r(silu(*e));
+            }
+        });
         // Split channels into q, k, v; l2-normalise q and k (eps 1e-6 on the sum), scale q.
         let mut q = Vec::with_capacity(t * key_dim);
         let mut k = Vec::with_capacity(t * key_dim);
@@ -434,13 +442,11 @@ impl GatedDeltaNet {
             v.extend_from_slice(&row[2 * key_dim..]);
         }
         let qscale = 1.0 / (dk as f32).sqrt();
-        for r in q.chunks_exact_mut(dk) {
+        crate::kernels::for_each_row(&mut q, dk, |_, r| {
             l2_normalize(r, 1e-6);
             r.iter_mut().for_each(|e| *e *= qscale);
-        }
-        for r in k.chunks_exact_mut(dk) {
-            l2_normalize(r, 1e-6);
-        }
+        });
+        crate::kernels::for_each_row(&mut k, dk, |_, r| l2_normalize(r, 1e-6));
         // beta = sigmoid(b) in dt; g = −exp(A_log)·softplus(a + dt_bias) in f32.
         let beta: Vec<f32> = b.iter().map(|e| act.r(sigmoid(*e))).collect();
         let g: Vec<f32> =
@@ -455,14 +461,15 @@ impl GatedDeltaNet {
         act.round(&mut o);
         // Gated RMSNorm per value head: norm, cast, scale by w (dt), times silu(z) (f32), cast.
         let eps = m.eps();
-        for (oh, zh) in o.chunks_exact_mut(dv).zip(z.chunks_exact(dv)) {
+        crate::kernels::for_each_row(&mut o, dv, |h, oh| {
+            let zh = &z[h * dv..(h + 1) * dv];
             let ms = oh.iter().map(|e| e * e).sum::<f32>() / dv as f32;
             let inv = 1.0 / (ms + eps).sqrt();
             for ((e, w), zz) in oh.iter_mut().zip(&self.norm).zip(zh) {
                 let n = act.r(act.r(*e * inv) * w);
                 *e = act.r(n * silu(*zz));
             }
-        }
+        });
         o
     }
 }

@@ -148,8 +148,7 @@ impl SafetensorsDir {
     /// A `[rows, cols]` matrix that stays in the memory map.
     pub fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
         let (e, _) = self.entry(name, &[rows, cols])?;
-        let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = self.files[e.file].1.clone();
-        Ok(Matrix::new(rows, cols, e.dtype, Bytes::new(owner, e.start, e.len)))
+        Ok(Matrix::new(rows, cols, e.dtype, Bytes::mapped(self.files[e.file].1.clone(), e.start, e.len)))
     }
 
     /// A small tensor of `shape` widened to f32 (norm weights, gates, conv kernels).

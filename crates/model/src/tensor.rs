@@ -67,6 +67,8 @@ pub struct Bytes {
     owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
     start: usize,
     len: usize,
+    /// The owner again, when it is a read-only file map (see [`Bytes::release_pages`]).
+    map: Option<Arc<memmap2::Mmap>>,
 }
 
 impl std::fmt::Debug for Bytes {
@@ -89,17 +91,33 @@ impl Bytes {
     /// A view of `owner[start..start + len]`; the caller checks the range.
     pub fn new(owner: Arc<dyn AsRef<[u8]> + Send + Sync>, start: usize, len: usize) -> Self {
         assert!(start + len <= (*owner).as_ref().len());
-        Bytes { owner, start, len }
+        Bytes { owner, start, len, map: None }
+    }
+    /// A view of `map[start..start + len]` of a read-only file map; the caller checks the range.
+    pub fn mapped(map: Arc<memmap2::Mmap>, start: usize, len: usize) -> Self {
+        let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = map.clone();
+        Bytes { map: Some(map), ..Bytes::new(owner, start, len) }
+    }
+    /// Drops these bytes' pages from this process's memory when they come from a file map
+    /// (after a copy of them was made: a re-quantized or repacked matrix), so the peak
+    /// resident size does not hold both. Reading them again later faults them back in from
+    /// the file; owned buffers are left alone.
+    pub fn release_pages(&self) {
+        if let Some(map) = &self.map {
+            // SAFETY: the map is read-only and private; MADV_DONTNEED on it discards only this
+            // process's page references, and any later read sees the file's bytes again.
+            let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, self.start, self.len) };
+        }
     }
     /// Bytes that own a copy of `v`.
     pub fn from_f32(v: Vec<f32>) -> Self {
         let len = v.len() * 4;
-        Bytes { owner: Arc::new(OwnedF32(v)), start: 0, len }
+        Bytes { owner: Arc::new(OwnedF32(v)), start: 0, len, map: None }
     }
     /// Bytes that own `v`.
     pub fn from_vec(v: Vec<u8>) -> Self {
         let len = v.len();
-        Bytes { owner: Arc::new(v), start: 0, len }
+        Bytes { owner: Arc::new(v), start: 0, len, map: None }
     }
     /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
@@ -193,6 +211,7 @@ impl Matrix {
             && !crate::kernels::plain_kernels()
         {
             self.packed = Some(Arc::new(q4k_x8::pack(self.bytes.as_slice(), self.rows, self.cols)));
+            self.bytes.release_pages();
         }
     }
 
@@ -229,6 +248,7 @@ impl Matrix {
                 dst.copy_from_slice(&crate::quant::quantize::quantize(q, &row));
             }
         });
+        self.bytes.release_pages();
         Matrix::new(self.rows, self.cols, DType::Quant(q), Bytes::from_vec(bytes))
     }
 

@@ -9,9 +9,10 @@ pub mod gemm;
 use crate::tensor::{round_bf16, round_f16};
 
 /// Whether `FROGNANO_PLAIN_KERNELS=1` asks for the kernels this crate had before its tiled
-/// ones (the multi-token k-quant tiles, the vector prefill attention), read once. For
-/// before/after benchmarks in one binary (`bench/gguf_speed.sh --plain`); results are the same
-/// bits either way.
+/// ones (the multi-token k-quant tiles, the vector prefill attention, the eight-row Q4_K
+/// packing), read once. For before/after benchmarks in one binary (`bench/gguf_speed.sh
+/// --plain`); results are the same bits either way, except that packed Q4_K matrices sum in
+/// their own (fixed) order.
 pub fn plain_kernels() -> bool {
     static PLAIN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *PLAIN.get_or_init(|| std::env::var("FROGNANO_PLAIN_KERNELS").is_ok_and(|v| v == "1"))
@@ -26,6 +27,19 @@ pub fn on_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
         return f();
     }
     rayon::scope(|_| f())
+}
+
+/// Runs `f` on every `width`-wide row of `x`, in parallel when there is enough work to pay for
+/// it (a prefill's element-wise steps — SiLU, norms, gates — are otherwise a serial share of
+/// a multi-threaded forward). `f` gets the row index and the row.
+pub fn for_each_row(x: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + Sync + Send) {
+    use rayon::prelude::*;
+    const PARALLEL_FROM: usize = 1 << 15;
+    if x.len() < PARALLEL_FROM || rayon::current_num_threads() <= 1 {
+        x.chunks_exact_mut(width).enumerate().for_each(|(i, r)| f(i, r));
+    } else {
+        x.par_chunks_exact_mut(width).enumerate().for_each(|(i, r)| f(i, r));
+    }
 }
 
 /// The dtype activations are held in between operations (what transformers casts to).

@@ -417,6 +417,35 @@ fn rne(v: f32) -> f32 {
 impl QuantizedActs {
     /// Quantizes `t` rows of `x` (`cols` wide; `cols` a multiple of the block size).
     pub fn new(format: ActFormat, x: &[f32], t: usize) -> Self {
+        // A prefill's activations are quantized in parallel, eight rows per task.
+        const ROWS_PER_TASK: usize = 8;
+        if t >= 2 * ROWS_PER_TASK && x.len() >= 1 << 15 && rayon::current_num_threads() > 1 {
+            let cols = x.len() / t;
+            let parts: Vec<QuantizedActs> =
+                x.par_chunks(cols * ROWS_PER_TASK).map(|xc| Self::new_serial(format, xc, xc.len() / cols)).collect();
+            let mut a = QuantizedActs {
+                format,
+                cols,
+                qs: Vec::with_capacity(x.len()),
+                d: Vec::new(),
+                s: Vec::new(),
+                bsums: Vec::new(),
+                sums32: Vec::new(),
+            };
+            for p in parts {
+                a.qs.extend(p.qs);
+                a.d.extend(p.d);
+                a.s.extend(p.s);
+                a.bsums.extend(p.bsums);
+                a.sums32.extend(p.sums32);
+            }
+            return a;
+        }
+        Self::new_serial(format, x, t)
+    }
+
+    /// [`QuantizedActs::new`] on this thread.
+    fn new_serial(format: ActFormat, x: &[f32], t: usize) -> Self {
         let cols = x.len() / t.max(1);
         let bs = format.block_size();
         assert_eq!(cols % bs, 0, "activation width {cols} is not a multiple of {bs}");
@@ -922,6 +951,24 @@ pub(crate) mod tests {
             plain.fill(&x);
             assert_eq!((&plain.qs, &plain.d, &plain.s, &plain.bsums), (&fast.qs, &fast.d, &fast.s, &fast.bsums));
             assert_eq!(plain.sums32, fast.sums32);
+        }
+    }
+
+    #[test]
+    fn parallel_activation_quantization_equals_one_row_at_a_time() {
+        let (t, cols) = (40, 1024);
+        let x: Vec<f32> = (0..t * cols).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 37.0).collect();
+        for format in [ActFormat::Q8_0, ActFormat::Q8_1, ActFormat::Q8_K] {
+            let all = QuantizedActs::new(format, &x, t);
+            for tt in 0..t {
+                let one = QuantizedActs::new(format, &x[tt * cols..(tt + 1) * cols], 1);
+                let (a, b) = (all.row(tt), one.row(0));
+                assert_eq!(
+                    (a.qs, a.d, a.s, a.bsums, a.sums32),
+                    (b.qs, b.d, b.s, b.bsums, b.sums32),
+                    "{format:?} row {tt}"
+                );
+            }
         }
     }
 
