@@ -1,11 +1,13 @@
 //! Times the quantized matmul kernels on a 4B-shaped MLP weight (9216 × 2560) at one thread:
 //! decode (1 token) and prefill tiles (64 tokens), in multiply-adds per second. For kernel
 //! work: `cargo run --release -p frognano-model --example quant_matmul_speed [q4_k|q6_k|q4_1|q8_0]`.
-use frognano_model::quant::{matmul, QuantType};
+use frognano_model::quant::QuantType;
+use frognano_model::tensor::{Bytes, DType, Matrix};
 use std::time::Instant;
 
 fn main() {
-    rayon::ThreadPoolBuilder::new().num_threads(1).build_global().expect("one pool");
+    let threads = std::env::var("THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build_global().expect("one pool");
     let which: Vec<String> = std::env::args().skip(1).collect();
     let (rows, cols) = (9216, 2560);
     if which.iter().any(|w| w == "quantize") {
@@ -53,13 +55,16 @@ fn main() {
                 b[o..o + 2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
             }
         }
+        // As a model holds it: repacked where this CPU has a kernel for that.
+        let mut m = Matrix::new(rows, cols, DType::Quant(ty), Bytes::from_vec(w.clone()));
+        m.pack_for_matmul();
         for t in [1usize, 64] {
             let x: Vec<f32> = (0..t * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
-            let _ = matmul(ty, &w, rows, cols, &x, t);
+            let _ = m.matmul(&x, t);
             let reps = if t == 1 { 40 } else { std::env::var("REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(3) };
             let t0 = Instant::now();
             for _ in 0..reps {
-                std::hint::black_box(matmul(ty, &w, rows, cols, &x, t));
+                std::hint::black_box(m.matmul(&x, t));
             }
             let sec = t0.elapsed().as_secs_f64() / reps as f64;
             println!(
