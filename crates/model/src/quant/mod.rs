@@ -722,11 +722,34 @@ pub struct QuantMat<'a> {
     pub packed: Option<&'a [u8]>,
 }
 
-/// One parallel task: rows `r0..r0 + out.len() / t` of matrix `m`, written `[rows, t]`.
-struct Task<'o> {
+/// One parallel task: rows `r0..r0 + nr` of matrix `m`.
+struct Task {
     m: usize,
     r0: usize,
-    out: &'o mut [f32],
+    nr: usize,
+}
+
+/// A `[t, rows]` product that the tasks of one [`matmul_many`] fill together, each its own
+/// rows (columns of the product), so no two tasks ever write the same element.
+struct SharedOut {
+    ptr: *mut f32,
+    rows: usize,
+    len: usize,
+}
+
+// SAFETY: tasks write disjoint elements (their own rows) and the buffer outlives them all.
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    /// Writes element `[tt, r]`.
+    ///
+    /// # Safety
+    /// No other task may write row `r`; `tt · rows + r` must be in bounds (asserted in debug).
+    #[inline(always)]
+    unsafe fn put(&self, tt: usize, r: usize, v: f32) {
+        debug_assert!(tt * self.rows + r < self.len);
+        unsafe { *self.ptr.add(tt * self.rows + r) = v };
+    }
 }
 
 /// [`matmul`] of the same input `x` (`t` rows of `cols`) with several matrices at once, as one
@@ -751,22 +774,26 @@ pub fn matmul_many(ms: &[QuantMat], cols: usize, x: &[f32], t: usize) -> Vec<Vec
         plan.push((rb, ai, dot_kernel(m.ty), dot_kernel_x4(m.ty), dot_kernel_rows4(m.ty), dot_kernel_x8(m.ty)));
     }
     let act_rows: Vec<Vec<ActRow>> = acts.iter().map(|a| (0..t).map(|i| a.row(i)).collect()).collect();
+    // Written in place as `[t, rows]` by the tasks (no transpose afterwards).
     let mut outs: Vec<Vec<f32>> = ms.iter().map(|m| vec![0.0f32; m.rows * t]).collect();
+    let shared: Vec<SharedOut> =
+        outs.iter_mut().zip(ms).map(|(o, m)| SharedOut { ptr: o.as_mut_ptr(), rows: m.rows, len: o.len() }).collect();
     let packed_kernels = (q4k_x8::kernel::<1>(), q4k_x8::kernel::<4>(), q4k_x8::kernel::<8>());
     let run = |task: Task| {
         let (m, (rb, ai, dot, dot4, rows4, dot8)) = (&ms[task.m], plan[task.m]);
         let act_rows = &act_rows[ai];
-        let (r0, out) = (task.r0, task.out);
-        let nr = out.len() / t;
+        let (r0, nr, out) = (task.r0, task.nr, &shared[task.m]);
+        // SAFETY (every `put` below): this task alone owns rows r0..r0 + nr of matrix m.
+        let put = |i: usize, tt: usize, v: f32| unsafe { out.put(tt, r0 + i, v) };
         if let (Some(p), (Some(k1), Some(k4), Some(k8))) = (m.packed, packed_kernels) {
             // Eight rows at a time (tasks start on multiples of eight rows), every token.
             let gb = cols / QK_K * q4k_x8::BLOCK_BYTES;
             for g in 0..nr / q4k_x8::GROUP {
                 let pg = &p[(r0 / q4k_x8::GROUP + g) * gb..][..gb];
-                let mut put = |tt: usize, ys: &[[f32; q4k_x8::GROUP]]| {
+                let put = |tt: usize, ys: &[[f32; q4k_x8::GROUP]]| {
                     for (k, y) in ys.iter().enumerate() {
                         for (r, v) in y.iter().enumerate() {
-                            out[(g * q4k_x8::GROUP + r) * t + tt + k] = *v;
+                            put(g * q4k_x8::GROUP + r, tt + k, *v);
                         }
                     }
                 };
@@ -794,7 +821,9 @@ pub fn matmul_many(ms: &[QuantMat], cols: usize, x: &[f32], t: usize) -> Vec<Vec
                 for i in 0..nr {
                     let r = r0 + i;
                     let y = dot8(&m.w[r * rb..(r + 1) * rb], &a8);
-                    out[i * t + tt..i * t + tt + 8].copy_from_slice(&y);
+                    for (k, v) in y.into_iter().enumerate() {
+                        put(i, tt + k, v);
+                    }
                 }
                 tt += 8;
             }
@@ -806,7 +835,9 @@ pub fn matmul_many(ms: &[QuantMat], cols: usize, x: &[f32], t: usize) -> Vec<Vec
                 for i in 0..nr {
                     let r = r0 + i;
                     let y = dot4(&m.w[r * rb..(r + 1) * rb], &a4);
-                    out[i * t + tt..i * t + tt + 4].copy_from_slice(&y);
+                    for (k, v) in y.into_iter().enumerate() {
+                        put(i, tt + k, v);
+                    }
                 }
                 tt += 4;
             }
@@ -819,61 +850,36 @@ pub fn matmul_many(ms: &[QuantMat], cols: usize, x: &[f32], t: usize) -> Vec<Vec
                     let r = r0 + i;
                     let y = rows4(&m.w[r * rb..(r + 4) * rb], a);
                     for (k, v) in y.into_iter().enumerate() {
-                        out[(i + k) * t + tt] = v;
+                        put(i + k, tt, v);
                     }
                     i += 4;
                 }
             }
             for i in i..nr {
                 let r = r0 + i;
-                out[i * t + tt] = dot(&m.w[r * rb..(r + 1) * rb], a);
+                put(i, tt, dot(&m.w[r * rb..(r + 1) * rb], a));
             }
         }
     };
     let work: usize = ms.iter().map(|m| m.rows * cols * t).sum();
     let threads = rayon::current_num_threads();
     if work < SERIAL_WORK || threads <= 1 {
-        for (mi, out) in outs.iter_mut().enumerate() {
-            run(Task { m: mi, r0: 0, out });
+        for (mi, m) in ms.iter().enumerate() {
+            run(Task { m: mi, r0: 0, nr: m.rows });
         }
     } else {
         // A single token has little work per row: larger blocks, fewer tasks.
         let block = if t == 1 { 4 * ROW_BLOCK } else { ROW_BLOCK };
         let mut tasks = Vec::new();
-        for (mi, out) in outs.iter_mut().enumerate() {
-            for (bi, chunk) in out.chunks_mut(block * t).enumerate() {
-                tasks.push(Task { m: mi, r0: bi * block, out: chunk });
+        for (mi, m) in ms.iter().enumerate() {
+            for r0 in (0..m.rows).step_by(block) {
+                tasks.push(Task { m: mi, r0, nr: block.min(m.rows - r0) });
             }
         }
         tasks.into_par_iter().for_each(run);
     }
-    if t == 1 {
-        return outs;
-    }
-    outs.into_iter().zip(ms).map(|(yt, m)| transpose_to_tokens(&yt, m.rows, t)).collect()
-}
-
-/// `[rows, t]` → `[t, rows]`, sixteen tokens per task: each task sweeps the rows once, reading
-/// one 64-byte run of `yt` per row and filling sixteen output rows that stay in cache (a
-/// prefill's products are megabytes; done one element at a time on one thread this was 7 %
-/// of a two-thread 4B prefill).
-fn transpose_to_tokens(yt: &[f32], rows: usize, t: usize) -> Vec<f32> {
-    const TOKENS_PER_TASK: usize = 16;
-    let mut y = vec![0.0f32; rows * t];
-    let fill = |(b, yb): (usize, &mut [f32])| {
-        let (tt0, nt) = (b * TOKENS_PER_TASK, yb.len() / rows);
-        for r in 0..rows {
-            for (k, v) in yt[r * t + tt0..r * t + tt0 + nt].iter().enumerate() {
-                yb[k * rows + r] = *v;
-            }
-        }
-    };
-    if rows * t < SERIAL_WORK / 8 {
-        y.chunks_mut(TOKENS_PER_TASK * rows).enumerate().for_each(fill);
-    } else {
-        y.par_chunks_mut(TOKENS_PER_TASK * rows).enumerate().for_each(fill);
-    }
-    y
+    drop(shared);
+    outs
 }
 
 #[cfg(test)]
