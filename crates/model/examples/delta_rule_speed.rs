@@ -18,7 +18,8 @@ fn main() {
     };
     let (q, k) = (unit(t * hk, 1), unit(t * hk, 2));
     let v: Vec<f32> = (0..t * hv * dv).map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0).collect();
-    let g: Vec<f32> = (0..t * hv).map(|i| -((i * 31 % 100) as f32) / 400.0).collect();
+    let gscale: f32 = std::env::var("GSCALE").ok().and_then(|v| v.parse().ok()).unwrap_or(400.0);
+    let g: Vec<f32> = (0..t * hv).map(|i| -((i * 31 % 100) as f32) / gscale).collect();
     let beta: Vec<f32> = (0..t * hv).map(|i| (i * 17 % 100) as f32 / 100.0).collect();
     let shape = DeltaShape { t, hk, hv, dk, dv, key_head: (0..hv).map(|h| h % hk).collect() };
     let x = DeltaInputs { q: &q, k: &k, v: &v, g: &g, beta: &beta };
