@@ -98,6 +98,10 @@ impl Bytes {
         let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = map.clone();
         Bytes { map: Some(map), ..Bytes::new(owner, start, len) }
     }
+    /// Whether these bytes are a view of a read-only file map.
+    pub fn is_mapped(&self) -> bool {
+        self.map.is_some()
+    }
     /// Drops these bytes' pages from this process's memory when they come from a file map
     /// (after a copy of them was made: a re-quantized or repacked matrix), so the peak
     /// resident size does not hold both. Reading them again later faults them back in from
@@ -187,6 +191,8 @@ pub struct Matrix {
     /// The same Q4_K weights repacked for the eight-row kernel ([`crate::quant::q4k_x8`]),
     /// when [`Matrix::pack_for_matmul`] made them; matmuls then read only these.
     packed: Option<Arc<Vec<u8>>>,
+    /// `bytes` was an owned buffer and was dropped once packed: rows come from `packed`.
+    only_packed: bool,
 }
 
 impl Matrix {
@@ -195,7 +201,7 @@ impl Matrix {
     pub fn new(rows: usize, cols: usize, dtype: DType, bytes: Bytes) -> Self {
         let row = dtype.row_bytes(cols).expect("matrix width is a whole number of blocks");
         assert_eq!(bytes.len(), rows * row, "matrix byte length");
-        Matrix { rows, cols, dtype, bytes, packed: None }
+        Matrix { rows, cols, dtype, bytes, packed: None, only_packed: false }
     }
 
     /// Repacks a Q4_K matrix for the eight-row AVX-512 VNNI kernel when this CPU has it and
@@ -211,11 +217,19 @@ impl Matrix {
             && !crate::kernels::plain_kernels()
         {
             self.packed = Some(Arc::new(q4k_x8::pack(self.bytes.as_slice(), self.rows, self.cols)));
-            self.bytes.release_pages();
+            if self.bytes.is_mapped() {
+                // Re-read from the file if a row is ever asked for (an embedding lookup).
+                self.bytes.release_pages();
+            } else {
+                // An owned copy (`--quant`): rows are unpacked from the packed form on demand.
+                self.bytes = Bytes::from_vec(Vec::new());
+                self.only_packed = true;
+            }
         }
     }
 
     fn quant_mat(&self, ty: crate::quant::QuantType) -> crate::quant::QuantMat<'_> {
+        debug_assert!(!self.only_packed || self.packed.is_some());
         crate::quant::QuantMat {
             ty,
             w: self.bytes.as_slice(),
@@ -224,7 +238,8 @@ impl Matrix {
         }
     }
 
-    /// The stored bytes (row-major, `dtype` layout).
+    /// The stored bytes (row-major, `dtype` layout); empty for a matrix that
+    /// [`Matrix::pack_for_matmul`] left in packed form only.
     pub fn bytes(&self) -> &[u8] {
         self.bytes.as_slice()
     }
@@ -259,11 +274,20 @@ impl Matrix {
 
     /// Bytes held by this matrix.
     pub fn byte_len(&self) -> usize {
-        self.bytes.len()
+        self.bytes.len() + if self.only_packed { self.packed.as_ref().map_or(0, |p| p.len()) } else { 0 }
     }
 
     /// Row `r` widened to f32 into `out` (length `cols`).
     pub fn row_into(&self, r: usize, out: &mut [f32]) {
+        if let (true, Some(p)) = (self.only_packed, &self.packed) {
+            let gb = p.len() / (self.rows / crate::quant::q4k_x8::GROUP);
+            let g = r / crate::quant::q4k_x8::GROUP;
+            return crate::quant::q4k_x8::dequantize_row(
+                &p[g * gb..(g + 1) * gb],
+                r % crate::quant::q4k_x8::GROUP,
+                out,
+            );
+        }
         let w = self.dtype.row_bytes(self.cols).expect("checked in Matrix::new");
         widen(&self.bytes.as_slice()[r * w..(r + 1) * w], self.dtype, out);
     }
@@ -277,6 +301,13 @@ impl Matrix {
 
     /// All of it as f32 (tests and small tensors).
     pub fn to_f32(&self) -> Vec<f32> {
+        if self.only_packed {
+            let mut out = vec![0.0; self.rows * self.cols];
+            for (r, row) in out.chunks_exact_mut(self.cols).enumerate() {
+                self.row_into(r, row);
+            }
+            return out;
+        }
         to_f32_vec(self.bytes.as_slice(), self.dtype)
     }
 

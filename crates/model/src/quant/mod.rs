@@ -762,7 +762,10 @@ pub fn matmul_many(ms: &[QuantMat], cols: usize, x: &[f32], t: usize) -> Vec<Vec
     let mut plan = Vec::with_capacity(ms.len());
     for m in ms {
         let rb = m.ty.row_bytes(cols).expect("matrix width is a whole number of blocks (checked at load)");
-        assert_eq!(m.w.len(), m.rows * rb, "matmul weight length");
+        match m.packed {
+            Some(p) => assert_eq!(p.len(), m.rows / q4k_x8::GROUP * cols / QK_K * q4k_x8::BLOCK_BYTES, "packed length"),
+            None => assert_eq!(m.w.len(), m.rows * rb, "matmul weight length"),
+        }
         let fmt = m.ty.act_format();
         let ai = match acts.iter().position(|a| a.format == fmt) {
             Some(i) => i,

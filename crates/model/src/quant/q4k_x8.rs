@@ -94,6 +94,24 @@ pub fn pack(w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
     out
 }
 
+/// Row `r` (0..8) of one packed group (`nb` blocks) dequantized into `out` (`nb · 256`
+/// values), with the float operations of [`super::dequantize`] (so the same values).
+pub fn dequantize_row(group: &[u8], r: usize, out: &mut [f32]) {
+    for (blk, y) in group.chunks_exact(BLOCK_BYTES).zip(out.chunks_exact_mut(QK_K)) {
+        let (d, dmin) = (super::f16_at(blk, 2 * r), super::f16_at(blk, 16 + 2 * r));
+        for j in 0..8 {
+            let (s, m) = (blk[OFF_SCALES + 8 * j + r] as f32, blk[OFF_MINS + 8 * r + j] as f32);
+            for i in 0..4 {
+                for b in 0..8 {
+                    let byte = blk[OFF_QS + 128 * j + 64 * (i / 2) + 8 * r + b];
+                    let v = (byte >> (4 * (i % 2))) & 0xF;
+                    y[32 * j + 8 * i + b] = (d * s) * v as f32 - dmin * m;
+                }
+            }
+        }
+    }
+}
+
 /// Eight rows (one packed group, `nb` super-blocks) against `N` tokens: `out[k][r]`.
 pub type GroupKernel<const N: usize> = fn(&[u8], &[ActRow; N]) -> [[f32; GROUP]; N];
 
@@ -242,6 +260,21 @@ mod tests {
     }
 
     #[test]
+    fn packed_rows_dequantize_to_the_original_values() {
+        let (rows, cols) = (16, 512);
+        let w = random_blocks(QuantType::Q4_K, rows * cols / QK_K, 3);
+        let p = pack(&w, rows, cols);
+        let gb = cols / QK_K * BLOCK_BYTES;
+        for row in 0..rows {
+            let mut want = vec![0.0; cols];
+            crate::quant::dequantize(QuantType::Q4_K, &w[row * cols / QK_K * 144..][..cols / QK_K * 144], &mut want);
+            let mut got = vec![0.0; cols];
+            dequantize_row(&p[row / GROUP * gb..][..gb], row % GROUP, &mut got);
+            assert_eq!(got, want, "row {row}");
+        }
+    }
+
+    #[test]
     fn packed_matmul_agrees_with_the_row_kernels_and_is_batch_invariant() {
         use crate::tensor::{Bytes, DType, Matrix};
         if !available() || crate::kernels::plain_kernels() {
@@ -252,6 +285,10 @@ mod tests {
         let plain = Matrix::new(rows, cols, DType::Quant(QuantType::Q4_K), Bytes::from_vec(w));
         let mut packed = plain.clone();
         packed.pack_for_matmul();
+        // An owned matrix keeps only the packed copy, and still answers for its rows.
+        assert!(packed.bytes().is_empty());
+        assert_eq!(packed.to_f32(), plain.to_f32());
+        assert_eq!(packed.row(17), plain.row(17));
         let x: Vec<f32> = (0..t * cols).map(|i| ((i * 31 % 97) as f32 - 48.0) / 13.0).collect();
         let (yp, yr) = (packed.matmul(&x, t), plain.matmul(&x, t));
         for (i, (a, b)) in yp.iter().zip(&yr).enumerate() {
