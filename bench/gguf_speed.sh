@@ -6,8 +6,8 @@
 #   bench/gguf_speed.sh [MODEL.gguf] [--threads 2] [--prefill 512] [--decode 128] [--runs 3]
 #   bench/gguf_speed.sh --qwen35-4b [--prepare-only] [...]
 #   --plain also times FrogNano with FROGNANO_PLAIN_KERNELS=1 (its kernels before the tiled
-#   k-quant matmuls and the vector attention; same results) in the same alternation, for
-#   before/after ratios from one run. The load average is printed at the start and the end.
+#   k-quant matmuls, the vector attention and the eight-row Q4_K packing) in the same
+#   alternation, for before/after ratios from one run. The load average is printed at the start and the end.
 # --qwen35-4b times the random-weight Qwen3.5-4B-shape model (bench/make_random_qwen35_4b.py
 # writes bench/out/qwen35-4b-random) as llama.cpp's tools make a Q4_K_M file of it: its
 # convert_hf_to_gguf.py (from the llama-cpp-python sdist, --no-mtp, pre-tokenizer `qwen35`, as
