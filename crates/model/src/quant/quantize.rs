@@ -55,13 +55,13 @@ fn quantize_q8_0_block(x: &[f32], out: &mut Vec<u8>) {
     out.extend(x.iter().map(|v| (v * id).round().clamp(-127.0, 127.0) as i8 as u8));
 }
 
-/// `Σ f(v)` over 32 values, summed in eight lanes (so the loop vectorises) and then across.
+/// `Σ a·b` over 32 values, summed in eight lanes (so the loop vectorises) and then across.
 #[inline(always)]
-fn lane_sum(x: &[f32; 32], f: impl Fn(f32) -> f32) -> f32 {
+fn lane_dot(a: &[f32; 32], b: &[f32; 32]) -> f32 {
     let mut lanes = [0.0f32; 8];
-    for chunk in x.chunks_exact(8) {
-        for (l, v) in lanes.iter_mut().zip(chunk) {
-            *l += f(*v);
+    for (ca, cb) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        for ((l, x), y) in lanes.iter_mut().zip(ca).zip(cb) {
+            *l += x * y;
         }
     }
     lanes.iter().sum()
@@ -81,19 +81,23 @@ fn fit_sub_block(x: &[f32; 32]) -> (f32, f32) {
     let sum_x: f32 = x.iter().sum();
     let err = |scale: f32, min: f32| -> f32 {
         let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-        lane_sum(x, |v| {
-            let d = scale * nearest((v + min) * inv).clamp(0.0, 15.0) - min - v;
-            d * d
-        })
+        let mut d = [0.0f32; 32];
+        for (di, v) in d.iter_mut().zip(x) {
+            *di = scale * nearest((v + min) * inv).clamp(0.0, 15.0) - min - v;
+        }
+        lane_dot(&d, &d)
     };
     let mut best = ((hi - lo) / 15.0, -lo);
     let mut best_err = err(best.0, best.1);
+    let ones = [1.0f32; 32];
     for step in 0..=20 {
         let iscale = (15.0 - 1.0 + 0.1 * step as f32) / (hi - lo);
-        let level = |v: f32| nearest(iscale * (v - lo)).clamp(0.0, 15.0);
-        let sl = lane_sum(x, level);
-        let sl2 = lane_sum(x, |v| level(v) * level(v));
-        let slx = lane_sum(x, |v| level(v) * v);
+        // The levels once, then their sums (each a vector loop).
+        let mut l = [0.0f32; 32];
+        for (li, v) in l.iter_mut().zip(x) {
+            *li = nearest(iscale * (v - lo)).clamp(0.0, 15.0);
+        }
+        let (sl, sl2, slx) = (lane_dot(&l, &ones), lane_dot(&l, &l), lane_dot(&l, x));
         let det = n * sl2 - sl * sl;
         if det <= 0.0 {
             continue;
