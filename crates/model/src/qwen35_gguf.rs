@@ -156,16 +156,8 @@ pub fn quantize_qwen35(m: &mut Qwen35, q: crate::quant::QuantType) {
     if let Some(h) = m.lm_head.as_mut() {
         *h = h.quantized(q);
     }
-    for l in &mut m.layers {
-        let mats: Vec<&mut crate::tensor::Matrix> = match &mut l.mixer {
-            Mixer::Attention(a) => vec![&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.o_proj],
-            Mixer::DeltaNet(n) => {
-                vec![&mut n.in_proj_qkv, &mut n.in_proj_z, &mut n.in_proj_b, &mut n.in_proj_a, &mut n.out_proj]
-            }
-        };
-        for mm in mats.into_iter().chain([&mut l.mlp.gate, &mut l.mlp.up, &mut l.mlp.down]) {
-            *mm = mm.quantized(q);
-        }
+    for mm in layer_matrices(m) {
+        *mm = mm.quantized(q);
     }
     m.act = Act::F32;
 }
@@ -178,17 +170,22 @@ pub fn pack_qwen35(m: &mut Qwen35) {
         Some(h) => h.pack_for_matmul(),
         None => m.embed_tokens.pack_for_matmul(),
     }
-    for l in &mut m.layers {
-        let mats: Vec<&mut crate::tensor::Matrix> = match &mut l.mixer {
+    for mm in layer_matrices(m) {
+        mm.pack_for_matmul();
+    }
+}
+
+/// Every projection matrix of every layer (mixer, then MLP).
+fn layer_matrices(m: &mut Qwen35) -> impl Iterator<Item = &mut crate::tensor::Matrix> {
+    m.layers.iter_mut().flat_map(|l| {
+        let mixer: Vec<&mut crate::tensor::Matrix> = match &mut l.mixer {
             Mixer::Attention(a) => vec![&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.o_proj],
             Mixer::DeltaNet(n) => {
                 vec![&mut n.in_proj_qkv, &mut n.in_proj_z, &mut n.in_proj_b, &mut n.in_proj_a, &mut n.out_proj]
             }
         };
-        for mm in mats.into_iter().chain([&mut l.mlp.gate, &mut l.mlp.up, &mut l.mlp.down]) {
-            mm.pack_for_matmul();
-        }
-    }
+        mixer.into_iter().chain([&mut l.mlp.gate, &mut l.mlp.up, &mut l.mlp.down])
+    })
 }
 
 /// Bytes of the weight matrices of a Qwen3.5 model (after any re-quantization).
