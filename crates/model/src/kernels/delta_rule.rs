@@ -311,9 +311,9 @@ enum Sign {
 }
 
 /// `out[i][e] ±= Σ_k a[i][k] · b[k][e]` (`a` is `[rows, kd]`, `b` `[kd, m]`, `out` `[rows, m]`),
-/// each element accumulated over `k` in order — the same operations as the row-by-row loops
-/// it replaces, so the same bits — but four rows × 32 columns at a time, so `b` is read once
-/// per four rows instead of once per row (the state is 64 KiB a head, more than L1 holds).
+/// each element accumulated over `k` in order (a row-by-row loop's order), four rows × 32
+/// columns at a time, so `b` is read once per four rows instead of once per row (the state
+/// is 64 KiB a head, more than L1 holds). Fused multiply-adds when `FUSED`.
 #[inline(always)]
 fn gemm_accumulate<const FUSED: bool>(out: &mut [f32], a: &[f32], b: &[f32], kd: usize, m: usize, sign: Sign) {
     const R: usize = 4;
