@@ -367,7 +367,7 @@ impl Llama {
 
     /// Repacks the matmul weights for this CPU's fastest kernels ([`Matrix::pack_for_matmul`]):
     /// the projections and the output head (the tied embedding when there is none; its row
-    /// lookups keep reading the original bytes).
+    /// lookups still answer, from the file or unpacked from the packed copy).
     pub fn pack_for_matmul(&mut self) {
         match self.output.as_mut() {
             Some(m) => m.pack_for_matmul(),

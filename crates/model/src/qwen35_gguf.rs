@@ -164,7 +164,8 @@ pub fn quantize_qwen35(m: &mut Qwen35, q: crate::quant::QuantType) {
 
 /// Repacks the matmul weights of a Qwen3.5 model for this CPU's fastest kernels
 /// ([`crate::tensor::Matrix::pack_for_matmul`]): every projection and the output head (the
-/// tied embedding when there is none; its row lookups keep reading the original bytes).
+/// tied embedding when there is none; its row lookups still answer, from the file or unpacked
+/// from the packed copy).
 pub fn pack_qwen35(m: &mut Qwen35) {
     match m.lm_head.as_mut() {
         Some(h) => h.pack_for_matmul(),
