@@ -4,7 +4,6 @@
 //! and which decodes back to the rendered conversation. Skipped with a message when the
 //! model is absent, unless FROGNANO_REQUIRE_FIXTURES is set.
 
-use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -19,17 +18,7 @@ use frognano_rl::rollout::{build_sequence, Outcome, Rollout, Sequence};
 use frognano_sandbox::{Isolation, Sandbox, SandboxSpec};
 
 fn demo() -> Option<(Arc<dyn CausalLm>, ChatParts)> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !path.exists() {
-        if std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_some() {
-            panic!(
-                "{} is missing and FROGNANO_REQUIRE_FIXTURES is set: run scripts/fetch-demo-model.sh",
-                path.display()
-            );
-        }
-        eprintln!("skipping: {} is missing (run scripts/fetch-demo-model.sh)", path.display());
-        return None;
-    }
+    let path = frognano_testkit::demo_model()?;
     let lm = frognano_model::load(path.to_str().unwrap()).unwrap();
     Some(ChatParts::split(lm).unwrap())
 }

@@ -5,7 +5,6 @@
 //! model is absent, unless FROGNANO_REQUIRE_FIXTURES is set.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,44 +16,8 @@ use frognano_rl::rollout::Outcome;
 use frognano_sandbox::{Isolation, Sandbox};
 use frognano_swe::instance::{parse_jsonl_instances, SweInstance};
 use frognano_synth::calibrate::Knobs;
+use frognano_testkit::{commit, diff_for, git, write};
 use serde_json::json;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn write(dir: &Path, rel: &str, text: &str) {
-    let p = dir.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, text).unwrap();
-}
-
-fn commit(dir: &Path, msg: &str) -> String {
-    git(dir, &["add", "-A"]);
-    git(dir, &["commit", "-q", "-m", msg]);
-    git(dir, &["rev-parse", "HEAD"])
-}
-
-/// The diff that turns the working tree's `rel` into `after` (the tree is left as it was).
-fn diff_for(dir: &Path, rel: &str, after: &str) -> String {
-    let before = std::fs::read_to_string(dir.join(rel)).ok();
-    write(dir, rel, after);
-    git(dir, &["add", "-N", rel]);
-    let d = Command::new("git").args(["diff", "--", rel]).current_dir(dir).output().unwrap();
-    match before {
-        Some(b) => write(dir, rel, &b),
-        None => std::fs::remove_file(dir.join(rel)).unwrap(),
-    }
-    git(dir, &["reset", "-q"]);
-    String::from_utf8(d.stdout).unwrap()
-}
 
 const LIB_BUGGY: &str = "greet() { echo \"Helo, $1\"; }\nfarewell() { echo \"Godbye, $1\"; }\n";
 const LIB_HALF: &str = "greet() { echo \"Hello, $1\"; }\nfarewell() { echo \"Godbye, $1\"; }\n";
@@ -119,17 +82,7 @@ fn options(fx: &Fixture) -> SweEnvOptions {
 }
 
 fn demo() -> Option<(Arc<dyn CausalLm>, ChatParts)> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !path.exists() {
-        if std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_some() {
-            panic!(
-                "{} is missing and FROGNANO_REQUIRE_FIXTURES is set: run scripts/fetch-demo-model.sh",
-                path.display()
-            );
-        }
-        eprintln!("skipping: {} is missing (run scripts/fetch-demo-model.sh)", path.display());
-        return None;
-    }
+    let path = frognano_testkit::demo_model()?;
     Some(ChatParts::split(frognano_model::load(path.to_str().unwrap()).unwrap()).unwrap())
 }
 

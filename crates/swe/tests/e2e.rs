@@ -10,44 +10,8 @@ use frognano_sandbox::{Isolation, Sandbox};
 use frognano_swe::executor::{create_workspace, ExecOptions};
 use frognano_swe::instance::{gold_predictions, parse_jsonl_instances, Prediction, SweInstance};
 use frognano_swe::runs::{grade, read_results, solve_and_grade, GradeOptions, Solution, SolveRunOptions, Solver};
+use frognano_testkit::{commit, diff_for, git, write};
 use serde_json::{json, Value};
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn write(dir: &Path, rel: &str, text: &str) {
-    let p = dir.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, text).unwrap();
-}
-
-fn commit(dir: &Path, msg: &str) -> String {
-    git(dir, &["add", "-A"]);
-    git(dir, &["commit", "-q", "-m", msg]);
-    git(dir, &["rev-parse", "HEAD"])
-}
-
-/// The diff that turns the working tree's current state into `after` for one file.
-fn diff_for(dir: &Path, rel: &str, after: &str) -> String {
-    let before = std::fs::read_to_string(dir.join(rel)).ok();
-    write(dir, rel, after);
-    git(dir, &["add", "-N", rel]);
-    let d = Command::new("git").args(["diff", "--", rel]).current_dir(dir).output().unwrap();
-    match before {
-        Some(b) => write(dir, rel, &b),
-        None => std::fs::remove_file(dir.join(rel)).unwrap(),
-    }
-    git(dir, &["reset", "-q"]);
-    String::from_utf8(d.stdout).unwrap()
-}
 
 const CALC_BUGGY: &str = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n";
 const CALC_FIXED: &str = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n";

@@ -5,31 +5,14 @@
 //! Gold patches resolve, a harmless patch does not, the agent never sees tests/.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use frognano_sandbox::{Isolation, Sandbox};
 use frognano_swe::executor::ExecOptions;
 use frognano_swe::instance::{load_instances, Prediction, SweInstance};
 use frognano_swe::runs::{grade, read_results, solve_and_grade, GradeOptions, Solution, SolveRunOptions, Solver};
+use frognano_testkit::{git, write};
 use serde_json::{json, Value};
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn write(dir: &Path, rel: &str, text: &str) {
-    let p = dir.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, text).unwrap();
-}
 
 const GREET_BUGGY: &str = "greet() { echo \"Helo, $1\"; }\n";
 const GOLD: &str = "diff --git a/lib.sh b/lib.sh\n--- a/lib.sh\n+++ b/lib.sh\n@@ -1 +1 @@\n-greet() { echo \"Helo, $1\"; }\n+greet() { echo \"Hello, $1\"; }\n";

@@ -5,7 +5,6 @@
 //! when the model file is absent, unless `FROGNANO_REQUIRE_FIXTURES` is set.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,47 +15,11 @@ use frognano_synth::issue::{leak_problems, IssueContext};
 use frognano_synth::issue_model::IssueModel;
 use frognano_synth::pipeline::{synthesize, GenOptions, SynthOptions};
 use frognano_synth::project::TestRunner;
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name().to_string_lossy().replace(".fixture", ""));
-        if e.path().is_dir() {
-            copy_dir(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), dest).unwrap();
-        }
-    }
-}
-
-fn model_path() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if p.exists() {
-        return Some(p);
-    }
-    assert!(
-        std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_none(),
-        "FROGNANO_REQUIRE_FIXTURES is set but {} is missing",
-        p.display()
-    );
-    eprintln!("SKIPPED: {} not found; the real-model issue test did not run", p.display());
-    None
-}
+use frognano_testkit::{copy_fixture_dir as copy_dir, git};
 
 #[test]
 fn real_model_writes_or_falls_back_on_a_fixture_task() {
-    let Some(model) = model_path() else { return };
+    let Some(model) = frognano_testkit::demo_model() else { return };
     let llm = EngineLlm::load(model.to_str().unwrap()).unwrap();
     let issue_model = Arc::new(IssueModel::new(Box::new(llm), 3));
 

@@ -14,29 +14,7 @@ use frognano_swe::runs::{grade, GradeOptions};
 use frognano_swe::SweInstance;
 use frognano_synth::intake::Source;
 use frognano_synth::pipeline::{synthesize, GenOptions, SynthOptions};
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dest = to.join(e.file_name().to_string_lossy().replace(".fixture", ""));
-        if e.path().is_dir() {
-            copy_dir(&e.path(), &dest);
-        } else {
-            std::fs::copy(e.path(), dest).unwrap();
-        }
-    }
-}
+use frognano_testkit::{copy_fixture_dir as copy_dir, git};
 
 /// The fixture `name` as a fresh git repository with one commit.
 fn fixture_repo(name: &str, root: &Path) -> PathBuf {

@@ -1,0 +1,77 @@
+//! Helpers shared by the integration tests of several crates (swe, synth, rl): small git
+//! repositories made on the fly, file writes, copies of checked-in fixture folders, and the
+//! demo model's path. Test code only; nothing here is part of FrogNano itself.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Runs `git ARGS` in `dir` with a throwaway identity and no signing; panics with git's
+/// stderr when it fails. Returns stdout, trimmed.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Writes `text` to `dir/rel`, creating the folders on the way.
+pub fn write(dir: &Path, rel: &str, text: &str) {
+    let p = dir.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+/// Commits everything in `dir`; returns the new commit's hash.
+pub fn commit(dir: &Path, msg: &str) -> String {
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "-m", msg]);
+    git(dir, &["rev-parse", "HEAD"])
+}
+
+/// The diff that turns the working tree's `rel` into `after` (the tree is left as it was).
+pub fn diff_for(dir: &Path, rel: &str, after: &str) -> String {
+    let before = std::fs::read_to_string(dir.join(rel)).ok();
+    write(dir, rel, after);
+    git(dir, &["add", "-N", rel]);
+    let d = Command::new("git").args(["diff", "--", rel]).current_dir(dir).output().unwrap();
+    match before {
+        Some(b) => write(dir, rel, &b),
+        None => std::fs::remove_file(dir.join(rel)).unwrap(),
+    }
+    git(dir, &["reset", "-q"]);
+    String::from_utf8(d.stdout).unwrap()
+}
+
+/// Copies a checked-in fixture folder to `to`, dropping the `.fixture` suffix that keeps its
+/// files (`pyproject.toml.fixture`, …) from being taken for the repository's own.
+pub fn copy_fixture_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name().to_string_lossy().replace(".fixture", ""));
+        if e.path().is_dir() {
+            copy_fixture_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
+}
+
+/// The demo model (`models/SmolLM2-135M-Instruct.Q4_1.gguf`), or `None` with a note on stderr
+/// when it has not been fetched; with `FROGNANO_REQUIRE_FIXTURES` set (CI) a missing model is
+/// a failure instead of a skip.
+pub fn demo_model() -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if path.exists() {
+        return Some(path);
+    }
+    if std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_some() {
+        panic!("{} is missing and FROGNANO_REQUIRE_FIXTURES is set: run scripts/fetch-demo-model.sh", path.display());
+    }
+    eprintln!("skipping: {} is missing (run scripts/fetch-demo-model.sh)", path.display());
+    None
+}
