@@ -12,18 +12,6 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn demo_model() -> Option<PathBuf> {
-    let p = root().join(frognano_model::load::DEMO_MODEL);
-    if p.exists() {
-        return Some(p);
-    }
-    if std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_some() {
-        panic!("demo model {} missing; run scripts/fetch-demo-model.sh", p.display());
-    }
-    eprintln!("SKIPPED: demo model {} missing (run scripts/fetch-demo-model.sh)", p.display());
-    None
-}
-
 const EXIT_REASONS: [&str; 8] = [
     "agent",
     "max_tokens_per_turn",
@@ -61,7 +49,7 @@ fn solve(extra: &[&str], out: &Path) {
 
 #[test]
 fn solve_with_the_demo_model_in_process() {
-    if demo_model().is_none() {
+    if frognano_testkit::demo_model().is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -81,7 +69,7 @@ impl Drop for Server {
 
 #[test]
 fn solve_with_the_demo_model_through_frognano_serve() {
-    let Some(model) = demo_model() else { return };
+    let Some(model) = frognano_testkit::demo_model() else { return };
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let _server = Server(
         Command::new(env!("CARGO_BIN_EXE_frognano"))

@@ -3,28 +3,9 @@
 //! match finite differences, and a merged checkpoint of a GGUF-sourced policy loads through
 //! `frognano_model::load` with its tokenizer.
 
-use std::path::{Path, PathBuf};
-
 use candle_core::{DType, Tensor};
 use frognano_model::CausalLm;
 use frognano_rl::policy::{LlamaSpec, Policy, PolicyOptions, SaveFormat};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The demo GGUF, or `None` (test skipped with a message) unless FROGNANO_REQUIRE_FIXTURES is set.
-fn demo_model() -> Option<PathBuf> {
-    let p = repo().join(frognano_model::load::DEMO_MODEL);
-    if p.exists() {
-        return Some(p);
-    }
-    if std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_some() {
-        panic!("{} is missing and FROGNANO_REQUIRE_FIXTURES is set: run scripts/fetch-demo-model.sh", p.display());
-    }
-    eprintln!("skipping: {} is missing (run scripts/fetch-demo-model.sh)", p.display());
-    None
-}
 
 fn rows(t: &Tensor) -> Vec<f32> {
     t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap()
@@ -139,7 +120,7 @@ fn full_finetune_token_logprobs_gradient_matches_finite_differences() {
 
 #[test]
 fn smollm2_gguf_policy_matches_engine_and_merged_save_loads_with_tokenizer() {
-    let Some(gguf) = demo_model() else { return };
+    let Some(gguf) = frognano_testkit::demo_model() else { return };
     let p = Policy::load(&gguf, &PolicyOptions::default()).unwrap();
     assert_eq!(p.arch(), "llama");
     let reference = frognano_model::load(gguf.to_str().unwrap()).unwrap();

@@ -172,21 +172,9 @@ fn a_rollout_on_the_fixture_task_is_recorded_and_scored() {
 
 /// The synth fixture project (crates/synth/tests/fixtures/pyproj) as a git repository.
 fn pyproj_repo(root: &Path) -> PathBuf {
-    fn copy(from: &Path, to: &Path) {
-        std::fs::create_dir_all(to).unwrap();
-        for e in std::fs::read_dir(from).unwrap() {
-            let e = e.unwrap();
-            let dest = to.join(e.file_name().to_string_lossy().replace(".fixture", ""));
-            if e.path().is_dir() {
-                copy(&e.path(), &dest);
-            } else {
-                std::fs::copy(e.path(), dest).unwrap();
-            }
-        }
-    }
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../synth/tests/fixtures/pyproj");
     let dest = root.join("pyproj");
-    copy(&src, &dest);
+    frognano_testkit::copy_fixture_dir(&src, &dest);
     std::fs::write(dest.join(".gitignore"), "__pycache__/\n").unwrap();
     git(&dest, &["init", "-q"]);
     commit(&dest, "fixture");

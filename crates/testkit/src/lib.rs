@@ -61,11 +61,11 @@ pub fn copy_fixture_dir(from: &Path, to: &Path) {
     }
 }
 
-/// The demo model (`models/SmolLM2-135M-Instruct.Q4_1.gguf`), or `None` with a note on stderr
+/// The demo model ([`frognano_model::load::DEMO_MODEL`]), or `None` with a note on stderr
 /// when it has not been fetched; with `FROGNANO_REQUIRE_FIXTURES` set (CI) a missing model is
 /// a failure instead of a skip.
 pub fn demo_model() -> Option<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(frognano_model::load::DEMO_MODEL);
     if path.exists() {
         return Some(path);
     }
