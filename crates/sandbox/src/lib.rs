@@ -235,6 +235,9 @@ pub struct Output {
     pub stdout: String,
     /// Captured stderr (lossy UTF-8), at most `output_limit` bytes of it.
     pub stderr: String,
+    /// Captured stdout exactly as the command wrote it (the bytes behind [`Output::stdout`]),
+    /// for output that must survive byte for byte, such as a patch with non-UTF-8 content.
+    pub stdout_bytes: Vec<u8>,
     /// The wall-clock limit was reached and the command was killed.
     pub timed_out: bool,
     /// Some output was dropped because of the output cap (or the command was stopped for
@@ -457,8 +460,10 @@ impl Sandbox {
         let elapsed = started.elapsed();
         // The command is done: nothing it started may outlive it.
         kill_tree(pgid, cgroup.as_deref());
-        let (stdout, out_cut) = out.finish();
+        let (stdout_bytes, out_cut) = out.finish();
         let (stderr, err_cut) = err.finish();
+        let stdout = String::from_utf8_lossy(&stdout_bytes).into_owned();
+        let stderr = String::from_utf8_lossy(&stderr).into_owned();
         if let Some(group) = &cgroup {
             remove_cgroup(group);
         }
@@ -470,6 +475,7 @@ impl Sandbox {
             signal,
             stdout,
             stderr,
+            stdout_bytes,
             timed_out,
             truncated: out_cut || err_cut || flooded,
             flooded,
@@ -585,13 +591,13 @@ impl Capture {
     /// Waits briefly for the reader to reach end of file, then takes what it has. A
     /// straggler holding the pipe (only possible unconfined without a cgroup) cannot hold
     /// us up past the grace period.
-    fn finish(self) -> (String, bool) {
+    fn finish(self) -> (Vec<u8>, bool) {
         let grace = Instant::now() + Duration::from_secs(2);
         while !self.done.load(Ordering::Acquire) && Instant::now() < grace {
             std::thread::sleep(Duration::from_millis(2));
         }
-        let g = self.buf.lock().unwrap_or_else(|e| e.into_inner());
-        (String::from_utf8_lossy(&g.0).into_owned(), g.1)
+        let mut g = self.buf.lock().unwrap_or_else(|e| e.into_inner());
+        (std::mem::take(&mut g.0), g.1)
     }
 }
 
