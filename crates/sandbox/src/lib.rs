@@ -44,6 +44,9 @@
 //! # Ok::<(), frognano_sandbox::SandboxError>(())
 //! ```
 
+pub mod patch;
+pub mod scratch;
+
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
