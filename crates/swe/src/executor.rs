@@ -265,11 +265,7 @@ pub(crate) fn patched_workspace(
 ) -> Result<(tempfile::TempDir, PathBuf, Sandbox), ErrorKind> {
     let infra = |e: anyhow::Error| ErrorKind::Infra(format!("{e:#}"));
     let source = repo_source(inst, opts.repos.as_deref()).map_err(|e| ErrorKind::RepoMissing(format!("{e:#}")))?;
-    std::fs::create_dir_all(&opts.work_root).map_err(|e| infra(e.into()))?;
-    let holder = tempfile::Builder::new()
-        .prefix(&format!("{}-", inst.instance_id))
-        .tempdir_in(&opts.work_root)
-        .map_err(|e| infra(e.into()))?;
+    let holder = frognano_sandbox::scratch::scratch_dir(&opts.work_root, &inst.instance_id).map_err(|e| infra(e.into()))?;
     let ws = holder.path().join("repo");
     create_workspace(&source, &inst.base_commit, &ws).map_err(|e| ErrorKind::RepoMissing(format!("{e:#}")))?;
     let patch = pred.model_patch.clone().unwrap_or_default();

@@ -10,6 +10,7 @@ use std::sync::mpsc;
 use serde_json::{json, Value};
 
 use crate::executor::{create_workspace, run_instance, ExecOptions, InstanceResult, Outcome};
+use frognano_sandbox::{scratch, Isolation};
 use crate::instance::{repo_source, Prediction, SweInstance};
 use crate::report::{instance_dir, make_run_report, predictions_by_id, run_dir, run_report_text};
 
@@ -248,24 +249,13 @@ pub trait Solver: Sync {
     fn solve(&self, instance: &SweInstance, workspace: &Path, attempt: usize) -> anyhow::Result<Solution>;
 }
 
-/// The workspace's changes against HEAD as a binary-safe diff (Harbor's recipe:
-/// `git add -A`, `git diff --cached --binary`, `git reset --mixed HEAD`).
-pub fn workspace_patch(ws: &Path) -> anyhow::Result<String> {
-    let git = |args: &[&str]| -> anyhow::Result<std::process::Output> {
-        let out =
-            std::process::Command::new("git").args(["-c", "safe.directory=*"]).args(args).current_dir(ws).output()?;
-        anyhow::ensure!(
-            out.status.success(),
-            "git {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-        Ok(out)
-    };
-    git(&["add", "-A"])?;
-    let diff = git(&["diff", "--cached", "--binary"])?;
-    git(&["reset", "-q", "--mixed", "HEAD"])?;
-    Ok(String::from_utf8_lossy(&diff.stdout).into_owned())
+/// The changes of the solver's workspace `ws` against `base_commit`, taken by git running in
+/// a sandbox of `isolation` (a clean or smudge filter, textconv or fsmonitor the solver planted
+/// in the workspace's git config never runs on the host). Files over the patch limits are
+/// left out.
+pub fn workspace_patch(ws: &Path, base_commit: &str, isolation: Isolation) -> anyhow::Result<String> {
+    let patch = frognano_sandbox::patch::workspace_patch(ws, base_commit, isolation, Default::default())?;
+    Ok(patch.text())
 }
 
 /// Options of a `run`.
@@ -441,14 +431,11 @@ fn solve_one(
     };
     let solved = (|| -> anyhow::Result<Solution> {
         let source = repo_source(inst, opts.exec.repos.as_deref())?;
-        std::fs::create_dir_all(&opts.exec.work_root)?;
-        let holder = tempfile::Builder::new()
-            .prefix(&format!("{}-solve-", inst.instance_id))
-            .tempdir_in(&opts.exec.work_root)?;
+        let holder = scratch::scratch_dir(&opts.exec.work_root, &format!("{}_solve", inst.instance_id))?;
         let ws = holder.path().join("repo");
         create_workspace(&source, &inst.base_commit, &ws)?;
         let mut sol = solver.solve(inst, &ws, attempt)?;
-        let from_ws = workspace_patch(&ws)?;
+        let from_ws = workspace_patch(&ws, &inst.base_commit, opts.exec.isolation)?;
         // The patch comes from the workspace, not from the model, when the agent edited it.
         if !from_ws.is_empty() {
             sol.patch = from_ws;
