@@ -134,4 +134,16 @@ mod tests {
         assert!(unmarked.is_dir());
         assert_eq!(remove_stale(&root.path().join("missing")).unwrap(), Vec::<PathBuf>::new());
     }
+
+    #[test]
+    fn the_first_scratch_folder_under_a_root_clears_what_a_killed_run_left() {
+        let root = tempfile::tempdir().unwrap();
+        let dead = root.path().join("frognano-django__django_11099-99999999-abc");
+        std::fs::create_dir_all(dead.join("repo")).unwrap();
+        std::fs::write(dead.join(MARKER), b"").unwrap();
+        let fresh = scratch_dir(root.path(), "django__django-11099").unwrap();
+        assert!(!dead.exists(), "the killed run's workspace is gone");
+        let name = fresh.path().file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with(&format!("frognano-django__django_11099-{}-", std::process::id())), "{name}");
+    }
 }
