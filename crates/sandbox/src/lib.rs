@@ -47,7 +47,14 @@
 pub mod patch;
 pub mod scratch;
 
+pub mod seccomp;
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -63,6 +70,179 @@ pub const DEFAULT_OUTPUT_LIMIT: usize = 1 << 20;
 pub const DEFAULT_FLOOD_LIMIT: u64 = 64 << 20;
 /// Default limit on the number of processes (and threads) of one command.
 pub const DEFAULT_MAX_PROCESSES: u32 = 512;
+/// Upper bound of the default memory limit: a laptop keeps working while a test suite runs
+/// (the default is the smaller of this and half the machine's RAM, [`default_memory_limit`]).
+pub const DEFAULT_MEMORY_LIMIT_MAX: u64 = 8 << 30;
+/// Default largest file a command may write (`RLIMIT_FSIZE`): far past any source file,
+/// build artefact or test fixture, well short of filling a laptop's disk in one go.
+pub const DEFAULT_FILE_SIZE_LIMIT: u64 = 4 << 30;
+/// Default growth of the workspace's file system during one command after which the command
+/// is killed (build outputs of a large project fit; a runaway writer is stopped).
+pub const DEFAULT_DISK_LIMIT: u64 = 16 << 30;
+/// Default size of the sandbox's private `/tmp` (and of `/dev/shm`), both in memory.
+pub const DEFAULT_TMP_SIZE: u64 = 2 << 30;
+/// The uid and gid a confined command runs as when FrogNano itself runs as root (otherwise
+/// it keeps the caller's uid); files it creates belong to the caller on the host.
+pub const SANDBOX_UID_FOR_ROOT: u32 = 1000;
+
+/// The default memory limit of one command: the smaller of [`DEFAULT_MEMORY_LIMIT_MAX`] and
+/// half of this machine's RAM.
+pub fn default_memory_limit() -> u64 {
+    // SAFETY: sysinfo fills the struct we pass.
+    let ram = unsafe {
+        let mut info: libc::sysinfo = std::mem::zeroed();
+        if libc::sysinfo(&mut info) == 0 {
+            (info.totalram as u64).saturating_mul(info.mem_unit.max(1) as u64)
+        } else {
+            0
+        }
+    };
+    if ram == 0 {
+        DEFAULT_MEMORY_LIMIT_MAX
+    } else {
+        DEFAULT_MEMORY_LIMIT_MAX.min(ram / 2)
+    }
+}
+
+/// Environment variables a confined command gets from the host when they are set there
+/// (everything else is dropped; extend with [`SandboxSpec::pass_env`]): the search path,
+/// locale and terminal, and where the toolchains live (these name folders, never secrets).
+/// `HOME` is always `/tmp`, the sandbox's own writable folder.
+pub const PASSED_ENV: &[&str] = &[
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "LC_COLLATE",
+    "LC_NUMERIC",
+    "LC_TIME",
+    "TERM",
+    "TZ",
+    "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN",
+    "CARGO_HOME",
+    "PYENV_ROOT",
+    "PYENV_VERSION",
+    "NVM_DIR",
+    "NVM_BIN",
+    "GOROOT",
+    "GOPATH",
+    "JAVA_HOME",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+];
+
+/// Toolchain folders of a home directory (see [`SandboxSpec::masked_homes`]) that stay
+/// visible, read-only, when the home is masked, besides the folders `PATH` points into:
+/// toolchains, not configuration or caches. Secrets inside them ([`HOME_SECRETS`]) stay
+/// masked.
+pub const HOME_TOOLCHAIN_DIRS: &[&str] = &[
+    ".cargo",
+    ".rustup",
+    ".pyenv",
+    ".rbenv",
+    ".nvm",
+    ".volta",
+    ".bun",
+    ".deno",
+    ".asdf",
+    ".sdkman",
+    ".ghcup",
+    ".elan",
+    ".opam",
+    ".juliaup",
+    "go",
+    "sdk",
+    ".local/bin",
+    ".local/lib",
+    "miniconda3",
+    "anaconda3",
+    "miniforge3",
+    "mambaforge",
+];
+
+/// Files and folders of a home directory that hold credentials or history. The home is
+/// masked as a whole; these stay masked even where a toolchain folder is shown again or
+/// the workspace or a writable or readable path brings them back into view.
+pub const HOME_SECRETS: &[&str] = &[
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".kube",
+    ".docker",
+    ".netrc",
+    ".npmrc",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".pypirc",
+    ".git-credentials",
+    ".config/git/credentials",
+    ".config/gh",
+    ".config/hub",
+    ".config/rclone",
+    ".config/op",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".gem/credentials",
+    ".m2/settings.xml",
+    ".gradle/gradle.properties",
+    ".terraformrc",
+    ".terraform.d",
+    ".vault-token",
+    ".pgpass",
+    ".my.cnf",
+    ".s3cfg",
+    ".boto",
+    ".bash_history",
+    ".zsh_history",
+    ".history",
+    ".sh_history",
+    ".python_history",
+    ".node_repl_history",
+    ".psql_history",
+    ".mysql_history",
+    ".sqlite_history",
+    ".lesshst",
+    ".viminfo",
+    ".local/share/keyrings",
+    ".local/share/fish/fish_history",
+    ".password-store",
+];
+
+/// System files and folders masked in every confined command (besides the homes): password
+/// hashes, sudo rules, TLS and Kerberos private keys. SSH host private keys
+/// (`/etc/ssh/ssh_host_*_key`) are masked too, and `/run` (with `/var/run`) is replaced by an
+/// empty folder, so daemon sockets (Docker, D-Bus, ssh and gpg agents) cannot be reached.
+pub const MASKED_SYSTEM_PATHS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssl/private",
+    "/etc/krb5.keytab",
+    "/etc/security/opasswd",
+];
+
+/// The home directories masked by default: this process's `$HOME` and `/root`.
+pub fn default_masked_homes() -> Vec<PathBuf> {
+    let mut homes = Vec::new();
+    if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
+        if home.is_absolute() && home != Path::new("/") {
+            homes.push(home);
+        }
+    }
+    let root = PathBuf::from("/root");
+    if !homes.contains(&root) {
+        homes.push(root);
+    }
+    homes
+}
 
 /// Whether commands are confined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +278,34 @@ pub struct SandboxSpec {
     pub env: Vec<(String, String)>,
     /// Extra host paths mounted read-write inside the sandbox (e.g. a shared build cache).
     pub writable_paths: Vec<PathBuf>,
+    /// Extra host paths shown read-only inside the sandbox even where the sandbox would hide
+    /// them (a virtualenv under `/tmp`, whose `/tmp` the sandbox replaces; a folder in a
+    /// masked home).
+    pub readable_paths: Vec<PathBuf>,
+    /// Names of host environment variables a confined command also gets (when set), besides
+    /// [`PASSED_ENV`]. Unconfined commands get the whole host environment anyway.
+    pub env_passthrough: Vec<String>,
+    /// Home directories masked by an empty folder in confined commands (only their
+    /// toolchain folders, [`HOME_TOOLCHAIN_DIRS`] and those `PATH` points into, stay
+    /// visible). Default: [`default_masked_homes`].
+    pub masked_homes: Vec<PathBuf>,
+    /// Memory limit of the command's processes together, in bytes (a cgroup `memory.max`
+    /// or v1 `memory.limit_in_bytes`; enforced where a memory cgroup is writable, see
+    /// [`Sandbox::memory_limit_enforced`]). `None`: no limit. Default:
+    /// [`default_memory_limit`].
+    pub memory_limit: Option<u64>,
+    /// Largest file a command may write, in bytes (`RLIMIT_FSIZE`; writing past it fails
+    /// with `EFBIG` or ends the writer with `SIGXFSZ`). `None`: no limit. Default:
+    /// [`DEFAULT_FILE_SIZE_LIMIT`].
+    pub file_size_limit: Option<u64>,
+    /// Growth in bytes of the file systems holding the workspace and the writable paths
+    /// during one command, after which it is killed ([`Output::limit_hit`] says so). It is
+    /// measured on the whole file system, so other writers on the machine count too.
+    /// `None`: no limit. Default: [`DEFAULT_DISK_LIMIT`].
+    pub disk_limit: Option<u64>,
+    /// Size of the private `/tmp` and `/dev/shm` of a confined command (each). `None`: the
+    /// kernel's default (half the RAM). Default: [`DEFAULT_TMP_SIZE`].
+    pub tmp_size: Option<u64>,
 }
 
 impl SandboxSpec {
@@ -113,6 +321,13 @@ impl SandboxSpec {
             max_processes: DEFAULT_MAX_PROCESSES,
             env: Vec::new(),
             writable_paths: Vec::new(),
+            readable_paths: Vec::new(),
+            env_passthrough: Vec::new(),
+            masked_homes: default_masked_homes(),
+            memory_limit: Some(default_memory_limit()),
+            file_size_limit: Some(DEFAULT_FILE_SIZE_LIMIT),
+            disk_limit: Some(DEFAULT_DISK_LIMIT),
+            tmp_size: Some(DEFAULT_TMP_SIZE),
         }
     }
     /// Sets the confinement mode.
@@ -153,6 +368,46 @@ impl SandboxSpec {
     /// Mounts another host path read-write.
     pub fn writable_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.writable_paths.push(path.into());
+        self
+    }
+    /// Shows another host path read-only (even under `/tmp` or a masked home).
+    pub fn readable_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.readable_paths.push(path.into());
+        self
+    }
+    /// Passes the host environment variable `name` (when set) to confined commands too
+    /// (the CLI's `--sandbox-env NAME`).
+    pub fn pass_env(mut self, name: impl Into<String>) -> Self {
+        self.env_passthrough.push(name.into());
+        self
+    }
+    /// Sets the home directories to mask (replacing the default list).
+    pub fn masked_homes<I, P>(mut self, homes: I) -> Self
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<PathBuf>,
+    {
+        self.masked_homes = homes.into_iter().map(Into::into).collect();
+        self
+    }
+    /// Sets the memory limit in bytes; 0 turns it off.
+    pub fn memory_limit(mut self, bytes: u64) -> Self {
+        self.memory_limit = (bytes > 0).then_some(bytes);
+        self
+    }
+    /// Sets the largest file a command may write, in bytes; 0 turns the limit off.
+    pub fn file_size_limit(mut self, bytes: u64) -> Self {
+        self.file_size_limit = (bytes > 0).then_some(bytes);
+        self
+    }
+    /// Sets the disk growth (bytes) after which a command is killed; 0 turns it off.
+    pub fn disk_limit(mut self, bytes: u64) -> Self {
+        self.disk_limit = (bytes > 0).then_some(bytes);
+        self
+    }
+    /// Sets the size of the private `/tmp` (and `/dev/shm`) in bytes; 0: the kernel's default.
+    pub fn tmp_size(mut self, bytes: u64) -> Self {
+        self.tmp_size = (bytes > 0).then_some(bytes);
         self
     }
 }
@@ -248,6 +503,9 @@ pub struct Output {
     pub truncated: bool,
     /// The command was killed because its output passed [`SandboxSpec::flood_limit`].
     pub flooded: bool,
+    /// A resource limit stopped the command or one of its processes (a line saying so is
+    /// appended to [`Output::stderr`]).
+    pub limit_hit: Option<Limit>,
     /// Wall-clock time the command ran.
     pub elapsed: Duration,
 }
@@ -266,6 +524,16 @@ impl Output {
     pub fn success(&self) -> bool {
         self.exit_code == Some(0)
     }
+}
+
+/// A resource limit that stopped a command (see [`Output::limit_hit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Limit {
+    /// The memory limit: the kernel killed a process of the command for lack of memory.
+    Memory,
+    /// The disk limit: the command wrote more than [`SandboxSpec::disk_limit`] and was killed.
+    Disk,
 }
 
 /// Why a command could not be run at all (a command that runs and fails is an [`Output`]).
@@ -311,13 +579,71 @@ pub enum SandboxError {
 pub struct Sandbox {
     spec: SandboxSpec,
     workspace: PathBuf,
-    bwrap: Option<PathBuf>,
-    pids_cgroup_root: Option<PathBuf>,
+    bwrap: Option<Bwrap>,
+    cgroups: CgroupRoots,
+}
+
+/// The bwrap binary and what it supports.
+#[derive(Debug, Clone)]
+struct Bwrap {
+    path: PathBuf,
+    /// bwrap ≥ 0.8 with a kernel that lets it: `--disable-userns` and `--size`.
+    modern: bool,
+}
+
+/// Where this process may create cgroups, per controller.
+#[derive(Debug, Clone, Default)]
+struct CgroupRoots {
+    pids: Option<PathBuf>,
+    memory: Option<(PathBuf, MemApi)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MemApi {
+    /// cgroup v1 memory controller; `memsw`: swap accounting files exist.
+    V1 { memsw: bool },
+    /// cgroup v2 memory controller.
+    V2,
+}
+
+/// The cgroups of one run.
+#[derive(Debug, Default)]
+struct RunGroups {
+    /// Every directory made (one per hierarchy), removed at the end.
+    dirs: Vec<PathBuf>,
+    /// The memory group, if the memory limit applies.
+    memory: Option<(PathBuf, MemApi)>,
+}
+
+impl RunGroups {
+    /// A group holding every process of the run (for the kill loop).
+    fn any(&self) -> Option<&Path> {
+        self.dirs.first().map(PathBuf::as_path)
+    }
+
+    /// How many processes the kernel killed for lack of memory in the memory group.
+    fn oom_kills(&self) -> u64 {
+        let Some((dir, api)) = &self.memory else { return 0 };
+        let file = match api {
+            MemApi::V1 { .. } => "memory.oom_control",
+            MemApi::V2 => "memory.events",
+        };
+        let text = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+        text.lines().find_map(|l| l.strip_prefix("oom_kill ")).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
+    }
+
+    fn remove(&self) {
+        for dir in &self.dirs {
+            remove_cgroup(dir);
+        }
+    }
 }
 
 impl Sandbox {
     /// Checks the spec and the confinement tools. Fails if [`Isolation::Bubblewrap`] is asked
-    /// for and bwrap is missing or broken (the message says how to fix it or opt out).
+    /// for and bwrap is missing or broken (the message says how to fix it or opt out). The
+    /// first call in a process also removes the cgroups that killed FrogNano processes left
+    /// behind ([`Sandbox::remove_stale_cgroups`]).
     pub fn new(spec: SandboxSpec) -> Result<Self, SandboxError> {
         let workspace = spec
             .workspace
@@ -331,13 +657,48 @@ impl Sandbox {
             }
             Isolation::Unconfined => None,
         };
-        Ok(Sandbox { spec, workspace, bwrap, pids_cgroup_root: pids_cgroup_root().clone() })
+        static CLEANED: std::sync::Once = std::sync::Once::new();
+        CLEANED.call_once(|| {
+            Sandbox::remove_stale_cgroups();
+        });
+        Ok(Sandbox { spec, workspace, bwrap, cgroups: cgroup_roots().clone() })
     }
 
     /// Whether bubblewrap is usable on this machine (without building a sandbox); the error
     /// text says why not.
     pub fn bubblewrap_available() -> Result<(), String> {
         bwrap_status().clone().map(|_| ())
+    }
+
+    /// Removes the empty `frognano-sandbox-<pid>-<n>` (and `frognano-probe-<pid>`) cgroups
+    /// whose `<pid>` is no longer alive: what a FrogNano process killed mid-run left in the
+    /// pids and memory hierarchies. Groups of live processes and groups that still hold
+    /// processes are kept. Returns how many were removed. [`Sandbox::new`] calls this once
+    /// per process.
+    pub fn remove_stale_cgroups() -> usize {
+        let mut removed = 0;
+        for root in Sandbox::cgroup_roots() {
+            let Ok(entries) = std::fs::read_dir(&root) else { continue };
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let Some(pid) = name.to_str().and_then(stale_group_pid) else { continue };
+                if pid != std::process::id() as i32 && !process_alive(pid) && std::fs::remove_dir(entry.path()).is_ok()
+                {
+                    removed += 1;
+                }
+            }
+        }
+        removed
+    }
+
+    /// The cgroup directories (pids, then memory; one where both share a v2 hierarchy)
+    /// under which this process makes a group per command, if it may; for diagnostics.
+    pub fn cgroup_roots() -> Vec<PathBuf> {
+        let roots = cgroup_roots();
+        let mut dirs: Vec<PathBuf> =
+            roots.pids.iter().cloned().chain(roots.memory.as_ref().map(|(d, _)| d.clone())).collect();
+        dirs.dedup();
+        dirs
     }
 
     /// The spec this sandbox was built from.
@@ -357,36 +718,66 @@ impl Sandbox {
 
     /// True when [`SandboxSpec::max_processes`] is enforced (a pids cgroup is writable).
     pub fn process_limit_enforced(&self) -> bool {
-        self.pids_cgroup_root.is_some()
+        self.cgroups.pids.is_some()
     }
 
-    /// Runs one command to completion, timeout or flood, then kills whatever it left behind.
+    /// True when [`SandboxSpec::memory_limit`] is set and enforced (a memory cgroup is
+    /// writable: as root in our containers and CI, or under a delegated cgroup v2 subtree).
+    pub fn memory_limit_enforced(&self) -> bool {
+        self.spec.memory_limit.is_some() && self.cgroups.memory.is_some()
+    }
+
+    /// Runs one command to completion, timeout, flood or limit, then kills whatever it left
+    /// behind.
     pub fn run(&self, cmd: &Command) -> Result<Output, SandboxError> {
         let cwd = self.working_dir(cmd)?;
         let timeout = cmd.timeout.unwrap_or(self.spec.timeout);
+        let bwrap_name = |b: &Bwrap| b.path.display().to_string();
+        let program = self.bwrap.as_ref().map(bwrap_name).unwrap_or_else(|| cmd.program.clone());
+        let seccomp_fd = match (&self.bwrap, seccomp::filter()) {
+            (Some(_), Some(filter)) => Some(
+                seccomp::memfd_with(&filter)
+                    .map_err(|source| SandboxError::Spawn { program: program.clone(), source })?,
+            ),
+            _ => None,
+        };
         let mut proc = match &self.bwrap {
-            Some(bwrap) => self.bwrap_command(bwrap, cmd, &cwd),
+            Some(bwrap) => {
+                let env = self.confined_env(cmd);
+                let path = env.get(OsStr::new("PATH")).cloned().unwrap_or_default();
+                let mut p = self.bwrap_command(bwrap, cmd, &cwd, &path, seccomp_fd.as_ref().map(|f| f.as_raw_fd()));
+                p.env_clear().envs(env);
+                p
+            }
             None => {
                 let mut p = std::process::Command::new(&cmd.program);
                 p.args(&cmd.args).current_dir(&cwd);
+                for (k, v) in self.spec.env.iter().chain(&cmd.env) {
+                    p.env(k, v);
+                }
                 p
             }
         };
-        for (k, v) in self.spec.env.iter().chain(&cmd.env) {
-            proc.env(k, v);
-        }
         proc.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         // Own process group: lets us kill the tree with one killpg, and keeps terminal
         // signals (Ctrl-C) aimed at us from reaching the command directly.
         proc.process_group(0);
-        let cgroup = self.new_cgroup();
-        if let Some(group) = &cgroup {
-            let procs = std::ffi::CString::new(group.join("cgroup.procs").as_os_str().as_encoded_bytes())
-                .expect("cgroup path has no NUL byte");
-            // SAFETY: only async-signal-safe libc calls (open/write/close) on data prepared
-            // before the fork.
-            unsafe {
-                proc.pre_exec(move || {
+        let groups = self.new_cgroups();
+        let procs_files: Vec<std::ffi::CString> = groups
+            .dirs
+            .iter()
+            .map(|g| {
+                std::ffi::CString::new(g.join("cgroup.procs").as_os_str().as_bytes())
+                    .expect("cgroup path has no NUL byte")
+            })
+            .collect();
+        let file_size_limit = self.spec.file_size_limit;
+        let inherit_fd = seccomp_fd.as_ref().map(|f| f.as_raw_fd());
+        // SAFETY: only async-signal-safe libc calls (open/write/close, get/setrlimit, fcntl)
+        // on data prepared before the fork.
+        unsafe {
+            proc.pre_exec(move || {
+                for procs in &procs_files {
                     let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
                     if fd < 0 {
                         return Err(std::io::Error::last_os_error());
@@ -394,22 +785,38 @@ impl Sandbox {
                     // "0" moves the writing process itself (cgroup v1 and v2 alike).
                     let ok = libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
                     libc::close(fd);
-                    if ok {
-                        Ok(())
-                    } else {
-                        Err(std::io::Error::last_os_error())
+                    if !ok {
+                        return Err(std::io::Error::last_os_error());
                     }
-                });
-            }
+                }
+                if let Some(limit) = file_size_limit {
+                    let mut cur: libc::rlimit = std::mem::zeroed();
+                    if libc::getrlimit(libc::RLIMIT_FSIZE, &mut cur) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    let lim = (limit as libc::rlim_t).min(cur.rlim_max);
+                    let new = libc::rlimit { rlim_cur: lim, rlim_max: lim };
+                    if libc::setrlimit(libc::RLIMIT_FSIZE, &new) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                // The seccomp program's descriptor is the one bwrap must inherit.
+                if let Some(fd) = inherit_fd {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
         }
-        let program = self.bwrap.as_ref().map(|b| b.display().to_string()).unwrap_or_else(|| cmd.program.clone());
+        let mut disk = self.spec.disk_limit.map(|limit| DiskWatch::new(&self.disk_paths(), limit));
         let started = Instant::now();
-        let mut child = match proc.spawn() {
+        let spawned = proc.spawn();
+        drop(seccomp_fd);
+        let mut child = match spawned {
             Ok(c) => c,
             Err(source) => {
-                if let Some(group) = &cgroup {
-                    remove_cgroup(group);
-                }
+                groups.remove();
                 return Err(SandboxError::Spawn { program, source });
             }
         };
@@ -443,17 +850,25 @@ impl Sandbox {
 
         let deadline = started + timeout;
         let mut timed_out = false;
+        let mut disk_hit = false;
+        let mut polls: u64 = 0;
         let status = loop {
             match child.try_wait().map_err(SandboxError::Wait)? {
                 Some(status) => break status,
                 None => {
                     if flooded.load(Ordering::Relaxed) {
-                        kill_tree(pgid, cgroup.as_deref());
+                        kill_tree(pgid, groups.any());
                         break child.wait().map_err(SandboxError::Wait)?;
                     }
                     if Instant::now() >= deadline {
                         timed_out = true;
-                        kill_tree(pgid, cgroup.as_deref());
+                        kill_tree(pgid, groups.any());
+                        break child.wait().map_err(SandboxError::Wait)?;
+                    }
+                    polls += 1;
+                    if polls.is_multiple_of(8) && disk.as_mut().is_some_and(DiskWatch::exceeded) {
+                        disk_hit = true;
+                        kill_tree(pgid, groups.any());
                         break child.wait().map_err(SandboxError::Wait)?;
                     }
                     std::thread::sleep(Duration::from_millis(5));
@@ -462,17 +877,30 @@ impl Sandbox {
         };
         let elapsed = started.elapsed();
         // The command is done: nothing it started may outlive it.
-        kill_tree(pgid, cgroup.as_deref());
+        kill_tree(pgid, groups.any());
         let (stdout_bytes, out_cut) = out.finish();
         let (stderr, err_cut) = err.finish();
         let stdout = String::from_utf8_lossy(&stdout_bytes).into_owned();
-        let stderr = String::from_utf8_lossy(&stderr).into_owned();
-        if let Some(group) = &cgroup {
-            remove_cgroup(group);
-        }
+        let mut stderr = String::from_utf8_lossy(&stderr).into_owned();
+        let oom_kills = groups.oom_kills();
+        groups.remove();
         let flooded = flooded.load(Ordering::Relaxed);
-        let (exit_code, signal) =
-            if timed_out || flooded { (None, Some(libc::SIGKILL)) } else { decode_status(status) };
+        let limit_hit = if disk_hit {
+            let limit = self.spec.disk_limit.unwrap_or(0);
+            note(&mut stderr, &format!("killed: wrote more than {limit} bytes to disk (the sandbox's disk limit)"));
+            Some(Limit::Disk)
+        } else if oom_kills > 0 {
+            let limit = self.spec.memory_limit.unwrap_or(0);
+            note(
+                &mut stderr,
+                &format!("{oom_kills} process(es) killed: out of memory (the sandbox's memory limit is {limit} bytes)"),
+            );
+            Some(Limit::Memory)
+        } else {
+            None
+        };
+        let killed = timed_out || flooded || disk_hit;
+        let (exit_code, signal) = if killed { (None, Some(libc::SIGKILL)) } else { decode_status(status) };
         Ok(Output {
             exit_code,
             signal,
@@ -482,6 +910,7 @@ impl Sandbox {
             timed_out,
             truncated: out_cut || err_cut || flooded,
             flooded,
+            limit_hit,
             elapsed,
         })
     }
@@ -497,46 +926,384 @@ impl Sandbox {
         }
     }
 
-    fn bwrap_command(&self, bwrap: &Path, cmd: &Command, cwd: &Path) -> std::process::Command {
-        let mut p = std::process::Command::new(bwrap);
-        p.args(["--ro-bind", "/", "/"])
-            .args(["--dev", "/dev"])
-            .args(["--proc", "/proc"])
-            .args(["--tmpfs", "/tmp"])
-            .args(["--tmpfs", "/dev/shm"])
-            .arg("--bind")
-            .arg(&self.workspace)
-            .arg(&self.workspace);
-        for extra in &self.spec.writable_paths {
-            p.arg("--bind").arg(extra).arg(extra);
+    /// The folders whose file systems the disk limit watches.
+    fn disk_paths(&self) -> Vec<PathBuf> {
+        std::iter::once(self.workspace.clone()).chain(self.spec.writable_paths.iter().cloned()).collect()
+    }
+
+    /// The environment of a confined command: [`PASSED_ENV`] and the caller's
+    /// [`SandboxSpec::env_passthrough`] from the host, `HOME=/tmp`, where the home's
+    /// toolchains are, then the explicit values of the spec and the command.
+    fn confined_env(&self, cmd: &Command) -> BTreeMap<OsString, OsString> {
+        let mut env = BTreeMap::new();
+        env.insert(OsString::from("HOME"), OsString::from("/tmp"));
+        let host_home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
+        if let Some(home) = &host_home {
+            // HOME moves to /tmp: toolchains found through it are still found.
+            for (var, dir) in
+                [("RUSTUP_HOME", ".rustup"), ("CARGO_HOME", ".cargo"), ("PYENV_ROOT", ".pyenv"), ("NVM_DIR", ".nvm")]
+            {
+                if home.join(dir).is_dir() {
+                    env.insert(OsString::from(var), home.join(dir).into_os_string());
+                }
+            }
         }
-        p.arg("--unshare-all");
+        for name in PASSED_ENV.iter().copied().chain(self.spec.env_passthrough.iter().map(String::as_str)) {
+            if let Some(value) = std::env::var_os(name) {
+                env.insert(OsString::from(name), value);
+            }
+        }
+        env.entry(OsString::from("PATH"))
+            .or_insert_with(|| OsString::from("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
+        for (k, v) in self.spec.env.iter().chain(&cmd.env) {
+            env.insert(OsString::from(k), OsString::from(v));
+        }
+        env
+    }
+
+    fn bwrap_command(
+        &self,
+        bwrap: &Bwrap,
+        cmd: &Command,
+        cwd: &Path,
+        path_env: &OsStr,
+        seccomp_fd: Option<i32>,
+    ) -> std::process::Command {
+        let mut a = BwrapArgs::default();
+        a.push(["--ro-bind", "/", "/"]);
+        a.push(["--dev", "/dev"]);
+        a.push(["--proc", "/proc"]);
+        for tmp in ["/tmp", "/dev/shm"] {
+            if let (Some(size), true) = (self.spec.tmp_size, bwrap.modern) {
+                a.push(["--size".to_string(), size.to_string()]);
+            }
+            a.push(["--tmpfs", tmp]);
+        }
+        // No cgroupfs (its files are how a process leaves its limits), no daemon sockets.
+        for dir in ["/sys/fs/cgroup", "/run", "/var/run"] {
+            if is_real_dir(Path::new(dir)) {
+                a.hide_dir(Path::new(dir));
+            }
+        }
         if self.spec.network {
-            p.arg("--share-net");
+            // DNS keeps working where resolv.conf lives under /run (systemd-resolved).
+            if let Ok(conf) = Path::new("/etc/resolv.conf").canonicalize() {
+                if conf.starts_with("/run") || conf.starts_with("/var/run") {
+                    a.push_paths("--ro-bind", &conf, &conf);
+                }
+            }
         }
-        p.args(["--die-with-parent", "--new-session"])
-            // HOME inside the read-only root would make every tool that caches fail.
-            .args(["--setenv", "HOME", "/tmp"])
-            .arg("--chdir")
-            .arg(cwd)
-            .arg("--")
-            .arg(&cmd.program)
-            .args(&cmd.args);
+        // Secrets: system files, then each home as a whole with its toolchains shown again.
+        let mut secrets: Vec<PathBuf> = system_secret_paths();
+        for p in &secrets {
+            if !p.starts_with("/tmp") {
+                a.mask(p);
+            }
+        }
+        for home in &self.spec.masked_homes {
+            let Ok(h) = home.canonicalize() else { continue };
+            if !h.is_dir() || h == Path::new("/") {
+                continue;
+            }
+            let home_secrets: Vec<PathBuf> =
+                HOME_SECRETS.iter().filter_map(|s| existing_canonical(&h.join(s))).collect();
+            if !h.starts_with("/tmp") {
+                a.hide_dir(&h);
+                let backs = toolchain_dirs(home, &h, path_env);
+                for back in &backs {
+                    a.push_paths("--ro-bind", back, back);
+                }
+                for s in &home_secrets {
+                    if backs.iter().any(|b| s.starts_with(b)) {
+                        a.mask(s);
+                    }
+                }
+            }
+            secrets.extend(home_secrets);
+        }
+        // What the caller asked to see, then the workspace, on top of all of that (a
+        // workspace under /tmp or a masked home stays visible).
+        let mut binds = Vec::new();
+        for p in &self.spec.readable_paths {
+            let p = p.canonicalize().unwrap_or_else(|_| p.clone());
+            a.push_paths("--ro-bind", &p, &p);
+            binds.push(p);
+        }
+        a.push_paths("--bind", &self.workspace, &self.workspace);
+        binds.push(self.workspace.clone());
+        for p in &self.spec.writable_paths {
+            let p = p.canonicalize().unwrap_or_else(|_| p.clone());
+            a.push_paths("--bind", &p, &p);
+            binds.push(p);
+        }
+        // Secrets those binds brought back into view are masked again.
+        a.binds_done(&binds);
+        for s in &secrets {
+            if binds.iter().any(|b| s.starts_with(b)) {
+                a.mask(s);
+            }
+        }
+        let mut args = a.finish();
+        let (uid, gid) = sandbox_ids();
+        args.extend(["--unshare-all"].map(OsString::from));
+        if self.spec.network {
+            args.push("--share-net".into());
+        }
+        args.extend(
+            ["--unshare-user", "--uid", &uid.to_string(), "--gid", &gid.to_string(), "--cap-drop", "ALL"]
+                .map(OsString::from),
+        );
+        if bwrap.modern {
+            args.push("--disable-userns".into());
+        }
+        if let Some(fd) = seccomp_fd {
+            args.extend(["--seccomp".into(), fd.to_string().into()]);
+        }
+        args.extend(["--die-with-parent", "--new-session", "--chdir"].map(OsString::from));
+        args.push(cwd.into());
+        args.push("--".into());
+        let mut p = std::process::Command::new(&bwrap.path);
+        p.args(args).arg(&cmd.program).args(&cmd.args);
         p
     }
 
-    fn new_cgroup(&self) -> Option<PathBuf> {
+    fn new_cgroups(&self) -> RunGroups {
         static SEQ: AtomicU64 = AtomicU64::new(0);
-        let root = self.pids_cgroup_root.as_ref()?;
         let name = format!("frognano-sandbox-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
-        let dir = root.join(name);
-        std::fs::create_dir(&dir).ok()?;
-        if std::fs::write(dir.join("pids.max"), self.spec.max_processes.to_string()).is_err() {
-            remove_cgroup(&dir);
+        let mut groups = RunGroups::default();
+        if let Some(root) = &self.cgroups.pids {
+            let dir = root.join(&name);
+            if std::fs::create_dir(&dir).is_ok() {
+                if std::fs::write(dir.join("pids.max"), self.spec.max_processes.to_string()).is_ok() {
+                    groups.dirs.push(dir);
+                } else {
+                    remove_cgroup(&dir);
+                }
+            }
+        }
+        if let (Some(limit), Some((root, api))) = (self.spec.memory_limit, &self.cgroups.memory) {
+            let dir = root.join(&name);
+            let shared = groups.dirs.contains(&dir);
+            if shared || std::fs::create_dir(&dir).is_ok() {
+                let ok = match api {
+                    MemApi::V1 { memsw } => {
+                        let ok = std::fs::write(dir.join("memory.limit_in_bytes"), limit.to_string()).is_ok();
+                        if ok && *memsw {
+                            // No swapping past the limit either (fails harmlessly without swap accounting).
+                            let _ = std::fs::write(dir.join("memory.memsw.limit_in_bytes"), limit.to_string());
+                        }
+                        ok
+                    }
+                    MemApi::V2 => {
+                        let ok = std::fs::write(dir.join("memory.max"), limit.to_string()).is_ok();
+                        let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+                        ok
+                    }
+                };
+                if ok {
+                    if !shared {
+                        groups.dirs.push(dir.clone());
+                    }
+                    groups.memory = Some((dir, *api));
+                } else if !shared {
+                    remove_cgroup(&dir);
+                }
+            }
+        }
+        groups
+    }
+}
+
+/// Builds bwrap's mount arguments, remembering which replaced folders to make read-only at
+/// the end (after every mount point inside them was created).
+#[derive(Default)]
+struct BwrapArgs {
+    args: Vec<OsString>,
+    /// Folders replaced by an empty tmpfs, made read-only at the end.
+    read_only: Vec<PathBuf>,
+}
+
+impl BwrapArgs {
+    fn push<I, S>(&mut self, items: I)
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.args.extend(items.into_iter().map(Into::into));
+    }
+
+    fn push_paths(&mut self, op: &str, src: &Path, dest: &Path) {
+        self.args.extend([OsString::from(op), src.into(), dest.into()]);
+    }
+
+    /// Replaces a folder by an empty one (read-only in the end).
+    fn hide_dir(&mut self, dir: &Path) {
+        self.args.extend([OsString::from("--tmpfs"), dir.into()]);
+        self.read_only.push(dir.to_path_buf());
+    }
+
+    /// Hides a file (behind an unopenable /dev/null: binds are `nodev`) or a folder.
+    fn mask(&mut self, path: &Path) {
+        if path.is_dir() {
+            self.hide_dir(path);
+        } else {
+            self.push_paths("--ro-bind", Path::new("/dev/null"), path);
+        }
+    }
+
+    /// The workspace and the caller's paths are now mounted: a folder hidden so far that
+    /// lies under one of them is no longer the top mount there, so it is not remounted
+    /// (that would make the bind read-only).
+    fn binds_done(&mut self, binds: &[PathBuf]) {
+        self.read_only.retain(|dir| !binds.iter().any(|b| dir.starts_with(b)));
+    }
+
+    fn finish(mut self) -> Vec<OsString> {
+        for dir in std::mem::take(&mut self.read_only) {
+            self.args.extend([OsString::from("--remount-ro"), dir.into()]);
+        }
+        self.args
+    }
+}
+
+/// Appends a line from us to a command's stderr.
+fn note(stderr: &mut String, text: &str) {
+    if !stderr.is_empty() && !stderr.ends_with('\n') {
+        stderr.push('\n');
+    }
+    stderr.push_str("frognano-sandbox: ");
+    stderr.push_str(text);
+    stderr.push('\n');
+}
+
+/// A directory, not a link to one.
+fn is_real_dir(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
+}
+
+/// The path with links resolved, if it exists.
+fn existing_canonical(path: &Path) -> Option<PathBuf> {
+    std::fs::symlink_metadata(path).ok()?;
+    path.canonicalize().ok()
+}
+
+/// [`MASKED_SYSTEM_PATHS`] and the SSH host private keys that exist here.
+fn system_secret_paths() -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = MASKED_SYSTEM_PATHS.iter().filter_map(|p| existing_canonical(Path::new(p))).collect();
+    if let Ok(entries) = std::fs::read_dir("/etc/ssh") {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with("ssh_host_") && name.ends_with("_key") {
+                paths.extend(existing_canonical(&entry.path()));
+            }
+        }
+    }
+    paths
+}
+
+/// The folders of a masked home shown again, read-only: each folder `PATH` points into
+/// (its first component under the home, two under `.local`, `.config`, `.cache`) and the
+/// [`HOME_TOOLCHAIN_DIRS`] that exist. `home` as given, `canonical` with links resolved.
+fn toolchain_dirs(home: &Path, canonical: &Path, path_env: &OsStr) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    for dir in std::env::split_paths(path_env) {
+        let Some(rel) = dir.strip_prefix(canonical).ok().or_else(|| dir.strip_prefix(home).ok()) else { continue };
+        let parts: Vec<_> = rel.components().collect();
+        let Some(first) = parts.first() else { continue };
+        let nested = [".local", ".config", ".cache", ".var"].iter().any(|n| first.as_os_str() == *n);
+        let take = if nested && parts.len() >= 2 { 2 } else { 1 };
+        dirs.push(parts[..take].iter().fold(canonical.to_path_buf(), |p, c| p.join(c)));
+    }
+    dirs.extend(HOME_TOOLCHAIN_DIRS.iter().map(|d| canonical.join(d)));
+    // Only real folders inside the home (a link could point anywhere, e.g. at the home).
+    dirs.retain(|d| is_real_dir(d) && !HOME_SECRETS.iter().any(|s| d.starts_with(canonical.join(s))));
+    dirs.sort();
+    dirs.dedup();
+    let mut kept: Vec<PathBuf> = Vec::new();
+    for d in dirs {
+        if !kept.iter().any(|k| d.starts_with(k)) {
+            kept.push(d);
+        }
+    }
+    kept
+}
+
+/// The uid and gid inside the sandbox: the caller's, or [`SANDBOX_UID_FOR_ROOT`] for root.
+fn sandbox_ids() -> (u32, u32) {
+    // SAFETY: plain syscalls without arguments.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if uid == 0 {
+        (SANDBOX_UID_FOR_ROOT, SANDBOX_UID_FOR_ROOT)
+    } else {
+        (uid, gid)
+    }
+}
+
+/// Watches how much the file systems of some folders grew since a command started.
+struct DiskWatch {
+    /// (a folder on the file system, used bytes at the start)
+    filesystems: Vec<(PathBuf, u64)>,
+    limit: u64,
+}
+
+impl DiskWatch {
+    fn new(paths: &[PathBuf], limit: u64) -> DiskWatch {
+        let mut devices = Vec::new();
+        let mut filesystems = Vec::new();
+        for p in paths {
+            let Ok(meta) = std::fs::metadata(p) else { continue };
+            if devices.contains(&meta.dev()) {
+                continue;
+            }
+            if let Some(used) = used_bytes(p) {
+                devices.push(meta.dev());
+                filesystems.push((p.clone(), used));
+            }
+        }
+        DiskWatch { filesystems, limit }
+    }
+
+    fn exceeded(&mut self) -> bool {
+        let grown: u64 =
+            self.filesystems.iter().map(|(p, start)| used_bytes(p).unwrap_or(*start).saturating_sub(*start)).sum();
+        grown > self.limit
+    }
+}
+
+/// Bytes in use on the file system holding `path` (delayed allocations included on ext4,
+/// xfs, btrfs: their `statfs` counts reserved blocks).
+fn used_bytes(path: &Path) -> Option<u64> {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs fills the struct we pass; the path is NUL-terminated.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
             return None;
         }
-        Some(dir)
+        Some((st.f_blocks as u64).saturating_sub(st.f_bfree as u64).saturating_mul(st.f_frsize as u64))
     }
+}
+
+/// The creator pid in a group name of ours (`frognano-sandbox-<pid>-<n>`,
+/// `frognano-probe-<pid>`).
+fn stale_group_pid(name: &str) -> Option<i32> {
+    if let Some(rest) = name.strip_prefix("frognano-sandbox-") {
+        let (pid, seq) = rest.split_once('-')?;
+        seq.parse::<u64>().ok()?;
+        pid.parse().ok()
+    } else {
+        name.strip_prefix("frognano-probe-")?.parse().ok()
+    }
+}
+
+fn process_alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return true;
+    }
+    // SAFETY: signal 0 only checks that the process exists.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// Splits a wait status into exit code or signal. Under bwrap, a command killed by a signal
@@ -643,25 +1410,47 @@ fn remove_cgroup(group: &Path) {
     }
 }
 
-/// Finds bwrap and checks, once per process, that it can build a sandbox here.
-fn bwrap_status() -> &'static Result<PathBuf, String> {
-    static STATUS: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+/// Finds bwrap and checks, once per process, that it can build a sandbox here, with the
+/// flags every run uses (a non-root uid, no capabilities, user namespaces disabled).
+fn bwrap_status() -> &'static Result<Bwrap, String> {
+    static STATUS: OnceLock<Result<Bwrap, String>> = OnceLock::new();
     STATUS.get_or_init(|| {
         let path = find_in_path("bwrap").ok_or_else(|| "bwrap is not installed".to_string())?;
-        let probe = std::process::Command::new(&path)
-            .args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"])
-            .args(["--tmpfs", "/tmp", "--unshare-all", "--die-with-parent", "--", "true"])
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", path.display()))?;
-        if probe.status.success() {
-            Ok(path)
-        } else {
-            Err(format!(
-                "bwrap does not work here (user namespaces disabled?): {}",
-                String::from_utf8_lossy(&probe.stderr).trim()
-            ))
+        let (uid, gid) = sandbox_ids();
+        let probe = |modern: bool| {
+            let mut p = std::process::Command::new(&path);
+            p.args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]);
+            if modern {
+                p.args(["--size", "1048576"]);
+            }
+            p.args(["--tmpfs", "/tmp", "--unshare-all", "--unshare-user", "--uid", &uid.to_string()]).args([
+                "--gid",
+                &gid.to_string(),
+                "--cap-drop",
+                "ALL",
+            ]);
+            if modern {
+                p.arg("--disable-userns");
+            }
+            p.args(["--die-with-parent", "--", "true"])
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| format!("cannot run {}: {e}", path.display()))
+        };
+        let full = probe(true)?;
+        if full.status.success() {
+            return Ok(Bwrap { path, modern: true });
         }
+        // bwrap before 0.8 has neither --size nor --disable-userns; the seccomp filter
+        // still refuses new namespaces, and the memory limit still bounds /tmp.
+        let plain = probe(false)?;
+        if plain.status.success() {
+            return Ok(Bwrap { path, modern: false });
+        }
+        Err(format!(
+            "bwrap does not work here (user namespaces disabled?): {}",
+            String::from_utf8_lossy(&plain.stderr).trim()
+        ))
     })
 }
 
@@ -670,43 +1459,61 @@ fn find_in_path(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
-/// A pids cgroup directory under which this process may create child groups, found once.
-fn pids_cgroup_root() -> &'static Option<PathBuf> {
-    static ROOT: OnceLock<Option<PathBuf>> = OnceLock::new();
-    ROOT.get_or_init(|| {
-        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-        let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
-        let mut candidates = Vec::new();
-        for line in mounts.lines() {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() < 4 {
-                continue;
+/// The pids and memory cgroup directories under which this process may create child
+/// groups, found once.
+fn cgroup_roots() -> &'static CgroupRoots {
+    static ROOTS: OnceLock<CgroupRoots> = OnceLock::new();
+    ROOTS.get_or_init(|| {
+        let pids = controller_root("pids", |_| "pids.max").map(|(dir, _)| dir);
+        let memory =
+            controller_root("memory", |v2| if v2 { "memory.max" } else { "memory.limit_in_bytes" }).map(|(dir, v2)| {
+                let api = if v2 {
+                    MemApi::V2
+                } else {
+                    MemApi::V1 { memsw: dir.join("memory.memsw.limit_in_bytes").exists() }
+                };
+                (dir, api)
+            });
+        CgroupRoots { pids, memory }
+    })
+}
+
+/// A directory of the `controller` hierarchy (v1, or v2 with the controller enabled for
+/// children) where this process can create a child group that has the controller's file;
+/// and whether it is v2.
+fn controller_root(controller: &str, file: impl Fn(bool) -> &'static str) -> Option<(PathBuf, bool)> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    let mut candidates = Vec::new();
+    for line in mounts.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 4 {
+            continue;
+        }
+        let (mnt, fstype, opts) = (f[1], f[2], f[3]);
+        if fstype == "cgroup" && opts.split(',').any(|o| o == controller) {
+            // v1: our path in the hierarchy whose controller list names the controller.
+            let rel = own.lines().find_map(|l| {
+                let mut parts = l.splitn(3, ':');
+                let (_, ctl, path) = (parts.next()?, parts.next()?, parts.next()?);
+                ctl.split(',').any(|c| c == controller).then(|| path.to_string())
+            });
+            if let Some(rel) = rel {
+                candidates.push((Path::new(mnt).join(rel.trim_start_matches('/')), false));
             }
-            let (mnt, fstype, opts) = (f[1], f[2], f[3]);
-            if fstype == "cgroup" && opts.split(',').any(|o| o == "pids") {
-                // v1: our path in the hierarchy whose controller list names pids.
-                let rel = own.lines().find_map(|l| {
-                    let mut parts = l.splitn(3, ':');
-                    let (_, ctl, path) = (parts.next()?, parts.next()?, parts.next()?);
-                    ctl.split(',').any(|c| c == "pids").then(|| path.to_string())
-                });
-                if let Some(rel) = rel {
-                    candidates.push(Path::new(mnt).join(rel.trim_start_matches('/')));
-                }
-            } else if fstype == "cgroup2" {
-                let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?.to_string();
-                let dir = Path::new(mnt).join(rel.trim_start_matches('/'));
-                let ctl = std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
-                if ctl.split_whitespace().any(|c| c == "pids") {
-                    candidates.push(dir);
-                }
+        } else if fstype == "cgroup2" {
+            let Some(rel) = own.lines().find_map(|l| l.strip_prefix("0::")) else { continue };
+            let dir = Path::new(mnt).join(rel.trim_start_matches('/'));
+            let ctl = std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
+            if ctl.split_whitespace().any(|c| c == controller) {
+                candidates.push((dir, true));
             }
         }
-        candidates.into_iter().find(|dir| {
-            let probe = dir.join(format!("frognano-probe-{}", std::process::id()));
-            let ok = std::fs::create_dir(&probe).is_ok() && probe.join("pids.max").exists();
-            let _ = std::fs::remove_dir(&probe);
-            ok
-        })
+    }
+    candidates.into_iter().find(|(dir, v2)| {
+        let probe = dir.join(format!("frognano-probe-{}", std::process::id()));
+        let ok = std::fs::create_dir(&probe).is_ok() && probe.join(file(*v2)).exists();
+        let _ = std::fs::remove_dir(&probe);
+        ok
     })
 }
