@@ -1,38 +1,74 @@
 //! # frognano-sandbox
 //!
 //! Runs untrusted commands (the agent's Bash tool, the test runs of `frognano-swe`, the
-//! validation runs of `frognano-synth`) with:
+//! validation runs of `frognano-synth`). What a confined command ([`Isolation::Bubblewrap`],
+//! the default) can and cannot do:
 //!
-//! - **no network** (a fresh network namespace with only a loopback device),
-//! - **writes confined** to the workspace directory and a private, empty `/tmp`
-//!   (the rest of the file system is mounted read-only),
-//! - a **wall-clock limit** ([`SandboxSpec::timeout`], overridable per [`Command`]),
-//! - an **output cap** per stream ([`SandboxSpec::output_limit`]); a command that floods far
-//!   past it ([`SandboxSpec::flood_limit`]) is stopped,
-//! - a **process-count limit** ([`SandboxSpec::max_processes`]) where a pids cgroup is
-//!   writable (as root in our containers and CI), which bounds fork bombs,
-//! - the **whole process tree killed** when the command ends or times out, background and
-//!   `setsid` children included.
+//! - **No network**: a fresh network namespace with only a loopback device; a listener on
+//!   the host's loopback cannot be reached ([`SandboxSpec::network`] opts in).
+//! - **Writes confined** to the workspace, the caller's [`SandboxSpec::writable_paths`] and a
+//!   private, empty, size-limited `/tmp`; the rest of the file system is read-only, and a
+//!   hard link from the workspace to a host file cannot be made (another mount: `EXDEV`).
+//! - **No privileges**: the command runs as a non-root uid in its own user namespace (the
+//!   caller's uid, or [`SANDBOX_UID_FOR_ROOT`] when FrogNano runs as root; what it creates
+//!   belongs to the caller on the host), with every capability dropped, no further user
+//!   namespaces, cgroupfs replaced by an empty read-only folder, and a seccomp filter
+//!   ([`seccomp`]) refusing mount, namespace, ptrace, kernel-key, BPF and module calls. So
+//!   it cannot remount `/` read-write, leave its cgroup, or unshare its way out.
+//! - **No secrets**: a clean environment ([`PASSED_ENV`], plus the names the caller allows
+//!   with [`SandboxSpec::pass_env`], plus explicit values; `HOME=/tmp`); password hashes,
+//!   sudo rules, private keys ([`MASKED_SYSTEM_PATHS`]) and `/run` (daemon and agent
+//!   sockets) hidden; each home in [`SandboxSpec::masked_homes`] (default `$HOME` and
+//!   `/root`) replaced by an empty folder in which only toolchains are shown again, read-only
+//!   (the folders `PATH` points into and [`HOME_TOOLCHAIN_DIRS`]), with the credential and
+//!   history files of [`HOME_SECRETS`] masked even there.
+//! - **Bounded resources**: wall-clock time ([`SandboxSpec::timeout`]), output per stream
+//!   ([`SandboxSpec::output_limit`]; a flood past [`SandboxSpec::flood_limit`] is stopped),
+//!   processes ([`SandboxSpec::max_processes`], a pids cgroup: fork bombs), memory
+//!   ([`SandboxSpec::memory_limit`], a memory cgroup), file size
+//!   ([`SandboxSpec::file_size_limit`], `RLIMIT_FSIZE`), disk growth
+//!   ([`SandboxSpec::disk_limit`]) and the size of `/tmp` ([`SandboxSpec::tmp_size`]).
+//!   [`Output::limit_hit`] and a `frognano-sandbox:` line on stderr say when memory or disk
+//!   stopped a command.
+//! - **Nothing left behind**: the whole process tree is killed when the command ends or is
+//!   stopped, background, `nohup`, `setsid` and double-forked children included.
+//!
+//! Not promised: a kernel exploit is out of scope (the filter narrows the attack surface, it
+//! does not remove it); files readable by everyone outside the masked places stay readable;
+//! a Unix socket outside `/run`, `/tmp` and the masked homes can still be connected to;
+//! with [`SandboxSpec::network`] on, the network (and abstract Unix sockets) are the host's;
+//! the disk limit measures whole file systems, so other writers on the same disk count.
 //!
 //! ## How
 //!
-//! Confinement uses bubblewrap (`bwrap`, Debian package `bubblewrap`): `--ro-bind / /`,
-//! `--tmpfs /tmp`, `--bind WORKSPACE WORKSPACE`, `--unshare-all` (user, pid, net, ipc, uts,
-//! cgroup namespaces), `--die-with-parent`, `--new-session`. Because the command runs in its
-//! own pid namespace, the kernel kills every process left in it the moment the command
-//! (pid 2 under bwrap's init) exits, or bwrap is killed. We checked that bwrap works in our
-//! containers, running as root (it creates its user namespace itself); [`Sandbox::new`]
-//! probes it once and refuses with bwrap's own error message if it does not work.
+//! Confinement uses bubblewrap (`bwrap`, Debian package `bubblewrap`): `--ro-bind / /`, a new
+//! `/dev` and `/proc`, `--size N --tmpfs /tmp` (and `/dev/shm`), empty read-only tmpfs over
+//! `/sys/fs/cgroup`, `/run`, the masked homes and secret folders, `/dev/null` (unopenable: a
+//! `nodev` bind) over secret files, read-only binds of the toolchain folders and of
+//! [`SandboxSpec::readable_paths`], then `--bind` of the workspace and the writable paths (so
+//! a workspace under `/tmp` or a masked home stays visible; secrets such a bind brings back
+//! are masked again), `--unshare-all --unshare-user --uid U --gid G --disable-userns
+//! --cap-drop ALL --seccomp FD --die-with-parent --new-session`. The seccomp program reaches
+//! bwrap as an inherited memfd. Because the command runs in its own pid namespace, the
+//! kernel kills every process left in it the moment the command (pid 2 under bwrap's init)
+//! exits, or bwrap is killed. [`Sandbox::new`] probes bwrap once with these flags and refuses
+//! with bwrap's own error message if it does not work (bwrap before 0.8 works without
+//! `--size` and `--disable-userns`).
 //!
 //! Where bwrap is missing or broken, [`Sandbox::new`] returns [`SandboxError::Unavailable`]
 //! unless the caller asked for [`Isolation::Unconfined`] explicitly (the CLI's
-//! `--no-sandbox`). Unconfined runs still get the time limit, output cap, process-group and
-//! cgroup kill, but neither network nor write confinement.
+//! `--no-sandbox`). Unconfined runs keep the host's environment and get neither network,
+//! write nor secret confinement; they still get the time limit, output cap, process-group and
+//! cgroup kill, and the process, memory, file-size and disk limits.
 //!
-//! The pids cgroup (v1 `pids` hierarchy or a v2 hierarchy with the `pids` controller) is
-//! used when this process may create child groups there; [`Sandbox::process_limit_enforced`]
-//! says whether it is. `RLIMIT_NPROC` is not used: the kernel ignores it for root, and for
-//! other users it counts every process of the user, not those of one command.
+//! The pids and memory cgroups (v1 hierarchies, or v2 with the controllers enabled for
+//! children) are used where this process may create child groups there (as root in our
+//! containers and CI); [`Sandbox::process_limit_enforced`] and
+//! [`Sandbox::memory_limit_enforced`] say whether they are. Each command gets its own group
+//! `frognano-sandbox-<pid>-<n>`, removed afterwards; groups a killed FrogNano process left
+//! behind are removed at the next start ([`Sandbox::remove_stale_cgroups`]).
+//! `RLIMIT_NPROC` is not used: the kernel ignores it for root, and for other users it counts
+//! every process of the user, not those of one command.
 //!
 //! ```no_run
 //! use frognano_sandbox::{Command, Sandbox, SandboxSpec};
@@ -106,7 +142,9 @@ pub fn default_memory_limit() -> u64 {
 
 /// Environment variables a confined command gets from the host when they are set there
 /// (everything else is dropped; extend with [`SandboxSpec::pass_env`]): the search path,
-/// locale and terminal, and where the toolchains live (these name folders, never secrets).
+/// locale and terminal, where the toolchains live (these name folders, never secrets), and
+/// Python's switches for bytecode files and buffering (the user's choice of whether `.pyc`
+/// files appear in a workspace).
 /// `HOME` is always `/tmp`, the sandbox's own writable folder.
 pub const PASSED_ENV: &[&str] = &[
     "PATH",
@@ -132,6 +170,8 @@ pub const PASSED_ENV: &[&str] = &[
     "JAVA_HOME",
     "VIRTUAL_ENV",
     "CONDA_PREFIX",
+    "PYTHONDONTWRITEBYTECODE",
+    "PYTHONUNBUFFERED",
 ];
 
 /// Toolchain folders of a home directory (see [`SandboxSpec::masked_homes`]) that stay
@@ -937,6 +977,9 @@ impl Sandbox {
     fn confined_env(&self, cmd: &Command) -> BTreeMap<OsString, OsString> {
         let mut env = BTreeMap::new();
         env.insert(OsString::from("HOME"), OsString::from("/tmp"));
+        // Python's bytecode caches would otherwise land in the workspace (and in patches
+        // taken from it) whenever a command runs the project's tests.
+        env.insert(OsString::from("PYTHONDONTWRITEBYTECODE"), OsString::from("1"));
         let host_home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
         if let Some(home) = &host_home {
             // HOME moves to /tmp: toolchains found through it are still found.
