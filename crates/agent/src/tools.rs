@@ -409,8 +409,7 @@ impl ToolBox {
         let root_arg = args.get("path").map(py_str).filter(|p| !p.is_empty()).unwrap_or_else(|| ".".into());
         let base = self.resolve(&root_arg);
         let full = if Path::new(&pattern).is_absolute() { PathBuf::from(&pattern) } else { base.join(&pattern) };
-        let refuse = || {
-            let shown = if Path::new(&pattern).is_absolute() { Path::new(&pattern) } else { base.as_path() };
+        let refuse = |shown: &Path| {
             err(
                 "PermissionError",
                 format!(
@@ -419,12 +418,15 @@ impl ToolBox {
                 ),
             )
         };
-        let rel = self.inside(&full).ok_or_else(refuse)?;
+        let Some(rel) = self.inside(&full) else {
+            return Err(refuse(if Path::new(&pattern).is_absolute() { Path::new(&pattern) } else { &base }));
+        };
         let root = self.root()?;
         let mut walk = GlobWalk::new(&root);
+        // EXDEV: a symlink or `..` in the fixed part of the pattern leads out.
         let found = walk.run(&rel).map_err(|e| {
             if e.raw_os_error() == Some(libc::EXDEV) {
-                refuse()
+                refuse(&resolve_lexically(&full))
             } else {
                 io_error(e, &full)
             }
@@ -885,6 +887,8 @@ fn make_dirs(root: &OwnedFd, rel: &Path) -> std::io::Result<()> {
 /// [`GLOB_MAX_ENTRIES`] and [`GLOB_MAX_TIME`].
 struct GlobWalk<'a> {
     root: &'a OwnedFd,
+    max_entries: usize,
+    max_time: Duration,
     visited: usize,
     started: Instant,
     stopped: bool,
@@ -901,7 +905,14 @@ enum Kind {
 
 impl<'a> GlobWalk<'a> {
     fn new(root: &'a OwnedFd) -> Self {
-        GlobWalk { root, visited: 0, started: Instant::now(), stopped: false }
+        GlobWalk {
+            root,
+            max_entries: GLOB_MAX_ENTRIES,
+            max_time: GLOB_MAX_TIME,
+            visited: 0,
+            started: Instant::now(),
+            stopped: false,
+        }
     }
 
     /// Matches `rel` (a pattern relative to the root); returns sorted display paths.
@@ -1026,10 +1037,10 @@ impl<'a> GlobWalk<'a> {
             flags |= libc::O_NOFOLLOW;
         }
         let Ok(fd) = beneath::open(self.root.as_fd(), dir, flags, 0) else { return Vec::new() };
-        let budget = GLOB_MAX_ENTRIES.saturating_sub(self.visited);
+        let budget = self.max_entries.saturating_sub(self.visited);
         let (entries, complete) = beneath::list_dir(fd, budget).unwrap_or_default();
         self.visited += entries.len();
-        if !complete || self.visited >= GLOB_MAX_ENTRIES || self.started.elapsed() > GLOB_MAX_TIME {
+        if !complete || self.visited >= self.max_entries || self.started.elapsed() > self.max_time {
             self.stopped = true;
         }
         entries
@@ -1541,6 +1552,27 @@ mod tests {
         drop(fd);
         assert!(ws.join("nothing").is_file());
         assert!(!outside.join("new").exists());
+    }
+
+    #[test]
+    fn glob_walk_stops_at_its_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..50 {
+            std::fs::create_dir_all(dir.path().join(format!("d{i:02}"))).unwrap();
+            std::fs::write(dir.path().join(format!("d{i:02}/f.py")), "").unwrap();
+        }
+        let root: OwnedFd = std::fs::File::open(dir.path()).unwrap().into();
+        let mut walk = GlobWalk::new(&root);
+        assert_eq!(walk.run(Path::new("**/*.py")).unwrap().len(), 50);
+        assert!(!walk.stopped);
+        let mut walk = GlobWalk::new(&root);
+        walk.max_entries = 30;
+        let found = walk.run(Path::new("**/*.py")).unwrap();
+        assert!(walk.stopped && walk.visited <= 30 && found.len() < 30, "{} {}", walk.visited, found.len());
+        let mut walk = GlobWalk::new(&root);
+        walk.max_time = Duration::ZERO;
+        walk.run(Path::new("*/*.py")).unwrap();
+        assert!(walk.stopped);
     }
 
     #[test]

@@ -202,6 +202,14 @@ fn glob_does_not_list_hidden_or_outside_content() {
         "PermissionError: /tmp is outside the workspace; Glob searches only the workspace (use Bash, e.g. find, \
          elsewhere)"
     );
+    assert_eq!(
+        ws.call("Glob", json!({"pattern": "t/frognano-secret-*"})),
+        format!(
+            "PermissionError: {}/t/frognano-secret-* is outside the workspace; Glob searches only the workspace \
+             (use Bash, e.g. find, elsewhere)",
+            ws.path.display()
+        )
+    );
     // Inside, `*` does not descend into the link's target, and `**` never follows links.
     let out = ws.call("Glob", json!({"pattern": "*/*"}));
     assert!(!out.contains(&name), "{out}");
