@@ -157,6 +157,19 @@ fn read_does_not_show_a_file_the_sandbox_hides() {
 }
 
 #[test]
+fn read_does_not_show_password_hashes() {
+    let mut ws = workspace();
+    // Only meaningful where the host file is readable to us (as root in CI).
+    let Ok(host) = std::fs::read_to_string("/etc/shadow") else { return };
+    let Some(first) = host.lines().next().filter(|l| !l.is_empty()) else { return };
+    let bash = ws.call("Bash", json!({"command": "cat /etc/shadow"}));
+    assert!(!bash.contains(first), "the sandbox masks /etc/shadow: {bash}");
+    let out = ws.call("Read", json!({"file_path": "/etc/shadow"}));
+    assert!(!out.contains(first), "{out}");
+    assert!(out.starts_with("OSError: ") || out.starts_with("PermissionError: "), "{out}");
+}
+
+#[test]
 fn read_outside_the_workspace_shows_what_the_sandbox_shows() {
     let mut ws = workspace();
     let outside = scratch();
