@@ -330,14 +330,16 @@ impl ToolBox {
         }
         match out.exit_code {
             Some(0) => {
-                let size = out.stderr.trim().parse::<u64>().unwrap_or(out.stdout_bytes.len() as u64);
+                // The size is stat's line, the last one (a shell warning may come before it).
+                let size = out.stderr.lines().last().and_then(|l| l.trim().parse::<u64>().ok());
+                let size = size.unwrap_or(out.stdout_bytes.len() as u64);
                 Ok(ReadSource::Bytes(out.stdout_bytes, size))
             }
             Some(21) => Err(os_error(libc::EISDIR, path)),
             Some(22) => Err(not_regular(path)),
             _ => {
                 // "head: cannot open 'P' for reading: No such file or directory"
-                let message = out.stderr.trim_end();
+                let message = out.stderr.trim_end().lines().last().unwrap_or_default();
                 let strerror = message.rsplit(": ").next().unwrap_or(message);
                 match errno_of(strerror) {
                     Some(errno) => Err(os_error(errno, path)),
