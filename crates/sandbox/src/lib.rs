@@ -1004,35 +1004,24 @@ impl Sandbox {
         env
     }
 
-    fn bwrap_command(
-        &self,
-        bwrap: &Bwrap,
-        cmd: &Command,
-        cwd: &Path,
-        path_env: &OsStr,
-        seccomp_fd: Option<i32>,
-    ) -> std::process::Command {
-        let mut a = BwrapArgs::default();
-        a.push(["--ro-bind", "/", "/"]);
-        a.push(["--dev", "/dev"]);
-        a.push(["--proc", "/proc"]);
+    /// The mounts of a confined command, in bwrap's order (a later mount covers what is
+    /// below it, as in the kernel).
+    fn mount_plan(&self, path_env: &OsStr) -> Vec<MountOp> {
+        let mut plan = vec![MountOp::Dev, MountOp::Proc];
         for tmp in ["/tmp", "/dev/shm"] {
-            if let (Some(size), true) = (self.spec.tmp_size, bwrap.modern) {
-                a.push(["--size".to_string(), size.to_string()]);
-            }
-            a.push(["--tmpfs", tmp]);
+            plan.push(MountOp::Tmpfs(PathBuf::from(tmp)));
         }
         // No cgroupfs (its files are how a process leaves its limits), no daemon sockets.
         for dir in ["/sys/fs/cgroup", "/run", "/var/run"] {
             if is_real_dir(Path::new(dir)) {
-                a.hide_dir(Path::new(dir));
+                plan.push(MountOp::Hide(PathBuf::from(dir)));
             }
         }
         if self.spec.network {
             // DNS keeps working where resolv.conf lives under /run (systemd-resolved).
             if let Ok(conf) = Path::new("/etc/resolv.conf").canonicalize() {
                 if conf.starts_with("/run") || conf.starts_with("/var/run") {
-                    a.push_paths("--ro-bind", &conf, &conf);
+                    plan.push(MountOp::RoBind(conf));
                 }
             }
         }
@@ -1040,7 +1029,7 @@ impl Sandbox {
         let mut secrets: Vec<PathBuf> = system_secret_paths();
         for p in &secrets {
             if !p.starts_with("/tmp") {
-                a.mask(p);
+                plan.push(MountOp::mask(p));
             }
         }
         for home in &self.spec.masked_homes {
@@ -1051,14 +1040,12 @@ impl Sandbox {
             let home_secrets: Vec<PathBuf> =
                 HOME_SECRETS.iter().filter_map(|s| existing_canonical(&h.join(s))).collect();
             if !h.starts_with("/tmp") {
-                a.hide_dir(&h);
+                plan.push(MountOp::Hide(h.clone()));
                 let backs = toolchain_dirs(home, &h, path_env);
-                for back in &backs {
-                    a.push_paths("--ro-bind", back, back);
-                }
+                plan.extend(backs.iter().cloned().map(MountOp::RoBind));
                 for s in &home_secrets {
                     if backs.iter().any(|b| s.starts_with(b)) {
-                        a.mask(s);
+                        plan.push(MountOp::mask(s));
                     }
                 }
             }
@@ -1069,26 +1056,83 @@ impl Sandbox {
         let mut binds = Vec::new();
         for p in &self.spec.readable_paths {
             let p = p.canonicalize().unwrap_or_else(|_| p.clone());
-            a.push_paths("--ro-bind", &p, &p);
+            plan.push(MountOp::RoBind(p.clone()));
             binds.push(p);
         }
-        a.push_paths("--bind", &self.workspace, &self.workspace);
+        plan.push(MountOp::Bind(self.workspace.clone()));
         binds.push(self.workspace.clone());
         for p in &self.spec.writable_paths {
             let p = p.canonicalize().unwrap_or_else(|_| p.clone());
-            a.push_paths("--bind", &p, &p);
+            plan.push(MountOp::Bind(p.clone()));
             binds.push(p);
         }
         // Secrets those binds brought back into view are masked again.
-        a.binds_done(&binds);
         for s in &secrets {
             if binds.iter().any(|b| s.starts_with(b)) {
-                a.mask(s);
+                plan.push(MountOp::mask(s));
             }
         }
-        let mut args = a.finish();
+        plan
+    }
+
+    /// Whether a confined command of this sandbox cannot see the host's `path` (hidden by
+    /// the private `/tmp`, a masked home or secret, `/run`...), so that tools working on
+    /// the host side can refuse what the sandbox hides. Always false when unconfined.
+    pub fn hides(&self, path: &Path) -> bool {
+        if self.bwrap.is_none() {
+            return false;
+        }
+        let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        let path_env = self.confined_env(&Command::new("true")).remove(OsStr::new("PATH")).unwrap_or_default();
+        let plan = self.mount_plan(&path_env);
+        match plan.iter().rev().find(|op| path.starts_with(op.dest())) {
+            Some(op) => op.hides_host(),
+            None => false,
+        }
+    }
+
+    fn bwrap_command(
+        &self,
+        bwrap: &Bwrap,
+        cmd: &Command,
+        cwd: &Path,
+        path_env: &OsStr,
+        seccomp_fd: Option<i32>,
+    ) -> std::process::Command {
+        let plan = self.mount_plan(path_env);
+        let mut args: Vec<OsString> = ["--ro-bind", "/", "/"].map(OsString::from).to_vec();
+        let mut read_only = Vec::new();
+        for (i, op) in plan.iter().enumerate() {
+            match op {
+                MountOp::Dev => args.extend(["--dev", "/dev"].map(OsString::from)),
+                MountOp::Proc => args.extend(["--proc", "/proc"].map(OsString::from)),
+                MountOp::Tmpfs(dir) => {
+                    if let (Some(size), true) = (self.spec.tmp_size, bwrap.modern) {
+                        args.extend(["--size".into(), size.to_string().into()]);
+                    }
+                    args.extend(["--tmpfs".into(), dir.into()]);
+                }
+                MountOp::Hide(dir) => {
+                    args.extend(["--tmpfs".into(), dir.into()]);
+                    // Read-only at the end, once every mount point inside exists, unless a
+                    // later bind sits over it (the remount would hit the bind).
+                    let covered = plan[i + 1..].iter().any(|later| {
+                        matches!(later, MountOp::Bind(_) | MountOp::RoBind(_)) && dir.starts_with(later.dest())
+                    });
+                    if !covered {
+                        read_only.push(dir.clone());
+                    }
+                }
+                MountOp::MaskFile(file) => args.extend(["--ro-bind".into(), "/dev/null".into(), file.into()]),
+                MountOp::RoBind(p) => args.extend(["--ro-bind".into(), p.into(), p.into()]),
+                MountOp::Bind(p) => args.extend(["--bind".into(), p.into(), p.into()]),
+            }
+        }
+        for dir in read_only {
+            args.extend(["--remount-ro".into(), dir.into()]);
+        }
         let (uid, gid) = sandbox_ids();
-        args.extend(["--unshare-all"].map(OsString::from));
+        args.push("--unshare-all".into());
         if self.spec.network {
             args.push("--share-net".into());
         }
@@ -1157,55 +1201,46 @@ impl Sandbox {
     }
 }
 
-/// Builds bwrap's mount arguments, remembering which replaced folders to make read-only at
-/// the end (after every mount point inside them was created).
-#[derive(Default)]
-struct BwrapArgs {
-    args: Vec<OsString>,
-    /// Folders replaced by an empty tmpfs, made read-only at the end.
-    read_only: Vec<PathBuf>,
+/// One mount of a confined command, over the read-only view of the host's `/`.
+#[derive(Debug, Clone)]
+enum MountOp {
+    /// A new `/dev` with the usual device nodes.
+    Dev,
+    /// A new `/proc` for the command's pid namespace.
+    Proc,
+    /// A private writable tmpfs (sized by [`SandboxSpec::tmp_size`]).
+    Tmpfs(PathBuf),
+    /// An empty folder over a host folder, read-only in the end.
+    Hide(PathBuf),
+    /// `/dev/null` over a host file (unopenable: binds are `nodev`).
+    MaskFile(PathBuf),
+    /// The host path shown read-only.
+    RoBind(PathBuf),
+    /// The host path shown read-write.
+    Bind(PathBuf),
 }
 
-impl BwrapArgs {
-    fn push<I, S>(&mut self, items: I)
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<OsString>,
-    {
-        self.args.extend(items.into_iter().map(Into::into));
-    }
-
-    fn push_paths(&mut self, op: &str, src: &Path, dest: &Path) {
-        self.args.extend([OsString::from(op), src.into(), dest.into()]);
-    }
-
-    /// Replaces a folder by an empty one (read-only in the end).
-    fn hide_dir(&mut self, dir: &Path) {
-        self.args.extend([OsString::from("--tmpfs"), dir.into()]);
-        self.read_only.push(dir.to_path_buf());
-    }
-
-    /// Hides a file (behind an unopenable /dev/null: binds are `nodev`) or a folder.
-    fn mask(&mut self, path: &Path) {
+impl MountOp {
+    /// Hides a folder or a file.
+    fn mask(path: &Path) -> MountOp {
         if path.is_dir() {
-            self.hide_dir(path);
+            MountOp::Hide(path.to_path_buf())
         } else {
-            self.push_paths("--ro-bind", Path::new("/dev/null"), path);
+            MountOp::MaskFile(path.to_path_buf())
         }
     }
 
-    /// The workspace and the caller's paths are now mounted: a folder hidden so far that
-    /// lies under one of them is no longer the top mount there, so it is not remounted
-    /// (that would make the bind read-only).
-    fn binds_done(&mut self, binds: &[PathBuf]) {
-        self.read_only.retain(|dir| !binds.iter().any(|b| dir.starts_with(b)));
+    fn dest(&self) -> &Path {
+        match self {
+            MountOp::Dev => Path::new("/dev"),
+            MountOp::Proc => Path::new("/proc"),
+            MountOp::Tmpfs(p) | MountOp::Hide(p) | MountOp::MaskFile(p) | MountOp::RoBind(p) | MountOp::Bind(p) => p,
+        }
     }
 
-    fn finish(mut self) -> Vec<OsString> {
-        for dir in std::mem::take(&mut self.read_only) {
-            self.args.extend([OsString::from("--remount-ro"), dir.into()]);
-        }
-        self.args
+    /// Whether the host's files at and under [`MountOp::dest`] are out of sight.
+    fn hides_host(&self) -> bool {
+        matches!(self, MountOp::Tmpfs(_) | MountOp::Hide(_) | MountOp::MaskFile(_))
     }
 }
 

@@ -134,3 +134,26 @@ fn a_workspace_and_the_callers_paths_under_tmp_stay_visible() {
     assert_eq!(std::fs::read_to_string(venv.path().join("bin/tool")).unwrap(), "venv-tool\n");
     assert!(!Path::new("/tmp/private.txt").exists());
 }
+
+#[test]
+fn hides_says_what_a_command_cannot_see() {
+    let (_root, home) = fake_home();
+    let ws = home.join("src/project");
+    write(&ws.join("README.md"), "project\n");
+    let tmp = tempfile::tempdir_in("/tmp").unwrap();
+    let path = format!("{}/.cargo/bin:/usr/bin:/bin", home.display());
+    let sb =
+        Sandbox::new(SandboxSpec::new(&ws).masked_homes([&home]).env("PATH", path).readable_path(tmp.path())).unwrap();
+    for hidden in [".ssh/id_ed25519", ".npmrc", "notes.txt", ".cargo/credentials.toml", "agent.sock"] {
+        assert!(sb.hides(&home.join(hidden)), "{hidden} shown");
+    }
+    for shown in [".cargo/bin/mytool", ".rustup/settings.toml", "src/project/README.md"] {
+        assert!(!sb.hides(&home.join(shown)), "{shown} hidden");
+    }
+    assert!(sb.hides(Path::new("/etc/shadow")) || !Path::new("/etc/shadow").exists());
+    assert!(sb.hides(Path::new("/tmp/some-other-file")));
+    assert!(!sb.hides(&tmp.path().join("x")));
+    assert!(!sb.hides(Path::new("/usr/bin/env")));
+    let unconfined = Sandbox::new(SandboxSpec::new(&ws).isolation(frognano_sandbox::Isolation::Unconfined)).unwrap();
+    assert!(!unconfined.hides(&home.join(".ssh/id_ed25519")));
+}
