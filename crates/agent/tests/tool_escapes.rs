@@ -8,7 +8,7 @@
 //! hides the host's /tmp from them (the "secret" planted there).
 
 use frognano_agent::tools::ToolBox;
-use frognano_sandbox::{Sandbox, SandboxSpec};
+use frognano_sandbox::{Isolation, Sandbox, SandboxSpec};
 use serde_json::json;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
@@ -193,6 +193,21 @@ fn read_outside_the_workspace_shows_what_the_sandbox_shows() {
 }
 
 #[test]
+fn read_without_the_sandbox_shows_the_host_file_as_before() {
+    // `--no-sandbox`: commands see the host, and so does Read outside the workspace.
+    let dir = scratch();
+    let spec = SandboxSpec::new(dir.path()).isolation(Isolation::Unconfined);
+    let mut tb = ToolBox::new(Sandbox::new(spec).unwrap());
+    let secret = host_secret();
+    let out = tb.execute("Read", &json!({"file_path": secret.path()}).to_string());
+    assert_eq!(out, format!("{}\n1. TOP SECRET", secret.path().display()));
+    // Writes outside stay refused.
+    let out = tb.execute("Write", &json!({"file_path": secret.path(), "content": "x"}).to_string());
+    assert!(refused(&out), "{out}");
+    assert_eq!(std::fs::read_to_string(secret.path()).unwrap(), "TOP SECRET\n");
+}
+
+#[test]
 fn glob_does_not_list_hidden_or_outside_content() {
     let mut ws = workspace();
     let secret = host_secret();
@@ -364,6 +379,25 @@ fn glob_keeps_python_semantics() {
     assert_eq!(ws.call("Glob", json!({"pattern": "c.txt"})), "c.txt");
     assert_eq!(ws.call("Glob", json!({"pattern": "d"})), "No files matched.");
     assert_eq!(ws.call("Glob", json!({"pattern": "nope/*.py"})), "No files matched.");
+}
+
+#[test]
+fn write_errors_keep_python_words() {
+    let mut ws = workspace();
+    std::fs::create_dir(ws.p("pkg")).unwrap();
+    std::fs::write(ws.p("file"), "").unwrap();
+    assert_eq!(
+        ws.call("Write", json!({"file_path": "pkg", "content": "x"})),
+        format!("IsADirectoryError: [Errno 21] Is a directory: '{}'", ws.p("pkg").display())
+    );
+    assert_eq!(
+        ws.call("Write", json!({"file_path": "file/sub/x.py", "content": "x"})),
+        format!("NotADirectoryError: [Errno 20] Not a directory: '{}'", ws.p("file/sub").display())
+    );
+    assert_eq!(
+        ws.call("Edit", json!({"file_path": "nope.py", "old_string": "a", "new_string": "b"})),
+        format!("FileNotFoundError: [Errno 2] No such file or directory: '{}'", ws.p("nope.py").display())
+    );
 }
 
 /// `to` as a relative path from folder `from` (both absolute, canonical).
