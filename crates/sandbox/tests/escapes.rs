@@ -219,3 +219,21 @@ fn a_double_forked_daemon_does_not_outlive_the_command() {
         }
     }
 }
+
+#[test]
+fn with_the_network_allowed_commands_still_run_confined() {
+    let (_root, ws, host) = ws_and_host_file();
+    let out = run(
+        spec(&ws).network(true),
+        &format!(
+            "cat /etc/resolv.conf > /dev/null && echo resolv; id -u; echo x > {} || echo read-only",
+            host.display()
+        ),
+    );
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{out:?}");
+    assert!(Path::new("/etc/resolv.conf").exists() == (lines[0] == "resolv"), "{out:?}");
+    assert_ne!(lines[1], "0");
+    assert_eq!(lines[2], "read-only");
+    assert_eq!(std::fs::read_to_string(&host).unwrap(), "original\n");
+}
