@@ -1281,7 +1281,8 @@ fn system_secret_paths() -> Vec<PathBuf> {
 }
 
 /// The folders of a masked home shown again, read-only: each folder `PATH` points into
-/// (its first component under the home, two under `.local`, `.config`, `.cache`) and the
+/// (its first component under the home; two under `.local`, `.config`, `.cache`, three under
+/// `.local/share`) and the
 /// [`HOME_TOOLCHAIN_DIRS`] that exist. `home` as given, `canonical` with links resolved.
 fn toolchain_dirs(home: &Path, canonical: &Path, path_env: &OsStr) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
@@ -1290,7 +1291,13 @@ fn toolchain_dirs(home: &Path, canonical: &Path, path_env: &OsStr) -> Vec<PathBu
         let parts: Vec<_> = rel.components().collect();
         let Some(first) = parts.first() else { continue };
         let nested = [".local", ".config", ".cache", ".var"].iter().any(|n| first.as_os_str() == *n);
-        let take = if nested && parts.len() >= 2 { 2 } else { 1 };
+        let shared = parts.get(1).is_some_and(|c| c.as_os_str() == "share");
+        let take = match (nested, shared) {
+            (true, true) => 3,
+            (true, false) => 2,
+            _ => 1,
+        }
+        .min(parts.len());
         dirs.push(parts[..take].iter().fold(canonical.to_path_buf(), |p, c| p.join(c)));
     }
     dirs.extend(HOME_TOOLCHAIN_DIRS.iter().map(|d| canonical.join(d)));

@@ -42,8 +42,10 @@ fn fake_home() -> (tempfile::TempDir, std::path::PathBuf) {
     write(&home.join(".cargo/bin/mytool"), "#!/bin/sh\necho tool-ok\n");
     write(&home.join(".rustup/settings.toml"), "toolchain-settings\n");
     write(&home.join("bin/other"), "#!/bin/sh\necho other-ok\n");
+    write(&home.join(".local/share/pnpm/pnpm-tool"), "#!/bin/sh\necho pnpm-ok\n");
+    write(&home.join(".local/share/other-app/private.txt"), "private\n");
     use std::os::unix::fs::PermissionsExt;
-    for tool in [".cargo/bin/mytool", "bin/other"] {
+    for tool in [".cargo/bin/mytool", "bin/other", ".local/share/pnpm/pnpm-tool"] {
         std::fs::set_permissions(home.join(tool), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     (root, home)
@@ -57,20 +59,22 @@ fn the_home_is_masked_but_its_toolchains_and_a_workspace_inside_it_stay() {
     let h = home.display();
     let listener = std::os::unix::net::UnixListener::bind(home.join("agent.sock")).unwrap();
     listener.set_nonblocking(true).unwrap();
-    let path = format!("{h}/.cargo/bin:{h}/bin:/usr/local/bin:/usr/bin:/bin");
+    let path = format!("{h}/.cargo/bin:{h}/bin:{h}/.local/share/pnpm:/usr/local/bin:/usr/bin:/bin");
     let script = format!(
-        "for f in {h}/.ssh/id_ed25519 {h}/.npmrc {h}/.aws/credentials {h}/notes.txt {h}/.cargo/credentials.toml; do \
+        "for f in {h}/.ssh/id_ed25519 {h}/.npmrc {h}/.aws/credentials {h}/notes.txt {h}/.cargo/credentials.toml \
+                  {h}/.local/share/other-app/private.txt; do \
            if cat $f >/dev/null 2>&1; then echo \"READ $f\"; fi; done; \
          python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect(\"{h}/agent.sock\")' 2>/dev/null \
            && echo CONNECTED; \
-         mytool; other; cat {h}/.rustup/settings.toml; \
+         mytool; other; pnpm-tool; cat {h}/.rustup/settings.toml; \
          echo changed >> README.md && cat README.md; touch {h}/.cargo/new 2>/dev/null && echo WROTE-TOOLCHAIN; \
          ls -A {h} | tr '\\n' ' '; echo"
     );
     let spec = SandboxSpec::new(&ws).masked_homes([&home]).env("PATH", path);
     let out = run(spec, &script);
     assert_eq!(
-        out.stdout, "tool-ok\nother-ok\ntoolchain-settings\nproject\nchanged\n.cargo .rustup bin src \n",
+        out.stdout,
+        "tool-ok\nother-ok\npnpm-ok\ntoolchain-settings\nproject\nchanged\n.cargo .local .rustup bin src \n",
         "{out:?}"
     );
     assert_eq!(std::fs::read_to_string(ws.join("README.md")).unwrap(), "project\nchanged\n");
