@@ -14,11 +14,20 @@ use crate::tools::ToolBox;
 use crate::trajectory::{ExitReason, Trajectory};
 use crate::workspace::{self, Workspace};
 use anyhow::{bail, Context};
+use frognano_sandbox::patch::{human_bytes, Patch};
 use frognano_sandbox::{Isolation, Sandbox, SandboxSpec};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// What `--no-sandbox` gives up, printed when it is used.
+pub const NO_SANDBOX_WARNING: &str = "warning: --no-sandbox: the agent's Bash commands run directly on this \
+machine as your user, not in a sandbox. They can read and change any file you can (outside the \
+workspace too, your repository included), reach the network, see your environment variables \
+(tokens and keys included), and have no memory, disk or process-count limit. Only the time \
+limit, the output cap and the kill of leftover processes still apply. Write, Edit and Glob \
+stay confined to the workspace; Read reads any file you can.";
 
 /// Arguments of `frognano solve`.
 #[derive(Debug, Clone, clap::Args)]
@@ -67,6 +76,9 @@ pub struct SolveArgs {
     /// bubblewrap is unavailable and you trust the repository and the model.
     #[arg(long)]
     pub no_sandbox: bool,
+    /// Limits and environment of the sandboxed commands.
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
     /// Start from HEAD even if the repository has uncommitted changes.
     #[arg(long)]
     pub allow_dirty: bool,
@@ -140,6 +152,7 @@ impl SolveArgs {
             yes: false,
             confirm: false,
             no_sandbox: false,
+            sandbox: SandboxArgs::default(),
             allow_dirty: false,
             max_steps: 100,
             max_tokens_per_turn: 8192,
@@ -175,6 +188,62 @@ impl SolveArgs {
             steps_left_notice: !self.no_steps_left,
         }
     }
+}
+
+/// The sandbox's limits and environment, as flags (`--sandbox-*`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct SandboxArgs {
+    /// Also pass this host environment variable to sandboxed commands (repeatable). By default
+    /// they get only PATH, the locale, TERM and toolchain locations; HOME is the sandbox's /tmp.
+    #[arg(long = "sandbox-env", value_name = "NAME")]
+    pub env: Vec<String>,
+    /// Memory of one command's processes together, e.g. 4G or 512M; 0 for no limit
+    /// (default: the smaller of 8 GiB and half the RAM).
+    #[arg(long = "sandbox-memory", value_name = "SIZE", value_parser = parse_size)]
+    pub memory: Option<u64>,
+    /// Largest file a command may write, e.g. 1G; 0 for no limit (default 4 GiB).
+    #[arg(long = "sandbox-file-size", value_name = "SIZE", value_parser = parse_size)]
+    pub file_size: Option<u64>,
+    /// Disk space one command may take before it is stopped, e.g. 10G; 0 for no limit
+    /// (default 16 GiB).
+    #[arg(long = "sandbox-disk", value_name = "SIZE", value_parser = parse_size)]
+    pub disk: Option<u64>,
+}
+
+impl SandboxArgs {
+    /// `spec` with these flags applied.
+    pub fn apply(&self, mut spec: SandboxSpec) -> SandboxSpec {
+        for name in &self.env {
+            spec = spec.pass_env(name.clone());
+        }
+        if let Some(bytes) = self.memory {
+            spec = spec.memory_limit(bytes);
+        }
+        if let Some(bytes) = self.file_size {
+            spec = spec.file_size_limit(bytes);
+        }
+        if let Some(bytes) = self.disk {
+            spec = spec.disk_limit(bytes);
+        }
+        spec
+    }
+}
+
+/// A size like `512M`, `4G`, `1.5GiB`, `1000000` (bytes; K, M, G, T are powers of 1024).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let value: f64 = number.parse().map_err(|_| format!("{text:?} is not a size (expected e.g. 512M, 4G or 0)"))?;
+    let shift = match unit.trim().to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return Err(format!("{text:?} has an unknown unit {unit:?} (expected K, M, G or T)")),
+    };
+    Ok((value * (1u64 << shift) as f64) as u64)
 }
 
 /// What a finished `solve` produced.
@@ -265,7 +334,7 @@ pub fn solve_with_cancel(args: &SolveArgs, cancel: &AtomicBool) -> anyhow::Resul
         bail!("output directory {} already exists and is not empty", output_dir.display());
     }
     let isolation = if args.no_sandbox {
-        eprintln!("warning: --no-sandbox: commands run unconfined, with network and write access");
+        eprintln!("{NO_SANDBOX_WARNING}");
         Isolation::Unconfined
     } else {
         if let Err(reason) = Sandbox::bubblewrap_available() {
@@ -276,7 +345,7 @@ pub fn solve_with_cancel(args: &SolveArgs, cancel: &AtomicBool) -> anyhow::Resul
         }
         Isolation::Bubblewrap
     };
-    let demo_dir = tempfile::Builder::new().prefix("frognano-demo-").tempdir()?;
+    let demo_dir = frognano_sandbox::scratch::scratch_dir(&std::env::temp_dir(), "demo")?;
     let repo = if args.demo {
         demo::materialize(&demo_dir.path().join("demo-repo"))?
     } else {
@@ -285,7 +354,10 @@ pub fn solve_with_cancel(args: &SolveArgs, cancel: &AtomicBool) -> anyhow::Resul
 
     // 2. The run.
     let ws = Workspace::create(&repo, args.allow_dirty)?;
-    let sandbox = Sandbox::new(SandboxSpec::new(ws.path()).isolation(isolation))?;
+    // Python's bytecode caches would otherwise end up in the patch whenever the agent runs a
+    // project's tests and the project does not ignore them.
+    let spec = SandboxSpec::new(ws.path()).isolation(isolation).env("PYTHONDONTWRITEBYTECODE", "1");
+    let sandbox = Sandbox::new(args.sandbox.apply(spec))?;
     let mut tools = ToolBox::new(sandbox);
     if args.confirm {
         tools.confirm = Some(Box::new(ask_before_running));
@@ -336,16 +408,33 @@ pub fn solve_with_cancel(args: &SolveArgs, cancel: &AtomicBool) -> anyhow::Resul
         );
     }
 
-    // 3. The result.
-    if t.exit_reason != ExitReason::Cancelled {
-        t.output_patch = ws.diff(isolation)?;
+    // 3. The result. Whatever happens from here on, all three outputs are written and the
+    //    trajectory's exit reason is final: a patch that cannot be taken is reported, not
+    //    fatal.
+    let (patch, patch_error) = if t.exit_reason == ExitReason::Cancelled {
+        (Patch::default(), None)
+    } else {
+        match ws.diff(isolation) {
+            Ok(p) => (p, None),
+            Err(e) => (Patch::default(), Some(format!("{e:#}"))),
+        }
+    };
+    t.output_patch = patch.text();
+    if let Some(e) = &patch_error {
+        eprintln!("warning: {e}");
+        if t.error.is_none() {
+            t.error = Some(e.clone());
+        }
+    }
+    for f in &patch.left_out {
+        eprintln!("warning: {} ({}) is not in the patch: {}", f.path, human_bytes(f.bytes), f.reason);
     }
     std::fs::create_dir_all(&output_dir).with_context(|| format!("cannot create {}", output_dir.display()))?;
     t.save(&output_dir.join("trajectory.json"))?;
-    std::fs::write(output_dir.join("patch.diff"), &t.output_patch)?;
-    std::fs::write(output_dir.join("summary.md"), summary(&t, llm.as_ref(), &ws))?;
+    std::fs::write(output_dir.join("patch.diff"), &patch.bytes)?;
+    std::fs::write(output_dir.join("summary.md"), summary(&t, &patch, patch_error.as_deref(), llm.as_ref(), &ws))?;
     if args.apply {
-        apply_to_user_tree(&repo, &t.output_patch, args.yes)?;
+        apply_to_user_tree(&repo, &patch.bytes, args.yes)?;
     }
     Ok(SolveReport { output_dir, trajectory: t })
 }
@@ -357,13 +446,13 @@ fn ask_before_running(command: &str) -> bool {
     std::io::stdin().lock().read_line(&mut line).is_ok() && line.trim().eq_ignore_ascii_case("y")
 }
 
-fn apply_to_user_tree(repo: &Path, patch: &str, yes: bool) -> anyhow::Result<()> {
-    if patch.trim().is_empty() {
+fn apply_to_user_tree(repo: &Path, patch: &[u8], yes: bool) -> anyhow::Result<()> {
+    if patch.iter().all(u8::is_ascii_whitespace) {
         eprintln!("The agent made no changes; nothing to apply.");
         return Ok(());
     }
     if !yes {
-        eprintln!("{patch}");
+        eprintln!("{}", String::from_utf8_lossy(patch));
         eprint!("Apply this patch to {}? [y/N] ", repo.display());
         let _ = std::io::stderr().flush();
         let mut line = String::new();
@@ -380,16 +469,11 @@ fn apply_to_user_tree(repo: &Path, patch: &str, yes: bool) -> anyhow::Result<()>
 
 /// File paths touched by a git diff.
 pub fn changed_files(patch: &str) -> Vec<String> {
-    patch
-        .lines()
-        .filter_map(|l| l.strip_prefix("diff --git a/"))
-        .filter_map(|l| l.split(" b/").next())
-        .map(str::to_string)
-        .collect()
+    frognano_sandbox::patch::changed_files(patch.as_bytes())
 }
 
-fn summary(t: &Trajectory, llm: &dyn Llm, ws: &Workspace) -> String {
-    let files = changed_files(&t.output_patch);
+fn summary(t: &Trajectory, patch: &Patch, patch_error: Option<&str>, llm: &dyn Llm, ws: &Workspace) -> String {
+    let files = patch.files();
     let mut s = format!(
         "# frognano solve: {}\n\n- model: {}\n- repository: {} (base {})\n- exit reason: {}\n- steps: {}\n- elapsed: {:.1} s\n- context tokens: {}\n",
         t.instance_id,
@@ -406,11 +490,40 @@ fn summary(t: &Trajectory, llm: &dyn Llm, ws: &Workspace) -> String {
     }
     s.push_str(&format!("\n## Files changed ({})\n\n", files.len()));
     for f in &files {
-        s.push_str(&format!("- {f}\n"));
+        let binary = if patch.binary_files.contains(f) { " (binary)" } else { "" };
+        s.push_str(&format!("- {f}{binary}\n"));
+    }
+    if let Some(e) = patch_error {
+        s.push_str(&format!("\n## No patch\n\nThe workspace's changes could not be taken: {e}\n"));
+    }
+    if !patch.left_out.is_empty() {
+        s.push_str(&format!(
+            "\n## Left out of the patch ({})\n\nThese files changed in the workspace but are not in `patch.diff`:\n\n",
+            patch.left_out.len()
+        ));
+        for f in &patch.left_out {
+            s.push_str(&format!("- {} ({}): {}\n", f.path, human_bytes(f.bytes), f.reason));
+        }
     }
     s.push_str(&format!(
         "\n## Final message\n\n{}\n\nReview `patch.diff` before applying it.\n",
         t.final_message.trim()
     ));
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_with_binary_units_and_bad_ones_are_named() {
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("4G"), Ok(4 << 30));
+        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("2kb"), Ok(2048));
+        assert_eq!(parse_size("4X").unwrap_err(), "\"4X\" has an unknown unit \"X\" (expected K, M, G or T)");
+        assert!(parse_size("lots").unwrap_err().contains("is not a size"));
+    }
 }

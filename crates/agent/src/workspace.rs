@@ -7,11 +7,11 @@
 //! on the host.
 
 use anyhow::{bail, Context};
-use frognano_sandbox::{Command as SandboxCommand, Isolation, Sandbox, SandboxSpec};
+use frognano_sandbox::patch::{workspace_patch, Patch, PatchLimits};
+use frognano_sandbox::{scratch, Isolation};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 /// A private clone of a repository for one run. Deleted when dropped. Objects are copied,
 /// not hard-linked or shared: inside the sandbox the agent could otherwise rewrite an object
@@ -71,10 +71,9 @@ impl Workspace {
     pub fn create(repo: &Path, allow_dirty: bool) -> anyhow::Result<Self> {
         let repo = check_repo(repo, allow_dirty)?;
         let base_commit = git(&repo, &["rev-parse", "HEAD"])?.trim().to_string();
-        let dir = tempfile::Builder::new()
-            .prefix("frognano-workspace-")
-            .tempdir()
-            .context("cannot create a temporary workspace")?;
+        let root = std::env::temp_dir();
+        let dir = scratch::scratch_dir(&root, "workspace")
+            .with_context(|| format!("cannot create a temporary workspace in {}", root.display()))?;
         let path = dir.path().join("repo");
         let out = Command::new("git")
             .args(["clone", "-q", "--no-checkout", "--no-hardlinks"])
@@ -110,49 +109,24 @@ impl Workspace {
     }
 
     /// The workspace's changes against the base commit (new and deleted files included,
-    /// binary-safe), computed by git running in a sandbox of the given isolation.
-    pub fn diff(&self, isolation: Isolation) -> anyhow::Result<String> {
+    /// binary-safe, kept as bytes; files over the default limits left out and listed),
+    /// computed by git running in a sandbox of the given isolation.
+    pub fn diff(&self, isolation: Isolation) -> anyhow::Result<Patch> {
         diff_in_sandbox(&self.path, &self.base_commit, isolation)
     }
 }
 
-/// The changes of the checkout at `dir` against `base_commit` (new and deleted files
-/// included, binary-safe), computed by git running in a sandbox of the given isolation, so
-/// hooks, filters or an fsmonitor the agent planted never run on the host.
-pub fn diff_in_sandbox(dir: &Path, base_commit: &str, isolation: Isolation) -> anyhow::Result<String> {
-    let sandbox = Sandbox::new(
-        SandboxSpec::new(dir)
-            .isolation(isolation)
-            .timeout(Duration::from_secs(120))
-            .output_limit(256 << 20)
-            .flood_limit(512 << 20),
-    )?;
-    let script = format!(
-        "git add -A . && git -c core.quotepath=off diff --cached --binary --no-color --no-ext-diff {base_commit}"
-    );
-    let command = SandboxCommand::bash(script)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        // Inside the sandbox the checkout may appear owned by another uid.
-        .env("GIT_CONFIG_COUNT", "1")
-        .env("GIT_CONFIG_KEY_0", "safe.directory")
-        .env("GIT_CONFIG_VALUE_0", "*");
-    let out = sandbox.run(&command)?;
-    if !out.success() || out.truncated {
-        bail!(
-            "cannot compute the workspace diff (exit {}{}): {}",
-            out.returncode(),
-            if out.truncated { ", output too large" } else { "" },
-            out.stderr.trim()
-        );
-    }
-    Ok(out.stdout)
+/// The changes of the checkout at `dir` against `base_commit` (see
+/// [`frognano_sandbox::patch::workspace_patch`]): git runs in a sandbox of the given
+/// isolation, so hooks, filters or an fsmonitor the agent planted never run on the host.
+pub fn diff_in_sandbox(dir: &Path, base_commit: &str, isolation: Isolation) -> anyhow::Result<Patch> {
+    Ok(workspace_patch(dir, base_commit, isolation, PatchLimits::default())?)
 }
 
 /// Applies `patch` to the user's repository `repo` (checking first that it applies
 /// cleanly, so a failure leaves the tree untouched).
-pub fn apply_patch(repo: &Path, patch: &str) -> anyhow::Result<()> {
-    if patch.trim().is_empty() {
+pub fn apply_patch(repo: &Path, patch: &[u8]) -> anyhow::Result<()> {
+    if patch.iter().all(u8::is_ascii_whitespace) {
         bail!("the patch is empty; nothing to apply");
     }
     for check in [true, false] {
@@ -168,7 +142,7 @@ pub fn apply_patch(repo: &Path, patch: &str) -> anyhow::Result<()> {
             .stderr(Stdio::piped())
             .spawn()
             .context("cannot run git apply")?;
-        child.stdin.take().expect("stdin was piped").write_all(patch.as_bytes())?;
+        child.stdin.take().expect("stdin was piped").write_all(patch)?;
         let out = child.wait_with_output()?;
         if !out.status.success() {
             bail!("the patch does not apply to {}: {}", repo.display(), String::from_utf8_lossy(&out.stderr).trim());

@@ -46,7 +46,7 @@ fn record_demo_trajectory() {
     let config = AgentConfig { instance_id: "demo".into(), ..AgentConfig::default() };
     let mut t = agent::run(&mut llm, &mut tools, demo::DEMO_ISSUE, &config, &AtomicBool::new(false), &mut |_| {});
     assert_eq!(t.exit_reason, ExitReason::Agent);
-    t.output_patch = ws.diff(Isolation::Bubblewrap).unwrap();
+    t.output_patch = ws.diff(Isolation::Bubblewrap).unwrap().text();
     assert!(t.steps[3].observations[0].observation.contains("OK"), "{:?}", t.steps[3]);
     t.save(&trajectory_path()).unwrap();
 }
@@ -81,7 +81,7 @@ fn replaying_the_demo_trajectory_fixes_the_failing_test() {
     // Output: trajectory, patch, summary.
     let patch = std::fs::read_to_string(output.join("patch.diff")).unwrap();
     assert_eq!(patch, t.output_patch);
-    assert!(patch.starts_with("diff --git a/stats.py b/stats.py"));
+    assert!(patch.starts_with("diff --git a/stats.py b/stats.py"), "{patch}");
     assert_eq!(Trajectory::load(&output.join("trajectory.json")).unwrap(), *t);
     let summary = std::fs::read_to_string(output.join("summary.md")).unwrap();
     assert!(summary.contains("- exit reason: agent") && summary.contains("- stats.py"));
@@ -89,7 +89,7 @@ fn replaying_the_demo_trajectory_fixes_the_failing_test() {
     // The patch turns the failing test green on a fresh copy of the demo repository.
     let fresh = demo::materialize(&out.path().join("fresh")).unwrap();
     assert!(!demo_tests_pass(&fresh));
-    apply_patch(&fresh, &patch).unwrap();
+    apply_patch(&fresh, patch.as_bytes()).unwrap();
     assert!(demo_tests_pass(&fresh));
 }
 

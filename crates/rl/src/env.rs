@@ -333,7 +333,7 @@ impl SweEnv {
         if let Err(e) = std::fs::create_dir_all(&self.opts.work_root) {
             return infra(format!("cannot create {}: {e}", self.opts.work_root.display()));
         }
-        let logs = match tempfile::Builder::new().prefix("frognano-rl-grade-").tempdir_in(&self.opts.work_root) {
+        let logs = match frognano_sandbox::scratch::scratch_dir(&self.opts.work_root, "rl_grade") {
             Ok(d) => d,
             Err(e) => return infra(format!("cannot create a log directory: {e}")),
         };
@@ -384,10 +384,10 @@ impl SweEnv {
         if let Err(e) = std::fs::create_dir_all(&self.opts.work_root) {
             return infra(format!("cannot create {}: {e}", self.opts.work_root.display()));
         }
-        let holder = match tempfile::Builder::new()
-            .prefix(&format!("{}-rollout-", inst.instance_id))
-            .tempdir_in(&self.opts.work_root)
-        {
+        let holder = match frognano_sandbox::scratch::scratch_dir(
+            &self.opts.work_root,
+            &format!("{}_rollout", inst.instance_id),
+        ) {
             Ok(d) => d,
             Err(e) => return infra(format!("cannot create a workspace: {e}")),
         };
@@ -428,7 +428,7 @@ impl SweEnv {
             return (exit, Err(Outcome::Infra { reason }));
         }
         match diff_in_sandbox(&ws, &inst.base_commit, self.opts.isolation) {
-            Ok(patch) => (exit, Ok(patch)),
+            Ok(patch) => (exit, Ok(patch.text())),
             Err(e) => (exit, Err(Outcome::Infra { reason: format!("cannot take the patch: {e:#}") })),
         }
     }

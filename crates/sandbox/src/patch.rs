@@ -169,7 +169,7 @@ pub fn workspace_patch(
     let size_of = |id: &str| sizes.get(id).copied().unwrap_or(0);
     let mut sized: Vec<(&RawEntry, u64)> =
         entries.iter().map(|e| (e, size_of(&e.old_id).max(size_of(&e.new_id)))).collect();
-    sized.sort_by(|a, b| b.1.cmp(&a.1));
+    sized.sort_by_key(|e| std::cmp::Reverse(e.1));
     // 3. Leave out files over the per-file limit, then the largest ones until the rest is
     //    expected to fit (a binary patch takes about 1.25 bytes per byte, both sides).
     let mut left_out = Vec::new();

@@ -265,7 +265,8 @@ pub(crate) fn patched_workspace(
 ) -> Result<(tempfile::TempDir, PathBuf, Sandbox), ErrorKind> {
     let infra = |e: anyhow::Error| ErrorKind::Infra(format!("{e:#}"));
     let source = repo_source(inst, opts.repos.as_deref()).map_err(|e| ErrorKind::RepoMissing(format!("{e:#}")))?;
-    let holder = frognano_sandbox::scratch::scratch_dir(&opts.work_root, &inst.instance_id).map_err(|e| infra(e.into()))?;
+    let holder =
+        frognano_sandbox::scratch::scratch_dir(&opts.work_root, &inst.instance_id).map_err(|e| infra(e.into()))?;
     let ws = holder.path().join("repo");
     create_workspace(&source, &inst.base_commit, &ws).map_err(|e| ErrorKind::RepoMissing(format!("{e:#}")))?;
     let patch = pred.model_patch.clone().unwrap_or_default();

@@ -10,9 +10,9 @@ use std::sync::mpsc;
 use serde_json::{json, Value};
 
 use crate::executor::{create_workspace, run_instance, ExecOptions, InstanceResult, Outcome};
-use frognano_sandbox::{scratch, Isolation};
 use crate::instance::{repo_source, Prediction, SweInstance};
 use crate::report::{instance_dir, make_run_report, predictions_by_id, run_dir, run_report_text};
+use frognano_sandbox::{scratch, Isolation};
 
 /// `--shard i/N`: this process takes the instances whose position modulo `N` is `i`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
