@@ -24,10 +24,10 @@ use std::time::Duration;
 /// What `--no-sandbox` gives up, printed when it is used.
 pub const NO_SANDBOX_WARNING: &str = "warning: --no-sandbox: the agent's Bash commands run directly on this \
 machine as your user, not in a sandbox. They can read and change any file you can (outside the \
-workspace too, your repository included), reach the network, see your environment variables \
-(tokens and keys included), and have no memory, disk or process-count limit. Only the time \
-limit, the output cap and the kill of leftover processes still apply. Write, Edit and Glob \
-stay confined to the workspace; Read reads any file you can.";
+workspace too, your repository included), reach the network and local services, and see your \
+environment variables and home directory (tokens and keys included). Only the time, output, \
+process, memory, file-size and disk limits and the kill of leftover processes still apply. \
+Write, Edit and Glob stay confined to the workspace; Read reads any file you can.";
 
 /// Arguments of `frognano solve`.
 #[derive(Debug, Clone, clap::Args)]

@@ -90,3 +90,23 @@ fn solve_with_the_demo_model_through_frognano_serve() {
     solve(&["--endpoint", &url, "--model", "demo"], &out);
     check_run(&out);
 }
+
+#[test]
+fn no_sandbox_says_what_it_gives_up_and_still_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let replay = root().join("crates/agent/demo/fix-median.trajectory.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_frognano"))
+        .args(["solve", "--demo", "--no-sandbox", "--replay", replay.to_str().unwrap(), "--output"])
+        .arg(&out)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "solve failed: {}", String::from_utf8_lossy(&o.stderr));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    for gives_up in ["not in a sandbox", "any file you can", "reach the network", "environment variables"] {
+        assert!(stderr.contains(gives_up), "the warning does not say {gives_up:?}: {stderr}");
+    }
+    let patch = std::fs::read_to_string(out.join("patch.diff")).unwrap();
+    assert!(patch.contains("+    if len(ordered) % 2 == 0:"), "{patch}");
+}
