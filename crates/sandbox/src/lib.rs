@@ -48,8 +48,9 @@
 //! [`SandboxSpec::readable_paths`], then `--bind` of the workspace and the writable paths (so
 //! a workspace under `/tmp` or a masked home stays visible; secrets such a bind brings back
 //! are masked again), `--unshare-all --unshare-user --uid U --gid G --disable-userns
-//! --cap-drop ALL --seccomp FD --die-with-parent --new-session`. The seccomp program reaches
-//! bwrap as an inherited memfd. Because the command runs in its own pid namespace, the
+//! --cap-drop ALL --seccomp FD --die-with-parent --new-session` (`--cap-drop` only as root:
+//! a non-root uid gets no capabilities from bwrap anyway). The seccomp program reaches bwrap
+//! as an inherited memfd. Because the command runs in its own pid namespace, the
 //! kernel kills every process left in it the moment the command (pid 2 under bwrap's init)
 //! exits, or bwrap is killed. [`Sandbox::new`] probes bwrap once with these flags and refuses
 //! with bwrap's own error message if it does not work (bwrap before 0.8 works without
@@ -1136,10 +1137,8 @@ impl Sandbox {
         if self.spec.network {
             args.push("--share-net".into());
         }
-        args.extend(
-            ["--unshare-user", "--uid", &uid.to_string(), "--gid", &gid.to_string(), "--cap-drop", "ALL"]
-                .map(OsString::from),
-        );
+        args.extend(["--unshare-user", "--uid", &uid.to_string(), "--gid", &gid.to_string()].map(OsString::from));
+        args.extend(cap_drop_args().iter().map(OsString::from));
         if bwrap.modern {
             args.push("--disable-userns".into());
         }
@@ -1312,6 +1311,18 @@ fn toolchain_dirs(home: &Path, canonical: &Path, path_env: &OsStr) -> Vec<PathBu
         }
     }
     kept
+}
+
+/// `--cap-drop ALL` when FrogNano runs as root (then bwrap would otherwise keep the bounding
+/// set); a non-root caller's command runs as a non-root uid, which bwrap gives no
+/// capabilities anyway, and a setuid bwrap refuses `--cap-drop` from non-root callers.
+fn cap_drop_args() -> &'static [&'static str] {
+    // SAFETY: plain syscall without arguments.
+    if unsafe { libc::geteuid() } == 0 {
+        &["--cap-drop", "ALL"]
+    } else {
+        &[]
+    }
 }
 
 /// The uid and gid inside the sandbox: the caller's, or [`SANDBOX_UID_FOR_ROOT`] for root.
@@ -1508,12 +1519,9 @@ fn bwrap_status() -> &'static Result<Bwrap, String> {
             if modern {
                 p.args(["--size", "1048576"]);
             }
-            p.args(["--tmpfs", "/tmp", "--unshare-all", "--unshare-user", "--uid", &uid.to_string()]).args([
-                "--gid",
-                &gid.to_string(),
-                "--cap-drop",
-                "ALL",
-            ]);
+            p.args(["--tmpfs", "/tmp", "--unshare-all", "--unshare-user", "--uid", &uid.to_string()])
+                .args(["--gid", &gid.to_string()])
+                .args(cap_drop_args());
             if modern {
                 p.arg("--disable-userns");
             }
