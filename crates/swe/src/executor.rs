@@ -153,10 +153,6 @@ pub fn create_workspace(source: &Path, base_commit: &str, dest: &Path) -> anyhow
     Ok(())
 }
 
-pub(crate) fn sandbox_for(ws: &Path, opts: &ExecOptions, timeout: Duration) -> anyhow::Result<Sandbox> {
-    Sandbox::new(sandbox_spec(ws, opts, timeout)).map_err(|e| anyhow::anyhow!("{e}"))
-}
-
 /// The sandbox settings every command of an instance runs under.
 pub(crate) fn sandbox_spec(ws: &Path, opts: &ExecOptions, timeout: Duration) -> SandboxSpec {
     SandboxSpec::new(ws)
@@ -251,6 +247,20 @@ pub fn run_instance(inst: &SweInstance, pred: &Prediction, opts: &ExecOptions, l
     result
 }
 
+/// Key of an instance's `extra` field listing host folders its test command reads (a
+/// virtualenv made by `frognano synth`): each is shown read-only in the instance's sandbox,
+/// even under `/tmp` or in a masked home.
+pub const READABLE_PATHS_KEY: &str = "frognano_readable_paths";
+
+/// The host folders `inst`'s commands need to read ([`READABLE_PATHS_KEY`]).
+pub fn instance_readable_paths(inst: &SweInstance) -> Vec<PathBuf> {
+    inst.extra
+        .get(READABLE_PATHS_KEY)
+        .and_then(|v| v.as_array())
+        .map(|paths| paths.iter().filter_map(|p| p.as_str()).map(PathBuf::from).collect())
+        .unwrap_or_default()
+}
+
 /// A workspace for `inst` at its base commit, in a temporary folder under `opts.work_root`
 /// (removed when the returned holder drops), with the prediction's patch written to the log
 /// folder and applied through the 5.0.2 fallback chain (its log appended to `log`). Returns
@@ -275,7 +285,11 @@ pub(crate) fn patched_workspace(
     // untouched by `git clean`.
     let patch_file = ws.join(".git/frognano-patch.diff");
     std::fs::write(&patch_file, &patch).map_err(|e| infra(e.into()))?;
-    let sb = sandbox_for(&ws, opts, timeout).map_err(infra)?;
+    let mut spec = sandbox_spec(&ws, opts, timeout);
+    for path in instance_readable_paths(inst) {
+        spec = spec.readable_path(path);
+    }
+    let sb = Sandbox::new(spec).map_err(|e| infra(anyhow::anyhow!("{e}")))?;
     let (apply_log, applied) = apply_patch_chain(&sb, &patch_file).map_err(infra)?;
     log.push_str(&apply_log);
     if !applied {

@@ -479,6 +479,9 @@ fn build_instance(sh: &Shared<'_>, cand: &Candidate, v: &Validated) -> anyhow::R
     let problem_statement = issue.text;
     let files: BTreeSet<&str> = cand.files.iter().map(|f| f.path.as_str()).collect();
     let mut extra = serde_json::Map::new();
+    if !sh.setup.readable_paths.is_empty() {
+        extra.insert(frognano_swe::executor::READABLE_PATHS_KEY.into(), json!(sh.setup.readable_paths));
+    }
     extra.insert(
         "synth".into(),
         json!({

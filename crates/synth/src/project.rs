@@ -36,6 +36,9 @@ pub struct TestSetup {
     pub test_cmd: String,
     /// frognano-swe parser name for the log.
     pub log_parser: String,
+    /// Host folders the test command needs to read (the virtualenv), shown read-only in the
+    /// sandbox even where it would hide them (under `/tmp`, in a masked home).
+    pub readable_paths: Vec<PathBuf>,
 }
 
 /// How the environment is prepared.
@@ -108,6 +111,7 @@ pub fn prepare(tree: &Path, opts: &EnvOptions) -> anyhow::Result<TestSetup> {
             runner: TestRunner::GoTest,
             test_cmd: "go test -v ./... 2>&1".into(),
             log_parser: "parse_log_gotest".into(),
+            readable_paths: Vec::new(),
         });
     }
     if has("package.json") {
@@ -143,6 +147,7 @@ fn prepare_rust(tree: &Path, files: &[String]) -> anyhow::Result<TestSetup> {
             "CARGO_TARGET_DIR=target CARGO_TERM_COLOR=never RUST_BACKTRACE=0 cargo test --offline --no-fail-fast 2>&1"
                 .into(),
         log_parser: "parse_log_cargo".into(),
+        readable_paths: Vec::new(),
     })
 }
 
@@ -182,12 +187,21 @@ fn prepare_python(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::R
         env.push_str(" PYTHONPATH=src");
     }
     let py = shell_quote(&python.to_string_lossy());
+    // The interpreter's environment (a virtualenv's root, found by its pyvenv.cfg) must be
+    // visible in the sandbox wherever the user put it, /tmp included.
+    let readable_paths: Vec<PathBuf> = python
+        .parent()
+        .and_then(Path::parent)
+        .filter(|root| python.is_absolute() && root.join("pyvenv.cfg").is_file())
+        .map(|root| vec![root.to_path_buf()])
+        .unwrap_or_default();
     Ok(if has_pytest {
         TestSetup {
             language: Some(Language::Python),
             runner: TestRunner::Pytest,
             test_cmd: format!("{env} {py} -m pytest -rA --tb=long -p no:cacheprovider -p no:randomly -o addopts= 2>&1"),
             log_parser: "parse_log_pytest".into(),
+            readable_paths,
         }
     } else {
         TestSetup {
@@ -195,6 +209,7 @@ fn prepare_python(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::R
             runner: TestRunner::Unittest,
             test_cmd: format!("{env} {py} -m unittest -v 2>&1"),
             log_parser: "parse_log_django".into(),
+            readable_paths,
         }
     })
 }
@@ -202,12 +217,6 @@ fn prepare_python(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::R
 /// Creates `env_dir/venv` with pytest, the project and its test extras / requirement files.
 fn create_venv(tree: &Path, opts: &EnvOptions) -> anyhow::Result<PathBuf> {
     let venv = std::path::absolute(opts.env_dir.join("venv"))?;
-    anyhow::ensure!(
-        !venv.starts_with("/tmp"),
-        "the virtualenv would live in {}, but sandboxed runs get a private /tmp and could not see it; \
-         choose an output directory outside /tmp (or pass --python)",
-        venv.display()
-    );
     let python = venv.join("bin/python");
     if !python.exists() {
         std::fs::create_dir_all(&opts.env_dir)?;
@@ -262,7 +271,7 @@ pub struct TestRun {
 
 /// Runs the test command in `dir` inside the sandbox.
 pub fn run_tests(dir: &Path, setup: &TestSetup, timeout: Duration, isolation: Isolation) -> anyhow::Result<TestRun> {
-    let spec = SandboxSpec::new(dir)
+    let mut spec = SandboxSpec::new(dir)
         .isolation(isolation)
         .timeout(timeout)
         .output_limit(32 << 20)
@@ -270,6 +279,9 @@ pub fn run_tests(dir: &Path, setup: &TestSetup, timeout: Duration, isolation: Is
         .env("GIT_CONFIG_COUNT", "1")
         .env("GIT_CONFIG_KEY_0", "safe.directory")
         .env("GIT_CONFIG_VALUE_0", "*");
+    for path in &setup.readable_paths {
+        spec = spec.readable_path(path);
+    }
     let sandbox = Sandbox::new(spec).map_err(|e| anyhow::anyhow!("sandbox: {e}"))?;
     let started = Instant::now();
     let out = sandbox

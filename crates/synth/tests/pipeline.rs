@@ -234,3 +234,21 @@ fn bad_inputs_are_clear_errors() {
     let msg = format!("{e:#}");
     assert!(msg.contains("no test passes") || msg.contains("found no tests"), "{msg}");
 }
+
+#[test]
+fn an_output_folder_and_a_virtualenv_under_tmp_work() {
+    // Sandboxed commands get a private /tmp: the virtualenv the task's tests run with must
+    // still be visible there, in synthesis and in grading.
+    let tmp = tempfile::Builder::new().prefix("frognano-synth-tmp-").tempdir_in("/tmp").unwrap();
+    let repo = fixture_repo("pyproj", tmp.path());
+    let venv = tmp.path().join("venv");
+    let made = Command::new("python3").args(["-m", "venv", "--without-pip"]).arg(&venv).output().unwrap();
+    assert!(made.status.success(), "python3 -m venv: {}", String::from_utf8_lossy(&made.stderr));
+    let out = tmp.path().join("tasks");
+    let opts = SynthOptions { python: Some(venv.join("bin/python")), ..options(&repo, &out, 1, 6) };
+    let summary = synthesize(&opts).unwrap();
+    let instances = load(&out);
+    assert!(!instances.is_empty(), "no tasks with the output under /tmp: {summary:?}");
+    assert!(instances[0].test_cmd.as_deref().unwrap_or("").contains(&venv.display().to_string()));
+    assert_eq!(grade_all(&instances, gold_predictions(&instances), &out, "gold"), instances.len());
+}
