@@ -11,7 +11,7 @@
 //! workspace) is left out and named in [`Patch::left_out`], so one 300 MB artefact never
 //! costs the rest of the change.
 
-use crate::{Command, Isolation, Sandbox, SandboxError, SandboxSpec};
+use crate::{Command, Isolation, Output, Sandbox, SandboxError, SandboxSpec};
 use std::path::Path;
 use std::time::Duration;
 
@@ -131,7 +131,8 @@ pub fn workspace_patch(
             .output_limit(limits.max_patch_bytes)
             .flood_limit(limits.max_patch_bytes as u64 * 2 + (1 << 20)),
     )?;
-    let git = |step: &str, script: &str, stdin: &[u8]| -> Result<Vec<u8>, PatchError> {
+    // One git step in the sandbox; a failing step is an error naming it.
+    let git = |step: &str, script: &str, stdin: &[u8]| -> Result<Output, PatchError> {
         let out = sandbox.run(&git_command(script).stdin(stdin.to_vec()))?;
         if !out.success() {
             return Err(PatchError::Git {
@@ -140,14 +141,15 @@ pub fn workspace_patch(
                 stderr: out.stderr.trim().into(),
             });
         }
-        Ok(out.stdout_bytes)
+        Ok(out)
     };
     // 1. Stage everything and list what changed, with blob ids of both sides.
     let raw = git(
         "git add -A",
         &format!("git add -A -- . && git diff --cached --raw -z --no-abbrev --no-renames {base_commit}"),
         b"",
-    )?;
+    )?
+    .stdout_bytes;
     let entries = parse_raw(&raw);
     // 2. Sizes of both sides of every change.
     let ids: Vec<&str> =
@@ -158,7 +160,7 @@ pub fn workspace_patch(
         let mut query = ids.join("\n");
         query.push('\n');
         let out = git("git cat-file", "git cat-file --batch-check='%(objectname) %(objectsize)'", query.as_bytes())?;
-        String::from_utf8_lossy(&out)
+        String::from_utf8_lossy(&out.stdout_bytes)
             .lines()
             .filter_map(|l| {
                 let (id, size) = l.split_once(' ')?;
@@ -172,26 +174,29 @@ pub fn workspace_patch(
     sized.sort_by_key(|e| std::cmp::Reverse(e.1));
     // 3. Leave out files over the per-file limit, then the largest ones until the rest is
     //    expected to fit (a binary patch takes about 1.25 bytes per byte, both sides).
-    let mut left_out = Vec::new();
+    let to_fit = format!("left out to keep the patch under {}", human_bytes(limits.max_patch_bytes as u64));
+    let mut left_out: Vec<(&RawEntry, u64, String)> = Vec::new();
     let mut budget: u64 = sized.iter().map(|(_, s)| s * 5 / 2).sum();
-    for (entry, size) in &sized {
-        let reason = if *size > limits.max_file_bytes {
+    for &(entry, size) in &sized {
+        let reason = if size > limits.max_file_bytes {
             format!("larger than the {} per-file limit", human_bytes(limits.max_file_bytes))
         } else if budget > limits.max_patch_bytes as u64 {
-            format!("left out to keep the patch under {}", human_bytes(limits.max_patch_bytes as u64))
+            to_fit.clone()
         } else {
             continue;
         };
         budget = budget.saturating_sub(size * 5 / 2);
-        left_out.push(((*entry).clone(), *size, reason));
+        left_out.push((entry, size, reason));
     }
     let diff_script = format!(
         "git -c core.quotepath=off diff --cached --binary --no-color --no-ext-diff --no-textconv --no-renames {base_commit}"
     );
+    // Files left out so far are unstaged (back to the base commit's version in the index).
+    let mut unstaged = 0;
     loop {
-        if !left_out.is_empty() {
+        if unstaged < left_out.len() {
             let mut specs = Vec::new();
-            for (e, _, _) in &left_out {
+            for (e, _, _) in &left_out[unstaged..] {
                 specs.extend_from_slice(b":(literal)");
                 specs.extend_from_slice(&e.path);
                 specs.push(0);
@@ -201,15 +206,9 @@ pub fn workspace_patch(
                 &format!("git reset -q {base_commit} --pathspec-from-file=- --pathspec-file-nul"),
                 &specs,
             )?;
+            unstaged = left_out.len();
         }
-        let out = sandbox.run(&git_command(&diff_script))?;
-        if !out.success() {
-            return Err(PatchError::Git {
-                step: "git diff".into(),
-                code: out.returncode(),
-                stderr: out.stderr.trim().into(),
-            });
-        }
+        let out = git("git diff", &diff_script, b"")?;
         if !out.truncated {
             let binary_files = binary_files(&out.stdout_bytes);
             let left_out = left_out
@@ -223,13 +222,8 @@ pub fn workspace_patch(
             return Ok(Patch { bytes: out.stdout_bytes, left_out, binary_files });
         }
         // Larger than estimated: drop the largest file still in and try again.
-        let next = sized.iter().find(|(e, _)| !left_out.iter().any(|(l, _, _)| l.path == e.path));
-        match next {
-            Some((e, size)) => left_out.push((
-                (*e).clone(),
-                *size,
-                format!("left out to keep the patch under {}", human_bytes(limits.max_patch_bytes as u64)),
-            )),
+        match sized.iter().find(|(e, _)| !left_out.iter().any(|(l, _, _)| l.path == e.path)) {
+            Some(&(e, size)) => left_out.push((e, size, to_fit.clone())),
             None => return Err(PatchError::TooLarge { limit: limits.max_patch_bytes }),
         }
     }
