@@ -144,8 +144,8 @@ pub fn default_memory_limit() -> u64 {
 /// Environment variables a confined command gets from the host when they are set there
 /// (everything else is dropped; extend with [`SandboxSpec::pass_env`]): the search path,
 /// locale and terminal, where the toolchains live (these name folders, never secrets), and
-/// Python's switches for bytecode files and buffering (the user's choice of whether `.pyc`
-/// files appear in a workspace).
+/// Python's switches for bytecode files and buffering. `PYTHONDONTWRITEBYTECODE` is `1`
+/// unless the host sets it otherwise, so `.pyc` files stay out of workspaces and patches.
 /// `HOME` is always `/tmp`, the sandbox's own writable folder.
 pub const PASSED_ENV: &[&str] = &[
     "PATH",
@@ -1393,7 +1393,9 @@ fn stale_group_pid(name: &str) -> Option<i32> {
     }
 }
 
-fn process_alive(pid: i32) -> bool {
+/// True if a process with this pid may exist (any answer but "no such process" counts as
+/// alive, so nothing of a live process is ever removed).
+pub(crate) fn process_alive(pid: i32) -> bool {
     if pid <= 0 {
         return true;
     }

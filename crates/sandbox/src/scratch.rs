@@ -53,7 +53,7 @@ pub fn remove_stale(root: &Path) -> io::Result<Vec<PathBuf>> {
         let path = entry.path();
         let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
         let marked = std::fs::symlink_metadata(path.join(MARKER)).map(|m| m.is_file()).unwrap_or(false);
-        if !is_dir || !marked || process_alive(pid) {
+        if !is_dir || !marked || crate::process_alive(pid) {
             continue;
         }
         make_removable(&path);
@@ -72,13 +72,6 @@ fn owner_pid(name: &str) -> Option<i32> {
     let pid = parts.next()?.parse::<i32>().ok()?;
     parts.next()?;
     (pid > 0).then_some(pid)
-}
-
-/// True if a process with this pid exists (EPERM means it exists but is not ours).
-pub(crate) fn process_alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// Gives the owner write and search permission on every folder below `dir` (without
