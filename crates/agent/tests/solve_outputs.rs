@@ -6,8 +6,8 @@
 use frognano_agent::cli::{solve, SolveArgs};
 use frognano_agent::demo;
 use frognano_agent::trajectory::{ExitReason, Trajectory};
+use frognano_testkit::git;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Writes a trajectory whose assistant turns run `commands` with Bash, then finish.
 fn replay_of(dir: &Path, commands: &[&str]) -> PathBuf {
@@ -49,18 +49,12 @@ fn run(commands: &[&str]) -> Run {
     Run { _root: root, repo, output, trajectory: report.trajectory }
 }
 
-fn git(dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new("git").arg("-C").arg(dir).args(args).output().unwrap()
-}
-
 /// Applies `patch.diff` of `run` to a fresh clone of the user's repository.
 fn apply_to_fresh_clone(run: &Run) -> PathBuf {
     let fresh = run._root.path().join("fresh");
-    assert!(git(run._root.path(), &["clone", "-q", run.repo.to_str().unwrap(), fresh.to_str().unwrap()])
-        .status
-        .success());
-    let out = git(&fresh, &["apply", "--binary", run.output.join("patch.diff").to_str().unwrap()]);
-    assert!(out.status.success(), "git apply: {}", String::from_utf8_lossy(&out.stderr));
+    // testkit's git fails the test with git's own message when a step fails.
+    git(run._root.path(), &["clone", "-q", run.repo.to_str().unwrap(), fresh.to_str().unwrap()]);
+    git(&fresh, &["apply", "--binary", run.output.join("patch.diff").to_str().unwrap()]);
     fresh
 }
 
@@ -112,7 +106,7 @@ fn a_broken_workspace_still_gets_all_three_outputs() {
     assert_eq!(std::fs::read(r.output.join("patch.diff")).unwrap(), b"");
     let summary = std::fs::read_to_string(r.output.join("summary.md")).unwrap();
     assert!(summary.contains("## No patch") && summary.contains("cannot compute the workspace diff"), "{summary}");
-    assert_eq!(String::from_utf8_lossy(&git(&r.repo, &["status", "--porcelain"]).stdout), "");
+    assert_eq!(git(&r.repo, &["status", "--porcelain"]), "");
 }
 
 #[test]
@@ -161,11 +155,7 @@ fn a_hostile_model_cannot_touch_the_users_repository_or_the_host() {
     let report = solve(&args).unwrap();
     assert_eq!(report.trajectory.exit_reason, ExitReason::Agent);
     assert!(!host_file.exists(), "a sandboxed command wrote a host file");
-    assert_eq!(
-        String::from_utf8_lossy(&git(&repo, &["status", "--porcelain"]).stdout),
-        "",
-        "the user's repository changed"
-    );
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "", "the user's repository changed");
     let patch = std::fs::read_to_string(output.join("patch.diff")).unwrap();
     assert!(patch.contains("+# reviewed"), "{patch}");
     assert!(!patch.contains("hunter2"), "the host environment reached the sandbox");
