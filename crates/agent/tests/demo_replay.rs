@@ -9,8 +9,8 @@ mod common;
 
 use common::{Reply, ScriptedLlm};
 use frognano_agent::agent::{self, AgentConfig};
-use frognano_agent::cli::{solve, SolveArgs};
 use frognano_agent::demo;
+use frognano_agent::solve::{solve, ModelChoice, SolveConfig, TaskInput};
 use frognano_agent::tools::ToolBox;
 use frognano_agent::trajectory::{ExitReason, Trajectory};
 use frognano_agent::workspace::{apply_patch, Workspace};
@@ -64,11 +64,11 @@ fn the_recorded_demo_trajectory_is_valid() {
 fn replaying_the_demo_trajectory_fixes_the_failing_test() {
     let out = tempfile::tempdir().unwrap();
     let output = out.path().join("run");
-    let args = SolveArgs {
-        demo: true,
-        replay: Some(trajectory_path()),
+    let args = SolveConfig {
+        task: TaskInput::Demo,
+        model: ModelChoice::Replay(trajectory_path()),
         output: Some(output.clone()),
-        ..SolveArgs::for_repo(".")
+        ..SolveConfig::for_repo(".")
     };
     let report = solve(&args).unwrap();
     let t = &report.trajectory;
@@ -100,8 +100,12 @@ fn replaying_past_the_recording_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let short = dir.path().join("short.json");
     t.save(&short).unwrap();
-    let args =
-        SolveArgs { demo: true, replay: Some(short), output: Some(dir.path().join("run")), ..SolveArgs::for_repo(".") };
+    let args = SolveConfig {
+        task: TaskInput::Demo,
+        model: ModelChoice::Replay(short),
+        output: Some(dir.path().join("run")),
+        ..SolveConfig::for_repo(".")
+    };
     let report = solve(&args).unwrap();
     assert_eq!(report.trajectory.exit_reason, ExitReason::LlmQueryError);
     assert!(report.trajectory.error.as_deref().unwrap().contains("no more assistant messages"));

@@ -2,8 +2,8 @@
 //! `--apply`, and a run against an OpenAI-compatible HTTP endpoint served by a scripted
 //! server (the wire format is the thing under test here).
 
-use frognano_agent::cli::{solve, SolveArgs};
 use frognano_agent::demo;
+use frognano_agent::solve::{solve, ModelChoice, SolveConfig, TaskInput};
 use frognano_agent::trajectory::{ExitReason, Trajectory};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -27,8 +27,12 @@ fn user_repo() -> (tempfile::TempDir, PathBuf, PathBuf) {
     (root, repo, output)
 }
 
-fn replay_args(repo: &Path, output: &Path) -> SolveArgs {
-    SolveArgs { replay: Some(demo_trajectory()), output: Some(output.to_path_buf()), ..SolveArgs::for_repo(repo) }
+fn replay_args(repo: &Path, output: &Path) -> SolveConfig {
+    SolveConfig {
+        model: ModelChoice::Replay(demo_trajectory()),
+        output: Some(output.to_path_buf()),
+        ..SolveConfig::for_repo(repo)
+    }
 }
 
 #[test]
@@ -48,7 +52,7 @@ fn the_users_checkout_is_never_touched_without_apply() {
 #[test]
 fn apply_with_yes_applies_the_patch_to_the_users_tree() {
     let (_root, repo, output) = user_repo();
-    let args = SolveArgs { apply: true, yes: true, ..replay_args(&repo, &output) };
+    let args = SolveConfig { apply: true, yes: true, ..replay_args(&repo, &output) };
     solve(&args).unwrap();
     assert!(std::fs::read_to_string(repo.join("stats.py")).unwrap().contains("ordered[middle - 1]"));
     assert!(Command::new("bash")
@@ -75,26 +79,28 @@ fn bad_input_is_a_clear_error_with_no_output_written() {
     assert_eq!(std::fs::read_to_string(repo.join("stats.py")).unwrap(), "# local edit\n");
     git(&repo, &["checkout", "stats.py"]);
 
-    let no_model = SolveArgs {
-        task: Some("fix it".into()),
+    let no_model = SolveConfig {
+        task: TaskInput::Text("fix it".into()),
         output: Some(output.clone()),
-        model: Some("/nonexistent/model.gguf".into()),
-        ..SolveArgs::for_repo(&repo)
+        model: ModelChoice::InProcess(Some("/nonexistent/model.gguf".into())),
+        ..SolveConfig::for_repo(&repo)
     };
     let err = format!("{:#}", solve(&no_model).unwrap_err());
     assert!(err.starts_with("no model to ask: loading /nonexistent/model.gguf in this process failed"), "{err}");
     assert!(err.contains("--endpoint URL --model NAME"), "{err}");
 
-    let unreachable =
-        SolveArgs { endpoint: Some("http://127.0.0.1:9".into()), model: Some("frog".into()), ..no_model.clone() };
+    let unreachable = SolveConfig {
+        model: ModelChoice::Endpoint { url: "http://127.0.0.1:9".into(), model: "frog".into() },
+        ..no_model.clone()
+    };
     let err = solve(&unreachable).unwrap_err().to_string();
     assert!(err.contains("cannot reach the model endpoint http://127.0.0.1:9/v1/chat/completions"), "{err}");
 
-    let missing_issue = SolveArgs { task: None, issue: Some(root.path().join("nope.md")), ..unreachable.clone() };
+    let missing_issue = SolveConfig { task: TaskInput::IssueFile(root.path().join("nope.md")), ..unreachable.clone() };
     let err = solve(&missing_issue).unwrap_err().to_string();
     assert!(err.starts_with("cannot read issue file"), "{err}");
 
-    let bad_replay = SolveArgs { replay: Some(repo.join("stats.py")), ..replay_args(&repo, &output) };
+    let bad_replay = SolveConfig { model: ModelChoice::Replay(repo.join("stats.py")), ..replay_args(&repo, &output) };
     let err = solve(&bad_replay).unwrap_err().to_string();
     assert!(err.contains("is not a leaf-function-calling trajectory"), "{err}");
 
@@ -157,15 +163,13 @@ fn runs_against_an_openai_compatible_endpoint() {
             "usage": {"prompt_tokens": 500 + i * 100, "completion_tokens": 50}}));
     }
     let (url, server) = scripted_server(responses);
-    let args = SolveArgs {
-        endpoint: Some(url),
-        model: Some("frognano-demo".into()),
-        issue: None,
-        task: Some(demo::DEMO_ISSUE.into()),
+    let mut args = SolveConfig {
+        model: ModelChoice::Endpoint { url, model: "frognano-demo".into() },
+        task: TaskInput::Text(demo::DEMO_ISSUE.into()),
         output: Some(output.clone()),
-        seed: Some(7),
-        ..SolveArgs::for_repo(&repo)
+        ..SolveConfig::for_repo(&repo)
     };
+    args.sampling.seed = Some(7);
     let report = solve(&args).unwrap();
     let bodies = server.join().unwrap();
     let t = &report.trajectory;
@@ -191,43 +195,8 @@ fn runs_against_an_openai_compatible_endpoint() {
 fn a_cancelled_run_keeps_its_trajectory_and_has_no_patch() {
     let (_root, repo, output) = user_repo();
     let cancel = std::sync::atomic::AtomicBool::new(true);
-    let report = frognano_agent::cli::solve_with_cancel(&replay_args(&repo, &output), &cancel).unwrap();
+    let report = frognano_agent::solve::solve_with_cancel(&replay_args(&repo, &output), &cancel).unwrap();
     assert_eq!(report.trajectory.exit_reason, ExitReason::Cancelled);
     assert_eq!(report.trajectory.output_patch, "");
     assert_eq!(Trajectory::load(&output.join("trajectory.json")).unwrap().exit_reason, ExitReason::Cancelled);
-}
-
-#[derive(clap::Parser)]
-struct TestCli {
-    #[command(flatten)]
-    solve: SolveArgs,
-}
-
-#[test]
-fn solve_args_parse_with_the_model_card_defaults() {
-    use clap::{CommandFactory, Parser};
-    TestCli::command().debug_assert();
-    let cli = TestCli::try_parse_from([
-        "solve",
-        "--repo",
-        "r",
-        "--issue",
-        "i.md",
-        "--endpoint",
-        "http://h:1",
-        "--model",
-        "m",
-    ])
-    .unwrap();
-    let a = cli.solve;
-    assert_eq!((a.temperature, a.top_p, a.top_k, a.min_p), (0.6, 0.95, 20, 0.0));
-    assert_eq!((a.max_tokens_per_turn, a.max_steps, a.max_context), (8192, 100, 65536));
-    assert!(!a.no_thinking && !a.leaf_exact && !a.no_sandbox);
-    assert_eq!(a.guards(), frognano_agent::agent::Guards::default());
-    let exact = TestCli::try_parse_from(["solve", "--replay", "t.json", "--leaf-exact"]).unwrap();
-    assert_eq!(exact.solve.guards(), frognano_agent::agent::Guards::leaf_exact());
-    // --endpoint without --model, --replay with --endpoint, --yes without --apply: refused.
-    assert!(TestCli::try_parse_from(["solve", "--endpoint", "http://h:1"]).is_err());
-    assert!(TestCli::try_parse_from(["solve", "--replay", "t", "--endpoint", "http://h:1", "--model", "m"]).is_err());
-    assert!(TestCli::try_parse_from(["solve", "--replay", "t", "--yes"]).is_err());
 }

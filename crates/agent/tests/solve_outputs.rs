@@ -3,8 +3,8 @@
 //! `summary.md`), the patch is exact bytes, and nothing outside the workspace changes.
 //! Each test replays a trajectory of Bash calls, the way a model would issue them.
 
-use frognano_agent::cli::{solve, SolveArgs};
 use frognano_agent::demo;
+use frognano_agent::solve::{solve, ModelChoice, SolveConfig};
 use frognano_agent::trajectory::{ExitReason, Trajectory};
 use frognano_testkit::git;
 use std::path::{Path, PathBuf};
@@ -40,10 +40,10 @@ fn run(commands: &[&str]) -> Run {
     let root = tempfile::tempdir().unwrap();
     let repo = demo::materialize(&root.path().join("user-repo")).unwrap();
     let output = root.path().join("out");
-    let args = SolveArgs {
-        replay: Some(replay_of(root.path(), commands)),
+    let args = SolveConfig {
+        model: ModelChoice::Replay(replay_of(root.path(), commands)),
         output: Some(output.clone()),
-        ..SolveArgs::for_repo(&repo)
+        ..SolveConfig::for_repo(&repo)
     };
     let report = solve(&args).expect("solve finishes whatever the agent did");
     Run { _root: root, repo, output, trajectory: report.trajectory }
@@ -147,10 +147,10 @@ fn a_hostile_model_cannot_touch_the_users_repository_or_the_host() {
     ];
     let commands: Vec<&str> = attacks.iter().map(String::as_str).collect();
     let output = root.path().join("out");
-    let args = SolveArgs {
-        replay: Some(replay_of(root.path(), &commands)),
+    let args = SolveConfig {
+        model: ModelChoice::Replay(replay_of(root.path(), &commands)),
         output: Some(output.clone()),
-        ..SolveArgs::for_repo(&repo)
+        ..SolveConfig::for_repo(&repo)
     };
     let report = solve(&args).unwrap();
     assert_eq!(report.trajectory.exit_reason, ExitReason::Agent);

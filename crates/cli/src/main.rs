@@ -1,7 +1,12 @@
 //! `frognano`: the binary. One module per subcommand, wiring only; the work is in the crates.
 
+mod eval;
+mod progress;
 mod pull;
 mod run;
+mod solve;
+mod synth;
+mod train;
 
 use clap::{Parser, Subcommand};
 
@@ -26,16 +31,16 @@ enum Command {
     /// OpenAI-compatible HTTP server (chat, tools, streaming, logprobs).
     Serve(frognano_serve::ServeArgs),
     /// The coding agent: resolve an issue in a repository and hand back a patch for review.
-    Solve(frognano_agent::cli::SolveArgs),
+    Solve(solve::SolveArgs),
     /// Task synthesis: validated bug-fix tasks from a repository (`frognano synth REPO |
     /// --pypi N==V | --crate N@V`), and `synth calibrate`.
-    Synth(Box<frognano_synth::cli::SynthCommand>),
+    Synth(Box<synth::SynthCommand>),
     /// SWE-bench-compatible evaluation (grade, run, parse-log, grade-log).
     #[command(subcommand)]
-    Eval(frognano_swe::cli::EvalCommand),
+    Eval(eval::EvalCommand),
     /// Online RL of the agent on synthesized tasks (rollouts, clipped policy loss, frontier
     /// curriculum, checkpoints that resume exactly); `--toy` shows the loop in a minute.
-    Train(Box<frognano_rl::cli::TrainArgs>),
+    Train(Box<train::TrainArgs>),
 }
 
 fn main() {
@@ -53,10 +58,10 @@ fn main() {
         Command::Logits(a) => run::logits(a),
         Command::Pull(a) => pull::pull(a),
         Command::Serve(a) => frognano_serve::run_serve(a),
-        Command::Solve(a) => frognano_agent::cli::run_solve(a),
-        Command::Synth(cmd) => frognano_synth::cli::run_synth(*cmd),
-        Command::Eval(cmd) => frognano_swe::cli::run_eval(cmd),
-        Command::Train(a) => frognano_rl::cli::run_train(*a),
+        Command::Solve(a) => solve::run(a),
+        Command::Synth(cmd) => synth::run(*cmd),
+        Command::Eval(cmd) => eval::run(cmd),
+        Command::Train(a) => train::run(*a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

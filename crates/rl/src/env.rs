@@ -21,8 +21,8 @@ use frognano_swe::instance::{repo_source, Prediction};
 use frognano_swe::SweInstance;
 use frognano_synth::calibrate::{self, Knobs};
 use frognano_synth::intake::Source;
-use frognano_synth::mutate::OperatorId;
 use frognano_synth::pipeline::{synthesize, GenOptions, SynthOptions};
+use frognano_synth::task_meta::SynthMeta;
 
 use crate::rollout::{build_sequence, outcome_of_exit, Outcome, Rollout};
 
@@ -212,9 +212,9 @@ pub struct SweEnv {
     requests: u64,
 }
 
-/// The `synth` knob level of a synthesized task, when it has `synth` metadata.
+/// The `synth` knob level of a synthesized task, when it has a (readable) `synth` record.
 pub fn task_level(inst: &SweInstance) -> Option<usize> {
-    inst.extra.contains_key("synth").then(|| frognano_synth::cli::knobs_of(inst).level())
+    SynthMeta::of(inst).ok().flatten().map(|m| m.knobs().level())
 }
 
 /// Loads tasks from `path`: an instance file (`.jsonl`, `.json`), a `frognano synth` output
@@ -477,34 +477,24 @@ impl Environment for SweEnv {
         let tasks_path = src.out.join("tasks.jsonl");
         let existing = if tasks_path.is_file() { frognano_swe::load_instances(&tasks_path)?.len() } else { 0 };
         let flags = src.knobs.synth_flags();
-        let operators: Vec<OperatorId> = flags
-            .split_whitespace()
-            .skip_while(|w| *w != "--operators")
-            .nth(1)
-            .unwrap_or("")
-            .split(',')
-            .filter_map(OperatorId::parse)
-            .collect();
-        let combine = if src.knobs.combine >= 2 { src.knobs.combine } else { 0 };
         let opts = SynthOptions {
             source: Source::Local { path: src.repo.clone(), commit: src.commit.clone() },
             out: src.out.clone(),
             gen: GenOptions {
                 seed: src.seed + self.requests,
                 min_complexity: 3,
-                operators: (!operators.is_empty()).then_some(operators),
+                operators: Some(src.knobs.operators()),
                 max_candidates: src.max_candidates,
             },
             workers: src.workers.max(1),
             max_tasks: Some(existing + n),
-            combine,
+            combine: src.knobs.combine_option(),
             max_combos: 2 * n,
             min_timeout: src.min_timeout,
             max_f2p_fraction: 0.5,
             isolation: self.opts.isolation,
             python: src.python.clone(),
             harbor: None,
-            progress: false,
             issue_model: None,
         };
         self.requests += 1;

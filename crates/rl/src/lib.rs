@@ -7,9 +7,9 @@
 //! ([`loss`]), back-propagate through our own model code written in candle ([`policy`]), step
 //! AdamW ([`optim`]), and hand the new weights to the rollout engine. [`trainer`] runs that
 //! loop with checkpoints and exact resume; [`store`] keeps every rollout; [`metrics`] logs and
-//! plots; [`tinker`] sends the gradient work to a Tinker-compatible server instead.
+//! plots; [`tinker`] sends the gradient work to a Tinker-compatible server instead; [`train`]
+//! is `frognano train` as a typed config and its run (the flags are in `crates/cli`).
 
-pub mod cli;
 pub mod curriculum;
 pub mod env;
 pub mod loss;
@@ -20,4 +20,5 @@ pub mod rollout;
 pub mod store;
 pub mod tinker;
 pub mod toy;
+pub mod train;
 pub mod trainer;

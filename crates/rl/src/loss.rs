@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::rollout::{Outcome, Rollout};
 
 /// How rewards become advantages within a group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AdvantageEstimator {
     /// Leave-one-out (RLOO / LOOP): `A_j = r_j − mean_{k≠j} r_k`.
@@ -79,7 +79,7 @@ pub fn group_advantages(outcomes: &[Outcome], cfg: &AdvantageConfig) -> GroupAdv
 }
 
 /// How per-token losses are reduced over a mini-batch (rl-recipe.md §2, "Aggregation").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Aggregation {
     /// Σ m·ℓ / Σ m over the whole mini-batch (DAPO).
@@ -93,7 +93,7 @@ pub enum Aggregation {
 }
 
 /// Which policy-gradient objective.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicyLoss {
     /// PPO-style clipped ratio with asymmetric clipping (and optional dual clip).

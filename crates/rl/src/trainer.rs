@@ -65,7 +65,7 @@ pub struct TrainConfig {
 }
 
 /// [`SaveFormat`] in the config file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SaveFormatConfig {
     /// Full HF checkpoint with LoRA merged in.

@@ -7,14 +7,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::executor::{patched_workspace, run_merged, sandbox_spec, ErrorKind, ExecOptions, InstanceResult, Outcome};
-use crate::instance::{InstanceError, Prediction, SweInstance};
+use crate::instance::{InstanceError, Prediction, SweInstance, Verification};
 use crate::report::{instance_report_text, LOG_REPORT, LOG_TEST_OUTPUT};
-
-/// Field of a [`SweInstance`] (kept in `extra`) naming the Harbor task directory it came
-/// from; the executor then verifies with the task's `tests/test.sh` instead of a SWE-bench
-/// eval script.
-pub const HARBOR_TASK_DIR: &str = "harbor_task_dir";
+use crate::workspace::{patched_workspace, run_merged, sandbox_spec, ErrorKind, ExecOptions, InstanceResult, Outcome};
 
 /// One Harbor task.
 #[derive(Debug, Clone, PartialEq)]
@@ -217,8 +212,8 @@ pub fn task_instance(task: &HarborTask) -> anyhow::Result<SweInstance> {
     }
     inst.instance_id = task.id.clone();
     inst.problem_statement = task.instruction.clone();
-    let dir = task.dir.canonicalize().unwrap_or_else(|_| task.dir.clone());
-    inst.extra.insert(HARBOR_TASK_DIR.into(), Value::String(dir.to_string_lossy().into_owned()));
+    // The executor then verifies with the task's `tests/test.sh` instead of an eval script.
+    inst.verification = Verification::Harbor { task_dir: task.dir.canonicalize().unwrap_or_else(|_| task.dir.clone()) };
     Ok(inst)
 }
 

@@ -49,8 +49,27 @@ pub struct SweInstance {
     pub test_cmd: Option<String>,
     /// FrogNano: environment set-up commands run in the workspace before the tests.
     pub setup_commands: Vec<String>,
+    /// How a prediction for this instance is verified. Not a field of the instance files: a
+    /// SWE-bench record is [`Verification::SweBench`]; an instance loaded from a Harbor task
+    /// directory carries that directory.
+    pub verification: Verification,
     /// Every other field, in input order.
     pub extra: Map<String, Value>,
+}
+
+/// How a prediction for an instance is verified.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Verification {
+    /// SWE-bench: the instance's `test_cmd` or v5 `eval_script` runs in the patched workspace
+    /// and its log is graded with the instance's log parser, FAIL_TO_PASS and PASS_TO_PASS.
+    #[default]
+    SweBench,
+    /// Harbor: the task directory's `tests/test.sh` runs as the verifier and its reward file
+    /// decides (resolved iff the reward is at least 1).
+    Harbor {
+        /// The task directory (with `task.toml` and `tests/`), canonicalized when loaded.
+        task_dir: PathBuf,
+    },
 }
 
 /// A malformed instance: which record, which field, what is wrong.
@@ -158,6 +177,7 @@ impl SweInstance {
             repo_path,
             test_cmd,
             setup_commands,
+            verification: Verification::SweBench,
             extra: obj,
         })
     }
@@ -283,33 +303,6 @@ fn test_list(
             string_list(parsed, field, err)
         }
         Some(v) => string_list(v, field, err),
-    }
-}
-
-/// Loads instances from a `.json` (list, or one object), `.jsonl` or `.parquet` file, or a
-/// Harbor dataset folder / task directory (see [`crate::harbor::load_harbor_instances`]).
-pub fn load_instances(path: &Path) -> anyhow::Result<Vec<SweInstance>> {
-    if path.is_dir() {
-        return crate::harbor::load_harbor_instances(path);
-    }
-    let name = path.display().to_string();
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-    match ext {
-        "jsonl" => {
-            let text =
-                std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read instances {name}: {e}"))?;
-            parse_jsonl_instances(&text, &name).map_err(Into::into)
-        }
-        "json" => {
-            let text =
-                std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read instances {name}: {e}"))?;
-            parse_json_instances(&text, &name).map_err(Into::into)
-        }
-        "parquet" => {
-            let bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read instances {name}: {e}"))?;
-            parse_parquet_instances(&bytes, &name).map_err(Into::into)
-        }
-        _ => anyhow::bail!("{name}: instances must be a .json, .jsonl or .parquet file, or a Harbor dataset folder"),
     }
 }
 

@@ -1,12 +1,17 @@
 //! Tasks and verification: SWE-bench / Harbor formats, patch apply, log parsers, grading,
 //! reports — graded exactly as `swebench` 5.0.2 grades.
 //!
-//! Layers, bottom up: [`pytext`] (Python string semantics), [`parsers`] (log → status map),
-//! [`grading`] (status map → report), [`instance`] / [`harbor`] (task formats),
-//! [`report`] (swebench's report files), [`executor`] (local workspace, patch chain, test
-//! run), [`runs`] (grade and solve runs over many instances), [`cli`] (`frognano eval`).
+//! Layers, bottom up (no module imports one above it): [`pytext`] (Python string semantics),
+//! [`parsers`] (log → status map), [`grading`] (status map → report), [`instance`]
+//! (SWE-bench instances and predictions, and how an instance is verified), [`report`]
+//! (swebench's report files), [`workspace`] (local workspace, patch chain, run results),
+//! [`harbor`] (Harbor task dirs and their verifier), [`dataset`] (every instance format
+//! behind one loader), [`executor`] (one instance run as its [`Verification`] says),
+//! [`progress`] (progress reports of long jobs), [`runs`] (grade and solve runs over many
+//! instances), [`eval`] (the configs and jobs of `frognano eval`).
 
-pub mod cli;
+pub mod dataset;
+pub mod eval;
 pub mod eval_script;
 pub mod executor;
 pub mod grading;
@@ -14,12 +19,15 @@ pub mod harbor;
 pub mod instance;
 pub mod parquet;
 pub mod parsers;
+pub mod progress;
 pub mod pyjson;
 pub mod pytext;
 pub mod report;
 pub mod runs;
 pub mod status;
+pub mod workspace;
 
+pub use dataset::load_instances;
 pub use grading::{eval_report, EvalType, Grade, GradingSpec, ResolutionStatus, TestsReport};
-pub use instance::{load_instances, load_predictions, Prediction, SweInstance};
+pub use instance::{load_predictions, Prediction, SweInstance, Verification};
 pub use parsers::{parse_log, StatusMap};

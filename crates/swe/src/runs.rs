@@ -1,5 +1,5 @@
 //! Runs over many instances: `grade` (predictions → reports) and `run` (solve with an agent,
-//! then grade), with workers, sharding, progress bars, resumable JSONL results and metrics.
+//! then grade), with workers, sharding, progress reports, resumable JSONL results and metrics.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use crate::executor::{create_workspace, run_instance, ExecOptions, InstanceResult, Outcome};
 use crate::instance::{repo_source, Prediction, SweInstance};
+use crate::progress::{NoProgress, Progress};
 use crate::report::{instance_dir, make_run_report, predictions_by_id, run_dir, run_report_text};
 use frognano_sandbox::{scratch, Isolation};
 
@@ -88,17 +89,6 @@ fn result_row(r: &InstanceResult, attempt: usize, model: &str) -> Value {
     })
 }
 
-fn progress(len: usize, what: &str) -> indicatif::ProgressBar {
-    let pb = indicatif::ProgressBar::new(len as u64);
-    pb.set_style(
-        indicatif::ProgressStyle::with_template("{prefix} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
-            .expect("static template")
-            .progress_chars("=> "),
-    );
-    pb.set_prefix(what.to_string());
-    pb
-}
-
 /// Runs `work` over `jobs` on `workers` threads; `on_done` sees each result on the calling
 /// thread as soon as it finishes (so it can append it to disk).
 fn parallel<J: Sync, R: Send>(
@@ -169,6 +159,16 @@ pub fn grade(
     predictions: Vec<Prediction>,
     opts: &GradeOptions,
 ) -> anyhow::Result<RunSummary> {
+    grade_with_progress(instances, predictions, opts, &NoProgress)
+}
+
+/// [`grade`], reporting each graded instance to `progress`.
+pub fn grade_with_progress(
+    instances: Vec<SweInstance>,
+    predictions: Vec<Prediction>,
+    opts: &GradeOptions,
+    progress: &dyn Progress,
+) -> anyhow::Result<RunSummary> {
     let dataset_ids: Vec<String> = instances.iter().map(|i| i.instance_id.clone()).collect();
     let by_id = predictions_by_id(&predictions);
     let known: HashSet<&str> = dataset_ids.iter().map(String::as_str).collect();
@@ -189,7 +189,7 @@ pub fn grade(
         .filter(|i| !done.contains(&i.instance_id))
         .filter_map(|i| by_id.get(&i.instance_id).map(|p| (i, p)))
         .collect();
-    let pb = progress(jobs.len(), "grade");
+    progress.start("grade", jobs.len() as u64, 0);
     let (mut resolved, mut errors) = (0usize, 0usize);
     let mut write_err = None;
     parallel(
@@ -208,11 +208,11 @@ pub fn grade(
             if let Err(e) = append_line(&results_path, &result_row(&r, 0, &pred.model_name_or_path)) {
                 write_err = Some(e);
             }
-            pb.set_message(format!("resolved {resolved}, errors {errors}"));
-            pb.inc(1);
+            progress.message(&format!("resolved {resolved}, errors {errors}"));
+            progress.inc(1);
         },
     );
-    pb.finish();
+    progress.finish();
     if let Some(e) = write_err {
         return Err(e);
     }
@@ -339,6 +339,16 @@ pub fn solve_and_grade(
     solver: &dyn Solver,
     opts: &SolveRunOptions,
 ) -> anyhow::Result<(RunSummary, AttemptMetrics)> {
+    solve_and_grade_with_progress(instances, solver, opts, &NoProgress)
+}
+
+/// [`solve_and_grade`], reporting each graded attempt to `progress`.
+pub fn solve_and_grade_with_progress(
+    instances: Vec<SweInstance>,
+    solver: &dyn Solver,
+    opts: &SolveRunOptions,
+    progress: &dyn Progress,
+) -> anyhow::Result<(RunSummary, AttemptMetrics)> {
     let instances = select_shard(instances, opts.shard);
     let dir = run_dir(&opts.output, &opts.run_id);
     std::fs::create_dir_all(dir.join("trajectories"))?;
@@ -354,7 +364,7 @@ pub fn solve_and_grade(
         .filter(|(i, a)| !done.contains(&(i.instance_id.clone(), *a as u64)))
         .collect();
     let model = solver.model_name();
-    let pb = progress(jobs.len(), "solve+grade");
+    progress.start("solve+grade", jobs.len() as u64, 0);
     let mut write_err = None;
     let (mut resolved, mut errors) = (0usize, 0usize);
     parallel(
@@ -382,11 +392,11 @@ pub fn solve_and_grade(
             if let Err(e) = append_line(&preds_path, &p).and_then(|_| append_line(&results_path, &row)) {
                 write_err = Some(e);
             }
-            pb.set_message(format!("resolved {resolved}, errors {errors}"));
-            pb.inc(1);
+            progress.message(&format!("resolved {resolved}, errors {errors}"));
+            progress.inc(1);
         },
     );
-    pb.finish();
+    progress.finish();
     if let Some(e) = write_err {
         return Err(e);
     }
@@ -504,8 +514,8 @@ pub struct AgentCliSolver {
     pub model: String,
     /// OpenAI-compatible endpoint, if any.
     pub endpoint: Option<String>,
-    /// Extra arguments passed to `frognano solve`.
-    pub extra_args: Vec<String>,
+    /// Run the agent's commands unconfined (`frognano solve --no-sandbox`).
+    pub no_sandbox: bool,
 }
 
 impl Solver for AgentCliSolver {
@@ -532,7 +542,9 @@ impl Solver for AgentCliSolver {
         if let Some(e) = &self.endpoint {
             cmd.arg("--endpoint").arg(e);
         }
-        cmd.args(&self.extra_args);
+        if self.no_sandbox {
+            cmd.arg("--no-sandbox");
+        }
         let out = cmd.output().map_err(|e| anyhow::anyhow!("cannot run {}: {e}", self.frognano.display()))?;
         anyhow::ensure!(out.status.success(), "frognano solve failed: {}", String::from_utf8_lossy(&out.stderr).trim());
         let patch = std::fs::read_to_string(out_dir.join("patch.diff")).unwrap_or_default();

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use frognano_sandbox::{Isolation, Sandbox};
 use frognano_swe::executor::ExecOptions;
-use frognano_swe::instance::{load_instances, Prediction, SweInstance};
+use frognano_swe::instance::{Prediction, SweInstance, Verification};
+use frognano_swe::load_instances;
 use frognano_swe::runs::{grade, read_results, solve_and_grade, GradeOptions, Solution, SolveRunOptions, Solver};
 use frognano_testkit::{git, write};
 use serde_json::{json, Value};
@@ -111,6 +112,9 @@ fn harbor_dataset_gold_resolves_and_harmless_patch_does_not() {
     assert_eq!(insts.iter().map(|i| i.instance_id.as_str()).collect::<Vec<_>>(), ["sh__greet-1", "sh__greet-2"]);
     assert_eq!(insts[0].problem_statement, "greet() misspells Hello; fix lib.sh.\n");
     assert_eq!(insts[1].repo, "sh/greet");
+    // Verified by the task's own tests/test.sh, not by an eval script.
+    let task_dir = fx.dataset.join("sh__greet-1").canonicalize().unwrap();
+    assert_eq!(insts[0].verification, Verification::Harbor { task_dir });
     let out = tempfile::tempdir().unwrap();
     let opts = |run_id: &str| GradeOptions {
         run_id: run_id.into(),
@@ -215,23 +219,21 @@ fn eval_run_solves_harbor_tasks_and_verifies_after_the_agent() {
 }
 
 #[test]
-fn cli_grades_a_harbor_folder_with_gold_from_instance_json() {
-    use clap::Parser;
-    #[derive(Parser)]
-    struct Eval {
-        #[command(subcommand)]
-        cmd: frognano_swe::cli::EvalCommand,
-    }
+fn eval_grade_grades_a_harbor_folder_with_gold_from_instance_json() {
+    use frognano_swe::eval::{ExecConfig, GradeJob};
     let fx = fixture();
     let out = tempfile::tempdir().unwrap();
-    let mut args = vec!["eval", "grade", "--instances"];
-    let task = fx.dataset.join("sh__greet-1");
-    let (task, repos, o) = (task.to_str().unwrap(), fx.repos.to_str().unwrap(), out.path().to_str().unwrap());
-    args.extend([task, "--repos", repos, "--output", o, "--run-id", "cli", "--predictions", "gold"]);
-    if Sandbox::bubblewrap_available().is_err() {
-        args.push("--no-sandbox");
-    }
-    frognano_swe::cli::run_eval(Eval::parse_from(args).cmd).unwrap();
+    let job = GradeJob {
+        exec: ExecConfig {
+            repos: Some(fx.repos.clone()),
+            output: out.path().to_path_buf(),
+            run_id: "cli".into(),
+            isolation: exec(&fx, out.path()).isolation,
+            ..ExecConfig::new(fx.dataset.join("sh__greet-1"))
+        },
+        predictions: "gold".into(),
+    };
+    frognano_swe::eval::grade(&job, &frognano_swe::progress::NoProgress).unwrap();
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(out.path().join("gold.cli.json")).unwrap()).unwrap();
     assert_eq!(report["resolved_ids"], json!(["sh__greet-1"]), "{report}");

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use frognano_swe::instance::load_instances;
+use frognano_swe::load_instances;
 use frognano_swe::parquet::read_rows;
 use serde_json::Value;
 

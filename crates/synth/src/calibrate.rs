@@ -8,6 +8,8 @@ use std::path::Path;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::mutate::OperatorId;
+
 /// Where a task is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -353,14 +355,39 @@ impl Knobs {
         }
     }
 
-    /// The `frognano synth` flags these knobs stand for.
-    pub fn synth_flags(&self) -> String {
-        let ops = if self.strong_operators {
-            "ctrl_invert_if,ctrl_shuffle,remove_loop,remove_cond,remove_assign,remove_wrapper,class_rm_funcs,class_rm_base"
+    /// The operators these knobs use: the strong (removal / control-flow / class) ones, or
+    /// the operator-level ones.
+    pub fn operators(&self) -> Vec<OperatorId> {
+        use OperatorId::*;
+        if self.strong_operators {
+            vec![
+                CtrlInvertIf,
+                CtrlShuffle,
+                RemoveLoop,
+                RemoveCond,
+                RemoveAssign,
+                RemoveWrapper,
+                ClassRmFuncs,
+                ClassRmBase,
+            ]
         } else {
-            "op_change,op_swap,op_flip,op_change_const,op_break_chains"
-        };
-        let mut s = format!("--operators {ops}");
+            vec![OpChange, OpSwap, OpFlip, OpChangeConst, OpBreakChains]
+        }
+    }
+
+    /// `SynthOptions::combine` for these knobs: the bugs combined per task, 0 for single bugs.
+    pub fn combine_option(&self) -> usize {
+        if self.combine >= 2 {
+            self.combine
+        } else {
+            0
+        }
+    }
+
+    /// The `frognano synth` flags these knobs stand for (for people to read and paste).
+    pub fn synth_flags(&self) -> String {
+        let ops: Vec<&str> = self.operators().iter().map(|o| o.short_name()).collect();
+        let mut s = format!("--operators {}", ops.join(","));
         if self.combine >= 2 {
             s.push_str(&format!(" --combine {}", self.combine));
         }
@@ -371,6 +398,19 @@ impl Knobs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn knobs_name_operators_that_synth_accepts() {
+        for level in 0..=7 {
+            let k = Knobs::from_level(level);
+            let flags = k.synth_flags();
+            let names = flags.split_whitespace().nth(1).unwrap();
+            let parsed: Vec<OperatorId> = names.split(',').filter_map(OperatorId::parse).collect();
+            assert_eq!(parsed, k.operators(), "{flags}");
+            assert_eq!(k.combine_option(), if k.combine >= 2 { k.combine } else { 0 });
+        }
+        assert!(Knobs::default().synth_flags().contains("flip_operators"));
+    }
     use rand::rngs::StdRng;
     use rand::SeedableRng;
 

@@ -6,6 +6,8 @@ use std::path::Path;
 
 use frognano_swe::SweInstance;
 
+use crate::task_meta::SynthMeta;
+
 fn toml_str(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
 }
@@ -16,30 +18,28 @@ pub fn write_harbor_task(root: &Path, inst: &SweInstance) -> anyhow::Result<()> 
     std::fs::create_dir_all(dir.join("environment"))?;
     std::fs::create_dir_all(dir.join("tests"))?;
     std::fs::write(dir.join("instruction.md"), &inst.problem_statement)?;
-    let synth = inst.extra.get("synth").cloned().unwrap_or_default();
-    let d = &synth["difficulty"];
-    let ops: Vec<String> =
-        synth["operators"].as_array().into_iter().flatten().filter_map(|o| o.as_str()).map(toml_str).collect();
-    let parents: Vec<String> =
-        synth["parents"].as_array().into_iter().flatten().filter_map(|o| o.as_str()).map(toml_str).collect();
+    let synth = SynthMeta::of(inst)?.unwrap_or_default();
+    let d = &synth.difficulty;
+    let ops: Vec<String> = synth.operators.iter().map(|o| toml_str(o)).collect();
+    let parents: Vec<String> = synth.parents.iter().map(|p| toml_str(p)).collect();
     let toml = format!(
         "version = \"1.0\"\n\n[metadata]\nsource = \"frognano-synth\"\n\n[metadata.frognano]\nsource_repo = {}\nsource_commit = {}\n\
 family = {}\noperators = [{}]\nseed = {}\nparents = [{}]\nnum_mutations = {}\nfiles = {}\nf2p_count = {}\n\
 entity_complexity = {}\nreference_seconds = {}\nbug_seconds = {}\nissue_generator = {}\n\n\
 [verifier]\ntimeout_sec = 1800.0\n\n[agent]\ntimeout_sec = 3600.0\n\n[environment]\nworkdir = \"/app\"\nallow_internet = false\n",
-        toml_str(synth["source_repo"].as_str().unwrap_or("")),
-        toml_str(synth["source_commit"].as_str().unwrap_or("")),
-        toml_str(synth["family"].as_str().unwrap_or("")),
+        toml_str(&synth.source_repo),
+        toml_str(&synth.source_commit),
+        toml_str(&synth.family),
         ops.join(", "),
-        synth["seed"].as_u64().unwrap_or(0),
+        synth.seed,
         parents.join(", "),
-        d["num_mutations"].as_u64().unwrap_or(0),
-        d["files"].as_u64().unwrap_or(0),
-        d["f2p_count"].as_u64().unwrap_or(0),
-        d["entity_complexity"].as_u64().unwrap_or(0),
-        synth["validation"]["reference_seconds"].as_f64().unwrap_or(0.0),
-        synth["validation"]["bug_seconds"].as_f64().unwrap_or(0.0),
-        toml_str(synth["issue"]["generator"].as_str().unwrap_or("template")),
+        d.num_mutations,
+        d.files,
+        d.f2p_count,
+        d.entity_complexity,
+        synth.validation.reference_seconds,
+        synth.validation.bug_seconds,
+        toml_str(synth.issue["generator"].as_str().unwrap_or("template")),
     );
     std::fs::write(dir.join("task.toml"), toml)?;
     let image = inst.image.clone().unwrap_or_else(|| format!("frognano-synth/{}:latest", inst.repo.replace('/', "__")));

@@ -7,14 +7,16 @@
 //! JSONL instances, combinations, resume), [`issue`] (issue text and leak check),
 //! [`issue_model`] (model-written issue text through the agent's `Llm` trait),
 //! [`harbor`] (Harbor task dirs), [`calibrate`] (pass-rate estimates and the frontier
-//! controller), [`cli`] (`frognano synth`).
+//! controller), [`task_meta`] (the `synth` record of each task), [`jobs`] (the issue model
+//! and `synth calibrate` as configs with `validate()`; the flags are in `crates/cli`).
 
 pub mod calibrate;
-pub mod cli;
 pub mod harbor;
 pub mod intake;
 pub mod issue;
 pub mod issue_model;
+pub mod jobs;
 pub mod mutate;
 pub mod pipeline;
 pub mod project;
+pub mod task_meta;

@@ -102,6 +102,25 @@ pub const ALL_OPERATORS: &[OperatorId] = &[
     OperatorId::ClassRmFuncs,
 ];
 
+/// Operators named on the command line (`op_change,remove_loop,…`; strategy ids work too):
+/// `None` for an empty list (every operator of the language), an error naming an unknown name
+/// and listing the known ones.
+pub fn parse_operator_names(names: &[String]) -> anyhow::Result<Option<Vec<OperatorId>>> {
+    if names.is_empty() {
+        return Ok(None);
+    }
+    names
+        .iter()
+        .map(|n| {
+            OperatorId::parse(n.trim()).ok_or_else(|| {
+                let known: Vec<&str> = ALL_OPERATORS.iter().map(|o| o.short_name()).collect();
+                anyhow::anyhow!("unknown operator {n:?}; known: {}", known.join(", "))
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()
+        .map(Some)
+}
+
 impl OperatorId {
     /// SWE-smith's strategy id (`func_pm_op_change`, …).
     pub fn strategy(self) -> &'static str {
@@ -123,11 +142,16 @@ impl OperatorId {
         }
     }
 
+    /// The short snake-case name (`op_change`): the strategy id without `func_pm_`.
+    pub fn short_name(self) -> &'static str {
+        self.strategy().trim_start_matches("func_pm_")
+    }
+
     /// Parses a strategy id or the short snake-case name (`op_change`).
     pub fn parse(name: &str) -> Option<OperatorId> {
         ALL_OPERATORS.iter().copied().find(|o| {
             let s = o.strategy();
-            s == name || s.trim_start_matches("func_pm_") == name
+            s == name || o.short_name() == name
         })
     }
 

@@ -18,15 +18,11 @@ use crate::issue::{template_issue, IssueContext};
 use crate::issue_model::{IssueModel, IssueOutcome};
 use crate::mutate::{self, apply_edits, edits_overlap, Edit, Language, OperatorId};
 use crate::project::{self, Baseline, EnvOptions, TestRun, TestSetup};
+use crate::task_meta::{Difficulty, SynthMeta, ValidationTimes, SYNTH_FIELD};
+use frognano_swe::progress::{NoProgress, Progress};
 
-/// The changes a candidate makes to one file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileMutation {
-    /// Path relative to the repository root.
-    pub path: String,
-    /// Byte-range edits on the clean file.
-    pub edits: Vec<Edit>,
-}
+// The edits of one file are part of a task's `synth` record; their type lives with it.
+pub use crate::task_meta::FileMutation;
 
 /// One candidate bug (one operator firing, or a combination of validated bugs).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -332,10 +328,20 @@ pub struct SynthOptions {
     pub python: Option<PathBuf>,
     /// Also write Harbor task directories here.
     pub harbor: Option<PathBuf>,
-    /// Show a progress bar.
-    pub progress: bool,
     /// Write issue text with this model (shared by all workers); `None`: the template.
     pub issue_model: Option<Arc<IssueModel>>,
+}
+
+impl SynthOptions {
+    /// Checks the settings without side effects. Errors name a field by its `frognano synth`
+    /// flag (the field's name in kebab case).
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.max_f2p_fraction > 0.0 && self.max_f2p_fraction <= 1.0,
+            "--max-f2p-fraction must be in (0, 1]"
+        );
+        Ok(())
+    }
 }
 
 /// What a run did.
@@ -482,31 +488,29 @@ fn build_instance(sh: &Shared<'_>, cand: &Candidate, v: &Validated) -> anyhow::R
     if !sh.setup.readable_paths.is_empty() {
         extra.insert(frognano_swe::executor::READABLE_PATHS_KEY.into(), json!(sh.setup.readable_paths));
     }
-    extra.insert(
-        "synth".into(),
-        json!({
-            "source_repo": sh.intake.repo_name,
-            "source_commit": sh.intake.commit,
-            "family": candidate_family(cand),
-            "operators": operators,
-            "seed": cand.seed,
-            "candidate_key": cand.key,
-            "parents": cand.parents,
-            "entities": cand.entities,
-            "mutations": cand.files,
-            "difficulty": {
-                "num_mutations": cand.operators.len(),
-                "files": files.len(),
-                "f2p_count": v.fail_to_pass.len(),
-                "p2p_count": v.pass_to_pass.len(),
-                "entity_complexity": cand.complexity,
-                "lines_changed": lines_changed(&gold),
-                "strong_operators": cand.operators.iter().filter(|o| o.is_strong()).count(),
-            },
-            "validation": {"reference_seconds": sh.base.seconds, "bug_seconds": v.bug_seconds},
-            "issue": issue.record,
-        }),
-    );
+    let meta = SynthMeta {
+        source_repo: sh.intake.repo_name.clone(),
+        source_commit: sh.intake.commit.clone(),
+        family: candidate_family(cand).to_string(),
+        operators,
+        seed: cand.seed,
+        candidate_key: cand.key.clone(),
+        parents: cand.parents.clone(),
+        entities: cand.entities.clone(),
+        mutations: cand.files.clone(),
+        difficulty: Difficulty {
+            num_mutations: cand.operators.len(),
+            files: files.len(),
+            f2p_count: v.fail_to_pass.len(),
+            p2p_count: v.pass_to_pass.len(),
+            entity_complexity: cand.complexity,
+            lines_changed: lines_changed(&gold),
+            strong_operators: cand.operators.iter().filter(|o| o.is_strong()).count(),
+        },
+        validation: ValidationTimes { reference_seconds: sh.base.seconds, bug_seconds: v.bug_seconds },
+        issue: issue.record,
+    };
+    extra.insert(SYNTH_FIELD.into(), meta.to_value());
     Ok(SweInstance {
         instance_id: id,
         repo: sh.intake.repo_name.clone(),
@@ -527,6 +531,7 @@ fn build_instance(sh: &Shared<'_>, cand: &Candidate, v: &Validated) -> anyhow::R
         repo_path: Some(sh.task_repo.path.to_string_lossy().to_string()),
         test_cmd: Some(sh.setup.test_cmd.clone()),
         setup_commands: Vec::new(),
+        verification: frognano_swe::Verification::SweBench,
         extra,
     })
 }
@@ -626,12 +631,7 @@ pub fn combine_candidates(commit: &str, singles: &[(Candidate, String)], k: usiz
     out
 }
 
-fn run_batch(
-    sh: &Shared<'_>,
-    workers: &[PathBuf],
-    cands: &[Candidate],
-    bar: &indicatif::ProgressBar,
-) -> anyhow::Result<()> {
+fn run_batch(sh: &Shared<'_>, workers: &[PathBuf], cands: &[Candidate], progress: &dyn Progress) -> anyhow::Result<()> {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(workers.len()).build()?;
     let free: Mutex<Vec<PathBuf>> = Mutex::new(workers.to_vec());
     let first_error: Mutex<Option<anyhow::Error>> = Mutex::new(None);
@@ -647,7 +647,7 @@ fn run_batch(
                     first_error.lock().expect("error lock").get_or_insert(e.context(format!("candidate {}", cand.key)));
                 }
                 free.lock().expect("worker lock").push(dir);
-                bar.inc(1);
+                progress.inc(1);
             });
         }
     });
@@ -660,6 +660,12 @@ fn run_batch(
 /// Runs the whole pipeline; appends to `out/tasks.jsonl` and skips candidates an earlier
 /// run already decided (resume).
 pub fn synthesize(opts: &SynthOptions) -> anyhow::Result<SynthSummary> {
+    synthesize_with_progress(opts, &NoProgress)
+}
+
+/// [`synthesize`], reporting each validated candidate to `progress`.
+pub fn synthesize_with_progress(opts: &SynthOptions, progress: &dyn Progress) -> anyhow::Result<SynthSummary> {
+    opts.validate()?;
     let started = Instant::now();
     std::fs::create_dir_all(&opts.out)?;
     let out = opts.out.canonicalize()?;
@@ -737,40 +743,28 @@ pub fn synthesize(opts: &SynthOptions) -> anyhow::Result<SynthSummary> {
     };
     let todo: Vec<Candidate> = cands.iter().filter(|c| !done.contains(&c.key)).cloned().collect();
     sh.summary.lock().expect("summary lock").resumed_skipped = cands.len() - todo.len();
-    let bar =
-        if opts.progress { indicatif::ProgressBar::new(todo.len() as u64) } else { indicatif::ProgressBar::hidden() };
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} candidates {msg} [{elapsed_precise}]")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    run_batch(&sh, &workers, &todo, &bar)?;
+    progress.start("synth", todo.len() as u64, 0);
+    run_batch(&sh, &workers, &todo, progress)?;
 
     if opts.combine >= 2 {
         // Combine every validated single bug, from this run and earlier ones.
         let mut singles: Vec<(Candidate, String)> = Vec::new();
         for inst in read_jsonl(&out.join("tasks.jsonl")) {
-            let synth = &inst["synth"];
-            if synth["family"] != "procedural" {
+            // A record that does not parse (hand-edited, or from another tool) is no parent.
+            let Ok(meta) = SynthMeta::from_value(&inst[SYNTH_FIELD]) else { continue };
+            if meta.family != "procedural" {
                 continue;
             }
-            let ops: Vec<OperatorId> = synth["operators"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|o| o.as_str().and_then(OperatorId::parse))
-                .collect();
-            if let Ok(files) = serde_json::from_value::<Vec<FileMutation>>(synth["mutations"].clone()) {
-                let cand = Candidate {
-                    key: synth["candidate_key"].as_str().unwrap_or_default().to_string(),
-                    files,
-                    operators: ops,
-                    entities: serde_json::from_value(synth["entities"].clone()).unwrap_or_default(),
-                    complexity: synth["difficulty"]["entity_complexity"].as_u64().unwrap_or(0) as u32,
-                    seed: synth["seed"].as_u64().unwrap_or(0),
-                    parents: vec![],
-                };
-                singles.push((cand, inst["instance_id"].as_str().unwrap_or_default().to_string()));
-            }
+            let cand = Candidate {
+                operators: meta.operator_ids(),
+                key: meta.candidate_key,
+                files: meta.mutations,
+                entities: meta.entities,
+                complexity: meta.difficulty.entity_complexity,
+                seed: meta.seed,
+                parents: vec![],
+            };
+            singles.push((cand, inst["instance_id"].as_str().unwrap_or_default().to_string()));
         }
         let combos: Vec<Candidate> = combine_candidates(&intake.commit, &singles, opts.combine, opts.max_combos)
             .into_iter()
@@ -781,10 +775,10 @@ pub fn synthesize(opts: &SynthOptions) -> anyhow::Result<SynthSummary> {
                 anyhow::ensure!(clean.contains_key(&f.path), "combination over unknown file {}", f.path);
             }
         }
-        bar.inc_length(combos.len() as u64);
-        run_batch(&sh, &workers, &combos, &bar)?;
+        progress.add_total(combos.len() as u64);
+        run_batch(&sh, &workers, &combos, progress)?;
     }
-    bar.finish_and_clear();
+    progress.finish();
     for w in &workers {
         std::fs::remove_dir_all(w).ok();
     }

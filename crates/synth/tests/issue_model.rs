@@ -44,7 +44,6 @@ fn real_model_writes_or_falls_back_on_a_fixture_task() {
         isolation: Isolation::Bubblewrap,
         python: Some(PathBuf::from("python3")),
         harbor: None,
-        progress: false,
         issue_model: Some(issue_model.clone()),
     };
     let summary = synthesize(&opts).unwrap();

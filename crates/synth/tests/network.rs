@@ -26,7 +26,6 @@ fn options(source: Source, out: &Path, max_candidates: usize, min_complexity: u3
         isolation: Isolation::Bubblewrap,
         python: None,
         harbor: None,
-        progress: false,
         issue_model: None,
     }
 }

@@ -43,7 +43,6 @@ fn options(repo: &Path, out: &Path, seed: u64, max_candidates: usize) -> SynthOp
         // The system interpreter: unittest when pytest is absent (no network needed).
         python: Some(PathBuf::from("python3")),
         harbor: None,
-        progress: false,
         issue_model: None,
     }
 }

@@ -1,4 +1,9 @@
-//! `frognano solve`: arguments ([`SolveArgs`]) and the command ([`run_solve`]).
+//! `frognano solve` as a library: a typed config ([`SolveConfig`]) with a `validate()`, and
+//! [`solve`] / [`solve_with_cancel`], which do the work and return what they wrote. The
+//! flags, Ctrl-C handling and the printed summary live in `crates/cli`.
+//!
+//! Errors of `validate()` name a field by its `frognano solve` flag, say what was expected and
+//! what was found.
 //!
 //! Order of work, so that bad input never leaves half-written output or touches the user's
 //! tree: check arguments, issue, repository, output directory and sandbox first; then clone
@@ -18,7 +23,7 @@ use frognano_sandbox::patch::{human_bytes, Patch};
 use frognano_sandbox::{Isolation, Sandbox, SandboxSpec};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// What `--no-sandbox` gives up, printed when it is used.
@@ -29,189 +34,149 @@ environment variables and home directory (tokens and keys included). Only the ti
 process, memory, file-size and disk limits and the kill of leftover processes still apply. \
 Write, Edit and Glob stay confined to the workspace; Read reads any file you can.";
 
-/// Arguments of `frognano solve`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct SolveArgs {
-    /// The git repository to work on (never modified unless --apply).
-    #[arg(long, default_value = ".")]
-    pub repo: PathBuf,
-    /// File with the issue / task text.
-    #[arg(long, conflicts_with = "task")]
-    pub issue: Option<PathBuf>,
-    /// The task text itself, instead of --issue.
-    #[arg(long)]
-    pub task: Option<String>,
-    /// Run on the bundled demo repository (a failing test in a tiny Python project) with its
-    /// issue; the repository is created inside the output directory.
-    #[arg(long, conflicts_with_all = ["issue", "task"])]
-    pub demo: bool,
-    /// OpenAI-compatible endpoint (Ollama, llama.cpp server, vLLM, `frognano serve`), e.g.
-    /// http://127.0.0.1:8080
-    #[arg(long, requires = "model")]
-    pub endpoint: Option<String>,
-    /// Model name at the endpoint; without --endpoint, a model to run in this process
-    /// (checkpoint folder, .gguf file or cached hub id; default: the demo model).
-    #[arg(long)]
-    pub model: Option<String>,
-    /// Re-execute the tool calls of a recorded trajectory instead of asking a model.
-    #[arg(long, conflicts_with = "endpoint")]
-    pub replay: Option<PathBuf>,
-    /// Directory for trajectory.json, patch.diff and summary.md (must not exist or be
-    /// empty). Default: ./frognano-runs/<instance>-<time>.
-    #[arg(long)]
-    pub output: Option<PathBuf>,
-    /// Id recorded in the trajectory (default: the issue file's stem).
-    #[arg(long)]
-    pub instance_id: Option<String>,
-    /// Apply the patch to --repo after showing it and asking.
-    #[arg(long)]
-    pub apply: bool,
-    /// With --apply: do not ask.
-    #[arg(long, requires = "apply")]
-    pub yes: bool,
-    /// Ask on the terminal before each Bash command.
-    #[arg(long)]
-    pub confirm: bool,
-    /// Run commands without confinement (no network or write protection). Only when
-    /// bubblewrap is unavailable and you trust the repository and the model.
-    #[arg(long)]
-    pub no_sandbox: bool,
-    /// Limits and environment of the sandboxed commands.
-    #[command(flatten)]
-    pub sandbox: SandboxArgs,
-    /// Start from HEAD even if the repository has uncommitted changes.
-    #[arg(long)]
-    pub allow_dirty: bool,
-    /// Steps (model calls) at most.
-    #[arg(long, default_value_t = 100)]
-    pub max_steps: usize,
-    /// Tokens generated per turn at most.
-    #[arg(long, default_value_t = 8192)]
-    pub max_tokens_per_turn: u32,
-    /// Context limit in tokens (0: none).
-    #[arg(long, default_value_t = 65536)]
-    pub max_context: u64,
-    /// Time budget in seconds.
-    #[arg(long)]
-    pub max_time: Option<u64>,
-    /// Sampling temperature.
-    #[arg(long, default_value_t = 0.6)]
-    pub temperature: f32,
-    /// Nucleus sampling mass.
-    #[arg(long, default_value_t = 0.95)]
-    pub top_p: f32,
-    /// Top-k sampling.
-    #[arg(long, default_value_t = 20)]
-    pub top_k: u32,
-    /// Min-p sampling.
-    #[arg(long, default_value_t = 0.0)]
-    pub min_p: f32,
-    /// Sampling seed.
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Turn the thinking block off.
-    #[arg(long)]
-    pub no_thinking: bool,
-    /// Seconds to wait for one model reply.
-    #[arg(long, default_value_t = 600)]
-    pub request_timeout: u64,
-    /// Reproduce the Leaf harness exactly: all drift guards off.
-    #[arg(long)]
-    pub leaf_exact: bool,
-    /// Drift guard off: retrying malformed tool calls.
-    #[arg(long)]
-    pub no_retry_malformed: bool,
-    /// Drift guard off: the notice after a reply cut by the token limit.
-    #[arg(long)]
-    pub no_cut_notice: bool,
-    /// Drift guard off: the notice on repeated identical actions.
-    #[arg(long)]
-    pub no_repeat_notice: bool,
-    /// Drift guard off: head+tail truncation of long observations.
-    #[arg(long)]
-    pub no_head_tail: bool,
-    /// Drift guard off: the remaining-steps notice near the end.
-    #[arg(long)]
-    pub no_steps_left: bool,
+/// Where the task text comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskInput {
+    /// A file with the issue text; the instance id defaults to its stem.
+    IssueFile(PathBuf),
+    /// The text itself.
+    Text(String),
+    /// The bundled demo repository and its issue; the repository is created in a scratch
+    /// folder.
+    Demo,
+    /// The first user message of the replayed trajectory (only with [`ModelChoice::Replay`]).
+    Recorded,
 }
 
-impl SolveArgs {
-    /// Arguments for `--repo REPO`, everything else at its default (for library callers).
+/// Who answers the agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelChoice {
+    /// A model run in this process: a checkpoint folder, .gguf file or cached hub id (`None`:
+    /// the demo model).
+    InProcess(Option<String>),
+    /// A model at an OpenAI-compatible endpoint (Ollama, llama.cpp server, vLLM,
+    /// `frognano serve`).
+    Endpoint {
+        /// Base URL, e.g. http://127.0.0.1:8080.
+        url: String,
+        /// Model name at the endpoint.
+        model: String,
+    },
+    /// Re-execute the tool calls of a recorded trajectory instead of asking a model.
+    Replay(PathBuf),
+}
+
+/// Everything `frognano solve` needs.
+#[derive(Debug, Clone)]
+pub struct SolveConfig {
+    /// The git repository to work on (never modified unless `apply`).
+    pub repo: PathBuf,
+    /// The task.
+    pub task: TaskInput,
+    /// Who answers.
+    pub model: ModelChoice,
+    /// Directory for trajectory.json, patch.diff and summary.md (must not exist or be
+    /// empty). Default: ./frognano-runs/<instance>-<time>.
+    pub output: Option<PathBuf>,
+    /// Id recorded in the trajectory (default: the issue file's stem).
+    pub instance_id: Option<String>,
+    /// Apply the patch to `repo` after showing it and asking.
+    pub apply: bool,
+    /// With `apply`: do not ask.
+    pub yes: bool,
+    /// Ask on the terminal before each Bash command.
+    pub confirm: bool,
+    /// Confinement of the agent's commands ([`Isolation::Unconfined`] prints
+    /// [`NO_SANDBOX_WARNING`]).
+    pub isolation: Isolation,
+    /// Limits and environment of the sandboxed commands.
+    pub sandbox: SandboxLimits,
+    /// Start from HEAD even if the repository has uncommitted changes.
+    pub allow_dirty: bool,
+    /// Steps (model calls) at most.
+    pub max_steps: usize,
+    /// Context limit in tokens (0: none).
+    pub max_context: u64,
+    /// Time budget.
+    pub max_time: Option<Duration>,
+    /// Sampling of each turn (`max_tokens` is the per-turn token limit).
+    pub sampling: Sampling,
+    /// How long to wait for one model reply.
+    pub request_timeout: Duration,
+    /// The drift guards.
+    pub guards: Guards,
+}
+
+impl SolveConfig {
+    /// `repo` with everything else at the defaults of `frognano solve` (the model card's
+    /// sampling, the in-process demo model, the task from a replay).
     pub fn for_repo(repo: impl Into<PathBuf>) -> Self {
-        SolveArgs {
+        SolveConfig {
             repo: repo.into(),
-            issue: None,
-            task: None,
-            demo: false,
-            endpoint: None,
-            model: None,
-            replay: None,
+            task: TaskInput::Recorded,
+            model: ModelChoice::InProcess(None),
             output: None,
             instance_id: None,
             apply: false,
             yes: false,
             confirm: false,
-            no_sandbox: false,
-            sandbox: SandboxArgs::default(),
+            isolation: Isolation::Bubblewrap,
+            sandbox: SandboxLimits::default(),
             allow_dirty: false,
             max_steps: 100,
-            max_tokens_per_turn: 8192,
             max_context: 65536,
             max_time: None,
-            temperature: 0.6,
-            top_p: 0.95,
-            top_k: 20,
-            min_p: 0.0,
-            seed: None,
-            no_thinking: false,
-            request_timeout: 600,
-            leaf_exact: false,
-            no_retry_malformed: false,
-            no_cut_notice: false,
-            no_repeat_notice: false,
-            no_head_tail: false,
-            no_steps_left: false,
+            sampling: Sampling::default(),
+            request_timeout: Duration::from_secs(600),
+            guards: Guards::default(),
         }
     }
 
-    /// The drift guards these flags select.
-    pub fn guards(&self) -> Guards {
-        if self.leaf_exact {
-            return Guards::leaf_exact();
+    /// Checks the settings without side effects.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.task == TaskInput::Recorded && !matches!(self.model, ModelChoice::Replay(_)) {
+            bail!("no task: pass --issue FILE, --task TEXT or --demo");
         }
-        let d = Guards::default();
-        Guards {
-            malformed_retries: if self.no_retry_malformed { 0 } else { d.malformed_retries },
-            cut_notice: !self.no_cut_notice,
-            repeat_notice: !self.no_repeat_notice,
-            head_tail_truncation: !self.no_head_tail,
-            steps_left_notice: !self.no_steps_left,
+        if let TaskInput::Text(text) = &self.task {
+            if text.trim().is_empty() {
+                bail!("the task text is empty");
+            }
         }
+        let s = &self.sampling;
+        if !(s.temperature.is_finite() && s.temperature >= 0.0) {
+            bail!("--temperature must be a number ≥ 0, got {}", s.temperature);
+        }
+        if !(s.top_p > 0.0 && s.top_p <= 1.0) {
+            bail!("--top-p must be in (0, 1], got {}", s.top_p);
+        }
+        if !(0.0..=1.0).contains(&s.min_p) {
+            bail!("--min-p must be in [0, 1], got {}", s.min_p);
+        }
+        if self.request_timeout.is_zero() {
+            bail!("--request-timeout must be at least 1 second, got 0");
+        }
+        Ok(())
     }
 }
 
-/// The sandbox's limits and environment, as flags (`--sandbox-*`).
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct SandboxArgs {
-    /// Also pass this host environment variable to sandboxed commands (repeatable). By default
-    /// they get only PATH, the locale, TERM and toolchain locations; HOME is the sandbox's /tmp.
-    #[arg(long = "sandbox-env", value_name = "NAME")]
+/// The sandbox's limits and environment (`--sandbox-*`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxLimits {
+    /// Host environment variables also passed to sandboxed commands. By default they get
+    /// only PATH, the locale, TERM and toolchain locations; HOME is the sandbox's /tmp.
     pub env: Vec<String>,
-    /// Memory of one command's processes together, e.g. 4G or 512M; 0 for no limit
-    /// (default: the smaller of 8 GiB and half the RAM).
-    #[arg(long = "sandbox-memory", value_name = "SIZE", value_parser = parse_size)]
+    /// Memory of one command's processes together, in bytes; 0 for no limit (default: the
+    /// smaller of 8 GiB and half the RAM).
     pub memory: Option<u64>,
-    /// Largest file a command may write, e.g. 1G; 0 for no limit (default 4 GiB).
-    #[arg(long = "sandbox-file-size", value_name = "SIZE", value_parser = parse_size)]
+    /// Largest file a command may write, in bytes; 0 for no limit (default 4 GiB).
     pub file_size: Option<u64>,
-    /// Disk space one command may take before it is stopped, e.g. 10G; 0 for no limit
+    /// Disk space one command may take before it is stopped, in bytes; 0 for no limit
     /// (default 16 GiB).
-    #[arg(long = "sandbox-disk", value_name = "SIZE", value_parser = parse_size)]
     pub disk: Option<u64>,
 }
 
-impl SandboxArgs {
-    /// `spec` with these flags applied.
+impl SandboxLimits {
+    /// `spec` with these limits applied.
     pub fn apply(&self, mut spec: SandboxSpec) -> SandboxSpec {
         for name in &self.env {
             spec = spec.pass_env(name.clone());
@@ -229,23 +194,6 @@ impl SandboxArgs {
     }
 }
 
-/// A size like `512M`, `4G`, `1.5GiB`, `1000000` (bytes; K, M, G, T are powers of 1024).
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let value: f64 = number.parse().map_err(|_| format!("{text:?} is not a size (expected e.g. 512M, 4G or 0)"))?;
-    let shift = match unit.trim().to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
-        "" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        "T" => 40,
-        _ => return Err(format!("{text:?} has an unknown unit {unit:?} (expected K, M, G or T)")),
-    };
-    Ok((value * (1u64 << shift) as f64) as u64)
-}
-
 /// What a finished `solve` produced.
 #[derive(Debug)]
 pub struct SolveReport {
@@ -255,45 +203,24 @@ pub struct SolveReport {
     pub trajectory: Trajectory,
 }
 
-/// Runs `frognano solve` and prints a short summary.
-/// Ctrl-C once cancels the run after the current step (the trajectory is still written,
-/// with exit reason `cancelled` and no patch); twice quits at once.
-pub fn run_solve(args: SolveArgs) -> anyhow::Result<()> {
-    static CANCEL: AtomicBool = AtomicBool::new(false);
-    let _ = ctrlc::set_handler(|| {
-        if CANCEL.swap(true, Ordering::SeqCst) {
-            std::process::exit(130);
-        }
-        eprintln!("\ncancelling after the current step; press Ctrl-C again to quit now");
-    });
-    let report = solve_with_cancel(&args, &CANCEL)?;
-    let t = &report.trajectory;
-    println!("exit reason: {}", t.exit_reason.as_str());
-    if let Some(e) = &t.error {
-        println!("error: {e}");
-    }
-    println!("steps: {}", t.n_steps);
-    println!("files changed: {}", changed_files(&t.output_patch).join(", "));
-    println!("output: {}", report.output_dir.display());
-    Ok(())
-}
-
 /// Does the work of `frognano solve` and returns what it wrote.
-pub fn solve(args: &SolveArgs) -> anyhow::Result<SolveReport> {
+pub fn solve(args: &SolveConfig) -> anyhow::Result<SolveReport> {
     solve_with_cancel(args, &AtomicBool::new(false))
 }
 
-/// [`solve`], stopping before the next step once `cancel` is set.
-pub fn solve_with_cancel(args: &SolveArgs, cancel: &AtomicBool) -> anyhow::Result<SolveReport> {
+/// [`solve`], stopping before the next step once `cancel` is set (the trajectory is still
+/// written, with exit reason `cancelled` and no patch).
+pub fn solve_with_cancel(args: &SolveConfig, cancel: &AtomicBool) -> anyhow::Result<SolveReport> {
     // 1. Everything that can be checked without side effects.
-    let recorded = match &args.replay {
-        Some(p) => Some(Trajectory::load(p)?),
-        None => None,
+    args.validate()?;
+    let recorded = match &args.model {
+        ModelChoice::Replay(p) => Some(Trajectory::load(p)?),
+        _ => None,
     };
     // The in-process model is loaded before anything is written, so a bad model name
     // leaves no half-made output behind.
-    let in_process = if recorded.is_none() && args.endpoint.is_none() {
-        let spec = args.model.clone().unwrap_or_else(|| frognano_model::load::DEMO_MODEL.to_string());
+    let in_process = if let ModelChoice::InProcess(model) = &args.model {
+        let spec = model.clone().unwrap_or_else(|| frognano_model::load::DEMO_MODEL.to_string());
         Some(EngineLlm::load(&spec).with_context(|| {
             format!(
                 "no model to ask: loading {spec} in this process failed (fetch the demo model with \
@@ -304,20 +231,20 @@ pub fn solve_with_cancel(args: &SolveArgs, cancel: &AtomicBool) -> anyhow::Resul
     } else {
         None
     };
-    let (task, default_id) = if args.demo {
-        (demo::DEMO_ISSUE.to_string(), "demo".to_string())
-    } else if let Some(path) = &args.issue {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("cannot read issue file {}", path.display()))?;
-        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
-        (text, stem.unwrap_or_else(|| "task".into()))
-    } else if let Some(text) = &args.task {
-        (text.clone(), "task".to_string())
-    } else if let Some(t) = &recorded {
-        let user = t.messages.iter().find(|m| m.role == "user").map(|m| m.text().to_string());
-        (user.unwrap_or_default(), t.instance_id.clone())
-    } else {
-        bail!("no task: pass --issue FILE, --task TEXT or --demo");
+    let (task, default_id) = match (&args.task, &recorded) {
+        (TaskInput::Demo, _) => (demo::DEMO_ISSUE.to_string(), "demo".to_string()),
+        (TaskInput::IssueFile(path), _) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("cannot read issue file {}", path.display()))?;
+            let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+            (text, stem.unwrap_or_else(|| "task".into()))
+        }
+        (TaskInput::Text(text), _) => (text.clone(), "task".to_string()),
+        (TaskInput::Recorded, Some(t)) => {
+            let user = t.messages.iter().find(|m| m.role == "user").map(|m| m.text().to_string());
+            (user.unwrap_or_default(), t.instance_id.clone())
+        }
+        (TaskInput::Recorded, None) => bail!("no task: pass --issue FILE, --task TEXT or --demo"),
     };
     if task.trim().is_empty() {
         bail!("the task text is empty");
@@ -333,7 +260,7 @@ pub fn solve_with_cancel(args: &SolveArgs, cancel: &AtomicBool) -> anyhow::Resul
     if output_dir.exists() && output_dir.read_dir().map_or(true, |mut d| d.next().is_some()) {
         bail!("output directory {} already exists and is not empty", output_dir.display());
     }
-    let isolation = if args.no_sandbox {
+    let isolation = if args.isolation == Isolation::Unconfined {
         eprintln!("{NO_SANDBOX_WARNING}");
         Isolation::Unconfined
     } else {
@@ -346,7 +273,7 @@ pub fn solve_with_cancel(args: &SolveArgs, cancel: &AtomicBool) -> anyhow::Resul
         Isolation::Bubblewrap
     };
     let demo_dir = frognano_sandbox::scratch::scratch_dir(&std::env::temp_dir(), "demo")?;
-    let repo = if args.demo {
+    let repo = if args.task == TaskInput::Demo {
         demo::materialize(&demo_dir.path().join("demo-repo"))?
     } else {
         workspace::check_repo(&args.repo, args.allow_dirty)?
@@ -362,32 +289,17 @@ pub fn solve_with_cancel(args: &SolveArgs, cancel: &AtomicBool) -> anyhow::Resul
     if args.confirm {
         tools.confirm = Some(Box::new(ask_before_running));
     }
-    let mut llm: Box<dyn Llm> = match (&recorded, &args.endpoint, &args.model) {
-        (Some(t), _, _) => {
-            let source = args.replay.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
-            Box::new(ReplayLlm::new(t, source))
-        }
-        (None, Some(url), Some(model)) => {
-            Box::new(HttpLlm::new(url, model, Duration::from_secs(args.request_timeout))?)
-        }
-        (None, Some(_), None) => bail!("--endpoint needs --model NAME"),
-        (None, None, _) => Box::new(in_process.context("the in-process model was loaded above")?),
+    let mut llm: Box<dyn Llm> = match (&recorded, &args.model) {
+        (Some(t), ModelChoice::Replay(path)) => Box::new(ReplayLlm::new(t, path.display().to_string())),
+        (_, ModelChoice::Endpoint { url, model }) => Box::new(HttpLlm::new(url, model, args.request_timeout)?),
+        _ => Box::new(in_process.context("the in-process model was loaded above")?),
     };
     let config = AgentConfig {
-        sampling: Sampling {
-            temperature: args.temperature,
-            top_p: args.top_p,
-            top_k: args.top_k,
-            min_p: args.min_p,
-            repetition_penalty: 1.0,
-            max_tokens: args.max_tokens_per_turn,
-            enable_thinking: !args.no_thinking,
-            seed: args.seed,
-        },
+        sampling: args.sampling.clone(),
         max_steps: args.max_steps,
         max_context_tokens: args.max_context,
-        max_time: args.max_time.map(Duration::from_secs),
-        guards: args.guards(),
+        max_time: args.max_time,
+        guards: args.guards.clone(),
         instance_id,
         ..AgentConfig::default()
     };
@@ -514,16 +426,20 @@ fn summary(t: &Trajectory, patch: &Patch, patch_error: Option<&str>, llm: &dyn L
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::*;
 
     #[test]
-    fn sizes_parse_with_binary_units_and_bad_ones_are_named() {
-        assert_eq!(parse_size("0"), Ok(0));
-        assert_eq!(parse_size("512M"), Ok(512 << 20));
-        assert_eq!(parse_size("4G"), Ok(4 << 30));
-        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
-        assert_eq!(parse_size("2kb"), Ok(2048));
-        assert_eq!(parse_size("4X").unwrap_err(), "\"4X\" has an unknown unit \"X\" (expected K, M, G or T)");
-        assert!(parse_size("lots").unwrap_err().contains("is not a size"));
+    fn bad_settings_are_named_before_anything_runs() {
+        let ok = SolveConfig { task: TaskInput::Text("fix it".into()), ..SolveConfig::for_repo(".") };
+        ok.validate().unwrap();
+        let e = SolveConfig::for_repo(".").validate().unwrap_err().to_string();
+        assert_eq!(e, "no task: pass --issue FILE, --task TEXT or --demo");
+        let blank = SolveConfig { task: TaskInput::Text(" \n".into()), ..ok.clone() };
+        assert_eq!(blank.validate().unwrap_err().to_string(), "the task text is empty");
+        let mut hot = ok.clone();
+        hot.sampling.top_p = 1.5;
+        assert_eq!(hot.validate().unwrap_err().to_string(), "--top-p must be in (0, 1], got 1.5");
+        let replay = SolveConfig { model: ModelChoice::Replay("t.json".into()), ..SolveConfig::for_repo(".") };
+        replay.validate().unwrap();
     }
 }

@@ -1,22 +1,18 @@
-//! `frognano synth …`: argument structs and their entry point, wired into the binary by
-//! `crates/cli`.
+//! `frognano synth …`: the flags, turned into `frognano_synth`'s configs; the work and its
+//! errors are the library's.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
-use frognano_agent::engine_llm::EngineLlm;
-use frognano_agent::llm::{HttpLlm, Llm};
-
 use frognano_sandbox::Isolation;
+use frognano_synth::intake::Source;
+use frognano_synth::issue_model::IssueModel;
+use frognano_synth::jobs::{CalibrateConfig, IssueModelConfig};
+use frognano_synth::mutate::parse_operator_names;
+use frognano_synth::pipeline::{GenOptions, SynthOptions};
 
-use crate::calibrate::{EstimateStore, FrontierConfig, Knobs};
-use crate::intake::Source;
-use crate::issue_model::IssueModel;
-use crate::mutate::OperatorId;
-use crate::pipeline::{synthesize, GenOptions, SynthOptions};
+use crate::progress::Bar;
 
 /// `frognano synth`: `frognano synth [REPO] [--pypi N==V | --crate N@V] --out DIR`, or
 /// `frognano synth calibrate …`.
@@ -107,7 +103,7 @@ pub struct GenerateArgs {
     #[arg(long, default_value_t = 120)]
     pub issue_timeout: u64,
     /// Model replies tried per task before falling back to the template.
-    #[arg(long, default_value_t = crate::issue_model::DEFAULT_ATTEMPTS)]
+    #[arg(long, default_value_t = frognano_synth::issue_model::DEFAULT_ATTEMPTS)]
     pub issue_attempts: usize,
 }
 
@@ -158,32 +154,21 @@ pub struct CalibrateArgs {
     pub no_sandbox: bool,
 }
 
-fn parse_operators(names: &[String]) -> anyhow::Result<Option<Vec<OperatorId>>> {
-    if names.is_empty() {
-        return Ok(None);
-    }
-    names
-        .iter()
-        .map(|n| {
-            OperatorId::parse(n.trim()).ok_or_else(|| {
-                let known: Vec<&str> =
-                    crate::mutate::ALL_OPERATORS.iter().map(|o| o.strategy().trim_start_matches("func_pm_")).collect();
-                anyhow::anyhow!("unknown operator {n:?}; known: {}", known.join(", "))
-            })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()
-        .map(Some)
-}
-
 impl GenerateArgs {
+    /// The issue-writing model these arguments ask for, if any.
+    pub fn issue_model_config(&self) -> Option<IssueModelConfig> {
+        let model = self.issue_model.clone()?;
+        Some(IssueModelConfig {
+            model,
+            endpoint: self.issue_endpoint.clone(),
+            timeout: Duration::from_secs(self.issue_timeout),
+            attempts: self.issue_attempts,
+        })
+    }
+
     /// The issue-writing model these arguments ask for (loaded now), if any.
     pub fn issue_model(&self) -> anyhow::Result<Option<Arc<IssueModel>>> {
-        let Some(model) = &self.issue_model else { return Ok(None) };
-        let llm: Box<dyn Llm + Send> = match &self.issue_endpoint {
-            Some(url) => Box::new(HttpLlm::new(url, model, Duration::from_secs(self.issue_timeout.max(1)))?),
-            None => Box::new(EngineLlm::load(model).with_context(|| format!("--issue-model {model}"))?),
-        };
-        Ok(Some(Arc::new(IssueModel::new(llm, self.issue_attempts))))
+        self.issue_model_config().map(|c| c.load()).transpose()
     }
 
     /// The pipeline options these arguments stand for (loads `--issue-model`).
@@ -194,17 +179,13 @@ impl GenerateArgs {
             (None, None, Some(s)) => Source::krate(s)?,
             _ => anyhow::bail!("give one source: a repository path, --pypi NAME==VERSION or --crate NAME@VERSION"),
         };
-        anyhow::ensure!(
-            self.max_f2p_fraction > 0.0 && self.max_f2p_fraction <= 1.0,
-            "--max-f2p-fraction must be in (0, 1]"
-        );
-        Ok(SynthOptions {
+        let mut opts = SynthOptions {
             source,
             out: self.out.clone(),
             gen: GenOptions {
                 seed: self.seed,
                 min_complexity: self.min_complexity,
-                operators: parse_operators(&self.operators)?,
+                operators: parse_operator_names(&self.operators)?,
                 max_candidates: self.max_candidates,
             },
             workers: self.workers.max(1),
@@ -216,18 +197,46 @@ impl GenerateArgs {
             isolation: if self.no_sandbox { Isolation::Unconfined } else { Isolation::Bubblewrap },
             python: self.python.clone(),
             harbor: self.harbor.clone(),
-            progress: true,
-            issue_model: self.issue_model()?,
+            issue_model: None,
+        };
+        // Checked before the issue model loads: a bad flag should not wait for a model.
+        opts.validate()?;
+        opts.issue_model = self.issue_model()?;
+        Ok(opts)
+    }
+}
+
+impl CalibrateArgs {
+    /// The calibration these arguments ask for.
+    pub fn config(&self) -> anyhow::Result<CalibrateConfig> {
+        Ok(CalibrateConfig {
+            tasks: self.tasks.clone(),
+            estimates: self.estimates.clone(),
+            attempts: self.attempts,
+            policy_version: self.policy_version,
+            solver: crate::eval::solver_config(
+                self.solver_cmd.clone(),
+                self.model.clone(),
+                self.endpoint.clone(),
+                self.frognano_bin.clone(),
+                self.no_sandbox,
+            )?,
+            band_low: self.band_low,
+            band_high: self.band_high,
+            workers: self.workers,
+            output: self.output.clone(),
+            timeout: Duration::from_secs(self.timeout),
+            isolation: if self.no_sandbox { Isolation::Unconfined } else { Isolation::Bubblewrap },
         })
     }
 }
 
-/// Entry point of `frognano synth`.
-pub fn run_synth(cmd: SynthCommand) -> anyhow::Result<()> {
+/// Runs `frognano synth`.
+pub fn run(cmd: SynthCommand) -> anyhow::Result<()> {
     match cmd.sub {
         Some(SynthSub::Calibrate(a)) => run_calibrate(&a),
         None => {
-            let s = synthesize(&cmd.generate.options()?)?;
+            let s = frognano_synth::pipeline::synthesize_with_progress(&cmd.generate.options()?, &Bar::candidates())?;
             let rate = if s.seconds > 0.0 { 60.0 * s.tasks_accepted as f64 / s.seconds } else { 0.0 };
             println!(
                 "accepted {} of {} candidates ({} skipped as done); {:.1} tasks/min; {:.0}% of worker time in test runs",
@@ -246,100 +255,20 @@ pub fn run_synth(cmd: SynthCommand) -> anyhow::Result<()> {
     }
 }
 
-/// Per-task rewards from `frognano eval run` result rows; infrastructure errors are masked.
-pub fn rewards_from_results(rows: &[serde_json::Value]) -> BTreeMap<String, Vec<bool>> {
-    let mut out: BTreeMap<String, Vec<bool>> = BTreeMap::new();
-    for r in rows {
-        let Some(id) = r["instance_id"].as_str() else { continue };
-        let status = r["status"].as_str().unwrap_or("");
-        if status.starts_with("error") {
-            continue;
-        }
-        out.entry(id.to_string()).or_default().push(r["resolved"] == true);
-    }
-    out
-}
-
-/// The knobs a synthesized task was generated with (from its `synth` metadata).
-pub fn knobs_of(inst: &frognano_swe::SweInstance) -> Knobs {
-    let d = inst.extra.get("synth").map(|s| s["difficulty"].clone()).unwrap_or_default();
-    Knobs {
-        combine: d["num_mutations"].as_u64().unwrap_or(1).max(1) as usize,
-        strong_operators: d["strong_operators"].as_u64().unwrap_or(0) > 0,
-    }
-}
-
 fn run_calibrate(a: &CalibrateArgs) -> anyhow::Result<()> {
-    use frognano_swe::runs::{AgentCliSolver, CommandSolver, SolveRunOptions, Solver};
-    let instances = frognano_swe::load_instances(&a.tasks)?;
-    anyhow::ensure!(!instances.is_empty(), "{}: no tasks", a.tasks.display());
-    anyhow::ensure!(a.attempts >= 1, "--attempts must be at least 1");
-    let cfg = FrontierConfig { band_low: a.band_low, band_high: a.band_high, ..Default::default() };
-    anyhow::ensure!(
-        0.0 <= cfg.band_low && cfg.band_low < cfg.band_high && cfg.band_high <= 1.0,
-        "band must satisfy 0 ≤ low < high ≤ 1"
-    );
-    let solver: Box<dyn Solver> = match (&a.solver_cmd, &a.model) {
-        (Some(cmd), _) => Box::new(CommandSolver { command: cmd.clone(), name: "command".into() }),
-        (None, Some(model)) => Box::new(AgentCliSolver {
-            frognano: match &a.frognano_bin {
-                Some(p) => p.clone(),
-                None => std::env::current_exe()?,
-            },
-            model: model.clone(),
-            endpoint: a.endpoint.clone(),
-            extra_args: if a.no_sandbox { vec!["--no-sandbox".into()] } else { vec![] },
-        }),
-        (None, None) => anyhow::bail!("pass --model (with --endpoint) or --solver-cmd"),
-    };
-    let run_id = format!("calibrate-v{}", a.policy_version);
-    let opts = SolveRunOptions {
-        run_id: run_id.clone(),
-        output: a.output.clone(),
-        workers: a.workers.max(1),
-        attempts: a.attempts,
-        shard: None,
-        exec: frognano_swe::executor::ExecOptions {
-            repos: None,
-            timeout: Duration::from_secs(a.timeout),
-            isolation: if a.no_sandbox { Isolation::Unconfined } else { Isolation::Bubblewrap },
-            work_root: std::env::temp_dir(),
-        },
-    };
-    let ids: Vec<String> = instances.iter().map(|i| i.instance_id.clone()).collect();
-    let levels: BTreeMap<String, usize> =
-        instances.iter().map(|i| (i.instance_id.clone(), knobs_of(i).level())).collect();
-    let (summary, _) = frognano_swe::runs::solve_and_grade(instances, solver.as_ref(), &opts)?;
-    let rows = frognano_swe::runs::read_results(&summary.results_path);
-    let rewards = rewards_from_results(&rows);
-    let mut store = EstimateStore::load(&a.estimates)?;
-    // Re-running the same version re-reads all its rows: rebuild this version's counts from
-    // the results file rather than adding them twice.
-    let applied_path = a.estimates.with_extension("applied.json");
-    let mut applied: BTreeMap<String, usize> =
-        std::fs::read_to_string(&applied_path).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default();
-    for id in &ids {
-        store.add_task_at_level(id, levels[id]);
-        let key = format!("{run_id}/{id}");
-        let all = rewards.get(id).cloned().unwrap_or_default();
-        let seen = applied.get(&key).copied().unwrap_or(0);
-        if all.len() > seen {
-            store.update(id, &all[seen..], a.policy_version, &cfg);
-            applied.insert(key, all.len());
-        }
-    }
-    store.save(&a.estimates)?;
-    std::fs::write(&applied_path, serde_json::to_string_pretty(&applied)?)?;
+    let config = a.config()?;
+    config.validate()?;
+    let c = frognano_synth::jobs::calibrate(&config, &Bar::counting())?;
     println!("{:<60} {:>6} {:>6}  state", "task", "p_hat", "n");
-    for id in &ids {
-        let e = &store.tasks[id];
+    for id in &c.task_ids {
+        let e = &c.store.tasks[id];
         println!("{id:<60} {:>6.2} {:>6.1}  {:?}", e.p_hat(), e.n(), e.state);
     }
-    let report = store.band_report(&cfg);
+    let report = &c.band;
     println!(
         "band [{}, {}]: {} in band, {} above, {} below, {} calibrating, {} new; direction {:?}; request {} tasks",
-        cfg.band_low,
-        cfg.band_high,
+        c.frontier.band_low,
+        c.frontier.band_high,
         report.in_band,
         report.above,
         report.below,
@@ -348,18 +277,11 @@ fn run_calibrate(a: &CalibrateArgs) -> anyhow::Result<()> {
         report.direction,
         report.request
     );
-    // The knobs most tasks were generated with, and where the controller moves them.
-    let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
-    for l in levels.values() {
-        *counts.entry(*l).or_default() += 1;
-    }
-    let current = Knobs::from_level(counts.iter().max_by_key(|(_, n)| **n).map_or(0, |(l, _)| *l));
-    let next = store.next_knobs(current, &cfg);
-    if let Some((p, n)) = store.level_pass_rate(current.level(), &cfg) {
-        println!("tasks at the current knobs ({}): mean pass rate {p:.2} over {n} calibrated", current.synth_flags());
+    if let Some((p, n)) = c.current_pass_rate {
+        println!("tasks at the current knobs ({}): mean pass rate {p:.2} over {n} calibrated", c.current.synth_flags());
     }
     if report.request > 0 {
-        println!("next synthesis: frognano synth … {} --max-tasks {}", next.synth_flags(), report.request);
+        println!("next synthesis: frognano synth … {} --max-tasks {}", c.next.synth_flags(), report.request);
     }
     println!("estimates: {}", a.estimates.display());
     Ok(())
@@ -379,21 +301,28 @@ mod tests {
 
     #[test]
     fn issue_model_flags_parse_and_endpoint_needs_a_model() {
-        Top::command_for_checks().debug_assert();
+        <Top as clap::CommandFactory>::command().debug_assert();
         let t =
             Top::try_parse_from(["x", "repo", "--issue-endpoint", "http://127.0.0.1:1", "--issue-model", "m"]).unwrap();
         let g = &t.synth.generate;
         assert_eq!(g.issue_model.as_deref(), Some("m"));
-        assert_eq!(g.issue_attempts, crate::issue_model::DEFAULT_ATTEMPTS);
+        assert_eq!(g.issue_attempts, frognano_synth::issue_model::DEFAULT_ATTEMPTS);
         let m = g.issue_model().unwrap().expect("an endpoint model");
         assert!(m.description().contains('m'));
         assert!(Top::try_parse_from(["x", "repo", "--issue-endpoint", "http://127.0.0.1:1"]).is_err());
         assert!(Top::try_parse_from(["x", "repo"]).unwrap().synth.generate.issue_model().unwrap().is_none());
     }
 
-    impl Top {
-        fn command_for_checks() -> clap::Command {
-            <Top as clap::CommandFactory>::command()
-        }
+    #[test]
+    fn flags_become_options_and_bad_ones_are_named() {
+        let t = Top::try_parse_from(["x", "repo", "--operators", "op_swap,remove_loop", "--combine", "2"]).unwrap();
+        let o = t.synth.generate.options().unwrap();
+        assert_eq!(o.gen.operators.as_ref().map(Vec::len), Some(2));
+        assert_eq!(o.combine, 2);
+        let t = Top::try_parse_from(["x", "repo", "--operators", "nope"]).unwrap();
+        let e = t.synth.generate.options().unwrap_err().to_string();
+        assert!(e.starts_with("unknown operator \"nope\"; known: op_change"), "{e}");
+        let t = Top::try_parse_from(["x", "repo", "--max-f2p-fraction", "0"]).unwrap();
+        assert_eq!(t.synth.generate.options().unwrap_err().to_string(), "--max-f2p-fraction must be in (0, 1]");
     }
 }

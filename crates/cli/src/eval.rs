@@ -1,13 +1,14 @@
-//! `frognano eval …`: argument structs and their entry point, wired into the binary by
-//! `crates/cli`.
+//! `frognano eval …`: the flags, turned into `frognano_swe::eval`'s configs; the work and
+//! its errors are the library's.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use frognano_sandbox::Isolation;
+use frognano_swe::eval::{ExecConfig, GradeJob, GradeLogJob, ParseLogJob, RunJob, SolverConfig};
+use frognano_swe::runs::Shard;
 
-use crate::executor::ExecOptions;
-use crate::runs::{AgentCliSolver, CommandSolver, GradeOptions, Shard, SolveRunOptions, Solver};
+use crate::progress::Bar;
 
 /// `frognano eval` subcommands.
 #[derive(Debug, Clone, clap::Subcommand)]
@@ -58,12 +59,17 @@ pub struct ExecArgs {
 }
 
 impl ExecArgs {
-    fn exec_options(&self) -> ExecOptions {
-        ExecOptions {
+    fn config(&self) -> ExecConfig {
+        ExecConfig {
+            instances: self.instances.clone(),
             repos: self.repos.clone(),
+            run_id: self.run_id.clone(),
+            output: self.output.clone(),
+            workers: self.workers,
+            shard: self.shard,
             timeout: Duration::from_secs(self.timeout),
+            work_dir: self.work_dir.clone(),
             isolation: if self.no_sandbox { Isolation::Unconfined } else { Isolation::Bubblewrap },
-            work_root: self.work_dir.clone().unwrap_or_else(std::env::temp_dir),
         }
     }
 }
@@ -139,54 +145,34 @@ pub struct GradeLogArgs {
     pub log: PathBuf,
 }
 
-/// Entry point of `frognano eval`.
-pub fn run_eval(cmd: EvalCommand) -> anyhow::Result<()> {
+/// Runs `frognano eval`.
+pub fn run(cmd: EvalCommand) -> anyhow::Result<()> {
     match cmd {
         EvalCommand::ParseLog(a) => {
             if a.list {
-                for name in crate::parsers::implemented_parsers() {
+                for name in frognano_swe::parsers::implemented_parsers() {
                     println!("{name}");
                 }
                 return Ok(());
             }
-            let (Some(parser), Some(log)) = (&a.parser, &a.log) else {
+            let (Some(parser), Some(log)) = (a.parser, a.log) else {
                 anyhow::bail!("parse-log needs --parser NAME and a LOG file (or --list)");
             };
-            let bytes = std::fs::read(log).map_err(|e| anyhow::anyhow!("cannot read log {}: {e}", log.display()))?;
-            let text = crate::pytext::read_text_strict(&bytes)
-                .map_err(|e| anyhow::anyhow!("{}: not valid UTF-8 at byte {}", log.display(), e.valid_up_to()))?;
-            let ctx = crate::parsers::ParseContext { instance_id: a.instance_id.clone(), version: a.version.clone() };
-            let map = crate::parsers::parse_log_with(parser, &text, &ctx)?;
+            let job = ParseLogJob { parser, version: a.version, instance_id: a.instance_id, log };
+            let map = frognano_swe::eval::parse_log(&job)?;
             println!("{}", serde_json::to_string_pretty(&map)?);
             Ok(())
         }
         EvalCommand::GradeLog(a) => {
-            let insts = crate::instance::load_instances(&a.instance)?;
-            let inst = match &a.instance_id {
-                Some(id) => insts
-                    .iter()
-                    .find(|i| &i.instance_id == id)
-                    .ok_or_else(|| anyhow::anyhow!("{}: no instance {id:?}", a.instance.display()))?,
-                None => insts.first().ok_or_else(|| anyhow::anyhow!("{}: no instances", a.instance.display()))?,
-            };
-            let bytes =
-                std::fs::read(&a.log).map_err(|e| anyhow::anyhow!("cannot read log {}: {e}", a.log.display()))?;
-            let grade = crate::grading::eval_report(&inst.grading_spec()?, Some(""), &bytes)
-                .map_err(|e| anyhow::anyhow!("grader error (swebench writes no report): {e}"))?;
-            println!("{}", crate::report::instance_report_text(&grade.report));
+            let job = GradeLogJob { instance: a.instance, instance_id: a.instance_id, log: a.log };
+            let report = frognano_swe::eval::grade_log(&job)?;
+            println!("{}", frognano_swe::report::instance_report_text(&report));
             Ok(())
         }
         EvalCommand::Grade(a) => {
-            let instances = crate::instance::load_instances(&a.exec.instances)?;
-            let preds = crate::instance::load_predictions(&a.predictions, &instances)?;
-            let opts = GradeOptions {
-                run_id: a.exec.run_id.clone(),
-                output: a.exec.output.clone(),
-                workers: a.exec.workers,
-                shard: a.exec.shard,
-                exec: a.exec.exec_options(),
-            };
-            let s = crate::runs::grade(instances, preds, &opts)?;
+            let job = GradeJob { exec: a.exec.config(), predictions: a.predictions };
+            job.validate()?;
+            let s = frognano_swe::eval::grade(&job, &Bar::counting())?;
             println!(
                 "resolved {}/{} ({:.1}%), errors {}",
                 s.resolved,
@@ -201,29 +187,13 @@ pub fn run_eval(cmd: EvalCommand) -> anyhow::Result<()> {
             Ok(())
         }
         EvalCommand::Run(a) => {
-            let instances = crate::instance::load_instances(&a.exec.instances)?;
-            let solver: Box<dyn Solver> = match (&a.solver_cmd, &a.model) {
-                (Some(cmd), _) => Box::new(CommandSolver { command: cmd.clone(), name: "command".into() }),
-                (None, Some(model)) => Box::new(AgentCliSolver {
-                    frognano: match &a.frognano_bin {
-                        Some(p) => p.clone(),
-                        None => std::env::current_exe()?,
-                    },
-                    model: model.clone(),
-                    endpoint: a.endpoint.clone(),
-                    extra_args: if a.exec.no_sandbox { vec!["--no-sandbox".into()] } else { vec![] },
-                }),
-                (None, None) => anyhow::bail!("pass --model (with --endpoint) or --solver-cmd"),
-            };
-            let opts = SolveRunOptions {
-                run_id: a.exec.run_id.clone(),
-                output: a.exec.output.clone(),
-                workers: a.exec.workers,
+            let job = RunJob {
+                solver: solver_config(a.solver_cmd, a.model, a.endpoint, a.frognano_bin, a.exec.no_sandbox)?,
+                exec: a.exec.config(),
                 attempts: a.attempts,
-                shard: a.exec.shard,
-                exec: a.exec.exec_options(),
             };
-            let (s, m) = crate::runs::solve_and_grade(instances, solver.as_ref(), &opts)?;
+            job.validate()?;
+            let (s, m) = frognano_swe::eval::run(&job, &Bar::counting())?;
             println!(
                 "resolved {}/{} instances; pass@1 {:.3}, pass@{k} {:.3}, Avg@{k} {:.3}; errors {}",
                 s.resolved,
@@ -238,4 +208,19 @@ pub fn run_eval(cmd: EvalCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The solver `--solver-cmd` or `--model` (with `--endpoint`, `--frognano-bin`) ask for.
+pub fn solver_config(
+    solver_cmd: Option<String>,
+    model: Option<String>,
+    endpoint: Option<String>,
+    frognano_bin: Option<PathBuf>,
+    no_sandbox: bool,
+) -> anyhow::Result<SolverConfig> {
+    Ok(match (solver_cmd, model) {
+        (Some(cmd), _) => SolverConfig::Command(cmd),
+        (None, Some(model)) => SolverConfig::Agent { frognano: frognano_bin, model, endpoint, no_sandbox },
+        (None, None) => anyhow::bail!("pass --model (with --endpoint) or --solver-cmd"),
+    })
 }

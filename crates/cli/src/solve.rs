@@ -1,0 +1,326 @@
+//! `frognano solve`: the flags, turned into `frognano_agent::solve::SolveConfig`; Ctrl-C and
+//! the printed summary. The work and its errors are the library's.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::bail;
+use frognano_agent::agent::Guards;
+use frognano_agent::llm::Sampling;
+use frognano_agent::solve::{changed_files, ModelChoice, SandboxLimits, SolveConfig, TaskInput};
+use frognano_sandbox::Isolation;
+
+/// Arguments of `frognano solve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SolveArgs {
+    /// The git repository to work on (never modified unless --apply).
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// File with the issue / task text.
+    #[arg(long, conflicts_with = "task")]
+    pub issue: Option<PathBuf>,
+    /// The task text itself, instead of --issue.
+    #[arg(long)]
+    pub task: Option<String>,
+    /// Run on the bundled demo repository (a failing test in a tiny Python project) with its
+    /// issue; the repository is created inside the output directory.
+    #[arg(long, conflicts_with_all = ["issue", "task"])]
+    pub demo: bool,
+    /// OpenAI-compatible endpoint (Ollama, llama.cpp server, vLLM, `frognano serve`), e.g.
+    /// http://127.0.0.1:8080
+    #[arg(long, requires = "model")]
+    pub endpoint: Option<String>,
+    /// Model name at the endpoint; without --endpoint, a model to run in this process
+    /// (checkpoint folder, .gguf file or cached hub id; default: the demo model).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Re-execute the tool calls of a recorded trajectory instead of asking a model.
+    #[arg(long, conflicts_with = "endpoint")]
+    pub replay: Option<PathBuf>,
+    /// Directory for trajectory.json, patch.diff and summary.md (must not exist or be
+    /// empty). Default: ./frognano-runs/<instance>-<time>.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Id recorded in the trajectory (default: the issue file's stem).
+    #[arg(long)]
+    pub instance_id: Option<String>,
+    /// Apply the patch to --repo after showing it and asking.
+    #[arg(long)]
+    pub apply: bool,
+    /// With --apply: do not ask.
+    #[arg(long, requires = "apply")]
+    pub yes: bool,
+    /// Ask on the terminal before each Bash command.
+    #[arg(long)]
+    pub confirm: bool,
+    /// Run commands without confinement (no network or write protection). Only when
+    /// bubblewrap is unavailable and you trust the repository and the model.
+    #[arg(long)]
+    pub no_sandbox: bool,
+    /// Limits and environment of the sandboxed commands.
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+    /// Start from HEAD even if the repository has uncommitted changes.
+    #[arg(long)]
+    pub allow_dirty: bool,
+    /// Steps (model calls) at most.
+    #[arg(long, default_value_t = 100)]
+    pub max_steps: usize,
+    /// Tokens generated per turn at most.
+    #[arg(long, default_value_t = 8192)]
+    pub max_tokens_per_turn: u32,
+    /// Context limit in tokens (0: none).
+    #[arg(long, default_value_t = 65536)]
+    pub max_context: u64,
+    /// Time budget in seconds.
+    #[arg(long)]
+    pub max_time: Option<u64>,
+    /// Sampling temperature.
+    #[arg(long, default_value_t = 0.6)]
+    pub temperature: f32,
+    /// Nucleus sampling mass.
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Top-k sampling.
+    #[arg(long, default_value_t = 20)]
+    pub top_k: u32,
+    /// Min-p sampling.
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    /// Sampling seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Turn the thinking block off.
+    #[arg(long)]
+    pub no_thinking: bool,
+    /// Seconds to wait for one model reply.
+    #[arg(long, default_value_t = 600)]
+    pub request_timeout: u64,
+    /// Reproduce the Leaf harness exactly: all drift guards off.
+    #[arg(long)]
+    pub leaf_exact: bool,
+    /// Drift guard off: retrying malformed tool calls.
+    #[arg(long)]
+    pub no_retry_malformed: bool,
+    /// Drift guard off: the notice after a reply cut by the token limit.
+    #[arg(long)]
+    pub no_cut_notice: bool,
+    /// Drift guard off: the notice on repeated identical actions.
+    #[arg(long)]
+    pub no_repeat_notice: bool,
+    /// Drift guard off: head+tail truncation of long observations.
+    #[arg(long)]
+    pub no_head_tail: bool,
+    /// Drift guard off: the remaining-steps notice near the end.
+    #[arg(long)]
+    pub no_steps_left: bool,
+}
+
+impl SolveArgs {
+    /// The drift guards these flags select.
+    pub fn guards(&self) -> Guards {
+        if self.leaf_exact {
+            return Guards::leaf_exact();
+        }
+        let d = Guards::default();
+        Guards {
+            malformed_retries: if self.no_retry_malformed { 0 } else { d.malformed_retries },
+            cut_notice: !self.no_cut_notice,
+            repeat_notice: !self.no_repeat_notice,
+            head_tail_truncation: !self.no_head_tail,
+            steps_left_notice: !self.no_steps_left,
+        }
+    }
+}
+
+/// The sandbox's limits and environment, as flags (`--sandbox-*`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct SandboxArgs {
+    /// Also pass this host environment variable to sandboxed commands (repeatable). By default
+    /// they get only PATH, the locale, TERM and toolchain locations; HOME is the sandbox's /tmp.
+    #[arg(long = "sandbox-env", value_name = "NAME")]
+    pub env: Vec<String>,
+    /// Memory of one command's processes together, e.g. 4G or 512M; 0 for no limit
+    /// (default: the smaller of 8 GiB and half the RAM).
+    #[arg(long = "sandbox-memory", value_name = "SIZE", value_parser = parse_size)]
+    pub memory: Option<u64>,
+    /// Largest file a command may write, e.g. 1G; 0 for no limit (default 4 GiB).
+    #[arg(long = "sandbox-file-size", value_name = "SIZE", value_parser = parse_size)]
+    pub file_size: Option<u64>,
+    /// Disk space one command may take before it is stopped, e.g. 10G; 0 for no limit
+    /// (default 16 GiB).
+    #[arg(long = "sandbox-disk", value_name = "SIZE", value_parser = parse_size)]
+    pub disk: Option<u64>,
+}
+
+impl SandboxArgs {
+    /// The limits these flags set.
+    pub fn limits(&self) -> SandboxLimits {
+        SandboxLimits { env: self.env.clone(), memory: self.memory, file_size: self.file_size, disk: self.disk }
+    }
+}
+
+/// A size like `512M`, `4G`, `1.5GiB`, `1000000` (bytes; K, M, G, T are powers of 1024).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let value: f64 = number.parse().map_err(|_| format!("{text:?} is not a size (expected e.g. 512M, 4G or 0)"))?;
+    let shift = match unit.trim().to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return Err(format!("{text:?} has an unknown unit {unit:?} (expected K, M, G or T)")),
+    };
+    Ok((value * (1u64 << shift) as f64) as u64)
+}
+
+impl SolveArgs {
+    /// The config these flags describe.
+    pub fn config(&self) -> anyhow::Result<SolveConfig> {
+        let task = if self.demo {
+            TaskInput::Demo
+        } else if let Some(path) = &self.issue {
+            TaskInput::IssueFile(path.clone())
+        } else if let Some(text) = &self.task {
+            TaskInput::Text(text.clone())
+        } else {
+            TaskInput::Recorded
+        };
+        let model = match (&self.replay, &self.endpoint, &self.model) {
+            (Some(path), _, _) => ModelChoice::Replay(path.clone()),
+            (None, Some(url), Some(model)) => ModelChoice::Endpoint { url: url.clone(), model: model.clone() },
+            (None, Some(_), None) => bail!("--endpoint needs --model NAME"),
+            (None, None, model) => ModelChoice::InProcess(model.clone()),
+        };
+        Ok(SolveConfig {
+            repo: self.repo.clone(),
+            task,
+            model,
+            output: self.output.clone(),
+            instance_id: self.instance_id.clone(),
+            apply: self.apply,
+            yes: self.yes,
+            confirm: self.confirm,
+            isolation: if self.no_sandbox { Isolation::Unconfined } else { Isolation::Bubblewrap },
+            sandbox: self.sandbox.limits(),
+            allow_dirty: self.allow_dirty,
+            max_steps: self.max_steps,
+            max_context: self.max_context,
+            max_time: self.max_time.map(Duration::from_secs),
+            sampling: Sampling {
+                temperature: self.temperature,
+                top_p: self.top_p,
+                top_k: self.top_k,
+                min_p: self.min_p,
+                repetition_penalty: 1.0,
+                max_tokens: self.max_tokens_per_turn,
+                enable_thinking: !self.no_thinking,
+                seed: self.seed,
+            },
+            request_timeout: Duration::from_secs(self.request_timeout),
+            guards: self.guards(),
+        })
+    }
+}
+
+/// Runs `frognano solve` and prints a short summary.
+/// Ctrl-C once cancels the run after the current step (the trajectory is still written,
+/// with exit reason `cancelled` and no patch); twice quits at once.
+pub fn run(args: SolveArgs) -> anyhow::Result<()> {
+    let config = args.config()?;
+    config.validate()?;
+    let cancel = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&cancel);
+    let _ = ctrlc::set_handler(move || {
+        if flag.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("\ncancelling after the current step; press Ctrl-C again to quit now");
+    });
+    let report = frognano_agent::solve::solve_with_cancel(&config, &cancel)?;
+    let t = &report.trajectory;
+    println!("exit reason: {}", t.exit_reason.as_str());
+    if let Some(e) = &t.error {
+        println!("error: {e}");
+    }
+    println!("steps: {}", t.n_steps);
+    println!("files changed: {}", changed_files(&t.output_patch).join(", "));
+    println!("output: {}", report.output_dir.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_units_and_bad_ones_are_named() {
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("4G"), Ok(4 << 30));
+        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("2kb"), Ok(2048));
+        assert_eq!(parse_size("4X").unwrap_err(), "\"4X\" has an unknown unit \"X\" (expected K, M, G or T)");
+        assert!(parse_size("lots").unwrap_err().contains("is not a size"));
+    }
+
+    #[derive(clap::Parser)]
+    struct TestCli {
+        #[command(flatten)]
+        solve: SolveArgs,
+    }
+
+    #[test]
+    fn solve_args_parse_with_the_model_card_defaults() {
+        use clap::{CommandFactory, Parser};
+        TestCli::command().debug_assert();
+        let cli = TestCli::try_parse_from([
+            "solve",
+            "--repo",
+            "r",
+            "--issue",
+            "i.md",
+            "--endpoint",
+            "http://h:1",
+            "--model",
+            "m",
+        ])
+        .unwrap();
+        let a = cli.solve;
+        assert_eq!((a.temperature, a.top_p, a.top_k, a.min_p), (0.6, 0.95, 20, 0.0));
+        assert_eq!((a.max_tokens_per_turn, a.max_steps, a.max_context), (8192, 100, 65536));
+        assert!(!a.no_thinking && !a.leaf_exact && !a.no_sandbox);
+        assert_eq!(a.guards(), Guards::default());
+        let exact = TestCli::try_parse_from(["solve", "--replay", "t.json", "--leaf-exact"]).unwrap();
+        assert_eq!(exact.solve.guards(), Guards::leaf_exact());
+        // --endpoint without --model, --replay with --endpoint, --yes without --apply: refused.
+        assert!(TestCli::try_parse_from(["solve", "--endpoint", "http://h:1"]).is_err());
+        assert!(
+            TestCli::try_parse_from(["solve", "--replay", "t", "--endpoint", "http://h:1", "--model", "m"]).is_err()
+        );
+        assert!(TestCli::try_parse_from(["solve", "--replay", "t", "--yes"]).is_err());
+    }
+
+    #[test]
+    fn flags_become_the_config() {
+        use clap::Parser;
+        let c = TestCli::try_parse_from(["solve", "--repo", "r", "--task", "fix", "--sandbox-memory", "1G"])
+            .unwrap()
+            .solve
+            .config()
+            .unwrap();
+        assert_eq!(c.task, TaskInput::Text("fix".into()));
+        assert_eq!(c.model, ModelChoice::InProcess(None));
+        assert_eq!(c.sandbox.memory, Some(1 << 30));
+        assert_eq!(c.sampling, Sampling::default());
+        let c =
+            TestCli::try_parse_from(["solve", "--replay", "t.json", "--no-sandbox"]).unwrap().solve.config().unwrap();
+        assert_eq!((c.task, c.model), (TaskInput::Recorded, ModelChoice::Replay("t.json".into())));
+        assert_eq!(c.isolation, Isolation::Unconfined);
+    }
+}

@@ -1,0 +1,256 @@
+//! `frognano eval …` as a library: one typed config per subcommand ([`GradeJob`], [`RunJob`],
+//! [`ParseLogJob`], [`GradeLogJob`]), each with a `validate()` and a function that does the
+//! work and returns what the command prints. The flags live in `crates/cli`.
+//!
+//! Errors of `validate()` name a field by its `frognano eval` flag (the field's name in
+//! kebab case), say what was expected and what was found.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use frognano_sandbox::Isolation;
+use serde_json::Value;
+
+use crate::executor::ExecOptions;
+use crate::parsers::StatusMap;
+use crate::progress::Progress;
+use crate::runs::{
+    AgentCliSolver, AttemptMetrics, CommandSolver, GradeOptions, RunSummary, Shard, SolveRunOptions, Solver,
+};
+
+/// What `grade` and `run` share: the instances, where their repositories and logs are, and
+/// how instances are executed.
+#[derive(Debug, Clone)]
+pub struct ExecConfig {
+    /// Instances: .json, .jsonl or Hugging Face .parquet, or a Harbor dataset folder (or one
+    /// task directory).
+    pub instances: PathBuf,
+    /// Directory with one clone per repository (`owner__name` or `name`).
+    pub repos: Option<PathBuf>,
+    /// Run id: logs go to `<output>/logs/run_evaluation/<run_id>/`.
+    pub run_id: String,
+    /// Root directory for logs and reports.
+    pub output: PathBuf,
+    /// Parallel instances (0 counts as 1).
+    pub workers: usize,
+    /// Run only this shard of the instances.
+    pub shard: Option<Shard>,
+    /// Limit of the eval script.
+    pub timeout: Duration,
+    /// Where per-instance workspaces are created (default: the system temp dir).
+    pub work_dir: Option<PathBuf>,
+    /// Confinement of the tests.
+    pub isolation: Isolation,
+}
+
+impl ExecConfig {
+    /// `instances` with every other setting at the default of `frognano eval`.
+    pub fn new(instances: impl Into<PathBuf>) -> Self {
+        ExecConfig {
+            instances: instances.into(),
+            repos: None,
+            run_id: "frognano".into(),
+            output: PathBuf::from("."),
+            workers: 1,
+            shard: None,
+            timeout: Duration::from_secs(1800),
+            work_dir: None,
+            isolation: Isolation::Bubblewrap,
+        }
+    }
+
+    /// Checks the settings without side effects.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(!self.timeout.is_zero(), "--timeout must be at least 1 second, got 0");
+        anyhow::ensure!(!self.run_id.trim().is_empty(), "--run-id must not be empty");
+        Ok(())
+    }
+
+    fn exec_options(&self) -> ExecOptions {
+        ExecOptions {
+            repos: self.repos.clone(),
+            timeout: self.timeout,
+            isolation: self.isolation,
+            work_root: self.work_dir.clone().unwrap_or_else(std::env::temp_dir),
+        }
+    }
+}
+
+/// `frognano eval grade`: grade predictions against instances.
+#[derive(Debug, Clone)]
+pub struct GradeJob {
+    /// Instances, repositories, run id, workers, shard, timeout.
+    pub exec: ExecConfig,
+    /// Predictions: .jsonl, .json (list or dict keyed by id), or the word `gold`.
+    pub predictions: PathBuf,
+}
+
+impl GradeJob {
+    /// Checks the settings without side effects.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        self.exec.validate()
+    }
+}
+
+/// Runs [`GradeJob`]: loads instances and predictions and grades them.
+pub fn grade(job: &GradeJob, progress: &dyn Progress) -> anyhow::Result<RunSummary> {
+    job.validate()?;
+    let instances = crate::load_instances(&job.exec.instances)?;
+    let preds = crate::instance::load_predictions(&job.predictions, &instances)?;
+    let opts = GradeOptions {
+        run_id: job.exec.run_id.clone(),
+        output: job.exec.output.clone(),
+        workers: job.exec.workers,
+        shard: job.exec.shard,
+        exec: job.exec.exec_options(),
+    };
+    crate::runs::grade_with_progress(instances, preds, &opts, progress)
+}
+
+/// Who solves the instances of `eval run` (and `synth calibrate`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SolverConfig {
+    /// A shell command run in each workspace (gets `FROGNANO_ISSUE_FILE`,
+    /// `FROGNANO_INSTANCE_ID`, `FROGNANO_ATTEMPT`); its edits are the patch.
+    Command(String),
+    /// The FrogNano agent, run as `frognano solve`.
+    Agent {
+        /// The `frognano` executable (`None`: this executable).
+        frognano: Option<PathBuf>,
+        /// Model name (at `endpoint`, or a model to run in process).
+        model: String,
+        /// OpenAI-compatible endpoint, if any.
+        endpoint: Option<String>,
+        /// Run the agent's commands unconfined.
+        no_sandbox: bool,
+    },
+}
+
+impl SolverConfig {
+    /// Checks the settings without side effects.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        match self {
+            SolverConfig::Command(c) => anyhow::ensure!(!c.trim().is_empty(), "--solver-cmd must not be empty"),
+            SolverConfig::Agent { model, .. } => anyhow::ensure!(!model.trim().is_empty(), "--model must not be empty"),
+        }
+        Ok(())
+    }
+
+    /// The solver these settings describe.
+    pub fn solver(&self) -> anyhow::Result<Box<dyn Solver>> {
+        Ok(match self {
+            SolverConfig::Command(cmd) => Box::new(CommandSolver { command: cmd.clone(), name: "command".into() }),
+            SolverConfig::Agent { frognano, model, endpoint, no_sandbox } => Box::new(AgentCliSolver {
+                frognano: match frognano {
+                    Some(p) => p.clone(),
+                    None => std::env::current_exe()?,
+                },
+                model: model.clone(),
+                endpoint: endpoint.clone(),
+                no_sandbox: *no_sandbox,
+            }),
+        })
+    }
+}
+
+/// `frognano eval run`: solve each instance, then grade.
+#[derive(Debug, Clone)]
+pub struct RunJob {
+    /// Instances, repositories, run id, workers, shard, timeout.
+    pub exec: ExecConfig,
+    /// Who solves.
+    pub solver: SolverConfig,
+    /// Attempts per instance (pass@k, Avg@k; 0 counts as 1).
+    pub attempts: usize,
+}
+
+impl RunJob {
+    /// Checks the settings without side effects.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        self.exec.validate()?;
+        self.solver.validate()
+    }
+}
+
+/// Runs [`RunJob`]: solves and grades every (instance, attempt).
+pub fn run(job: &RunJob, progress: &dyn Progress) -> anyhow::Result<(RunSummary, AttemptMetrics)> {
+    job.validate()?;
+    let instances = crate::load_instances(&job.exec.instances)?;
+    let solver = job.solver.solver()?;
+    let opts = SolveRunOptions {
+        run_id: job.exec.run_id.clone(),
+        output: job.exec.output.clone(),
+        workers: job.exec.workers,
+        attempts: job.attempts,
+        shard: job.exec.shard,
+        exec: job.exec.exec_options(),
+    };
+    crate::runs::solve_and_grade_with_progress(instances, solver.as_ref(), &opts, progress)
+}
+
+/// `frognano eval parse-log`: one log through one of swebench's parsers.
+#[derive(Debug, Clone)]
+pub struct ParseLogJob {
+    /// Parser name: any of swebench 5.0.2's `PARSER_REGISTRY`.
+    pub parser: String,
+    /// `version` for the parsers that read it (next, lighthouse).
+    pub version: Option<String>,
+    /// Instance id for the parsers that read it (immutable_js, jekyll).
+    pub instance_id: Option<String>,
+    /// The log file.
+    pub log: PathBuf,
+}
+
+/// Runs [`ParseLogJob`]: the test → status map.
+pub fn parse_log(job: &ParseLogJob) -> anyhow::Result<StatusMap> {
+    let log = &job.log;
+    let bytes = std::fs::read(log).map_err(|e| anyhow::anyhow!("cannot read log {}: {e}", log.display()))?;
+    let text = crate::pytext::read_text_strict(&bytes)
+        .map_err(|e| anyhow::anyhow!("{}: not valid UTF-8 at byte {}", log.display(), e.valid_up_to()))?;
+    let ctx = crate::parsers::ParseContext { instance_id: job.instance_id.clone(), version: job.version.clone() };
+    Ok(crate::parsers::parse_log_with(&job.parser, &text, &ctx)?)
+}
+
+/// `frognano eval grade-log`: one log graded for one instance.
+#[derive(Debug, Clone)]
+pub struct GradeLogJob {
+    /// Instance file (.json with one instance, or .jsonl/.json list; the first is used unless
+    /// `instance_id` picks one).
+    pub instance: PathBuf,
+    /// Which instance of the file.
+    pub instance_id: Option<String>,
+    /// The test output log.
+    pub log: PathBuf,
+}
+
+/// Runs [`GradeLogJob`]: swebench's per-instance report (print it with
+/// [`crate::report::instance_report_text`]).
+pub fn grade_log(job: &GradeLogJob) -> anyhow::Result<Value> {
+    let insts = crate::load_instances(&job.instance)?;
+    let inst = match &job.instance_id {
+        Some(id) => insts
+            .iter()
+            .find(|i| &i.instance_id == id)
+            .ok_or_else(|| anyhow::anyhow!("{}: no instance {id:?}", job.instance.display()))?,
+        None => insts.first().ok_or_else(|| anyhow::anyhow!("{}: no instances", job.instance.display()))?,
+    };
+    let bytes = std::fs::read(&job.log).map_err(|e| anyhow::anyhow!("cannot read log {}: {e}", job.log.display()))?;
+    let grade = crate::grading::eval_report(&inst.grading_spec()?, Some(""), &bytes)
+        .map_err(|e| anyhow::anyhow!("grader error (swebench writes no report): {e}"))?;
+    Ok(grade.report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_settings_name_the_field_and_what_was_found() {
+        let mut exec = ExecConfig::new("set.jsonl");
+        exec.validate().unwrap();
+        exec.timeout = Duration::ZERO;
+        assert_eq!(exec.validate().unwrap_err().to_string(), "--timeout must be at least 1 second, got 0");
+        let job = RunJob { exec: ExecConfig::new("set.jsonl"), solver: SolverConfig::Command(" ".into()), attempts: 1 };
+        assert_eq!(job.validate().unwrap_err().to_string(), "--solver-cmd must not be empty");
+    }
+}
