@@ -110,6 +110,41 @@ impl Session {
         self.snapshots.clear();
     }
 
+    /// A new session that starts where this one stood after its first `upto` tokens (or the
+    /// longest earlier point it can reach), so a second conversation sharing that prefix does
+    /// not recompute it. The state is copied; this session is untouched. `None` when no
+    /// point after the first token is reachable (nothing worth copying).
+    pub fn fork(&self, upto: usize) -> Option<Session> {
+        let upto = upto.min(self.tokens.len());
+        let copy = |cache: Cache, len: usize, logits: Option<Vec<f32>>| Session {
+            model: Arc::clone(&self.model),
+            cache,
+            tokens: self.tokens[..len].to_vec(),
+            last_logits: logits,
+            snapshots: Vec::new(),
+        };
+        if upto == self.tokens.len() && upto > 0 {
+            let mut s = copy(self.cache.clone(), upto, self.last_logits.clone());
+            s.remember();
+            return Some(s);
+        }
+        if self.cache.is_rewindable() {
+            // Without the logits after `upto`, keep one token back for the next prefill to run.
+            let keep = upto.checked_sub(1).filter(|&k| k > 0)?;
+            let mut cache = self.cache.clone();
+            cache.truncate(keep).ok()?;
+            return Some(copy(cache, keep, None));
+        }
+        let (snap, logits) = self.snapshots.iter().rev().find(|(s, _)| s.pos <= upto && s.pos > 0)?;
+        // The snapshot holds the recurrent state; the attention layers' keys and values come
+        // from this cache, cut back to the snapshot.
+        let mut cache = self.cache.clone();
+        cache.restore(snap).ok()?;
+        let mut s = copy(cache, snap.pos, Some(logits.clone()));
+        s.remember();
+        Some(s)
+    }
+
     /// Brings the state to exactly `prompt` and returns the logits after its last token and
     /// how many of its tokens were reused.
     pub fn prefill(&mut self, prompt: &[u32]) -> Result<(Vec<f32>, usize), EngineError> {
