@@ -330,9 +330,8 @@ fn run(shared: &Shared) {
                 }
                 Err(e) => {
                     // The step changed no state, but it cannot go on; every sequence fails.
-                    let message = e.to_string();
                     for r in running.drain(..) {
-                        fail(shared, r.session, r.sink, EngineError::Request(message.clone()));
+                        fail(shared, r.session, r.sink, e.for_batch_member());
                     }
                 }
             }

@@ -71,6 +71,21 @@ pub enum EngineError {
     /// The request is invalid; the message names the field.
     #[error("{0}")]
     Request(String),
+    /// The model failed while running this sequence together with others (a batched step
+    /// fails every sequence in it); the message is the model's.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl EngineError {
+    /// The same error for another sequence of a failed batch: request errors stay request
+    /// errors (the caller's input was at fault), everything else becomes [`EngineError::Failed`].
+    pub fn for_batch_member(&self) -> EngineError {
+        match self {
+            EngineError::Request(m) | EngineError::Model(ModelError::Input(m)) => EngineError::Request(m.clone()),
+            other => EngineError::Failed(other.to_string()),
+        }
+    }
 }
 
 /// One sequence's state across calls.

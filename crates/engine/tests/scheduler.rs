@@ -125,7 +125,8 @@ fn a_group_of_attempts_on_a_rewindable_model_prefills_its_prompt_once() {
 fn a_follow_up_reuses_its_conversation_and_a_sibling_does_not_cut_it_back() {
     let m = hybrid();
     let scheduler = Scheduler::start(m.clone(), SchedulerConfig::default()).unwrap();
-    let run = |p: &[u32], seed| scheduler.generate(p.to_vec(), sampled(6, seed), |_| ControlFlow::Continue(())).unwrap();
+    let run =
+        |p: &[u32], seed| scheduler.generate(p.to_vec(), sampled(6, seed), |_| ControlFlow::Continue(())).unwrap();
     let prompt = ids(40, 2);
     let first = run(&prompt, 1);
     // A sibling with the same prompt while the first conversation sits idle: it forks.
