@@ -71,6 +71,21 @@ pub enum EngineError {
     /// The request is invalid; the message names the field.
     #[error("{0}")]
     Request(String),
+    /// The model failed while running this sequence together with others (a batched step
+    /// fails every sequence in it); the message is the model's.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl EngineError {
+    /// The same error for another sequence of a failed batch: request errors stay request
+    /// errors (the caller's input was at fault), everything else becomes [`EngineError::Failed`].
+    pub fn for_batch_member(&self) -> EngineError {
+        match self {
+            EngineError::Request(m) | EngineError::Model(ModelError::Input(m)) => EngineError::Request(m.clone()),
+            other => EngineError::Failed(other.to_string()),
+        }
+    }
 }
 
 /// One sequence's state across calls.
@@ -108,6 +123,41 @@ impl Session {
         self.tokens.clear();
         self.last_logits = None;
         self.snapshots.clear();
+    }
+
+    /// A new session that starts where this one stood after its first `upto` tokens (or the
+    /// longest earlier point it can reach), so a second conversation sharing that prefix does
+    /// not recompute it. The state is copied; this session is untouched. `None` when no
+    /// point after the first token is reachable (nothing worth copying).
+    pub fn fork(&self, upto: usize) -> Option<Session> {
+        let upto = upto.min(self.tokens.len());
+        let copy = |cache: Cache, len: usize, logits: Option<Vec<f32>>| Session {
+            model: Arc::clone(&self.model),
+            cache,
+            tokens: self.tokens[..len].to_vec(),
+            last_logits: logits,
+            snapshots: Vec::new(),
+        };
+        if upto == self.tokens.len() && upto > 0 {
+            let mut s = copy(self.cache.clone(), upto, self.last_logits.clone());
+            s.remember();
+            return Some(s);
+        }
+        if self.cache.is_rewindable() {
+            // Without the logits after `upto`, keep one token back for the next prefill to run.
+            let keep = upto.checked_sub(1).filter(|&k| k > 0)?;
+            let mut cache = self.cache.clone();
+            cache.truncate(keep).ok()?;
+            return Some(copy(cache, keep, None));
+        }
+        let (snap, logits) = self.snapshots.iter().rev().find(|(s, _)| s.pos <= upto && s.pos > 0)?;
+        // The snapshot holds the recurrent state; the attention layers' keys and values come
+        // from this cache, cut back to the snapshot.
+        let mut cache = self.cache.clone();
+        cache.restore(snap).ok()?;
+        let mut s = copy(cache, snap.pos, Some(logits.clone()));
+        s.remember();
+        Some(s)
     }
 
     /// Brings the state to exactly `prompt` and returns the logits after its last token and

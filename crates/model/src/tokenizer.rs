@@ -304,7 +304,7 @@ impl Tokenizer {
     }
 
     /// A decoder for a stream of generated ids; see [`StreamDecoder`].
-    pub fn stream_decoder(&self, skip_special: bool) -> StreamDecoder<'_> {
+    pub fn stream_decoder(&self, skip_special: bool) -> StreamDecoder<&Tokenizer> {
         StreamDecoder::new(self, skip_special)
     }
 }
@@ -317,8 +317,12 @@ impl Tokenizer {
 /// [`finish`](Self::finish) gives exactly `decode(all_ids)`. A small window of ids is kept
 /// so that decoders that depend on the previous token (SentencePiece's leading space)
 /// produce the right spacing; memory stays bounded over long generations.
-pub struct StreamDecoder<'a> {
-    tok: &'a Tokenizer,
+///
+/// `T` is how the decoder holds the tokenizer: a borrow (`&Tokenizer`, from
+/// [`Tokenizer::stream_decoder`]) or a shared handle (`Arc<Tokenizer>`) for a decoder that
+/// must outlive the caller's borrow, such as one that lives with a job on a scheduler thread.
+pub struct StreamDecoder<T: std::ops::Deref<Target = Tokenizer>> {
+    tok: T,
     skip_special: bool,
     /// Ids of the last emitted piece (context) followed by ids not emitted yet.
     ids: Vec<u32>,
@@ -328,9 +332,9 @@ pub struct StreamDecoder<'a> {
     prefix: String,
 }
 
-impl<'a> StreamDecoder<'a> {
+impl<T: std::ops::Deref<Target = Tokenizer>> StreamDecoder<T> {
     /// A fresh stream over `tok`; `skip_special` as in [`Tokenizer::decode`].
-    pub fn new(tok: &'a Tokenizer, skip_special: bool) -> Self {
+    pub fn new(tok: T, skip_special: bool) -> Self {
         Self { tok, skip_special, ids: Vec::new(), emitted: 0, prefix: String::new() }
     }
 

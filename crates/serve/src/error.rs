@@ -119,6 +119,7 @@ impl ApiError {
             EngineError::Request(m) => Self::invalid(m.clone()),
             EngineError::Model(ModelError::Input(m)) => Self::invalid(m.clone()),
             EngineError::Model(m) => Self::internal(format!("Generation failed: {m}")),
+            EngineError::Failed(m) => Self::internal(format!("Generation failed: {m}")),
         }
     }
 

@@ -34,7 +34,7 @@ use anyhow::Context;
 use frognano_model::LoadedModel;
 use tokio::sync::oneshot;
 
-use crate::pool::{EnginePool, PoolConfig};
+use crate::pool::EnginePool;
 use crate::routes::AppState;
 
 /// `frognano serve` arguments.
@@ -129,7 +129,7 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeArgs) -> anyhow::Result<Ar
     let pool = EnginePool::start(
         model,
         Arc::clone(&tokenizer),
-        PoolConfig {
+        frognano_engine::SchedulerConfig {
             max_batch: args.max_concurrent,
             sessions: args.max_concurrent + args.cached_sessions,
             prefix_reuse: !args.no_prefix_reuse,

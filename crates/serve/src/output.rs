@@ -4,6 +4,8 @@
 
 use frognano_agent::codec::{StreamEvent, StreamParser, ToolCall};
 use frognano_engine::TokenChoice;
+use std::sync::Arc;
+
 use frognano_model::tokenizer::{StreamDecoder, Tokenizer};
 use serde_json::Value;
 
@@ -123,9 +125,9 @@ impl StopScanner {
 }
 
 /// The whole path from generated ids to [`Delta`]s for one reply.
-pub struct ReplyAssembler<'t> {
-    tokenizer: &'t Tokenizer,
-    decoder: StreamDecoder<'t>,
+pub struct ReplyAssembler {
+    tokenizer: Arc<Tokenizer>,
+    decoder: StreamDecoder<Arc<Tokenizer>>,
     stops: StopScanner,
     parser: Option<StreamParser>,
     /// Raw text (after stop strings) given to the parser so far, for the fallback.
@@ -143,11 +145,11 @@ pub struct ReplyAssembler<'t> {
     pub saw_tool_call: bool,
 }
 
-impl<'t> ReplyAssembler<'t> {
+impl ReplyAssembler {
     /// An assembler for one reply. `top_logprobs`: `None` for no log-probabilities, else the
     /// number of alternatives per token. `eos_ids` are not shown as text or log-probabilities.
     pub fn new(
-        tokenizer: &'t Tokenizer,
+        tokenizer: Arc<Tokenizer>,
         mode: &OutputMode,
         stops: Vec<String>,
         eos_ids: Vec<u32>,
@@ -160,8 +162,8 @@ impl<'t> ReplyAssembler<'t> {
             }
         };
         ReplyAssembler {
+            decoder: StreamDecoder::new(Arc::clone(&tokenizer), true),
             tokenizer,
-            decoder: tokenizer.stream_decoder(true),
             stops: StopScanner::new(stops),
             parser,
             raw: String::new(),
@@ -182,13 +184,13 @@ impl<'t> ReplyAssembler<'t> {
             return (Delta::default(), false);
         }
         if let Some(k) = self.top_logprobs {
-            let (token, bytes) = token_text(self.tokenizer, choice.id);
+            let (token, bytes) = token_text(&self.tokenizer, choice.id);
             let top = choice
                 .top
                 .iter()
                 .take(k)
                 .map(|&(id, lp)| {
-                    let (t, b) = token_text(self.tokenizer, id);
+                    let (t, b) = token_text(&self.tokenizer, id);
                     (t, b, lp)
                 })
                 .collect();

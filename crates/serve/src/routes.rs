@@ -709,6 +709,7 @@ async fn health(State(app): State<Arc<AppState>>) -> Response {
         "generated_tokens": s.generated_tokens.load(r),
         "prompt_tokens": s.prompt_tokens.load(r),
         "cached_tokens": s.cached_tokens.load(r),
+        "forked_sessions": s.forks.load(r),
     }))
     .into_response()
 }

@@ -1,0 +1,481 @@
+//! The request scheduler: one thread runs every generation of a model, so concurrent callers
+//! (the HTTP server's clients, the G attempts of a training group, parallel evaluation jobs)
+//! share one batched decode step and one pool of sessions.
+//!
+//! - **Batching.** Each loop iteration admits at most one waiting job (its prompt is prefilled
+//!   and its first token sampled), then advances every running sequence by one token with a
+//!   single [`decode_step`] (one [`frognano_model::CausalLm::forward_batch`]): the weights are
+//!   read once per step for the whole batch. [`SchedulerConfig::max_batch`] bounds it.
+//! - **Prefix reuse.** Sessions are kept between jobs and routed by shared prefix: a request
+//!   that extends an earlier conversation lands on the session that already holds its state
+//!   and only runs the new tokens.
+//! - **Prefix sharing.** When the session sharing the longest prefix is busy, or holds a
+//!   longer conversation that reusing it would cut back, the new job starts from a *fork* of
+//!   it ([`Session::fork`]: a copy of the state at the shared prefix) instead of recomputing
+//!   the prefix. G attempts of one task submitted together prefill their common prompt once.
+//!
+//! Output goes to a [`TokenSink`] per job, called on the scheduler thread; the sink decides
+//! whether the generation goes on (a stop string ends it; a caller that went away abandons it).
+//! [`Scheduler::generate`] is the blocking convenience for callers on their own thread.
+
+use std::collections::VecDeque;
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use frognano_model::CausalLm;
+
+use crate::sampler::TokenChoice;
+use crate::session::{decode_step, Decoding, EngineError, GenerateRequest, Generation, Session};
+
+/// What a sink says after each token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Keep generating.
+    Continue,
+    /// The output is complete (a stop string matched): end the generation; it counts as
+    /// completed.
+    Stop,
+    /// Nobody wants the output any more (the client went away): drop the sequence; it counts
+    /// as cancelled.
+    Abandon,
+}
+
+/// Where a job's output goes. Called on the scheduler thread, so it must not block.
+pub trait TokenSink: Send {
+    /// A new token. The returned [`Flow`] decides whether generation goes on.
+    fn token(&mut self, choice: &TokenChoice) -> Flow;
+    /// The generation ended (or failed). Called exactly once, last, unless the job was
+    /// abandoned before it started.
+    fn done(self: Box<Self>, result: Result<Generation, EngineError>);
+    /// True when nobody waits for the output any more (checked before a queued job starts).
+    fn abandoned(&self) -> bool {
+        false
+    }
+}
+
+/// One generation to run.
+pub struct Job {
+    /// The prompt's token ids.
+    pub prompt: Vec<u32>,
+    /// Sampling, length and stop ids.
+    pub request: GenerateRequest,
+    /// Where the tokens and the result go.
+    pub sink: Box<dyn TokenSink>,
+}
+
+/// Scheduler settings.
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// Most sequences generated at once: the largest decode batch.
+    pub max_batch: usize,
+    /// Sessions kept in all (busy and idle); idle ones hold earlier conversations for reuse.
+    /// At least `max_batch`.
+    pub sessions: usize,
+    /// Route requests to the session with the longest shared prefix and fork shared
+    /// prefixes (false: every request starts from an empty state, for measuring what reuse
+    /// saves).
+    pub prefix_reuse: bool,
+    /// Most jobs waiting to be admitted before new ones are refused.
+    pub max_waiting: usize,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig { max_batch: 8, sessions: 16, prefix_reuse: true, max_waiting: 1024 }
+    }
+}
+
+/// Counters, for `/health`, metrics and tests.
+#[derive(Debug, Default)]
+pub struct SchedulerStats {
+    /// Sequences being generated now (the decode batch).
+    pub running: AtomicUsize,
+    /// Jobs waiting to be admitted.
+    pub waiting: AtomicUsize,
+    /// Jobs that ran to their end.
+    pub completed: AtomicU64,
+    /// Jobs abandoned by their caller.
+    pub cancelled: AtomicU64,
+    /// Jobs that failed in the engine.
+    pub failed: AtomicU64,
+    /// Tokens generated, all jobs together.
+    pub generated_tokens: AtomicU64,
+    /// Prompt tokens, all jobs together.
+    pub prompt_tokens: AtomicU64,
+    /// Prompt tokens served from a kept or forked state instead of being recomputed.
+    pub cached_tokens: AtomicU64,
+    /// Jobs that started from a fork of another session's state.
+    pub forks: AtomicU64,
+    /// Decode steps run, and the sequences they advanced (their ratio is the mean batch).
+    pub decode_steps: AtomicU64,
+    /// Sequences advanced by decode steps, all steps together.
+    pub decoded_rows: AtomicU64,
+}
+
+/// A job refused because too many are waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the scheduler queue is full ({waiting} jobs waiting)")]
+pub struct QueueFull {
+    /// Jobs waiting.
+    pub waiting: usize,
+}
+
+struct IdleSession {
+    session: Session,
+    last_used: u64,
+}
+
+struct Shared {
+    model: Arc<dyn CausalLm>,
+    config: SchedulerConfig,
+    queue: Mutex<VecDeque<Job>>,
+    queue_signal: Condvar,
+    idle: Mutex<Vec<IdleSession>>,
+    /// Sessions in existence (idle + in use).
+    session_count: AtomicUsize,
+    clock: AtomicU64,
+    shutdown: AtomicBool,
+    stats: SchedulerStats,
+}
+
+/// The scheduler of one model. Dropping it stops its thread; sequences still running end
+/// without a result (their sinks are dropped).
+pub struct Scheduler {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A sink that panicked mid-job leaves plain data behind; keep serving.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Scheduler {
+    /// Starts the scheduler thread over `model`.
+    pub fn start(model: Arc<dyn CausalLm>, config: SchedulerConfig) -> std::io::Result<Self> {
+        let max_batch = config.max_batch.max(1);
+        let config = SchedulerConfig { max_batch, sessions: config.sessions.max(max_batch), ..config };
+        let shared = Arc::new(Shared {
+            model,
+            config,
+            queue: Mutex::new(VecDeque::new()),
+            queue_signal: Condvar::new(),
+            idle: Mutex::new(Vec::new()),
+            session_count: AtomicUsize::new(0),
+            clock: AtomicU64::new(0),
+            shutdown: AtomicBool::new(false),
+            stats: SchedulerStats::default(),
+        });
+        let s = Arc::clone(&shared);
+        let thread = std::thread::Builder::new().name("frognano-scheduler".into()).spawn(move || run(&s))?;
+        Ok(Scheduler { shared, thread: Some(thread) })
+    }
+
+    /// Queues a job.
+    pub fn submit(&self, job: Job) -> Result<(), QueueFull> {
+        let mut q = lock(&self.shared.queue);
+        if q.len() >= self.shared.config.max_waiting {
+            return Err(QueueFull { waiting: q.len() });
+        }
+        q.push_back(job);
+        self.shared.stats.waiting.store(q.len(), Ordering::Relaxed);
+        drop(q);
+        self.shared.queue_signal.notify_one();
+        Ok(())
+    }
+
+    /// Runs one generation and waits for it, calling `on_token` (on this thread) for every
+    /// token as it arrives; `ControlFlow::Break` ends the generation (as a stop string does).
+    pub fn generate(
+        &self,
+        prompt: Vec<u32>,
+        request: GenerateRequest,
+        mut on_token: impl FnMut(&TokenChoice) -> ControlFlow<()>,
+    ) -> Result<Generation, EngineError> {
+        let (tx, rx) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let sink = ChannelSink { events: tx, stop: Arc::clone(&stop) };
+        self.submit(Job { prompt, request, sink: Box::new(sink) }).map_err(|e| EngineError::Request(e.to_string()))?;
+        loop {
+            match rx.recv() {
+                Ok(Event::Token(choice)) => {
+                    if on_token(&choice).is_break() {
+                        stop.store(true, Ordering::SeqCst);
+                    }
+                }
+                Ok(Event::Done(result)) => return result,
+                Err(_) => return Err(EngineError::Request("the scheduler stopped before the generation ended".into())),
+            }
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &SchedulerStats {
+        &self.shared.stats
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.shared.config
+    }
+
+    /// The model it runs.
+    pub fn model(&self) -> &Arc<dyn CausalLm> {
+        &self.shared.model
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        self.shared.queue_signal.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+enum Event {
+    Token(TokenChoice),
+    Done(Result<Generation, EngineError>),
+}
+
+/// The sink behind [`Scheduler::generate`]: tokens go over a channel to the waiting caller,
+/// which asks for a stop through a flag (its callback runs a token late, on its own thread).
+struct ChannelSink {
+    events: mpsc::Sender<Event>,
+    stop: Arc<AtomicBool>,
+}
+
+impl TokenSink for ChannelSink {
+    fn token(&mut self, choice: &TokenChoice) -> Flow {
+        if self.stop.load(Ordering::SeqCst) {
+            return Flow::Stop;
+        }
+        match self.events.send(Event::Token(choice.clone())) {
+            Ok(()) => Flow::Continue,
+            Err(_) => Flow::Abandon,
+        }
+    }
+    fn done(self: Box<Self>, result: Result<Generation, EngineError>) {
+        let _ = self.events.send(Event::Done(result));
+    }
+}
+
+/// A sequence in the decode batch.
+struct Running {
+    session: Session,
+    decoding: Decoding,
+    sink: Box<dyn TokenSink>,
+    abandoned: bool,
+}
+
+impl Running {
+    fn take_token(&mut self, choice: &TokenChoice) {
+        match self.sink.token(choice) {
+            Flow::Continue => {}
+            Flow::Stop => self.decoding.cancel(),
+            Flow::Abandon => {
+                self.abandoned = true;
+                self.decoding.cancel();
+            }
+        }
+    }
+}
+
+/// The scheduler loop: admit one waiting job (prefill and first token) while the batch has
+/// room, then one batched decode step for every running sequence; finished sequences leave.
+fn run(shared: &Shared) {
+    let mut running: Vec<Running> = Vec::new();
+    loop {
+        let job = {
+            let mut q = lock(&shared.queue);
+            loop {
+                if shared.shutdown.load(Ordering::SeqCst) {
+                    return;
+                }
+                if running.len() < shared.config.max_batch {
+                    if let Some(job) = q.pop_front() {
+                        shared.stats.waiting.store(q.len(), Ordering::Relaxed);
+                        break Some(job);
+                    }
+                }
+                if !running.is_empty() {
+                    break None;
+                }
+                q = shared.queue_signal.wait(q).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        if let Some(job) = job {
+            if let Some(r) = admit(shared, job, &running) {
+                running.push(r);
+                shared.stats.running.store(running.len(), Ordering::Relaxed);
+            }
+        }
+        if running.iter().any(|r| !r.decoding.is_finished()) {
+            let mut batch: Vec<(&mut Session, &mut Decoding)> =
+                running.iter_mut().map(|r| (&mut r.session, &mut r.decoding)).collect();
+            let rows = batch.iter().filter(|(_, d)| !d.is_finished()).count() as u64;
+            match decode_step(&mut batch) {
+                Ok(tokens) => {
+                    shared.stats.decode_steps.fetch_add(1, Ordering::Relaxed);
+                    shared.stats.decoded_rows.fetch_add(rows, Ordering::Relaxed);
+                    for (r, t) in running.iter_mut().zip(tokens) {
+                        if let Some(t) = t {
+                            r.take_token(&t);
+                        }
+                    }
+                }
+                Err(e) => {
+                    // The step changed no state, but it cannot go on; every sequence fails.
+                    for r in running.drain(..) {
+                        fail(shared, r.session, r.sink, e.for_batch_member());
+                    }
+                }
+            }
+        }
+        let (done, still): (Vec<_>, Vec<_>) = running.into_iter().partition(|r| r.decoding.is_finished());
+        running = still;
+        // Counted before the callers hear their end, so `/health` agrees with them.
+        shared.stats.running.store(running.len(), Ordering::Relaxed);
+        for r in done {
+            finish(shared, r);
+        }
+    }
+}
+
+/// Starts a job: a session for its prompt, prefill, first token. `None` when it ended right
+/// away (abandoned, error, or a one-token reply); its sink has then been told.
+fn admit(shared: &Shared, job: Job, running: &[Running]) -> Option<Running> {
+    let Job { prompt, request, sink } = job;
+    if sink.abandoned() {
+        shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+        return None; // the caller left while waiting
+    }
+    let mut session = take_session(shared, &prompt, running);
+    let (decoding, first) = match session.start(&prompt, &request) {
+        Ok(started) => started,
+        Err(e) => {
+            fail(shared, session, sink, e);
+            return None;
+        }
+    };
+    let mut r = Running { session, decoding, sink, abandoned: false };
+    if let Some(first) = first {
+        r.take_token(&first);
+    }
+    if r.decoding.is_finished() {
+        finish(shared, r);
+        return None;
+    }
+    Some(r)
+}
+
+/// Reports an engine failure; the session, whose state may be partial, goes back empty.
+fn fail(shared: &Shared, mut session: Session, sink: Box<dyn TokenSink>, e: EngineError) {
+    shared.stats.failed.fetch_add(1, Ordering::Relaxed);
+    session.reset();
+    return_session(shared, session);
+    sink.done(Err(e));
+}
+
+/// Ends a finished sequence: counts it, returns its session to the pool, then tells the sink.
+/// The session goes back before the caller hears the end, so a follow-up request sent right
+/// after the answer finds it.
+fn finish(shared: &Shared, r: Running) {
+    let Running { session, decoding, sink, abandoned } = r;
+    let generation: Generation = decoding.into_generation();
+    return_session(shared, session);
+    let stats = &shared.stats;
+    stats.generated_tokens.fetch_add(generation.tokens.len() as u64, Ordering::Relaxed);
+    stats.prompt_tokens.fetch_add(generation.prompt_tokens as u64, Ordering::Relaxed);
+    stats.cached_tokens.fetch_add(generation.cached_tokens as u64, Ordering::Relaxed);
+    if abandoned {
+        stats.cancelled.fetch_add(1, Ordering::Relaxed);
+    } else {
+        stats.completed.fetch_add(1, Ordering::Relaxed);
+    }
+    sink.done(Ok(generation));
+}
+
+fn shared_prefix(tokens: &[u32], prompt: &[u32]) -> usize {
+    tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count()
+}
+
+/// Picks the session for `prompt`:
+/// 1. the idle session sharing the longest prefix, taken as it is when its whole history is a
+///    prefix of the prompt (nothing is lost);
+/// 2. otherwise, while under the session limit, a fork of the session (idle or running)
+///    sharing the longest prefix, so no other conversation's state is cut back;
+/// 3. otherwise that idle session itself (it rewinds), a new empty session while under the
+///    limit, or the least recently used idle one.
+fn take_session(shared: &Shared, prompt: &[u32], running: &[Running]) -> Session {
+    let mut idle = lock(&shared.idle);
+    let under_limit = shared.session_count.load(Ordering::SeqCst) < shared.config.sessions;
+    let new_session = || {
+        shared.session_count.fetch_add(1, Ordering::SeqCst);
+        Session::new(Arc::clone(&shared.model))
+    };
+    if !shared.config.prefix_reuse {
+        if under_limit || idle.is_empty() {
+            return new_session();
+        }
+        let mut s = idle.swap_remove(0).session;
+        s.reset();
+        return s;
+    }
+    let best_idle = idle
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (shared_prefix(s.session.tokens(), prompt), s.last_used, i))
+        .filter(|(lcp, _, _)| *lcp > 0)
+        .max();
+    if let Some((lcp, _, i)) = best_idle {
+        if lcp == idle[i].session.tokens().len() {
+            return idle.swap_remove(i).session;
+        }
+    }
+    let best_running = running
+        .iter()
+        .map(|r| (shared_prefix(r.session.tokens(), prompt), &r.session))
+        .filter(|(lcp, _)| *lcp > 0)
+        .max_by_key(|(lcp, _)| *lcp);
+    let idle_lcp = best_idle.map_or(0, |(lcp, _, _)| lcp);
+    if under_limit {
+        let source = match best_running {
+            Some((lcp, s)) if lcp >= idle_lcp => Some((lcp, s)),
+            _ => best_idle.map(|(lcp, _, i)| (lcp, &idle[i].session)),
+        };
+        if let Some(fork) = source.and_then(|(lcp, s)| s.fork(lcp)) {
+            shared.session_count.fetch_add(1, Ordering::SeqCst);
+            shared.stats.forks.fetch_add(1, Ordering::Relaxed);
+            return fork;
+        }
+    }
+    if let Some((_, _, i)) = best_idle {
+        return idle.swap_remove(i).session;
+    }
+    if under_limit || idle.is_empty() {
+        return new_session();
+    }
+    let lru = idle.iter().enumerate().min_by_key(|(_, s)| s.last_used).map(|(i, _)| i).unwrap_or(0);
+    idle.swap_remove(lru).session
+}
+
+fn return_session(shared: &Shared, mut session: Session) {
+    if !shared.config.prefix_reuse {
+        session.reset();
+    }
+    let last_used = shared.clock.fetch_add(1, Ordering::Relaxed);
+    let mut idle = lock(&shared.idle);
+    idle.push(IdleSession { session, last_used });
+    // Forks may have taken the count past the limit while every session was busy: let the
+    // least recently used idle ones go.
+    while shared.session_count.load(Ordering::SeqCst) > shared.config.sessions && idle.len() > 1 {
+        let lru = idle.iter().enumerate().min_by_key(|(_, s)| s.last_used).map(|(i, _)| i).unwrap_or(0);
+        idle.swap_remove(lru);
+        shared.session_count.fetch_sub(1, Ordering::SeqCst);
+    }
+}
