@@ -10,7 +10,8 @@ use frognano_model::{Cache, CacheSnapshot, CausalLm, ModelError};
 
 use crate::sampler::{Sampler, SamplingParams, TokenChoice};
 
-/// Snapshots kept per session (each holds the recurrent state: ~50 MB for the 4B model).
+/// Snapshots kept per session (each holds the recurrent state, ~50 MB for the 4B model, and
+/// the logits at that point).
 const MAX_SNAPSHOTS: usize = 4;
 
 /// Why generation ended.
@@ -143,12 +144,13 @@ impl Session {
             s.remember();
             return Some(s);
         }
-        if self.cache.is_rewindable() {
-            // Without the logits after `upto`, keep one token back for the next prefill to run.
-            let keep = upto.checked_sub(1).filter(|&k| k > 0)?;
+        if self.cache.is_rewindable() && upto > 0 {
+            // Any prefix is reachable; the logits after it are known only at a prompt end.
             let mut cache = self.cache.clone();
-            cache.truncate(keep).ok()?;
-            return Some(copy(cache, keep, None));
+            cache.truncate(upto).ok()?;
+            let mut s = copy(cache, upto, self.logits_at(upto));
+            s.remember();
+            return Some(s);
         }
         let (snap, logits) = self.snapshots.iter().rev().find(|(s, _)| s.pos <= upto && s.pos > 0)?;
         // The snapshot holds the recurrent state; the attention layers' keys and values come
@@ -177,11 +179,15 @@ impl Session {
         if lcp < self.tokens.len() || lcp == 0 {
             self.rewind(lcp, prompt.len());
         }
+        if self.tokens.len() == prompt.len() && self.last_logits.is_none() {
+            // A cut-back cache without the logits of its last position (a fork): run the last
+            // token again.
+            self.rewind(prompt.len() - 1, prompt.len());
+        }
         let reused = self.tokens.len();
-        let logits = if reused == prompt.len() {
-            self.last_logits.clone().expect("a non-empty history has logits")
-        } else {
-            self.run(&prompt[reused..])?
+        let logits = match &self.last_logits {
+            Some(logits) if reused == prompt.len() => logits.clone(),
+            _ => self.run(&prompt[reused..])?,
         };
         self.remember();
         Ok((logits, reused))
@@ -191,10 +197,16 @@ impl Session {
     /// `prompt_len` tokens) that it can reach.
     fn rewind(&mut self, lcp: usize, prompt_len: usize) {
         if self.cache.is_rewindable() && lcp > 0 {
-            let target = if lcp >= prompt_len { prompt_len - 1 } else { lcp };
+            // The whole prompt is kept when its logits were remembered (it was a prompt
+            // before); otherwise its last token runs again.
+            let target = match self.logits_at(prompt_len) {
+                Some(_) if lcp >= prompt_len => prompt_len,
+                _ if lcp >= prompt_len => prompt_len - 1,
+                _ => lcp,
+            };
             if target > 0 && self.cache.truncate(target).is_ok() {
+                self.last_logits = self.logits_at(target);
                 self.tokens.truncate(target);
-                self.last_logits = None;
                 self.snapshots.retain(|(s, _)| s.pos <= target);
                 return;
             }
@@ -217,10 +229,20 @@ impl Session {
         Ok(logits)
     }
 
-    fn remember(&mut self) {
-        if self.cache.is_rewindable() {
-            return; // any prefix is reachable by truncation
+    /// The logits after the first `pos` tokens, when known (the current end, or a snapshot).
+    fn logits_at(&self, pos: usize) -> Option<Vec<f32>> {
+        if pos == self.tokens.len() {
+            return self.last_logits.clone();
         }
+        self.snapshots.iter().find(|(s, _)| s.pos == pos).map(|(_, l)| l.clone())
+    }
+
+    /// Keeps a snapshot of the current point (a prompt end). For a rewindable cache it holds
+    /// no state, only the position and the logits there: any prefix is reachable by
+    /// truncation, but the logits of a cut-back point are known only where they were kept,
+    /// and a rerun of the last token would go through the one-token kernels, whose rounding
+    /// differs from the prompt's (quantized models).
+    fn remember(&mut self) {
         if self.snapshots.last().is_some_and(|(s, _)| s.pos == self.cache.pos) {
             return;
         }
