@@ -5,8 +5,8 @@
 //! (language, test command, environment, sandboxed runs, two-run baseline), [`mutate`]
 //! (tree-sitter bug operators), [`pipeline`] (candidates, validation, orphan buggy commits,
 //! JSONL instances, combinations, resume), [`issue`] (issue text and leak check),
-//! [`issue_model`] (model-written issue text through the agent's `Llm` trait),
-//! [`harbor`] (Harbor task dirs), [`calibrate`] (pass-rate estimates and the frontier
+//! [`issue_model`] (model-written issue text through `frognano_protocol::Llm`: an HTTP
+//! endpoint or the in-process `frognano_engine::EngineLlm`), [`harbor`] (Harbor task dirs), [`calibrate`] (pass-rate estimates and the frontier
 //! controller), [`cli`] (`frognano synth`).
 
 pub mod calibrate;
