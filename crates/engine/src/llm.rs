@@ -1,6 +1,8 @@
 //! The in-process [`Llm`]: the model runs inside this process through a [`Session`]. One
 //! session lives across the whole conversation, so each agent step only prefills what was
-//! added since the last one (the tool results), not the whole conversation.
+//! added since the last one (the tool results), not the whole conversation. The messages are
+//! rendered with the model's chat template, and the reply text is split into reasoning,
+//! content and tool calls by the protocol's Qwen XML codec ([`QwenXml`]).
 //!
 //! **Recording** (opt-in, [`EngineLlm::recording`]): for RL rollouts every assistant turn is
 //! kept as a [`TurnRecord`] — the prompt token ids, the sampled ids (the closing end-of-turn
