@@ -3,9 +3,9 @@
 //! are the Leaf harness's; the drift guards ([`Guards`]) are additions, each switchable, all
 //! off under [`Guards::leaf_exact`].
 
-use crate::llm::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Sampling};
 use crate::tools::{self, ToolBox, Truncation};
 use crate::trajectory::{ExitReason, Observation, Step, Trajectory, FORMAT};
+use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Sampling};
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -260,7 +260,7 @@ fn query(llm: &mut dyn Llm, messages: &[Message], config: &AgentConfig) -> Resul
         match llm.complete(&request) {
             Err(LlmError::Malformed { text, .. }) if retries == 0 => {
                 return Ok(Completion {
-                    message: Message::assistant(Some(text), None, vec![]),
+                    message: Message::assistant(text),
                     finish_reason: FinishReason::Stop,
                     usage: None,
                 });
@@ -268,7 +268,7 @@ fn query(llm: &mut dyn Llm, messages: &[Message], config: &AgentConfig) -> Resul
             Err(LlmError::Malformed { text, error }) if attempt < retries => {
                 attempt += 1;
                 let mut copy = messages.to_vec();
-                copy.push(Message::assistant(Some(text), None, vec![]));
+                copy.push(Message::assistant(text));
                 copy.push(Message::user(format!("{MALFORMED_NOTICE} ({error}). Reply again; write each call exactly as <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>")));
                 scratch = Some(copy);
             }

@@ -1,15 +1,16 @@
 //! # frognano-agent
 //!
-//! The coding agent behind `frognano solve`: the [`llm::Llm`] trait with an OpenAI-compatible
-//! HTTP backend and an in-process one ([`engine_llm`]), the Qwen XML ⇄ OpenAI [`codec`], the five Leaf [`tools`], the [`agent`] loop
-//! with its limits and drift guards, the [`workspace`] the agent edits, [`trajectory`]
-//! records, [`replay`] of recorded runs, and [`solve`] (`frognano solve` as a typed config and its run).
+//! The coding agent behind `frognano solve`: the five Leaf [`tools`], the [`agent`] loop with
+//! its limits and drift guards, the [`workspace`] the agent edits, [`trajectory`] records,
+//! [`replay`] of recorded runs, the [`demo`] run, and [`solve`] (`frognano solve` as a typed
+//! config and its run; the flags are in `crates/cli`).
+//!
+//! The loop talks to a model through `frognano_protocol::Llm` (messages, tool calls and the
+//! tool-call codec live in `frognano-protocol`): `frognano_protocol::HttpLlm` for an
+//! OpenAI-compatible endpoint, `frognano_engine::EngineLlm` for a model in this process.
 
 pub mod agent;
-pub mod codec;
 pub mod demo;
-pub mod engine_llm;
-pub mod llm;
 pub mod replay;
 pub mod solve;
 pub mod tools;

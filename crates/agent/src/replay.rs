@@ -3,8 +3,8 @@
 //! ids, reasoning and content kept), so the ordinary loop runs the recorded calls against
 //! a fresh workspace and the patch comes out of the workspace as always.
 
-use crate::llm::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message};
 use crate::trajectory::Trajectory;
+use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message};
 use std::collections::VecDeque;
 
 /// An [`Llm`] that plays back recorded assistant messages in order.

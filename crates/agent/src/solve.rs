@@ -12,13 +12,13 @@
 
 use crate::agent::{self, AgentConfig, Guards};
 use crate::demo;
-use crate::engine_llm::EngineLlm;
-use crate::llm::{HttpLlm, Llm, Sampling};
 use crate::replay::ReplayLlm;
 use crate::tools::ToolBox;
 use crate::trajectory::{ExitReason, Trajectory};
 use crate::workspace::{self, Workspace};
 use anyhow::{bail, Context};
+use frognano_engine::EngineLlm;
+use frognano_protocol::{HttpLlm, Llm, Sampling};
 use frognano_sandbox::patch::{human_bytes, Patch};
 use frognano_sandbox::{Isolation, Sandbox, SandboxSpec};
 use std::io::{BufRead, Write};

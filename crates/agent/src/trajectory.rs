@@ -1,7 +1,7 @@
 //! The `leaf-function-calling` trajectory record: everything a run did, in the Leaf
 //! harness's JSON shape, so the ecosystem's tools read ours and we read theirs.
 
-use crate::llm::Message;
+use frognano_protocol::Message;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::Path;

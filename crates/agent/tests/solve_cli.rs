@@ -5,6 +5,7 @@
 use frognano_agent::demo;
 use frognano_agent::solve::{solve, ModelChoice, SolveConfig, TaskInput};
 use frognano_agent::trajectory::{ExitReason, Trajectory};
+use frognano_protocol::codec::{QwenXml, ToolCallFormat};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -156,7 +157,7 @@ fn runs_against_an_openai_compatible_endpoint() {
         let message = if i == 0 || m.calls().is_empty() {
             serde_json::json!({"role": "assistant", "content": m.content, "reasoning_content": m.reasoning_content, "tool_calls": m.tool_calls})
         } else {
-            let xml = frognano_agent::codec::render_assistant_content(m.text(), m.calls()).unwrap();
+            let xml = QwenXml.render_assistant_content(&m.text(), m.calls()).unwrap();
             serde_json::json!({"role": "assistant", "content": xml})
         };
         responses.push(serde_json::json!({"choices": [{"index": 0, "message": message, "finish_reason": "stop"}],

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use clap::Args;
 use frognano_engine::{GenerateRequest, SamplingParams, Session};
-use frognano_model::chat::ChatMessage;
+use frognano_protocol::Message;
 
 use frognano_model::load::DEMO_MODEL;
 use frognano_model::quant::QuantType;
@@ -144,7 +144,7 @@ impl Talker {
         })
     }
 
-    fn render(&self, msgs: &[ChatMessage], think: bool) -> anyhow::Result<String> {
+    fn render(&self, msgs: &[Message], think: bool) -> anyhow::Result<String> {
         let template = self.template.as_ref().context("this model has no chat template")?;
         let mut kw = serde_json::Map::new();
         kw.insert("enable_thinking".into(), think.into());
@@ -216,9 +216,9 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     if a.chat {
         let mut msgs = Vec::new();
         if let Some(s) = &a.system {
-            msgs.push(ChatMessage::system(s.clone()));
+            msgs.push(Message::system(s.clone()));
         }
-        msgs.push(ChatMessage::user(a.prompt.clone()));
+        msgs.push(Message::user(a.prompt.clone()));
         let text = t.render(&msgs, a.think)?;
         t.reply(&text, true)?;
     } else {
@@ -233,7 +233,7 @@ pub fn chat(a: ChatArgs) -> anyhow::Result<()> {
     t.template.as_ref().context("this model has no chat template; use `frognano run` instead")?;
     let mut msgs = Vec::new();
     if let Some(s) = &a.system {
-        msgs.push(ChatMessage::system(s.clone()));
+        msgs.push(Message::system(s.clone()));
     }
     eprintln!("chatting; an empty line or end of input quits");
     let stdin = std::io::stdin();
@@ -243,10 +243,10 @@ pub fn chat(a: ChatArgs) -> anyhow::Result<()> {
         if stdin.read_line(&mut line)? == 0 || line.trim().is_empty() {
             return Ok(());
         }
-        msgs.push(ChatMessage::user(line.trim_end().to_string()));
+        msgs.push(Message::user(line.trim_end().to_string()));
         let text = t.render(&msgs, a.think)?;
         let reply = t.reply(&text, true)?;
-        msgs.push(ChatMessage::assistant(reply));
+        msgs.push(Message::assistant(reply));
     }
 }
 

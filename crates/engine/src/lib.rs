@@ -3,13 +3,19 @@
 //! Prompts in, tokens out: [`sampler`] (temperature, top-k, top-p, min-p, repetition
 //! penalty, seeds, log-probabilities) and [`session`] (state kept across calls so a
 //! conversation only runs its new tokens; recurrent-state snapshots for hybrid models;
-//! [`Session::start`] + [`decode_step`] to decode many sessions in one batched forward) and
+//! [`Session::start`] + [`decode_step`] to decode many sessions in one batched forward),
 //! [`scheduler`] (one thread per model that batches every caller's decode steps, routes
-//! requests to the session holding their prefix and forks shared prefixes).
+//! requests to the session holding their prefix and forks shared prefixes), and [`llm`]:
+//! [`EngineLlm`], the in-process implementation of `frognano_protocol::Llm` (chat template
+//! in, tool calls out through the protocol's codec; one session across a whole
+//! conversation; optional token-level recording of each turn for RL, [`TurnRecord`]).
 
+pub mod llm;
 pub mod sampler;
 pub mod scheduler;
 pub mod session;
+
+pub use llm::{EngineLlm, TurnRecord};
 
 pub use sampler::{SamplingParams, TokenChoice};
 pub use scheduler::{Flow, Job, QueueFull, Scheduler, SchedulerConfig, SchedulerStats, TokenSink};

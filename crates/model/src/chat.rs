@@ -18,11 +18,16 @@
 //! One known difference: the `~` operator formats booleans as `true`/`false` (jinja2:
 //! `True`/`False`); no template we know of concatenates booleans with `~`.
 //!
+//! Typed messages are `frognano_protocol::Message`s; a tool call's `arguments` (a JSON object
+//! serialised to a string, OpenAI form) is handed to the template as the mapping it encodes,
+//! since templates such as Qwen3.5's iterate over it.
+//!
 //! ```no_run
-//! use frognano_model::chat::{ChatMessage, ChatTemplate};
+//! use frognano_model::chat::ChatTemplate;
+//! use frognano_protocol::Message;
 //! let t = ChatTemplate::from_model_dir("models/qwen35-tokenizer").unwrap();
 //! let prompt = t
-//!     .render(&[ChatMessage::user("Hi")], None, true, None)
+//!     .render(&[Message::user("Hi")], None, true, None)
 //!     .unwrap();
 //! assert_eq!(prompt, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
 //! ```
@@ -30,172 +35,13 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use frognano_protocol::codec::parse_arguments_object;
+use frognano_protocol::Message;
 use minijinja::value::{Kwargs, Rest, Value as JValue, ValueKind};
 use minijinja::{Environment, Error as JError, ErrorKind, Output, State};
-use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{ModelError, Result};
-
-// ------------------------------------------------------------------------------------------
-// Messages
-// ------------------------------------------------------------------------------------------
-
-/// One chat message in the OpenAI shape that chat templates read.
-///
-/// Serialises with absent fields left out (transformers drops `null` fields before rendering,
-/// so "absent" and "null" render the same).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ChatMessage {
-    /// `system`, `user`, `assistant` or `tool` (templates may accept others).
-    pub role: String,
-    /// Text, or a list of typed parts; `None` for an assistant turn with only tool calls.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content: Option<MessageContent>,
-    /// The assistant's reasoning (the text inside `<think>…</think>`). Also read from the
-    /// field name `reasoning`.
-    #[serde(default, skip_serializing_if = "Option::is_none", alias = "reasoning")]
-    pub reasoning_content: Option<String>,
-    /// Tool calls made by an assistant turn.
-    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_empty")]
-    pub tool_calls: Vec<ToolCall>,
-    /// For a `tool` message: the id of the call it answers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_call_id: Option<String>,
-    /// For a `tool` message: the tool's name (some clients send it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-}
-
-/// Message content: a plain string or a list of parts.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum MessageContent {
-    /// Plain text.
-    Text(String),
-    /// Typed parts (`{"type": "text", "text": …}`, images, …).
-    Parts(Vec<ContentPart>),
-}
-
-/// One part of a list-of-parts content.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ContentPart {
-    /// The part type: `text`, `image`, `image_url`, `video`, …
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// The text of a `text` part.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub text: Option<String>,
-    /// Any other fields (`image_url`, `image`, …), kept in order for the template.
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
-}
-
-impl ContentPart {
-    /// A `{"type": "text", "text": …}` part.
-    pub fn text(text: impl Into<String>) -> Self {
-        Self { kind: "text".into(), text: Some(text.into()), extra: Map::new() }
-    }
-}
-
-/// One tool call of an assistant message, OpenAI shape
-/// (`{"id", "type": "function", "function": {"name", "arguments"}}`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ToolCall {
-    /// The call id, echoed by the answering `tool` message.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// Always `function`.
-    #[serde(rename = "type", default = "function_kind")]
-    pub kind: String,
-    /// The function called.
-    pub function: FunctionCall,
-}
-
-/// The function part of a [`ToolCall`].
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct FunctionCall {
-    /// The tool name.
-    pub name: String,
-    /// The arguments as a JSON object. OpenAI clients send a JSON *string*; it is parsed on
-    /// deserialisation (templates such as Qwen3.5's need a mapping and would otherwise render
-    /// no parameters). A string that is not a JSON object is a deserialisation error.
-    #[serde(deserialize_with = "arguments_object")]
-    pub arguments: Map<String, Value>,
-}
-
-fn function_kind() -> String {
-    "function".into()
-}
-
-fn null_as_empty<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Vec<ToolCall>, D::Error> {
-    Ok(Option::<Vec<ToolCall>>::deserialize(d)?.unwrap_or_default())
-}
-
-fn arguments_object<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Map<String, Value>, D::Error> {
-    use serde::de::Error;
-    match Value::deserialize(d)? {
-        Value::Object(m) => Ok(m),
-        Value::Null => Ok(Map::new()),
-        Value::String(s) if s.trim().is_empty() => Ok(Map::new()),
-        Value::String(s) => match serde_json::from_str::<Value>(&s) {
-            Ok(Value::Object(m)) => Ok(m),
-            Ok(other) => Err(D::Error::custom(format!("tool call arguments must be a JSON object, got {other}"))),
-            Err(e) => Err(D::Error::custom(format!("tool call arguments are not valid JSON: {e}"))),
-        },
-        other => Err(D::Error::custom(format!("tool call arguments must be a JSON object, got {other}"))),
-    }
-}
-
-impl ChatMessage {
-    /// A message with `role` and text `content`.
-    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self { role: role.into(), content: Some(MessageContent::Text(content.into())), ..Self::default() }
-    }
-    /// A system message.
-    pub fn system(content: impl Into<String>) -> Self {
-        Self::new("system", content)
-    }
-    /// A user message.
-    pub fn user(content: impl Into<String>) -> Self {
-        Self::new("user", content)
-    }
-    /// An assistant message.
-    pub fn assistant(content: impl Into<String>) -> Self {
-        Self::new("assistant", content)
-    }
-    /// A tool result answering the call `tool_call_id`.
-    pub fn tool(content: impl Into<String>, tool_call_id: impl Into<String>) -> Self {
-        Self { tool_call_id: Some(tool_call_id.into()), ..Self::new("tool", content) }
-    }
-    /// Sets the reasoning text.
-    pub fn with_reasoning(mut self, reasoning: impl Into<String>) -> Self {
-        self.reasoning_content = Some(reasoning.into());
-        self
-    }
-    /// Appends a tool call with `name` and object `arguments`.
-    pub fn with_tool_call(
-        mut self,
-        id: impl Into<String>,
-        name: impl Into<String>,
-        arguments: Map<String, Value>,
-    ) -> Self {
-        self.tool_calls.push(ToolCall {
-            id: Some(id.into()),
-            kind: function_kind(),
-            function: FunctionCall { name: name.into(), arguments },
-        });
-        self
-    }
-    /// The text of the content: the string, or the `text` parts concatenated.
-    pub fn text(&self) -> String {
-        match &self.content {
-            None => String::new(),
-            Some(MessageContent::Text(s)) => s.clone(),
-            Some(MessageContent::Parts(p)) => p.iter().filter_map(|p| p.text.as_deref()).collect(),
-        }
-    }
-}
 
 // ------------------------------------------------------------------------------------------
 // Template
@@ -359,18 +205,17 @@ impl ChatTemplate {
         &self.origin
     }
 
-    /// Renders typed messages; see [`render_json`](Self::render_json).
+    /// Renders typed messages; see [`render_json`](Self::render_json). Each tool call's
+    /// `arguments` string is given to the template as the JSON object it encodes; one that is
+    /// not a JSON object is [`ModelError::Input`] naming the message and the tool.
     pub fn render(
         &self,
-        messages: &[ChatMessage],
+        messages: &[Message],
         tools: Option<&[Value]>,
         add_generation_prompt: bool,
         kwargs: Option<&Map<String, Value>>,
     ) -> Result<String> {
-        let values = messages
-            .iter()
-            .map(|m| serde_json::to_value(m).map_err(|e| ModelError::Input(format!("message: {e}"))))
-            .collect::<Result<Vec<_>>>()?;
+        let values = messages.iter().enumerate().map(|(i, m)| template_input(i, m)).collect::<Result<Vec<_>>>()?;
         self.render_json(&values, tools, add_generation_prompt, kwargs)
     }
 
@@ -437,6 +282,20 @@ impl ChatTemplate {
             Err(format!("several chat templates ({}) and none is named `default`", self.names.join(", ")))
         }
     }
+}
+
+/// Message `i` as the template reads it: its OpenAI JSON with each tool call's `arguments`
+/// string replaced by the object it encodes (blank reads as `{}`).
+fn template_input(i: usize, message: &Message) -> Result<Value> {
+    let mut value = serde_json::to_value(message).map_err(|e| ModelError::Input(format!("message {i}: {e}")))?;
+    if let Some(Value::Array(calls)) = value.get_mut("tool_calls") {
+        for (call, typed) in calls.iter_mut().zip(message.calls()) {
+            let arguments = parse_arguments_object(&typed.function.name, &typed.function.arguments)
+                .map_err(|e| ModelError::Input(format!("message {i}: {e}")))?;
+            call["function"]["arguments"] = Value::Object(arguments);
+        }
+    }
+    Ok(value)
 }
 
 /// transformers' preparation of one message: drop `null` fields, then alias the reasoning

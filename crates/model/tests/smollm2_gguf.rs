@@ -109,7 +109,7 @@ fn smollm2_metadata_gives_template_and_stop_tokens() {
     let tok = m.tokenizer().unwrap();
     let im_end = tok.token_to_id("<|im_end|>").unwrap();
     assert!(m.eos_ids.contains(&im_end), "{:?}", m.eos_ids);
-    let msgs = [frognano_model::chat::ChatMessage::user("Hi")];
+    let msgs = [frognano_protocol::Message::user("Hi")];
     let text = m.chat_template().unwrap().render(&msgs, None, true, None).unwrap();
     assert!(text.ends_with("<|im_start|>assistant\n"), "{text:?}");
 }

@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use frognano_agent::agent::{self, AgentConfig, Guards};
-use frognano_agent::engine_llm::EngineLlm;
-use frognano_agent::llm::Sampling;
 use frognano_agent::tools::ToolBox;
 use frognano_agent::workspace::diff_in_sandbox;
+use frognano_engine::EngineLlm;
 use frognano_model::chat::ChatTemplate;
 use frognano_model::tokenizer::Tokenizer;
 use frognano_model::CausalLm;
+use frognano_protocol::Sampling;
 use frognano_sandbox::{Isolation, Sandbox, SandboxSpec};
 use frognano_swe::executor::{create_workspace, run_instance, ErrorKind, ExecOptions, Outcome as ExecOutcome};
 use frognano_swe::instance::{repo_source, Prediction};

@@ -1,6 +1,6 @@
 //! Rollouts: one agent attempt on one task, recorded token by token.
 
-use frognano_agent::engine_llm::TurnRecord;
+use frognano_engine::TurnRecord;
 use serde::{Deserialize, Serialize};
 
 /// How an attempt counts for training and for the curriculum (rl-recipe.md §3).

@@ -8,11 +8,11 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use frognano_agent::agent::{self, AgentConfig, Guards};
-use frognano_agent::engine_llm::TurnRecord;
-use frognano_agent::llm::{ChatRequest, Llm, Message, Sampling};
 use frognano_agent::tools::ToolBox;
 use frognano_engine::sampler::log_softmax;
+use frognano_engine::TurnRecord;
 use frognano_model::CausalLm;
+use frognano_protocol::{ChatRequest, Llm, Message, Sampling};
 use frognano_rl::env::ChatParts;
 use frognano_rl::rollout::{build_sequence, Outcome, Rollout, Sequence};
 use frognano_sandbox::{Isolation, Sandbox, SandboxSpec};

@@ -1,7 +1,7 @@
 //! The rollout store (round trip, torn tail, damage) and the training sequence built from
 //! turn records (alignment, broken prefix, exit accounting).
 
-use frognano_agent::engine_llm::TurnRecord;
+use frognano_engine::TurnRecord;
 use frognano_rl::rollout::{build_sequence, outcome_of_exit, Outcome, Rollout, PREFIX_BROKEN};
 use frognano_rl::store::{read_all, read_all_with_warnings, RolloutStore, ARRAYS, INDEX};
 

@@ -4,7 +4,7 @@
 //! JSON object (else "malformed JSON"), then the object is read into the typed request with
 //! the path of a wrongly typed field in the message (`temperature: invalid type: string …`).
 
-use frognano_model::chat::ChatMessage;
+use frognano_protocol::Message;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -85,7 +85,7 @@ pub struct ChatCompletionRequest {
     #[serde(default)]
     pub model: Option<String>,
     /// The conversation.
-    pub messages: Vec<ChatMessage>,
+    pub messages: Vec<Message>,
     /// OpenAI tool definitions.
     #[serde(default)]
     pub tools: Option<Vec<Value>>,
@@ -494,7 +494,7 @@ pub struct TokenizeRequest {
     pub add_special_tokens: Option<bool>,
     /// A conversation to render with the chat template and tokenize.
     #[serde(default)]
-    pub messages: Option<Vec<ChatMessage>>,
+    pub messages: Option<Vec<Message>>,
     /// Tools for the template.
     #[serde(default)]
     pub tools: Option<Vec<Value>>,

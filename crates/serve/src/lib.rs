@@ -7,8 +7,10 @@
 //! `POST /tokenize`, `POST /detokenize`. Bad input gets OpenAI-shaped error JSON
 //! ([`error::ApiError`]). Generation runs on one scheduler thread that batches the decode
 //! steps of all running sequences, over prefix-routed
-//! engine sessions ([`pool`]); model replies are split into reasoning, content and tool calls
-//! by the codec shared with the agent (`frognano_agent::codec`, used in [`output`]).
+//! engine sessions ([`pool`]). Conversations arrive as `frognano_protocol::Message`s and are
+//! rendered with the model's chat template; model replies are split into reasoning, content
+//! and tool calls by the protocol's tool-call codec (`frognano_protocol::codec`, used in
+//! [`output`]), the same one the agent's in-process backend uses.
 //!
 //! ```no_run
 //! // In-process, on an ephemeral port (what the tests do):

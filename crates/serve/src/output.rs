@@ -1,12 +1,13 @@
 //! From generated token ids to what the client sees: streaming detokenization, stop strings,
 //! the reasoning / content / tool-call split of chat replies (through the shared
-//! [`frognano_agent::codec`]), and per-token log-probabilities.
+//! [`frognano_protocol::codec`]), and per-token log-probabilities.
 
-use frognano_agent::codec::{StreamEvent, StreamParser, ToolCall};
 use frognano_engine::TokenChoice;
 use std::sync::Arc;
 
 use frognano_model::tokenizer::{StreamDecoder, Tokenizer};
+use frognano_protocol::codec::{QwenXml, ReplyParser, StreamEvent, ToolCallFormat};
+use frognano_protocol::ToolCall;
 use serde_json::Value;
 
 /// How the generated text is turned into output.
@@ -129,7 +130,7 @@ pub struct ReplyAssembler {
     tokenizer: Arc<Tokenizer>,
     decoder: StreamDecoder<Arc<Tokenizer>>,
     stops: StopScanner,
-    parser: Option<StreamParser>,
+    parser: Option<Box<dyn ReplyParser>>,
     /// Raw text (after stop strings) given to the parser so far, for the fallback.
     raw: String,
     /// After malformed tool-call text, everything is passed through as content.
@@ -158,7 +159,7 @@ impl ReplyAssembler {
         let (parser, tool_passthrough) = match mode {
             OutputMode::Text => (None, false),
             OutputMode::Chat { thinking_prompted, tools, parse_tool_calls } => {
-                (Some(StreamParser::new(*thinking_prompted, tools.clone())), !parse_tool_calls)
+                (Some(QwenXml.stream_parser(*thinking_prompted, tools)), !parse_tool_calls)
             }
         };
         ReplyAssembler {
@@ -267,7 +268,7 @@ impl ReplyAssembler {
                 StreamEvent::Reasoning(r) => d.reasoning.push_str(&r),
                 StreamEvent::Content(c) => d.content.push_str(&c),
                 StreamEvent::ToolCall(call) if self.tool_passthrough => {
-                    d.content.push_str(&frognano_agent::codec::render_tool_calls(&[call]).unwrap_or_default())
+                    d.content.push_str(&QwenXml.render_tool_calls(&[call]).unwrap_or_default())
                 }
                 StreamEvent::ToolCall(call) => {
                     self.saw_tool_call = true;

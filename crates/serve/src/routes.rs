@@ -13,9 +13,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use frognano_engine::{GenerateRequest, SamplingParams};
-use frognano_model::chat::{ChatMessage, ChatTemplate};
+use frognano_model::chat::ChatTemplate;
 use frognano_model::config::GenerationConfig;
 use frognano_model::tokenizer::Tokenizer;
+use frognano_protocol::Message;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
@@ -272,7 +273,7 @@ struct ChatPlan {
 /// Renders a chat request to prompt ids (also used by `/tokenize`).
 fn render_chat(
     app: &AppState,
-    messages: &[ChatMessage],
+    messages: &[Message],
     tools: &[Value],
     add_generation_prompt: bool,
     kwargs: Option<&Map<String, Value>>,

@@ -362,6 +362,15 @@ fn bad_input_gets_openai_errors_and_the_server_keeps_serving() {
     // Still serving.
     let (st, ok) = post(&chat, &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}));
     assert_eq!(st, 200, "{ok}");
+    // Tool-call arguments some clients send as an object rather than a JSON string are accepted.
+    let (st, ok) = post(
+        &chat,
+        &json!({"max_tokens": 3, "messages": [{"role": "user", "content": "go"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function",
+            "function": {"name": "f", "arguments": {"x": 1}}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "done"}]}),
+    );
+    assert_eq!(st, 200, "{ok}");
 }
 
 /// A model that writes the same token forever, slowly (2 ms per token).

@@ -6,7 +6,7 @@
 
 use std::sync::Mutex;
 
-use frognano_agent::llm::{ChatRequest, Llm, Message, Sampling};
+use frognano_protocol::{ChatRequest, Llm, Message, Sampling};
 use serde_json::{json, Value};
 
 use crate::issue::{leak_problems, observe, IssueContext};
@@ -145,7 +145,7 @@ pub fn write_issue(
         let problems = match llm.complete(&request) {
             Err(e) => vec![format!("request failed: {e}")],
             Ok(c) => {
-                let text = clean_reply(c.message.text());
+                let text = clean_reply(&c.message.text());
                 let problems =
                     if text.is_empty() { vec!["empty reply".to_string()] } else { leak_problems(&text, ctx) };
                 if problems.is_empty() {
@@ -185,7 +185,7 @@ mod tests {
     use std::collections::VecDeque;
     use std::path::Path;
 
-    use frognano_agent::llm::{Completion, FinishReason, LlmError};
+    use frognano_protocol::{Completion, FinishReason, LlmError};
 
     use super::*;
     use crate::issue::template_issue;
@@ -202,11 +202,9 @@ mod tests {
             assert!(!request.sampling.enable_thinking && request.tools.is_empty());
             self.prompts.push(request.messages.to_vec());
             match self.replies.pop_front().expect("no scripted reply left") {
-                Ok(text) => Ok(Completion {
-                    message: Message::assistant(Some(text), None, vec![]),
-                    finish_reason: FinishReason::Stop,
-                    usage: None,
-                }),
+                Ok(text) => {
+                    Ok(Completion { message: Message::assistant(text), finish_reason: FinishReason::Stop, usage: None })
+                }
                 Err(e) => Err(LlmError::Other(e)),
             }
         }
@@ -299,8 +297,8 @@ mod tests {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<IssueModel>();
         fn assert_send<T: Send>() {}
-        assert_send::<frognano_agent::engine_llm::EngineLlm>();
-        assert_send::<frognano_agent::llm::HttpLlm>();
+        assert_send::<frognano_engine::EngineLlm>();
+        assert_send::<frognano_protocol::HttpLlm>();
         with_ctx(|ctx| {
             let m = IssueModel::new(Box::new(scripted(vec![Ok("Wrong sum from add\n\n`add(2, 3)` gives `-1`.")])), 3);
             let out = m.write(ctx, &template_issue(ctx));

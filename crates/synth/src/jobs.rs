@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use frognano_agent::engine_llm::EngineLlm;
-use frognano_agent::llm::{HttpLlm, Llm};
+use frognano_engine::EngineLlm;
+use frognano_protocol::{HttpLlm, Llm};
 
 use frognano_sandbox::Isolation;
 use frognano_swe::eval::SolverConfig;

@@ -5,10 +5,11 @@
 //! (language, test command, environment, sandboxed runs, two-run baseline), [`mutate`]
 //! (tree-sitter bug operators), [`pipeline`] (candidates, validation, orphan buggy commits,
 //! JSONL instances, combinations, resume), [`issue`] (issue text and leak check),
-//! [`issue_model`] (model-written issue text through the agent's `Llm` trait),
-//! [`harbor`] (Harbor task dirs), [`calibrate`] (pass-rate estimates and the frontier
-//! controller), [`task_meta`] (the `synth` record of each task), [`jobs`] (the issue model
-//! and `synth calibrate` as configs with `validate()`; the flags are in `crates/cli`).
+//! [`issue_model`] (model-written issue text through `frognano_protocol::Llm`: an HTTP
+//! endpoint or the in-process `frognano_engine::EngineLlm`), [`harbor`] (Harbor task dirs),
+//! [`calibrate`] (pass-rate estimates and the frontier controller), [`task_meta`] (the
+//! `synth` record of each task), [`jobs`] (the issue model and `synth calibrate` as configs
+//! with `validate()`; the flags are in `crates/cli`).
 
 pub mod calibrate;
 pub mod harbor;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use frognano_agent::engine_llm::EngineLlm;
+use frognano_engine::EngineLlm;
 use frognano_sandbox::Isolation;
 use frognano_synth::intake::Source;
 use frognano_synth::issue::{leak_problems, IssueContext};

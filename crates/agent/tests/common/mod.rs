@@ -3,8 +3,8 @@
 //! `LlmError::Malformed`. Every request's messages are kept for inspection.
 #![allow(dead_code)]
 
-use frognano_agent::codec;
-use frognano_agent::llm::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Usage};
+use frognano_protocol::codec::{QwenXml, ToolCallFormat};
+use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Usage};
 
 /// One scripted reply.
 #[derive(Clone)]
@@ -39,15 +39,16 @@ impl Llm for ScriptedLlm {
         };
         let parsed = if finish_reason == FinishReason::Length {
             // A cut reply: whatever parses; an open call is simply dropped.
-            codec::parse_reply(text, true, request.tools).unwrap_or_default()
+            QwenXml.parse_reply(text, true, request.tools).unwrap_or_default()
         } else {
-            codec::parse_reply(text, true, request.tools)
+            QwenXml
+                .parse_reply(text, true, request.tools)
                 .map_err(|error| LlmError::Malformed { text: text.to_string(), error })?
         };
         let usage = (finish_reason == FinishReason::Length)
             .then_some(Usage { prompt_tokens: 100, completion_tokens: u64::from(request.sampling.max_tokens) });
         Ok(Completion {
-            message: Message::assistant(
+            message: Message::assistant_reply(
                 Some(parsed.content).filter(|c| !c.is_empty()),
                 parsed.reasoning,
                 parsed.tool_calls,

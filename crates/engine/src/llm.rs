@@ -1,6 +1,8 @@
-//! The in-process backend: the model runs inside this process through `frognano-engine`.
-//! One [`Session`] lives across the whole run, so each agent step only prefills what was
-//! added since the last one (the tool results), not the whole conversation.
+//! The in-process [`Llm`]: the model runs inside this process through a [`Session`]. One
+//! session lives across the whole conversation, so each agent step only prefills what was
+//! added since the last one (the tool results), not the whole conversation. The messages are
+//! rendered with the model's chat template, and the reply text is split into reasoning,
+//! content and tool calls by the protocol's Qwen XML codec ([`QwenXml`]).
 //!
 //! **Recording** (opt-in, [`EngineLlm::recording`]): for RL rollouts every assistant turn is
 //! kept as a [`TurnRecord`] — the prompt token ids, the sampled ids (the closing end-of-turn
@@ -23,14 +25,15 @@
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use frognano_engine::{FinishReason as EngineFinish, GenerateRequest, SamplingParams, Session};
-use frognano_model::chat::{ChatMessage, ChatTemplate};
+use frognano_model::chat::ChatTemplate;
 use frognano_model::tokenizer::Tokenizer;
 use frognano_model::CausalLm;
+use frognano_protocol::codec::{QwenXml, ToolCallFormat};
+use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Usage};
 use serde_json::Value;
 
-use crate::codec;
-use crate::llm::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Usage};
+use crate::sampler::SamplingParams;
+use crate::session::{FinishReason as EngineFinish, GenerateRequest, Session};
 
 /// One assistant turn as the engine ran it (recording mode).
 #[derive(Debug, Clone, PartialEq)]
@@ -158,16 +161,11 @@ impl EngineLlm {
         enable_thinking: bool,
         add_generation_prompt: bool,
     ) -> Result<String, LlmError> {
-        let messages = messages
-            .iter()
-            .map(to_chat_message)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| LlmError::Other(format!("message not representable for the chat template: {e}")))?;
         let mut kwargs = serde_json::Map::new();
         kwargs.insert("enable_thinking".into(), Value::Bool(enable_thinking));
         let tools = (!tools.is_empty()).then_some(tools);
         self.template
-            .render(&messages, tools, add_generation_prompt, Some(&kwargs))
+            .render(messages, tools, add_generation_prompt, Some(&kwargs))
             .map_err(|e| LlmError::Other(format!("chat template: {e}")))
     }
 
@@ -222,11 +220,6 @@ impl EngineLlm {
         let glue = if last.stopped { &body[at + len..] } else { &body[at..] };
         Ok(Some(format!("{glue}{}", &text[through.len()..])))
     }
-}
-
-/// Our message → the template's typed message (arguments parsed into objects).
-fn to_chat_message(m: &Message) -> Result<ChatMessage, serde_json::Error> {
-    serde_json::from_value(serde_json::to_value(m)?)
 }
 
 impl Llm for EngineLlm {
@@ -284,18 +277,15 @@ impl Llm for EngineLlm {
         let thinking_prompted = prompt_text.trim_end_matches('\n').ends_with("<think>");
         if matches!(g.finish, EngineFinish::Length | EngineFinish::ContextFull) {
             // A cut reply is not parsed: the loop tells the model and asks for less.
-            return Ok(Completion {
-                message: Message::assistant(Some(raw), None, Vec::new()),
-                finish_reason: FinishReason::Length,
-                usage,
-            });
+            return Ok(Completion { message: Message::assistant(raw), finish_reason: FinishReason::Length, usage });
         }
-        let parsed = codec::parse_reply(&raw, thinking_prompted, request.tools)
+        let parsed = QwenXml
+            .parse_reply(&raw, thinking_prompted, request.tools)
             .map_err(|error| LlmError::Malformed { text: raw.clone(), error })?;
         let finish_reason = if parsed.tool_calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls };
         let content = Some(parsed.content).filter(|c| !c.is_empty());
         Ok(Completion {
-            message: Message::assistant(content, parsed.reasoning, parsed.tool_calls),
+            message: Message::assistant_reply(content, parsed.reasoning, parsed.tool_calls),
             finish_reason,
             usage,
         })

@@ -1,75 +1,17 @@
-//! The model side of the loop: chat messages, the [`Llm`] trait and the OpenAI-compatible
-//! HTTP backend ([`HttpLlm`]).
+//! The model side of a conversation: the [`Llm`] trait, what is asked of it
+//! ([`ChatRequest`], [`Sampling`]) and what comes back ([`Completion`], [`LlmError`]), and
+//! the OpenAI-compatible HTTP backend ([`HttpLlm`]).
 //!
-//! An in-process backend (the `frognano-engine` crate, reusing its session so each turn only
-//! prefills the new tokens) implements the same trait: it renders the messages with the chat
-//! template, generates, and turns the raw text into a [`Completion`] with
-//! [`crate::codec::parse_reply`].
+//! The in-process backend (`frognano_engine::EngineLlm`, reusing its session so each turn
+//! only prefills the new tokens) implements the same trait: it renders the messages with the
+//! chat template, generates, and turns the raw text into a [`Completion`] with a
+//! [`ToolCallFormat`].
 
-use crate::codec::{self, ToolCall};
+use crate::codec::{CodecError, QwenXml, ToolCallFormat};
+use crate::message::{Message, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::time::Duration;
-
-/// One chat message in OpenAI form (as stored in `leaf-function-calling` trajectories).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Message {
-    /// `system`, `user`, `assistant` or `tool`.
-    pub role: String,
-    /// Text; `null` for an assistant turn that only calls tools.
-    pub content: Option<String>,
-    /// Assistant reasoning (thinking) text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reasoning_content: Option<String>,
-    /// Assistant tool calls.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_calls: Option<Vec<ToolCall>>,
-    /// For `tool` messages: the call this answers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_call_id: Option<String>,
-}
-
-impl Message {
-    /// A system message.
-    pub fn system(text: impl Into<String>) -> Self {
-        Self::plain("system", text)
-    }
-    /// A user message.
-    pub fn user(text: impl Into<String>) -> Self {
-        Self::plain("user", text)
-    }
-    /// A tool result.
-    pub fn tool(call_id: impl Into<String>, text: impl Into<String>) -> Self {
-        Message { tool_call_id: Some(call_id.into()), ..Self::plain("tool", text) }
-    }
-    /// An assistant message.
-    pub fn assistant(content: Option<String>, reasoning: Option<String>, tool_calls: Vec<ToolCall>) -> Self {
-        Message {
-            role: "assistant".into(),
-            content,
-            reasoning_content: reasoning.filter(|r| !r.is_empty()),
-            tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
-            tool_call_id: None,
-        }
-    }
-    fn plain(role: &str, text: impl Into<String>) -> Self {
-        Message {
-            role: role.into(),
-            content: Some(text.into()),
-            reasoning_content: None,
-            tool_calls: None,
-            tool_call_id: None,
-        }
-    }
-    /// The tool calls (empty if none).
-    pub fn calls(&self) -> &[ToolCall] {
-        self.tool_calls.as_deref().unwrap_or(&[])
-    }
-    /// The content, or "" if null.
-    pub fn text(&self) -> &str {
-        self.content.as_deref().unwrap_or("")
-    }
-}
 
 /// Sampling and length settings sent with every request. Defaults are the model card's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -175,7 +117,7 @@ pub enum LlmError {
         /// The raw reply text.
         text: String,
         /// What was wrong with it.
-        error: codec::CodecError,
+        error: CodecError,
     },
     /// The endpoint could not be reached.
     #[error("cannot reach the model endpoint {url}: {reason}")]
@@ -193,6 +135,9 @@ pub enum LlmError {
         /// Response body (shortened).
         body: String,
     },
+    /// The endpoint given is not a plain `http://` URL.
+    #[error("{0}")]
+    InvalidEndpoint(String),
     /// Anything else (bad response shape, replay exhausted, engine error).
     #[error("{0}")]
     Other(String),
@@ -219,16 +164,17 @@ pub struct HttpLlm {
 impl HttpLlm {
     /// `endpoint`: base URL (`http://host:port`, `.../v1`, or the full
     /// `.../v1/chat/completions`); `model`: the model name the server knows.
-    pub fn new(endpoint: &str, model: &str, timeout: Duration) -> anyhow::Result<Self> {
+    /// An endpoint that is not `http://` is [`LlmError::InvalidEndpoint`].
+    pub fn new(endpoint: &str, model: &str, timeout: Duration) -> Result<Self, LlmError> {
         let base = endpoint.trim_end_matches('/');
         if base.starts_with("https://") {
-            anyhow::bail!(
+            return Err(LlmError::InvalidEndpoint(format!(
                 "endpoint {endpoint}: https is not supported by this build; use a local http \
                  endpoint (e.g. http://127.0.0.1:8080)"
-            );
+            )));
         }
         if !base.starts_with("http://") {
-            anyhow::bail!("endpoint {endpoint:?} is not an http:// URL");
+            return Err(LlmError::InvalidEndpoint(format!("endpoint {endpoint:?} is not an http:// URL")));
         }
         let url = if base.ends_with("/chat/completions") {
             base.to_string()
@@ -309,7 +255,7 @@ impl Llm for HttpLlm {
 }
 
 /// Reads an OpenAI chat-completion response. Tool calls a server left unparsed in the
-/// content (Qwen XML) are parsed with the codec; if that fails, the reply is
+/// content (Qwen XML) are parsed with [`QwenXml`]; if that fails, the reply is
 /// [`LlmError::Malformed`].
 pub fn completion_from_openai(value: &Value, tools: &[Value]) -> Result<Completion, LlmError> {
     let choice = value
@@ -345,8 +291,9 @@ pub fn completion_from_openai(value: &Value, tools: &[Value]) -> Result<Completi
         && (raw.contains("<tool_call>") || raw.contains("<function="))
         && finish_reason != FinishReason::Length
     {
-        let parsed =
-            codec::parse_reply(&raw, false, tools).map_err(|error| LlmError::Malformed { text: raw.clone(), error })?;
+        let parsed = QwenXml
+            .parse_reply(&raw, false, tools)
+            .map_err(|error| LlmError::Malformed { text: raw.clone(), error })?;
         calls = parsed.tool_calls;
         content = Some(parsed.content).filter(|c| !c.is_empty());
         if reasoning.is_none() {
@@ -359,13 +306,13 @@ pub fn completion_from_openai(value: &Value, tools: &[Value]) -> Result<Completi
             completion_tokens: u.get("completion_tokens")?.as_u64()?,
         })
     });
-    Ok(Completion { message: Message::assistant(content, reasoning, calls), finish_reason, usage })
+    Ok(Completion { message: Message::assistant_reply(content, reasoning, calls), finish_reason, usage })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::tool_schemas;
+    use crate::codec::test_tools::tool_schemas;
 
     #[test]
     fn reads_openai_tool_calls() {
@@ -386,6 +333,7 @@ mod tests {
         let c = completion_from_openai(&v, &tool_schemas()).unwrap();
         assert_eq!(c.message.calls()[0].function.arguments, r#"{"command":"ls"}"#);
         assert_eq!(c.message.content, None);
+        assert_eq!(c.finish_reason, FinishReason::Stop);
         let bad =
             json!({"choices": [{"message": {"content": "<tool_call>\n<function=Bash>\n"}, "finish_reason": "stop"}]});
         assert!(matches!(completion_from_openai(&bad, &tool_schemas()), Err(LlmError::Malformed { .. })));
@@ -398,7 +346,9 @@ mod tests {
         let err = llm.complete(&ChatRequest { messages: &[], tools: &[], sampling: &sampling }).unwrap_err();
         assert!(matches!(err, LlmError::Unreachable { .. }), "{err}");
         assert!(err.to_string().starts_with("cannot reach the model endpoint http://127.0.0.1:9/v1/chat/completions"));
-        assert!(HttpLlm::new("ftp://x", "m", Duration::from_secs(1)).is_err());
+        let err = HttpLlm::new("ftp://x", "m", Duration::from_secs(1)).unwrap_err();
+        assert_eq!(err.to_string(), "endpoint \"ftp://x\" is not an http:// URL");
+        assert!(HttpLlm::new("https://x", "m", Duration::from_secs(1)).unwrap_err().to_string().contains("https"));
     }
 
     #[test]

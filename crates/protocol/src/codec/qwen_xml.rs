@@ -1,5 +1,4 @@
-//! Tool-call codec: Qwen XML tool-call text (what the model writes) ⇄ OpenAI `tool_calls`
-//! (what clients speak). Shared by the agent and `frognano-serve`.
+//! The Qwen XML tool-call format, what FrogNano's (and Qwen3.5's) models write.
 //!
 //! The model, after a thinking prompt (`<|im_start|>assistant\n<think>\n`), writes
 //!
@@ -18,141 +17,35 @@
 //! </tool_call>
 //! ```
 //!
-//! with zero or more calls separated by `\n`. [`parse_reply`] splits such text into reasoning,
+//! with zero or more calls separated by `\n`. Parsing splits such text into reasoning,
 //! content and [`ToolCall`]s whose `arguments` is a JSON object string, each value typed by
 //! the tool's JSON schema (strings stay raw; integer/number/boolean/object/array are parsed,
 //! Python's `True`/`False` accepted; a value that does not parse as its declared type, or a
-//! parameter the schema does not know, is kept as a string). [`render_tool_calls`] and
-//! [`render_assistant_content`] go the other way, exactly as the Qwen3.5 chat template
-//! renders them. [`StreamParser`] does the same parse incrementally, for streaming; the batch
-//! parser is built on it, so both always agree.
-//!
-//! Malformed text is a [`CodecError`], never a panic.
+//! parameter the schema does not know, is kept as a string). Rendering goes the other way,
+//! exactly as the Qwen3.5 chat template renders calls. [`StreamParser`] does the parse
+//! incrementally, for streaming; the whole-reply parse is built on it, so both always agree.
 
 use serde_json::{Map, Value};
 
-/// One OpenAI-format tool call (`{"id", "type": "function", "function": {"name", "arguments"}}`).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ToolCall {
-    /// Call id; tool results refer to it.
-    pub id: String,
-    /// Always `"function"`.
-    #[serde(rename = "type", default = "function_kind")]
-    pub kind: String,
-    /// Name and JSON-string arguments.
-    pub function: FunctionCall,
-}
+use super::{parse_arguments_object, python_json, shorten, CodecError, ReplyParser, StreamEvent, ToolCallFormat};
+use crate::message::ToolCall;
 
-fn function_kind() -> String {
-    "function".to_string()
-}
+/// The Qwen XML format (`<tool_call><function=NAME><parameter=K>V</parameter>…`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QwenXml;
 
-/// The function part of a [`ToolCall`].
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct FunctionCall {
-    /// Tool name.
-    pub name: String,
-    /// Arguments as a JSON object serialised to a string (OpenAI convention).
-    pub arguments: String,
-}
-
-impl ToolCall {
-    /// A call with a fresh random id.
-    pub fn new(name: impl Into<String>, arguments: impl Into<String>) -> Self {
-        ToolCall {
-            id: new_call_id(),
-            kind: function_kind(),
-            function: FunctionCall { name: name.into(), arguments: arguments.into() },
-        }
+impl ToolCallFormat for QwenXml {
+    fn name(&self) -> &'static str {
+        "qwen_xml"
     }
-}
 
-/// A fresh OpenAI-style call id (`call_` + 24 hex digits).
-pub fn new_call_id() -> String {
-    format!("call_{:024x}", rand::random::<u128>() >> 32)
-}
-
-/// Malformed tool-call text or arguments.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CodecError {
-    /// `<tool_call>` opened but never closed (often: the reply was cut).
-    #[error("unterminated <tool_call> (no </tool_call> or </function>)")]
-    UnterminatedToolCall,
-    /// A `<tool_call>` block without a `<function=NAME>` line.
-    #[error("<tool_call> without <function=NAME>: {0:?}")]
-    MissingFunction(String),
-    /// `<function=` with an empty name or one containing spaces/newlines.
-    #[error("bad function name {0:?}")]
-    BadFunctionName(String),
-    /// `<function=NAME>` not closed by `</function>`.
-    #[error("<function={0}> is not closed by </function>")]
-    UnterminatedFunction(String),
-    /// A `<parameter=` tag that is not closed by `>` or has an empty name.
-    #[error("malformed <parameter=...> tag in function {0}")]
-    BadParameter(String),
-    /// Text inside `<function>` that is not a parameter.
-    #[error("unexpected text inside <function={function}>: {text:?}")]
-    StrayText {
-        /// The function the text was found in.
-        function: String,
-        /// The text itself (shortened).
-        text: String,
-    },
-    /// OpenAI `arguments` that are not a JSON object.
-    #[error("arguments of {name} are not a JSON object: {arguments:?}")]
-    ArgumentsNotObject {
-        /// Tool name.
-        name: String,
-        /// The offending arguments string.
-        arguments: String,
-    },
-}
-
-/// A model reply split into its parts.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ParsedReply {
-    /// The thinking text (between the prompt's `<think>` and `</think>`), trimmed; `None` if
-    /// there was none.
-    pub reasoning: Option<String>,
-    /// Visible text outside the tool calls, trimmed.
-    pub content: String,
-    /// The tool calls, in order.
-    pub tool_calls: Vec<ToolCall>,
-}
-
-/// Parses one complete model reply. `thinking_prompted`: the prompt ended inside an open
-/// `<think>` block, so the reply starts with reasoning. `tools`: the OpenAI tool list, used
-/// to type argument values by schema.
-pub fn parse_reply(text: &str, thinking_prompted: bool, tools: &[Value]) -> Result<ParsedReply, CodecError> {
-    let mut parser = StreamParser::new(thinking_prompted, tools.to_vec());
-    let mut events = parser.push(text)?;
-    events.extend(parser.finish()?);
-    let mut reasoning: Option<String> = None;
-    let mut content = String::new();
-    let mut tool_calls = Vec::new();
-    for event in events {
-        match event {
-            StreamEvent::Reasoning(r) => reasoning.get_or_insert_with(String::new).push_str(&r),
-            StreamEvent::Content(c) => content.push_str(&c),
-            StreamEvent::ToolCall(call) => tool_calls.push(call),
-        }
+    fn stream_parser(&self, thinking_prompted: bool, tools: &[Value]) -> Box<dyn ReplyParser> {
+        Box::new(StreamParser::new(thinking_prompted, tools.to_vec()))
     }
-    Ok(ParsedReply {
-        reasoning: reasoning.map(|r| r.trim().to_string()),
-        content: content.trim().to_string(),
-        tool_calls,
-    })
-}
 
-/// A piece of a reply, as produced by [`StreamParser`].
-#[derive(Debug, Clone, PartialEq)]
-pub enum StreamEvent {
-    /// More reasoning text.
-    Reasoning(String),
-    /// More visible text.
-    Content(String),
-    /// A complete tool call.
-    ToolCall(ToolCall),
+    fn render_tool_calls(&self, calls: &[ToolCall]) -> Result<String, CodecError> {
+        render_tool_calls(calls)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -167,9 +60,9 @@ const THINK_CLOSE: &str = "</think>";
 const CALL_OPEN: &str = "<tool_call>";
 const CALL_CLOSE: &str = "</tool_call>";
 
-/// Incremental parser: feed text deltas with [`StreamParser::push`], get reasoning/content
-/// deltas as soon as they cannot be the start of a tag, and each tool call once its
-/// `</tool_call>` arrives; [`StreamParser::finish`] flushes the rest.
+/// The Qwen XML [`ReplyParser`]: feed text deltas with [`ReplyParser::push`], get
+/// reasoning/content deltas as soon as they cannot be the start of a tag, and each tool call
+/// once its `</tool_call>` arrives; [`ReplyParser::finish`] flushes the rest.
 #[derive(Debug, Clone)]
 pub struct StreamParser {
     state: State,
@@ -182,7 +75,7 @@ pub struct StreamParser {
 }
 
 impl StreamParser {
-    /// A parser for one reply; see [`parse_reply`] for the arguments.
+    /// A parser for one reply; see [`ToolCallFormat::stream_parser`] for the arguments.
     pub fn new(thinking_prompted: bool, tools: Vec<Value>) -> Self {
         StreamParser {
             state: if thinking_prompted { State::Reasoning } else { State::Content },
@@ -191,21 +84,6 @@ impl StreamParser {
             at_start: true,
             skip_newlines: false,
         }
-    }
-
-    /// Feeds a delta; returns the events it completes.
-    pub fn push(&mut self, delta: &str) -> Result<Vec<StreamEvent>, CodecError> {
-        self.buf.push_str(delta);
-        let mut events = Vec::new();
-        self.drain(&mut events, false)?;
-        Ok(events)
-    }
-
-    /// Ends the reply; returns the remaining events, or an error if a tool call is left open.
-    pub fn finish(&mut self) -> Result<Vec<StreamEvent>, CodecError> {
-        let mut events = Vec::new();
-        self.drain(&mut events, true)?;
-        Ok(events)
     }
 
     fn drain(&mut self, events: &mut Vec<StreamEvent>, end: bool) -> Result<(), CodecError> {
@@ -299,6 +177,21 @@ impl StreamParser {
     }
 }
 
+impl ReplyParser for StreamParser {
+    fn push(&mut self, delta: &str) -> Result<Vec<StreamEvent>, CodecError> {
+        self.buf.push_str(delta);
+        let mut events = Vec::new();
+        self.drain(&mut events, false)?;
+        Ok(events)
+    }
+
+    fn finish(&mut self) -> Result<Vec<StreamEvent>, CodecError> {
+        let mut events = Vec::new();
+        self.drain(&mut events, true)?;
+        Ok(events)
+    }
+}
+
 fn emit(events: &mut Vec<StreamEvent>, make: fn(String) -> StreamEvent, text: &str) {
     if !text.is_empty() {
         events.push(make(text.to_string()));
@@ -374,14 +267,6 @@ fn parse_call_body(body: &str, tools: &[Value]) -> Result<ToolCall, CodecError> 
     Ok(ToolCall::new(name, Value::Object(args).to_string()))
 }
 
-fn shorten(s: &str) -> String {
-    let s = s.trim();
-    match s.char_indices().nth(80) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_string(),
-    }
-}
-
 fn tool_properties<'a>(tools: &'a [Value], name: &str) -> Option<&'a Map<String, Value>> {
     tools.iter().find_map(|t| {
         let f = t.get("function").unwrap_or(t);
@@ -430,7 +315,7 @@ fn typed_value(raw: &str, declared: Option<&str>) -> Value {
 /// Renders tool calls as the chat template does: each as `<tool_call>\n<function=NAME>\n`,
 /// one `<parameter=K>\nV\n</parameter>\n` per argument, `</function>\n</tool_call>`,
 /// joined by `\n`. Arguments must be a JSON object string.
-pub fn render_tool_calls(calls: &[ToolCall]) -> Result<String, CodecError> {
+fn render_tool_calls(calls: &[ToolCall]) -> Result<String, CodecError> {
     let mut out = String::new();
     for (i, call) in calls.iter().enumerate() {
         let args = parse_arguments_object(&call.function.name, &call.function.arguments)?;
@@ -452,29 +337,6 @@ pub fn render_tool_calls(calls: &[ToolCall]) -> Result<String, CodecError> {
     Ok(out)
 }
 
-/// Renders an assistant turn's visible part: content, then (after `\n\n` if content is
-/// non-empty) its tool calls.
-pub fn render_assistant_content(content: &str, calls: &[ToolCall]) -> Result<String, CodecError> {
-    let content = content.trim();
-    let calls_text = render_tool_calls(calls)?;
-    Ok(match (content.is_empty(), calls.is_empty()) {
-        (_, true) => content.to_string(),
-        (true, false) => calls_text,
-        (false, false) => format!("{content}\n\n{calls_text}"),
-    })
-}
-
-/// Parses an OpenAI `arguments` string into an object; anything else is an error.
-pub fn parse_arguments_object(name: &str, arguments: &str) -> Result<Map<String, Value>, CodecError> {
-    if arguments.trim().is_empty() {
-        return Ok(Map::new());
-    }
-    match serde_json::from_str::<Value>(arguments) {
-        Ok(Value::Object(m)) => Ok(m),
-        _ => Err(CodecError::ArgumentsNotObject { name: name.to_string(), arguments: shorten(arguments) }),
-    }
-}
-
 /// A value as the jinja template prints it: strings raw, containers as Python `json.dumps`,
 /// scalars as Python `str` (`True`, `False`, `None`).
 fn template_value(v: &Value) -> String {
@@ -488,26 +350,10 @@ fn template_value(v: &Value) -> String {
     }
 }
 
-/// JSON with Python's default separators (`", "` and `": "`), non-ASCII kept.
-pub fn python_json(v: &Value) -> String {
-    match v {
-        Value::Object(m) => {
-            let items: Vec<String> =
-                m.iter().map(|(k, v)| format!("{}: {}", Value::String(k.clone()), python_json(v))).collect();
-            format!("{{{}}}", items.join(", "))
-        }
-        Value::Array(a) => {
-            let items: Vec<String> = a.iter().map(python_json).collect();
-            format!("[{}]", items.join(", "))
-        }
-        other => other.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::tool_schemas;
+    use crate::codec::test_tools::tool_schemas;
     use serde_json::json;
 
     fn args(call: &ToolCall) -> Value {
@@ -518,7 +364,7 @@ mod tests {
 
     #[test]
     fn parses_reasoning_content_and_typed_parallel_calls() {
-        let p = parse_reply(REPLY, true, &tool_schemas()).unwrap();
+        let p = QwenXml.parse_reply(REPLY, true, &tool_schemas()).unwrap();
         assert_eq!(p.reasoning.as_deref(), Some("I should look at the file."));
         assert_eq!(p.content, "Let me check.");
         assert_eq!(p.tool_calls.len(), 2);
@@ -531,15 +377,15 @@ mod tests {
 
     #[test]
     fn renders_back_to_the_template_text() {
-        let p = parse_reply(REPLY, true, &tool_schemas()).unwrap();
-        let text = render_assistant_content(&p.content, &p.tool_calls).unwrap();
+        let p = QwenXml.parse_reply(REPLY, true, &tool_schemas()).unwrap();
+        let text = QwenXml.render_assistant_content(&p.content, &p.tool_calls).unwrap();
         assert_eq!(text, REPLY.split_once("</think>\n\n").unwrap().1);
     }
 
     #[test]
     fn booleans_objects_and_unknown_parameters() {
         let text = "<tool_call>\n<function=Edit>\n<parameter=file_path>\na.py\n</parameter>\n<parameter=old_string>\n  x = 1\n\n</parameter>\n<parameter=new_string>\n</parameter>\n<parameter=replace_all>\nTrue\n</parameter>\n<parameter=extra>\n[1, 2]\n</parameter>\n</function>\n</tool_call>";
-        let p = parse_reply(text, false, &tool_schemas()).unwrap();
+        let p = QwenXml.parse_reply(text, false, &tool_schemas()).unwrap();
         assert_eq!(p.reasoning, None);
         assert_eq!(p.content, "");
         assert_eq!(
@@ -547,30 +393,33 @@ mod tests {
             json!({"file_path": "a.py", "old_string": "  x = 1\n", "new_string": "", "replace_all": true, "extra": "[1, 2]"})
         );
         // Rendering prints Python's True, like the template.
-        assert!(render_tool_calls(&p.tool_calls).unwrap().contains("<parameter=replace_all>\nTrue\n</parameter>"));
+        assert!(QwenXml
+            .render_tool_calls(&p.tool_calls)
+            .unwrap()
+            .contains("<parameter=replace_all>\nTrue\n</parameter>"));
     }
 
     #[test]
     fn a_value_that_does_not_fit_its_type_stays_a_string() {
         let text = "<tool_call>\n<function=Read>\n<parameter=file_path>\na\n</parameter>\n<parameter=limit>\nten\n</parameter>\n</function>\n</tool_call>";
-        let p = parse_reply(text, false, &tool_schemas()).unwrap();
+        let p = QwenXml.parse_reply(text, false, &tool_schemas()).unwrap();
         assert_eq!(args(&p.tool_calls[0]), json!({"file_path": "a", "limit": "ten"}));
     }
 
     #[test]
     fn no_tool_call_is_a_plain_answer() {
-        let p = parse_reply("Done.\n</think>\n\nThe bug is fixed.", true, &[]).unwrap();
+        let p = QwenXml.parse_reply("Done.\n</think>\n\nThe bug is fixed.", true, &[]).unwrap();
         assert_eq!(p.reasoning.as_deref(), Some("Done."));
         assert_eq!(p.content, "The bug is fixed.");
         assert!(p.tool_calls.is_empty());
-        let p = parse_reply("<think>\nhm\n</think>\n\nok", false, &[]).unwrap();
+        let p = QwenXml.parse_reply("<think>\nhm\n</think>\n\nok", false, &[]).unwrap();
         assert_eq!((p.reasoning.as_deref(), p.content.as_str()), (Some("hm"), "ok"));
     }
 
     #[test]
     fn missing_close_tool_call_at_the_end_is_accepted() {
         let text = "<tool_call>\n<function=Glob>\n<parameter=pattern>\n**/*.rs\n</parameter>\n</function>\n";
-        let p = parse_reply(text, false, &tool_schemas()).unwrap();
+        let p = QwenXml.parse_reply(text, false, &tool_schemas()).unwrap();
         assert_eq!(args(&p.tool_calls[0]), json!({"pattern": "**/*.rs"}));
     }
 
@@ -597,7 +446,7 @@ mod tests {
             ),
         ];
         for (text, want) in cases {
-            assert_eq!(parse_reply(text, false, &tool_schemas()).unwrap_err(), want, "{text}");
+            assert_eq!(QwenXml.parse_reply(text, false, &tool_schemas()).unwrap_err(), want, "{text}");
         }
     }
 
@@ -605,7 +454,7 @@ mod tests {
     fn non_object_arguments_cannot_be_rendered() {
         let call = ToolCall::new("Bash", "[1]");
         assert_eq!(
-            render_tool_calls(&[call]).unwrap_err().to_string(),
+            QwenXml.render_tool_calls(&[call]).unwrap_err().to_string(),
             "arguments of Bash are not a JSON object: \"[1]\""
         );
     }
@@ -673,7 +522,7 @@ mod tests {
             let n = rng.random_range(0..24);
             let text: String = (0..n).map(|_| pieces[rng.random_range(0..pieces.len())]).collect();
             let thinking = rng.random_bool(0.5);
-            let batch = parse_reply(&text, thinking, &tool_schemas());
+            let batch = QwenXml.parse_reply(&text, thinking, &tool_schemas());
             let mut parser = StreamParser::new(thinking, tool_schemas());
             let mut streamed = Ok(());
             for ch in text.chars() {
@@ -687,10 +536,5 @@ mod tests {
             }
             assert_eq!(batch.is_ok(), streamed.is_ok(), "{text:?}");
         }
-    }
-
-    #[test]
-    fn python_json_uses_python_separators() {
-        assert_eq!(python_json(&json!({"a": [1, "é"], "b": {"c": null}})), r#"{"a": [1, "é"], "b": {"c": null}}"#);
     }
 }
