@@ -17,6 +17,7 @@
 pub mod cache;
 pub mod chat;
 pub mod config;
+mod decoder;
 pub mod dtype;
 pub mod error;
 pub mod gguf;

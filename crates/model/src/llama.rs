@@ -18,6 +18,7 @@
 use rayon::prelude::*;
 
 use crate::cache::{Cache, LayerCache};
+use crate::decoder::{self, LayerStack};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
 use crate::gguf_weights::{GgufArch, GgufWeights};
@@ -576,32 +577,24 @@ impl CausalLm for Llama {
     }
 
     fn forward(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Vec<f32>> {
-        crate::kernels::on_pool(|| self.forward_here(ids, cache, all_logits))
+        crate::kernels::on_pool(|| decoder::forward(self, ids, cache, all_logits))
     }
 
     fn forward_batch(&self, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
-        crate::kernels::on_pool(|| self.forward_batch_here(batch))
+        crate::kernels::on_pool(|| decoder::forward_batch(self, batch))
     }
 }
 
-impl Llama {
-    /// Fails unless every cache has this model's layer layout.
-    fn check_caches<'c>(&self, caches: impl IntoIterator<Item = &'c Cache>) -> Result<()> {
-        for cache in caches {
-            if cache.layers.len() != self.layers.len()
-                || !cache.layers.iter().all(|l| matches!(l, LayerCache::Attention { .. }))
-            {
-                return Err(ModelError::Input("cache belongs to a different model".into()));
-            }
-        }
-        Ok(())
+impl LayerStack for Llama {
+    fn hidden_size(&self) -> usize {
+        self.cfg.hidden_size
     }
 
-    /// The decoder stack over `ids`, split into per-sequence segments: `segs[i] = (rows,
-    /// cache)` takes the next `rows` ids at that cache's positions. Norms, projections and
-    /// the MLP run over the rows of all segments together (each weight read once); only
-    /// attention runs per segment. Returns the last hidden states `[ids.len(), d]` and
-    /// advances every cache. Ids and cache layouts must have been checked.
+    fn fits(&self, cache: &Cache) -> bool {
+        cache.layers.len() == self.layers.len()
+            && cache.layers.iter().all(|l| matches!(l, LayerCache::Attention { .. }))
+    }
+
     fn decode_layers(&self, ids: &[u32], segs: &mut [(usize, &mut Cache)]) -> Vec<f32> {
         let c = &self.cfg;
         let (d, t) = (c.hidden_size, ids.len());
@@ -645,43 +638,9 @@ impl Llama {
         h
     }
 
-    /// Final norm and output head over `n` hidden rows.
     fn logits(&self, rows: &[f32], n: usize) -> Vec<f32> {
         let x = rms_norm(rows, &self.norm, self.cfg.rms_norm_eps);
         let head = self.output.as_ref().unwrap_or(&self.embed);
         head.matmul(&x, n)
-    }
-
-    /// [`CausalLm::forward`], on the calling thread.
-    fn forward_here(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Vec<f32>> {
-        let c = &self.cfg;
-        let (d, t) = (c.hidden_size, ids.len());
-        if t == 0 {
-            return Err(ModelError::Input("no input tokens".into()));
-        }
-        if let Some(bad) = ids.iter().find(|&&id| id as usize >= c.vocab_size) {
-            return Err(ModelError::Input(format!(
-                "token id {bad} is out of vocabulary (vocab_size {})",
-                c.vocab_size
-            )));
-        }
-        self.check_caches([&*cache])?;
-        let h = self.decode_layers(ids, &mut [(t, cache)]);
-        let rows = if all_logits { &h[..] } else { &h[(t - 1) * d..] };
-        Ok(self.logits(rows, rows.len() / d))
-    }
-
-    /// [`CausalLm::forward_batch`], on the calling thread.
-    fn forward_batch_here(&self, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
-        if batch.is_empty() {
-            return Ok(Vec::new());
-        }
-        crate::check_batch_ids(batch, self.cfg.vocab_size)?;
-        self.check_caches(batch.iter().map(|(_, c)| &**c))?;
-        let ids: Vec<u32> = batch.iter().map(|(id, _)| *id).collect();
-        let mut segs: Vec<(usize, &mut Cache)> = batch.iter_mut().map(|(_, c)| (1, &mut **c)).collect();
-        let h = self.decode_layers(&ids, &mut segs);
-        let logits = self.logits(&h, ids.len());
-        Ok(logits.chunks_exact(self.cfg.vocab_size).map(<[f32]>::to_vec).collect())
     }
 }

@@ -13,7 +13,8 @@ use rayon::prelude::*;
 
 use crate::cache::{Cache, LayerCache};
 use crate::config::{LayerType, Qwen35Config};
-use crate::error::{ModelError, Result};
+use crate::decoder::{self, LayerStack};
+use crate::error::Result;
 use crate::kernels::conv::causal_conv1d;
 use crate::kernels::delta_rule::{self, DeltaInputs, DeltaShape};
 use crate::kernels::{l2_normalize, rms_norm, sigmoid, silu, softmax, softplus, Act, Rope};
@@ -698,28 +699,22 @@ impl GatedDeltaNet {
     }
 }
 
-impl Qwen35 {
-    /// Fails unless every cache has this model's layer layout.
-    fn check_caches<'c>(&self, caches: impl IntoIterator<Item = &'c Cache>) -> Result<()> {
-        for cache in caches {
-            let fits = cache.layers.len() == self.layers.len()
-                && self.layers.iter().zip(&cache.layers).all(|(l, lc)| {
-                    matches!(
-                        (&l.mixer, lc),
-                        (Mixer::Attention(_), LayerCache::Attention { .. })
-                            | (Mixer::DeltaNet(_), LayerCache::Linear { .. })
-                    )
-                });
-            if !fits {
-                return Err(ModelError::Input("cache belongs to a different model".into()));
-            }
-        }
-        Ok(())
+impl LayerStack for Qwen35 {
+    fn hidden_size(&self) -> usize {
+        self.cfg.hidden_size
     }
 
-    /// The decoder stack over `ids`, split into per-sequence segments: `segs[i] = (rows,
-    /// cache)` takes the next `rows` ids. Returns the last hidden states `[ids.len(), d]` and
-    /// advances every cache. Ids and cache layouts must have been checked.
+    fn fits(&self, cache: &Cache) -> bool {
+        cache.layers.len() == self.layers.len()
+            && self.layers.iter().zip(&cache.layers).all(|(l, lc)| {
+                matches!(
+                    (&l.mixer, lc),
+                    (Mixer::Attention(_), LayerCache::Attention { .. })
+                        | (Mixer::DeltaNet(_), LayerCache::Linear { .. })
+                )
+            })
+    }
+
     fn decode_layers(&self, ids: &[u32], segs: &mut [(usize, &mut Cache)]) -> Vec<f32> {
         let d = self.cfg.hidden_size;
         let t = ids.len();
@@ -755,7 +750,6 @@ impl Qwen35 {
         h
     }
 
-    /// Final norm and output head over `n` hidden rows.
     fn logits(&self, rows: &[f32], n: usize) -> Vec<f32> {
         let mut x = rms_norm(rows, &self.norm, self.eps());
         self.act.round(&mut x);
@@ -792,45 +786,10 @@ impl CausalLm for Qwen35 {
     }
 
     fn forward(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Vec<f32>> {
-        crate::kernels::on_pool(|| self.forward_here(ids, cache, all_logits))
+        crate::kernels::on_pool(|| decoder::forward(self, ids, cache, all_logits))
     }
 
     fn forward_batch(&self, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
-        crate::kernels::on_pool(|| self.forward_batch_here(batch))
-    }
-}
-
-impl Qwen35 {
-    /// [`CausalLm::forward`], on the calling thread.
-    fn forward_here(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Vec<f32>> {
-        let d = self.cfg.hidden_size;
-        let t = ids.len();
-        if t == 0 {
-            return Err(ModelError::Input("no input tokens".into()));
-        }
-        if let Some(bad) = ids.iter().find(|&&id| id as usize >= self.cfg.vocab_size) {
-            return Err(ModelError::Input(format!(
-                "token id {bad} is out of vocabulary (vocab_size {})",
-                self.cfg.vocab_size
-            )));
-        }
-        self.check_caches([&*cache])?;
-        let h = self.decode_layers(ids, &mut [(t, cache)]);
-        let rows = if all_logits { &h[..] } else { &h[(t - 1) * d..] };
-        Ok(self.logits(rows, rows.len() / d))
-    }
-
-    /// [`CausalLm::forward_batch`], on the calling thread.
-    fn forward_batch_here(&self, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
-        if batch.is_empty() {
-            return Ok(Vec::new());
-        }
-        crate::check_batch_ids(batch, self.cfg.vocab_size)?;
-        self.check_caches(batch.iter().map(|(_, c)| &**c))?;
-        let ids: Vec<u32> = batch.iter().map(|(id, _)| *id).collect();
-        let mut segs: Vec<(usize, &mut Cache)> = batch.iter_mut().map(|(_, c)| (1, &mut **c)).collect();
-        let h = self.decode_layers(&ids, &mut segs);
-        let logits = self.logits(&h, ids.len());
-        Ok(logits.chunks_exact(self.cfg.vocab_size).map(<[f32]>::to_vec).collect())
+        crate::kernels::on_pool(|| decoder::forward_batch(self, batch))
     }
 }
