@@ -1,7 +1,7 @@
-//! A GGUF file → a runnable model with its tokenizer, chat template and stop tokens, all from
-//! the file's metadata (what [`crate::load`] does for a `.gguf` path).
+//! What a GGUF file's metadata says beside the weights — its tokenizer, chat template and stop
+//! tokens — for [`crate::load`] of a `.gguf` path (the weights come through
+//! [`crate::gguf_weights`]).
 //!
-//! * architecture `llama` / `mistral` / `granite` / `qwen2` → [`Llama`]; `qwen35` → [`Qwen35`];
 //! * tokenizer: `tokenizer.ggml.model = gpt2` (byte-level BPE) with `tokens`, `merges`,
 //!   `token_type` (3 = control, 4 = user-defined become added tokens) and the pre-tokenizer
 //!   named by `tokenizer.ggml.pre`; an unknown `pre` is refused rather than guessed;
@@ -9,18 +9,10 @@
 //! * stop ids: `eos_token_id`, `eot_token_id`, `eom_token_id`, and the control tokens llama.cpp
 //!   also treats as end of generation (`<|im_end|>`, `<|eot_id|>`, `<|endoftext|>`, …).
 
-use std::path::Path;
-
 use crate::chat::ChatTemplate;
-use crate::config::GenerationConfig;
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
-use crate::llama::Llama;
-use crate::load::LoadedModel;
-use crate::quant::QuantType;
-use crate::qwen35_gguf::qwen35_from_gguf;
 use crate::tokenizer::{pretokenizer_patterns, AddedTokenSpec, BpeParts, Tokenizer};
-use crate::CausalLm;
 
 /// Control-token texts that end generation even when the file does not name them.
 const EOG_TEXTS: &[&str] = &[
@@ -138,50 +130,4 @@ pub fn stop_ids_from_gguf(f: &GgufFile) -> Result<Vec<u32>> {
     ids.sort_unstable();
     ids.dedup();
     Ok(ids)
-}
-
-/// Loads a `.gguf` file: the network (memory-mapped; re-quantized to `quant` if given), its
-/// tokenizer, chat template and stop ids.
-pub fn load_gguf(path: &Path, quant: Option<QuantType>) -> Result<LoadedModel> {
-    let f = GgufFile::open(path)?;
-    let arch = f.get_str("general.architecture")?.unwrap_or("");
-    let model: Box<dyn CausalLm> = match arch {
-        "qwen35" => {
-            let mut m = qwen35_from_gguf(&f)?;
-            if let Some(q) = quant {
-                crate::qwen35_gguf::quantize_qwen35(&mut m, q);
-            }
-            crate::qwen35_gguf::pack_qwen35(&mut m);
-            Box::new(m)
-        }
-        "llama" | "mistral" | "granite" | "qwen2" => {
-            let mut m = Llama::from_gguf(&f)?;
-            if let Some(q) = quant {
-                m.quantize_weights(q);
-            }
-            m.pack_for_matmul();
-            Box::new(m)
-        }
-        other => {
-            return Err(ModelError::format(
-                path,
-                format!(
-                "general.architecture {other:?} is not supported; supported: llama, mistral, granite, qwen2, qwen35"
-            ),
-            ))
-        }
-    };
-    let tokenizer = if f.get("tokenizer.ggml.model").is_some() { Some(tokenizer_from_gguf(&f)?) } else { None };
-    let chat_template = chat_template_from_gguf(&f)?;
-    let eos_ids = stop_ids_from_gguf(&f)?;
-    let weight_bytes = f.tensors().iter().map(|t| t.len).sum();
-    Ok(LoadedModel {
-        model,
-        path: path.to_path_buf(),
-        generation: GenerationConfig { eos_token_ids: eos_ids.clone(), ..Default::default() },
-        eos_ids,
-        weight_bytes,
-        tokenizer,
-        chat_template,
-    })
 }

@@ -1,8 +1,11 @@
 //! # frognano-model
 //!
-//! Weights in, logits out. One file per architecture ([`qwen35`]), reading like the math in
-//! `shared/docs/qwen35.md`; hot kernels in [`kernels`] with plain reference versions kept
-//! for tests; caches in [`cache`]; tokenizer and chat template beside them.
+//! Weights in, logits out. One file per architecture ([`qwen35`], [`llama`]), reading like the
+//! math in `shared/docs/qwen35.md`, each with its one weight map and one `load` over any
+//! [`weights::TensorSource`] (safetensors folder, GGUF file through [`gguf_weights`]); the
+//! tensor type ([`tensor`]) above one matmul dispatch point ([`kernels::matmul`]) above the
+//! kernels ([`kernels`], plain reference versions kept for tests) and block formats
+//! ([`quant`]); caches in [`cache`]; tokenizer and chat template beside them.
 //!
 //! ```no_run
 //! let m = frognano_model::load("fixtures/qwen35-tiny").unwrap();
@@ -14,9 +17,12 @@
 pub mod cache;
 pub mod chat;
 pub mod config;
+mod decoder;
+pub mod dtype;
 pub mod error;
 pub mod gguf;
 pub mod gguf_load;
+pub mod gguf_weights;
 pub mod hub;
 pub mod kernels;
 pub mod llama;
@@ -27,6 +33,7 @@ pub mod qwen35_gguf;
 pub mod safetensors_dir;
 pub mod tensor;
 pub mod tokenizer;
+pub mod weights;
 
 pub use cache::{Cache, CacheSnapshot, LayerCache};
 pub use error::{ModelError, Result};

@@ -18,24 +18,17 @@
 use rayon::prelude::*;
 
 use crate::cache::{Cache, LayerCache};
+use crate::decoder::{self, LayerStack};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
+use crate::gguf_weights::{GgufArch, GgufWeights};
 use crate::kernels::attention::{self, AttnShape};
 use crate::quant::ggml::{self, F16Dot};
 use crate::quant::QuantType;
 use crate::tensor::{round_f16, Matrix};
+pub use crate::weights::RopeStyle;
+use crate::weights::{has_output_head, layer_name, Role, TensorSource, WeightSpec, EMBED_TOKENS, FINAL_NORM, LM_HEAD};
 use crate::CausalLm;
-
-/// Which dimensions RoPE rotates together.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RopeStyle {
-    /// Adjacent pairs `(2i, 2i+1)`: ggml's "normal" mode, used by GGUF `llama` files (the
-    /// converter permutes the q/k rows to match).
-    Interleaved,
-    /// Halves `(i, i + d/2)`: NeoX / Hugging Face `rotate_half`, used by `qwen2` GGUF files and
-    /// by Hugging Face checkpoints.
-    Halves,
-}
 
 /// Shapes and hyper-parameters.
 #[derive(Debug, Clone)]
@@ -66,6 +59,111 @@ pub struct LlamaConfig {
     pub rope_style: RopeStyle,
     /// Training context length.
     pub max_context: usize,
+    /// Whether the q/k/v projections have biases (Qwen2-style).
+    pub qkv_bias: bool,
+    /// Whether the file carries Llama 3.1 RoPE frequency factors (`rope_freqs.weight`).
+    pub rope_freqs: bool,
+}
+
+/// Every weight of a llama model: Hugging Face name, shape and role, per layer, in
+/// checkpoint order. [`Llama::load`] reads it from any [`TensorSource`]; the trainer walks the
+/// same map.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LlamaMap {
+    /// `[vocab, d]`.
+    pub embed: WeightSpec,
+    /// Decoder layers.
+    pub layers: Vec<LlamaLayerMap>,
+    /// Final norm.
+    pub norm: WeightSpec,
+    /// `[vocab, d]`; `None` when tied to the embedding.
+    pub lm_head: Option<WeightSpec>,
+    /// Llama 3.1 RoPE frequency factors `[rope_dim / 2]` (GGUF only).
+    pub rope_freqs: Option<WeightSpec>,
+}
+
+/// The weights of one llama decoder layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LlamaLayerMap {
+    /// Pre-attention norm.
+    pub attn_norm: WeightSpec,
+    /// `[heads·dh, d]`.
+    pub q_proj: WeightSpec,
+    /// `[kv_heads·dh, d]`.
+    pub k_proj: WeightSpec,
+    /// `[kv_heads·dh, d]`.
+    pub v_proj: WeightSpec,
+    /// `[d, heads·dh]`.
+    pub o_proj: WeightSpec,
+    /// q/k/v biases (Qwen2-style).
+    pub qkv_bias: Option<[WeightSpec; 3]>,
+    /// Pre-MLP norm.
+    pub ffn_norm: WeightSpec,
+    /// `[ffn, d]`.
+    pub gate: WeightSpec,
+    /// `[ffn, d]`.
+    pub up: WeightSpec,
+    /// `[d, ffn]`.
+    pub down: WeightSpec,
+}
+
+impl LlamaMap {
+    /// The map for `cfg`, with an `lm_head.weight` when `has_lm_head`.
+    pub fn new(cfg: &LlamaConfig, has_lm_head: bool) -> Self {
+        let (d, ffn, vocab) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
+        let (q, kv) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
+        let layers = (0..cfg.num_layers)
+            .map(|i| {
+                let w = |suffix: &str, shape: &[usize], role| WeightSpec::new(layer_name(i, suffix), shape, role);
+                LlamaLayerMap {
+                    attn_norm: w("input_layernorm.weight", &[d], Role::Norm),
+                    q_proj: w("self_attn.q_proj.weight", &[q, d], Role::RotaryLinear { heads: cfg.num_heads }),
+                    k_proj: w("self_attn.k_proj.weight", &[kv, d], Role::RotaryLinear { heads: cfg.num_kv_heads }),
+                    v_proj: w("self_attn.v_proj.weight", &[kv, d], Role::Linear),
+                    o_proj: w("self_attn.o_proj.weight", &[d, q], Role::Linear),
+                    qkv_bias: cfg.qkv_bias.then(|| {
+                        [
+                            w("self_attn.q_proj.bias", &[q], Role::Vector),
+                            w("self_attn.k_proj.bias", &[kv], Role::Vector),
+                            w("self_attn.v_proj.bias", &[kv], Role::Vector),
+                        ]
+                    }),
+                    ffn_norm: w("post_attention_layernorm.weight", &[d], Role::Norm),
+                    gate: w("mlp.gate_proj.weight", &[ffn, d], Role::Linear),
+                    up: w("mlp.up_proj.weight", &[ffn, d], Role::Linear),
+                    down: w("mlp.down_proj.weight", &[d, ffn], Role::Linear),
+                }
+            })
+            .collect();
+        LlamaMap {
+            embed: WeightSpec::new(EMBED_TOKENS, [vocab, d], Role::Embedding),
+            layers,
+            norm: WeightSpec::new(FINAL_NORM, [d], Role::Norm),
+            lm_head: has_lm_head.then(|| WeightSpec::new(LM_HEAD, [vocab, d], Role::Linear)),
+            rope_freqs: cfg.rope_freqs.then(|| WeightSpec::new("rope_freqs.weight", [cfg.rope_dim / 2], Role::Vector)),
+        }
+    }
+
+    /// Every weight in checkpoint order: the embedding, each layer's, the final norm, the
+    /// head, the RoPE factors.
+    pub fn specs(&self) -> Vec<&WeightSpec> {
+        let mut v = vec![&self.embed];
+        v.extend(self.layers.iter().flat_map(LlamaLayerMap::specs));
+        v.push(&self.norm);
+        v.extend(&self.lm_head);
+        v.extend(&self.rope_freqs);
+        v
+    }
+}
+
+impl LlamaLayerMap {
+    /// This layer's weights in checkpoint order.
+    pub fn specs(&self) -> Vec<&WeightSpec> {
+        let mut v = vec![&self.attn_norm, &self.q_proj, &self.k_proj, &self.v_proj, &self.o_proj];
+        v.extend(self.qkv_bias.iter().flatten());
+        v.extend([&self.ffn_norm, &self.gate, &self.up, &self.down]);
+        v
+    }
 }
 
 /// One decoder layer.
@@ -127,16 +225,21 @@ impl Llama {
         Llama { cfg, embed, output, layers, norm, theta_scale, freq_factors }
     }
 
-    /// Loads a `llama` or `qwen2` GGUF file.
+    /// Loads a `llama` or `qwen2` GGUF file: [`Llama::config_from_gguf`], then the weights
+    /// through [`GgufWeights`] (memory-mapped; the head is tied when the file has none).
     pub fn from_gguf(f: &GgufFile) -> Result<Self> {
+        Self::load(Self::config_from_gguf(f)?, &GgufWeights::new(f)?, true)
+    }
+
+    /// Reads the hyper-parameters of a `llama`, `mistral`, `granite` or `qwen2` GGUF file.
+    pub fn config_from_gguf(f: &GgufFile) -> Result<LlamaConfig> {
         let arch = f.get_str("general.architecture")?.unwrap_or("").to_string();
-        let rope_style = match arch.as_str() {
-            "llama" | "mistral" | "granite" => RopeStyle::Interleaved,
-            "qwen2" => RopeStyle::Halves,
-            other => {
+        let rope_style = match GgufArch::from_name(&arch) {
+            Some(a @ (GgufArch::Llama | GgufArch::Qwen2)) => a.layout().rope,
+            _ => {
                 return Err(ModelError::format(
                     f.path(),
-                    format!("general.architecture {other:?} is not a llama-family architecture"),
+                    format!("general.architecture {arch:?} is not a llama-family architecture"),
                 ))
             }
         };
@@ -168,7 +271,7 @@ impl Llama {
                 return Err(ModelError::format(f.path(), format!("rope.scaling.type {kind:?} is not supported")));
             }
         }
-        let cfg = LlamaConfig {
+        Ok(LlamaConfig {
             arch: arch.clone(),
             hidden_size: d,
             num_layers: f.req_usize(&key("block_count"))?,
@@ -182,39 +285,9 @@ impl Llama {
             rope_dim,
             rope_style,
             max_context: f.get_u64(&key("context_length"))?.map_or(4096, |v| v as usize),
-        };
-        let (q_dim, kv_dim, ffn) = (heads * head_dim, kv_heads * head_dim, cfg.intermediate_size);
-        let embed = f.matrix("token_embd.weight", vocab, d)?;
-        let output = if f.contains("output.weight") { Some(f.matrix("output.weight", vocab, d)?) } else { None };
-        let mut layers = Vec::with_capacity(cfg.num_layers);
-        for i in 0..cfg.num_layers {
-            let p = |n: &str| format!("blk.{i}.{n}");
-            let bias_qkv = if f.contains(&p("attn_q.bias")) {
-                Some([
-                    f.f32(&p("attn_q.bias"), q_dim)?,
-                    f.f32(&p("attn_k.bias"), kv_dim)?,
-                    f.f32(&p("attn_v.bias"), kv_dim)?,
-                ])
-            } else {
-                None
-            };
-            layers.push(LlamaLayer {
-                attn_norm: f.f32(&p("attn_norm.weight"), d)?,
-                wq: f.matrix(&p("attn_q.weight"), q_dim, d)?,
-                wk: f.matrix(&p("attn_k.weight"), kv_dim, d)?,
-                wv: f.matrix(&p("attn_v.weight"), kv_dim, d)?,
-                wo: f.matrix(&p("attn_output.weight"), d, q_dim)?,
-                bias_qkv,
-                ffn_norm: f.f32(&p("ffn_norm.weight"), d)?,
-                gate: f.matrix(&p("ffn_gate.weight"), ffn, d)?,
-                up: f.matrix(&p("ffn_up.weight"), ffn, d)?,
-                down: f.matrix(&p("ffn_down.weight"), d, ffn)?,
-            });
-        }
-        let norm = f.f32("output_norm.weight", d)?;
-        let freq_factors =
-            if f.contains("rope_freqs.weight") { Some(f.f32("rope_freqs.weight", rope_dim / 2)?) } else { None };
-        Ok(Llama::new(cfg, embed, output, layers, norm, freq_factors))
+            qkv_bias: f.contains("blk.0.attn_q.bias"),
+            rope_freqs: f.contains("rope_freqs.weight"),
+        })
     }
 
     /// Reads a Hugging Face `LlamaForCausalLM` `config.json` (model_type `"llama"`); the error
@@ -293,6 +366,8 @@ impl Llama {
             rope_dim: head_dim,
             rope_style: RopeStyle::Halves,
             max_context: int("max_position_embeddings", Some(2048))?,
+            qkv_bias: false,
+            rope_freqs: false,
         };
         let tied = v.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false);
         Ok((cfg, tied))
@@ -307,47 +382,43 @@ impl Llama {
             serde_json::from_str(&text).map_err(|e| ModelError::format(&cfg_path, format!("invalid JSON: {e}")))?;
         let (cfg, tied) = Self::config_from_json(&v).map_err(|msg| ModelError::format(&cfg_path, msg))?;
         let st = crate::safetensors_dir::SafetensorsDir::open(dir)?;
-        Self::from_safetensors_parts(cfg, tied, &st)
+        Self::load(cfg, &st, tied)
     }
 
-    /// Loads the HF-named weights of an opened checkpoint for `cfg`. `lm_head.weight` is used
-    /// when present; without it the head is the embedding, which is an error unless `tied`.
-    pub fn from_safetensors_parts(
-        cfg: LlamaConfig,
-        tied: bool,
-        st: &crate::safetensors_dir::SafetensorsDir,
-    ) -> Result<Self> {
-        let (d, ffn, vocab) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
-        let (q_dim, kv_dim) = (cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim);
-        let embed = st.matrix("model.embed_tokens.weight", vocab, d)?;
-        let output = if st.contains("lm_head.weight") {
-            Some(st.matrix("lm_head.weight", vocab, d)?)
-        } else if tied {
-            None
-        } else {
-            return Err(ModelError::MissingTensor {
-                path: st.dir().to_path_buf(),
-                name: "lm_head.weight (config.json says tie_word_embeddings is false)".into(),
-            });
-        };
-        let mut layers = Vec::with_capacity(cfg.num_layers);
-        for i in 0..cfg.num_layers {
-            let p = |n: &str| format!("model.layers.{i}.{n}");
-            layers.push(LlamaLayer {
-                attn_norm: st.f32(&p("input_layernorm.weight"), &[d])?,
-                wq: st.matrix(&p("self_attn.q_proj.weight"), q_dim, d)?,
-                wk: st.matrix(&p("self_attn.k_proj.weight"), kv_dim, d)?,
-                wv: st.matrix(&p("self_attn.v_proj.weight"), kv_dim, d)?,
-                wo: st.matrix(&p("self_attn.o_proj.weight"), d, q_dim)?,
-                bias_qkv: None,
-                ffn_norm: st.f32(&p("post_attention_layernorm.weight"), &[d])?,
-                gate: st.matrix(&p("mlp.gate_proj.weight"), ffn, d)?,
-                up: st.matrix(&p("mlp.up_proj.weight"), ffn, d)?,
-                down: st.matrix(&p("mlp.down_proj.weight"), d, ffn)?,
-            });
-        }
-        let norm = st.f32("model.norm.weight", &[d])?;
-        Ok(Llama::new(cfg, embed, output, layers, norm, None))
+    /// Loads the weights of [`LlamaMap`] from any source: a safetensors folder, a GGUF file
+    /// through [`GgufWeights`], the trainer's weights. `lm_head.weight` is used when present;
+    /// without it the head is the embedding, which is an error unless `tied`. RoPE pairs the
+    /// q/k rows as the source lays them out.
+    pub fn load(mut cfg: LlamaConfig, src: &dyn TensorSource, tied: bool) -> Result<Self> {
+        cfg.rope_style = src.layout().rope;
+        let map = LlamaMap::new(&cfg, has_output_head(src, tied)?);
+        let embed = src.matrix(&map.embed)?;
+        let output = map.lm_head.as_ref().map(|w| src.matrix(w)).transpose()?;
+        let layers = map
+            .layers
+            .iter()
+            .map(|l| {
+                let bias_qkv = match &l.qkv_bias {
+                    Some([q, k, v]) => Some([src.vector(q)?, src.vector(k)?, src.vector(v)?]),
+                    None => None,
+                };
+                Ok(LlamaLayer {
+                    attn_norm: src.vector(&l.attn_norm)?,
+                    wq: src.matrix(&l.q_proj)?,
+                    wk: src.matrix(&l.k_proj)?,
+                    wv: src.matrix(&l.v_proj)?,
+                    wo: src.matrix(&l.o_proj)?,
+                    bias_qkv,
+                    ffn_norm: src.vector(&l.ffn_norm)?,
+                    gate: src.matrix(&l.gate)?,
+                    up: src.matrix(&l.up)?,
+                    down: src.matrix(&l.down)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let norm = src.vector(&map.norm)?;
+        let freq_factors = map.rope_freqs.as_ref().map(|w| src.vector(w)).transpose()?;
+        Ok(Llama::new(cfg, embed, output, layers, norm, freq_factors))
     }
 
     /// Re-quantizes every weight matrix to `q` (`--quant`); matrices too narrow for its
@@ -417,20 +488,6 @@ impl Llama {
             x[a] = x0.mul_add(c, -(x1 * s));
             x[b] = x0.mul_add(s, x1 * c);
         }
-    }
-
-    fn attention(
-        &self,
-        l: &LlamaLayer,
-        x: &[f32],
-        t: usize,
-        pos0: usize,
-        kc: &mut Vec<f32>,
-        vc: &mut Vec<f32>,
-    ) -> Vec<f32> {
-        let (q, k, v) = Self::project_qkv(l, x, t);
-        let o = self.attend(q, k, &v, t, pos0, kc, vc);
-        l.wo.matmul(&o, t)
     }
 
     /// `x·Wqᵀ (+bq)`, `x·Wkᵀ (+bk)`, `x·Wvᵀ (+bv)` over `t` rows.
@@ -520,107 +577,70 @@ impl CausalLm for Llama {
     }
 
     fn forward(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Vec<f32>> {
-        crate::kernels::on_pool(|| self.forward_here(ids, cache, all_logits))
+        crate::kernels::on_pool(|| decoder::forward(self, ids, cache, all_logits))
     }
 
     fn forward_batch(&self, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
-        crate::kernels::on_pool(|| self.forward_batch_here(batch))
+        crate::kernels::on_pool(|| decoder::forward_batch(self, batch))
     }
 }
 
-impl Llama {
-    /// [`CausalLm::forward`], on the calling thread.
-    fn forward_here(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Vec<f32>> {
+impl LayerStack for Llama {
+    fn hidden_size(&self) -> usize {
+        self.cfg.hidden_size
+    }
+
+    fn fits(&self, cache: &Cache) -> bool {
+        cache.layers.len() == self.layers.len()
+            && cache.layers.iter().all(|l| matches!(l, LayerCache::Attention { .. }))
+    }
+
+    fn decode_layers(&self, ids: &[u32], segs: &mut [(usize, &mut Cache)]) -> Vec<f32> {
         let c = &self.cfg;
         let (d, t) = (c.hidden_size, ids.len());
-        if t == 0 {
-            return Err(ModelError::Input("no input tokens".into()));
-        }
-        if let Some(bad) = ids.iter().find(|&&id| id as usize >= c.vocab_size) {
-            return Err(ModelError::Input(format!(
-                "token id {bad} is out of vocabulary (vocab_size {})",
-                c.vocab_size
-            )));
-        }
-        if cache.layers.len() != self.layers.len()
-            || !cache.layers.iter().all(|l| matches!(l, LayerCache::Attention { .. }))
-        {
-            return Err(ModelError::Input("cache belongs to a different model".into()));
-        }
-        let pos0 = cache.pos;
+        let (q_w, kv_w, ffn) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.intermediate_size);
         let mut h = vec![0.0f32; t * d];
         for (row, &id) in h.chunks_exact_mut(d).zip(ids) {
             self.embed.row_into(id as usize, row);
         }
-        for (l, lc) in self.layers.iter().zip(cache.layers.iter_mut()) {
-            let LayerCache::Attention { k, v } = lc else { unreachable!("checked above") };
+        for (li, l) in self.layers.iter().enumerate() {
             let x = rms_norm(&h, &l.attn_norm, c.rms_norm_eps);
-            let a = self.attention(l, &x, t, pos0, k, v);
+            let (q, k, v) = Self::project_qkv(l, &x, t);
+            let mut r0 = 0;
+            let mut work = Vec::with_capacity(segs.len());
+            for (rows, cache) in segs.iter_mut() {
+                let pos0 = cache.pos;
+                let LayerCache::Attention { k: kc, v: vc } = &mut cache.layers[li] else {
+                    unreachable!("cache layout checked by the caller")
+                };
+                work.push((r0, *rows, pos0, kc, vc));
+                r0 += *rows;
+            }
+            let outs: Vec<Vec<f32>> = work
+                .into_par_iter()
+                .map(|(r0, rows, pos0, kc, vc)| {
+                    let (qs, ks) = (q[r0 * q_w..(r0 + rows) * q_w].to_vec(), k[r0 * kv_w..(r0 + rows) * kv_w].to_vec());
+                    self.attend(qs, ks, &v[r0 * kv_w..(r0 + rows) * kv_w], rows, pos0, kc, vc)
+                })
+                .collect();
+            let a = l.wo.matmul(&outs.concat(), t);
             h.iter_mut().zip(&a).for_each(|(h, a)| *h += a);
             let x = rms_norm(&h, &l.ffn_norm, c.rms_norm_eps);
             let [mut g, u]: [Vec<f32>; 2] =
                 Matrix::matmul_many(&[&l.gate, &l.up], &x, t).try_into().expect("two products for two matrices");
-            let ffn = c.intermediate_size;
             crate::kernels::for_each_row(&mut g, ffn, |i, row| ggml::swiglu(row, &u[i * ffn..(i + 1) * ffn], ffn));
             let y = l.down.matmul(&g, t);
             h.iter_mut().zip(&y).for_each(|(h, y)| *h += y);
         }
-        cache.pos += t;
-        let rows = if all_logits { &h[..] } else { &h[(t - 1) * d..] };
-        let x = rms_norm(rows, &self.norm, c.rms_norm_eps);
-        let head = self.output.as_ref().unwrap_or(&self.embed);
-        Ok(head.matmul(&x, rows.len() / d))
+        for (rows, cache) in segs.iter_mut() {
+            cache.pos += *rows;
+        }
+        h
     }
-    /// [`CausalLm::forward_batch`], on the calling thread.
-    fn forward_batch_here(&self, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
-        let c = &self.cfg;
-        let (d, n) = (c.hidden_size, batch.len());
-        if n == 0 {
-            return Ok(Vec::new());
-        }
-        crate::check_batch_ids(batch, c.vocab_size)?;
-        for (_, cache) in batch.iter() {
-            if cache.layers.len() != self.layers.len()
-                || !cache.layers.iter().all(|l| matches!(l, LayerCache::Attention { .. }))
-            {
-                return Err(ModelError::Input("cache belongs to a different model".into()));
-            }
-        }
-        // Row i of every activation is sequence i; the matmuls read each weight once for all.
-        let mut h = vec![0.0f32; n * d];
-        for (row, (id, _)) in h.chunks_exact_mut(d).zip(batch.iter()) {
-            self.embed.row_into(*id as usize, row);
-        }
-        let (q_w, kv_w) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
-        for (li, l) in self.layers.iter().enumerate() {
-            let x = rms_norm(&h, &l.attn_norm, c.rms_norm_eps);
-            let (q, k, v) = Self::project_qkv(l, &x, n);
-            let outs: Vec<Vec<f32>> = batch
-                .par_iter_mut()
-                .enumerate()
-                .map(|(i, (_, cache))| {
-                    let pos0 = cache.pos;
-                    let LayerCache::Attention { k: kc, v: vc } = &mut cache.layers[li] else {
-                        unreachable!("checked above")
-                    };
-                    let (qi, ki) = (q[i * q_w..(i + 1) * q_w].to_vec(), k[i * kv_w..(i + 1) * kv_w].to_vec());
-                    self.attend(qi, ki, &v[i * kv_w..(i + 1) * kv_w], 1, pos0, kc, vc)
-                })
-                .collect();
-            let a = l.wo.matmul(&outs.concat(), n);
-            h.iter_mut().zip(&a).for_each(|(h, a)| *h += a);
-            let x = rms_norm(&h, &l.ffn_norm, c.rms_norm_eps);
-            let [mut g, u]: [Vec<f32>; 2] =
-                Matrix::matmul_many(&[&l.gate, &l.up], &x, n).try_into().expect("two products for two matrices");
-            ggml::swiglu(&mut g, &u, c.intermediate_size);
-            let y = l.down.matmul(&g, n);
-            h.iter_mut().zip(&y).for_each(|(h, y)| *h += y);
-        }
-        for (_, cache) in batch.iter_mut() {
-            cache.pos += 1;
-        }
-        let x = rms_norm(&h, &self.norm, c.rms_norm_eps);
+
+    fn logits(&self, rows: &[f32], n: usize) -> Vec<f32> {
+        let x = rms_norm(rows, &self.norm, self.cfg.rms_norm_eps);
         let head = self.output.as_ref().unwrap_or(&self.embed);
-        Ok(head.matmul(&x, n).chunks_exact(c.vocab_size).map(<[f32]>::to_vec).collect())
+        head.matmul(&x, n)
     }
 }

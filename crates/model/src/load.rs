@@ -1,12 +1,21 @@
 //! One entry point from what the user typed (`MODEL`) to a runnable model: a checkpoint
-//! folder, or a hub id already in the local cache.
+//! folder, a `.gguf` file, or a hub id already in the local cache. The top of the crate: it
+//! picks the architecture, hands its `load` the right [`crate::weights::TensorSource`], and
+//! gathers the tokenizer, chat template and stop ids.
 
 use std::path::{Path, PathBuf};
 
 use crate::chat::ChatTemplate;
-use crate::config::GenerationConfig;
+use crate::config::{GenerationConfig, Qwen35Config};
 use crate::error::{ModelError, Result};
+use crate::gguf::GgufFile;
+use crate::gguf_load::{chat_template_from_gguf, stop_ids_from_gguf, tokenizer_from_gguf};
+use crate::gguf_weights::{GgufArch, GgufWeights};
+use crate::kernels::Act;
+use crate::llama::Llama;
+use crate::quant::QuantType;
 use crate::qwen35::Qwen35;
+use crate::safetensors_dir::SafetensorsDir;
 use crate::tokenizer::Tokenizer;
 use crate::CausalLm;
 
@@ -69,10 +78,10 @@ pub fn load(spec: impl AsRef<str>) -> Result<LoadedModel> {
 }
 
 /// [`load`], re-quantizing the weight matrices to `quant` (`--quant q8_0|q4_k`) when given.
-pub fn load_quantized(spec: impl AsRef<str>, quant: Option<crate::quant::QuantType>) -> Result<LoadedModel> {
+pub fn load_quantized(spec: impl AsRef<str>, quant: Option<QuantType>) -> Result<LoadedModel> {
     let path = resolve_path(spec.as_ref())?;
     if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
-        return crate::gguf_load::load_gguf(&path, quant);
+        return load_gguf(&path, quant);
     }
     if !path.is_dir() {
         return Err(ModelError::format(
@@ -88,25 +97,24 @@ pub fn load_quantized(spec: impl AsRef<str>, quant: Option<crate::quant::QuantTy
     let generation = GenerationConfig::from_file(&path.join("generation_config.json"))?.unwrap_or_default();
     let (model, mut eos_ids, weight_bytes): (Box<dyn CausalLm>, Vec<u32>, usize) = match model_type {
         "qwen3_5" | "qwen3_5_text" => {
-            let st = crate::safetensors_dir::SafetensorsDir::open(&path)?;
+            let st = SafetensorsDir::open(&path)?;
             // config.json was parsed above; build the typed config from that value.
-            let cfg = crate::config::Qwen35Config::from_json(&v).map_err(|msg| ModelError::format(&cfg_path, msg))?;
+            let cfg = Qwen35Config::from_json(&v).map_err(|msg| ModelError::format(&cfg_path, msg))?;
             let eos = cfg.eos_token_ids.clone();
             let mut bytes = st.byte_len();
-            let mut m = Qwen35::from_safetensors_parts(cfg, &st)?;
+            let mut m = Qwen35::load(cfg, &st, None)?;
             if let Some(q) = quant {
-                crate::qwen35_gguf::quantize_qwen35(&mut m, q);
-                crate::qwen35_gguf::pack_qwen35(&mut m);
-                bytes = crate::qwen35_gguf::qwen35_weight_bytes(&m);
+                m.quantize_weights(q);
+                m.pack_for_matmul();
+                bytes = m.weight_bytes();
             }
             (Box::new(m), eos, bytes)
         }
         "llama" => {
-            let st = crate::safetensors_dir::SafetensorsDir::open(&path)?;
-            let (cfg, tied) =
-                crate::llama::Llama::config_from_json(&v).map_err(|msg| ModelError::format(&cfg_path, msg))?;
+            let st = SafetensorsDir::open(&path)?;
+            let (cfg, tied) = Llama::config_from_json(&v).map_err(|msg| ModelError::format(&cfg_path, msg))?;
             let mut bytes = st.byte_len();
-            let mut m = crate::llama::Llama::from_safetensors_parts(cfg, tied, &st)?;
+            let mut m = Llama::load(cfg, &st, tied)?;
             if let Some(q) = quant {
                 m.quantize_weights(q);
                 m.pack_for_matmul();
@@ -148,4 +156,43 @@ fn eos_from_config(v: &serde_json::Value) -> Vec<u32> {
         Some(serde_json::Value::Array(a)) => a.iter().filter_map(serde_json::Value::as_u64).map(|x| x as u32).collect(),
         _ => vec![],
     }
+}
+
+/// Loads a `.gguf` file: the network (memory-mapped; re-quantized to `quant` if given), its
+/// tokenizer, chat template and stop ids.
+fn load_gguf(path: &Path, quant: Option<QuantType>) -> Result<LoadedModel> {
+    let f = GgufFile::open(path)?;
+    let weights = GgufWeights::new(&f)?;
+    let model: Box<dyn CausalLm> = match weights.arch() {
+        GgufArch::Qwen35 => {
+            let cfg = crate::qwen35_gguf::config_from_gguf(&f)?;
+            let mut m = Qwen35::load(cfg, &weights, Some(Act::F32))?;
+            if let Some(q) = quant {
+                m.quantize_weights(q);
+            }
+            m.pack_for_matmul();
+            Box::new(m)
+        }
+        GgufArch::Llama | GgufArch::Qwen2 => {
+            let mut m = Llama::load(Llama::config_from_gguf(&f)?, &weights, true)?;
+            if let Some(q) = quant {
+                m.quantize_weights(q);
+            }
+            m.pack_for_matmul();
+            Box::new(m)
+        }
+    };
+    let tokenizer = if f.get("tokenizer.ggml.model").is_some() { Some(tokenizer_from_gguf(&f)?) } else { None };
+    let chat_template = chat_template_from_gguf(&f)?;
+    let eos_ids = stop_ids_from_gguf(&f)?;
+    let weight_bytes = f.tensors().iter().map(|t| t.len).sum();
+    Ok(LoadedModel {
+        model,
+        path: path.to_path_buf(),
+        generation: GenerationConfig { eos_token_ids: eos_ids.clone(), ..Default::default() },
+        eos_ids,
+        weight_bytes,
+        tokenizer,
+        chat_template,
+    })
 }

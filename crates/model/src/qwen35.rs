@@ -2,9 +2,10 @@
 //! full-attention layers, 3:1, every layer pre-norm with a SwiGLU MLP. Section numbers refer
 //! to `shared/docs/qwen35.md`.
 //!
-//! Norm scales are stored as the factor actually multiplied (`1 + w` for the zero-centred
-//! norms, as GGUF stores them), `A` as `−exp(A_log)`, so HF and GGUF weights meet in the same
-//! structs.
+//! The weights are named once, in [`Qwen35Map`] (Hugging Face names, shapes, roles), and read
+//! by the one [`Qwen35::load`] from any [`TensorSource`]. The structs hold norm scales as the
+//! factor actually multiplied (`1 + w` for the zero-centred norms), `A` as `−exp(A_log)`, and
+//! the key head of every DeltaNet value head in the source's order.
 
 use std::path::Path;
 
@@ -12,13 +13,197 @@ use rayon::prelude::*;
 
 use crate::cache::{Cache, LayerCache};
 use crate::config::{LayerType, Qwen35Config};
-use crate::error::{ModelError, Result};
+use crate::decoder::{self, LayerStack};
+use crate::error::Result;
 use crate::kernels::conv::causal_conv1d;
 use crate::kernels::delta_rule::{self, DeltaInputs, DeltaShape};
 use crate::kernels::{l2_normalize, rms_norm, sigmoid, silu, softmax, softplus, Act, Rope};
+use crate::quant::QuantType;
 use crate::safetensors_dir::SafetensorsDir;
 use crate::tensor::{DType, Matrix};
+use crate::weights::{has_output_head, layer_name, Role, TensorSource, WeightSpec, EMBED_TOKENS, FINAL_NORM, LM_HEAD};
 use crate::CausalLm;
+
+/// Every weight of a Qwen3.5 model: Hugging Face name, shape and role, per layer, in
+/// checkpoint order. [`Qwen35::load`] reads it from any [`TensorSource`]; the trainer and a
+/// GPU upload walk the same map.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Qwen35Map {
+    /// `[vocab, d]`.
+    pub embed_tokens: WeightSpec,
+    /// `[vocab, d]`; `None` when tied to the embedding.
+    pub lm_head: Option<WeightSpec>,
+    /// Decoder layers.
+    pub layers: Vec<LayerMap>,
+    /// Final norm (zero-centred).
+    pub norm: WeightSpec,
+}
+
+/// The weights of one decoder layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerMap {
+    /// Pre-mixer norm (zero-centred).
+    pub input_norm: WeightSpec,
+    /// The mixer's weights.
+    pub mixer: MixerMap,
+    /// Pre-MLP norm (zero-centred).
+    pub post_attention_norm: WeightSpec,
+    /// SwiGLU MLP.
+    pub mlp: MlpMap,
+}
+
+/// The weights of a layer's mixer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MixerMap {
+    /// Gated full attention.
+    Attention(AttentionMap),
+    /// Gated DeltaNet.
+    DeltaNet(DeltaNetMap),
+}
+
+/// Gated full attention (§3.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttentionMap {
+    /// `[Hq·2·dh, d]`, per head `[query | gate]`.
+    pub q_proj: WeightSpec,
+    /// `[Hkv·dh, d]`.
+    pub k_proj: WeightSpec,
+    /// `[Hkv·dh, d]`.
+    pub v_proj: WeightSpec,
+    /// `[d, Hq·dh]`.
+    pub o_proj: WeightSpec,
+    /// `[dh]`, zero-centred.
+    pub q_norm: WeightSpec,
+    /// `[dh]`, zero-centred.
+    pub k_norm: WeightSpec,
+}
+
+/// Gated DeltaNet (§3.4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeltaNetMap {
+    /// `[2·Hk·dk + Hv·dv, d]`.
+    pub in_proj_qkv: WeightSpec,
+    /// `[Hv·dv, d]`.
+    pub in_proj_z: WeightSpec,
+    /// `[Hv, d]`.
+    pub in_proj_b: WeightSpec,
+    /// `[Hv, d]`.
+    pub in_proj_a: WeightSpec,
+    /// `[conv_dim, 1, K]`.
+    pub conv1d: WeightSpec,
+    /// `[Hv]`.
+    pub dt_bias: WeightSpec,
+    /// `[Hv]`, used as `−exp(A_log)`.
+    pub a_log: WeightSpec,
+    /// `[dv]`, plain scale.
+    pub norm: WeightSpec,
+    /// `[d, Hv·dv]`.
+    pub out_proj: WeightSpec,
+}
+
+/// SwiGLU MLP (§3.6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MlpMap {
+    /// `[intermediate, d]`.
+    pub gate: WeightSpec,
+    /// `[intermediate, d]`.
+    pub up: WeightSpec,
+    /// `[d, intermediate]`.
+    pub down: WeightSpec,
+}
+
+impl Qwen35Map {
+    /// The map for `cfg`, with an `lm_head.weight` when `has_lm_head`.
+    pub fn new(cfg: &Qwen35Config, has_lm_head: bool) -> Self {
+        let d = cfg.hidden_size;
+        let ffn = cfg.intermediate_size;
+        let layers = cfg
+            .layer_types
+            .iter()
+            .enumerate()
+            .map(|(i, ty)| {
+                let w = |suffix: &str, shape: &[usize], role| WeightSpec::new(layer_name(i, suffix), shape, role);
+                let mixer = match ty {
+                    LayerType::Full => {
+                        let (hq, hkv, dh) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim);
+                        MixerMap::Attention(AttentionMap {
+                            q_proj: w("self_attn.q_proj.weight", &[hq * 2 * dh, d], Role::Linear),
+                            k_proj: w("self_attn.k_proj.weight", &[hkv * dh, d], Role::Linear),
+                            v_proj: w("self_attn.v_proj.weight", &[hkv * dh, d], Role::Linear),
+                            o_proj: w("self_attn.o_proj.weight", &[d, hq * dh], Role::Linear),
+                            q_norm: w("self_attn.q_norm.weight", &[dh], Role::ZeroCentredNorm),
+                            k_norm: w("self_attn.k_norm.weight", &[dh], Role::ZeroCentredNorm),
+                        })
+                    }
+                    LayerType::Linear => {
+                        let (hv, dv, k) =
+                            (cfg.linear_num_value_heads, cfg.linear_value_head_dim, cfg.linear_conv_kernel_dim);
+                        let conv_dim = cfg.conv_dim();
+                        MixerMap::DeltaNet(DeltaNetMap {
+                            in_proj_qkv: w("linear_attn.in_proj_qkv.weight", &[conv_dim, d], Role::Linear),
+                            in_proj_z: w("linear_attn.in_proj_z.weight", &[hv * dv, d], Role::Linear),
+                            in_proj_b: w("linear_attn.in_proj_b.weight", &[hv, d], Role::Linear),
+                            in_proj_a: w("linear_attn.in_proj_a.weight", &[hv, d], Role::Linear),
+                            conv1d: w("linear_attn.conv1d.weight", &[conv_dim, 1, k], Role::Vector),
+                            dt_bias: w("linear_attn.dt_bias", &[hv], Role::Vector),
+                            a_log: w("linear_attn.A_log", &[hv], Role::LogDecay),
+                            norm: w("linear_attn.norm.weight", &[dv], Role::Norm),
+                            out_proj: w("linear_attn.out_proj.weight", &[d, hv * dv], Role::Linear),
+                        })
+                    }
+                };
+                LayerMap {
+                    input_norm: w("input_layernorm.weight", &[d], Role::ZeroCentredNorm),
+                    mixer,
+                    post_attention_norm: w("post_attention_layernorm.weight", &[d], Role::ZeroCentredNorm),
+                    mlp: MlpMap {
+                        gate: w("mlp.gate_proj.weight", &[ffn, d], Role::Linear),
+                        up: w("mlp.up_proj.weight", &[ffn, d], Role::Linear),
+                        down: w("mlp.down_proj.weight", &[d, ffn], Role::Linear),
+                    },
+                }
+            })
+            .collect();
+        Qwen35Map {
+            embed_tokens: WeightSpec::new(EMBED_TOKENS, [cfg.vocab_size, d], Role::Embedding),
+            lm_head: has_lm_head.then(|| WeightSpec::new(LM_HEAD, [cfg.vocab_size, d], Role::Linear)),
+            layers,
+            norm: WeightSpec::new(FINAL_NORM, [d], Role::ZeroCentredNorm),
+        }
+    }
+
+    /// Every weight in checkpoint order: the embedding, each layer's, the final norm, the head.
+    pub fn specs(&self) -> Vec<&WeightSpec> {
+        let mut v = vec![&self.embed_tokens];
+        v.extend(self.layers.iter().flat_map(LayerMap::specs));
+        v.push(&self.norm);
+        v.extend(&self.lm_head);
+        v
+    }
+}
+
+impl LayerMap {
+    /// This layer's weights in checkpoint order: input norm, mixer, post-attention norm, MLP.
+    pub fn specs(&self) -> Vec<&WeightSpec> {
+        let mut v = vec![&self.input_norm];
+        match &self.mixer {
+            MixerMap::Attention(a) => v.extend([&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &a.q_norm, &a.k_norm]),
+            MixerMap::DeltaNet(n) => v.extend([
+                &n.in_proj_qkv,
+                &n.in_proj_z,
+                &n.in_proj_b,
+                &n.in_proj_a,
+                &n.conv1d,
+                &n.dt_bias,
+                &n.a_log,
+                &n.norm,
+                &n.out_proj,
+            ]),
+        }
+        v.extend([&self.post_attention_norm, &self.mlp.gate, &self.mlp.up, &self.mlp.down]);
+        v
+    }
+}
 
 /// SwiGLU MLP (§3.6).
 #[derive(Debug, Clone)]
@@ -114,6 +299,18 @@ pub struct Layer {
     pub mlp: Mlp,
 }
 
+impl Layer {
+    /// The projection matrices of this layer (mixer, then MLP).
+    fn matrices(&self) -> Vec<&Matrix> {
+        let mut v: Vec<&Matrix> = match &self.mixer {
+            Mixer::Attention(a) => vec![&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj],
+            Mixer::DeltaNet(n) => vec![&n.in_proj_qkv, &n.in_proj_z, &n.in_proj_b, &n.in_proj_a, &n.out_proj],
+        };
+        v.extend([&self.mlp.gate, &self.mlp.up, &self.mlp.down]);
+        v
+    }
+}
+
 /// The whole text model.
 #[derive(Debug, Clone)]
 pub struct Qwen35 {
@@ -150,82 +347,110 @@ impl Qwen35 {
     pub fn from_safetensors(dir: &Path) -> Result<Self> {
         let cfg = Qwen35Config::from_file(&dir.join("config.json"))?;
         let st = SafetensorsDir::open(dir)?;
-        Self::from_safetensors_parts(cfg, &st)
+        Self::load(cfg, &st, None)
     }
 
-    /// Loads the weights named by HF conventions from an opened checkpoint.
-    pub fn from_safetensors_parts(cfg: Qwen35Config, st: &SafetensorsDir) -> Result<Self> {
-        let d = cfg.hidden_size;
-        let one_plus = |v: Vec<f32>| v.into_iter().map(|w| 1.0 + w).collect::<Vec<_>>();
-        let embed_tokens = st.matrix("model.embed_tokens.weight", cfg.vocab_size, d)?;
-        let act = match embed_tokens.dtype {
-            DType::F32 => Act::F32,
+    /// Loads the weights of [`Qwen35Map`] from any source: a safetensors folder, a GGUF file
+    /// through [`crate::gguf_weights::GgufWeights`], the trainer's weights. Activations are
+    /// held in `act`, or — when `None` — in the embedding's dtype (what transformers computes
+    /// in; quantized weights compute in f32, like llama.cpp).
+    pub fn load(cfg: Qwen35Config, src: &dyn TensorSource, act: Option<Act>) -> Result<Self> {
+        let map = Qwen35Map::new(&cfg, has_output_head(src, cfg.tie_word_embeddings)?);
+        let embed_tokens = src.matrix(&map.embed_tokens)?;
+        let act = act.unwrap_or(match embed_tokens.dtype {
+            DType::F32 | DType::Quant(_) => Act::F32,
             DType::BF16 => Act::BF16,
             DType::F16 => Act::F16,
-            DType::Quant(_) => Act::F32, // quantized weights compute in f32, like llama.cpp
-        };
-        let lm_head = if st.contains("lm_head.weight") {
-            Some(st.matrix("lm_head.weight", cfg.vocab_size, d)?)
-        } else if cfg.tie_word_embeddings {
-            None
-        } else {
-            return Err(ModelError::MissingTensor {
-                path: st.dir().to_path_buf(),
-                name: "lm_head.weight (config.json says tie_word_embeddings is false)".into(),
-            });
-        };
-        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
-        for (i, ty) in cfg.layer_types.iter().enumerate() {
-            let p = format!("model.layers.{i}");
-            let mixer = match ty {
-                LayerType::Full => {
-                    let (hq, hkv, dh) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim);
-                    Mixer::Attention(GatedAttention {
-                        q_proj: st.matrix(&format!("{p}.self_attn.q_proj.weight"), hq * 2 * dh, d)?,
-                        k_proj: st.matrix(&format!("{p}.self_attn.k_proj.weight"), hkv * dh, d)?,
-                        v_proj: st.matrix(&format!("{p}.self_attn.v_proj.weight"), hkv * dh, d)?,
-                        o_proj: st.matrix(&format!("{p}.self_attn.o_proj.weight"), d, hq * dh)?,
-                        q_norm: one_plus(st.f32(&format!("{p}.self_attn.q_norm.weight"), &[dh])?),
-                        k_norm: one_plus(st.f32(&format!("{p}.self_attn.k_norm.weight"), &[dh])?),
-                    })
-                }
-                LayerType::Linear => {
-                    let (hk, hv, dv, kk) = (
-                        cfg.linear_num_key_heads,
-                        cfg.linear_num_value_heads,
-                        cfg.linear_value_head_dim,
-                        cfg.linear_conv_kernel_dim,
-                    );
-                    let conv_dim = cfg.conv_dim();
-                    let a_log = st.f32(&format!("{p}.linear_attn.A_log"), &[hv])?;
-                    let r = hv / hk;
-                    Mixer::DeltaNet(GatedDeltaNet {
-                        in_proj_qkv: st.matrix(&format!("{p}.linear_attn.in_proj_qkv.weight"), conv_dim, d)?,
-                        in_proj_z: st.matrix(&format!("{p}.linear_attn.in_proj_z.weight"), hv * dv, d)?,
-                        in_proj_b: st.matrix(&format!("{p}.linear_attn.in_proj_b.weight"), hv, d)?,
-                        in_proj_a: st.matrix(&format!("{p}.linear_attn.in_proj_a.weight"), hv, d)?,
-                        conv1d: st.f32(&format!("{p}.linear_attn.conv1d.weight"), &[conv_dim, 1, kk])?,
-                        dt_bias: st.f32(&format!("{p}.linear_attn.dt_bias"), &[hv])?,
-                        neg_a: a_log.iter().map(|a| -a.exp()).collect(),
-                        norm: st.f32(&format!("{p}.linear_attn.norm.weight"), &[dv])?,
-                        out_proj: st.matrix(&format!("{p}.linear_attn.out_proj.weight"), d, hv * dv)?,
-                        key_head: (0..hv).map(|v| v / r).collect(),
-                    })
+        });
+        let lm_head = map.lm_head.as_ref().map(|w| src.matrix(w)).transpose()?;
+        let key_head = src.layout().value_heads.key_heads(cfg.linear_num_value_heads, cfg.linear_num_key_heads);
+        let layers = map
+            .layers
+            .iter()
+            .map(|l| {
+                let mixer = match &l.mixer {
+                    MixerMap::Attention(a) => Mixer::Attention(GatedAttention {
+                        q_proj: src.matrix(&a.q_proj)?,
+                        k_proj: src.matrix(&a.k_proj)?,
+                        v_proj: src.matrix(&a.v_proj)?,
+                        o_proj: src.matrix(&a.o_proj)?,
+                        q_norm: src.vector(&a.q_norm)?,
+                        k_norm: src.vector(&a.k_norm)?,
+                    }),
+                    MixerMap::DeltaNet(n) => Mixer::DeltaNet(GatedDeltaNet {
+                        in_proj_qkv: src.matrix(&n.in_proj_qkv)?,
+                        in_proj_z: src.matrix(&n.in_proj_z)?,
+                        in_proj_b: src.matrix(&n.in_proj_b)?,
+                        in_proj_a: src.matrix(&n.in_proj_a)?,
+                        conv1d: src.vector(&n.conv1d)?,
+                        dt_bias: src.vector(&n.dt_bias)?,
+                        neg_a: src.vector(&n.a_log)?,
+                        norm: src.vector(&n.norm)?,
+                        out_proj: src.matrix(&n.out_proj)?,
+                        key_head: key_head.clone(),
+                    }),
+                };
+                Ok(Layer {
+                    input_norm: src.vector(&l.input_norm)?,
+                    post_attention_norm: src.vector(&l.post_attention_norm)?,
+                    mixer,
+                    mlp: Mlp {
+                        gate: src.matrix(&l.mlp.gate)?,
+                        up: src.matrix(&l.mlp.up)?,
+                        down: src.matrix(&l.mlp.down)?,
+                    },
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let norm = src.vector(&map.norm)?;
+        Ok(Qwen35::new(cfg, embed_tokens, lm_head, layers, norm, act))
+    }
+
+    /// Re-quantizes every weight matrix to `q` (`--quant`); matrices too narrow for its
+    /// blocks fall back as [`Matrix::quantized`] describes. The model then computes in f32, as
+    /// llama.cpp does with quantized weights.
+    pub fn quantize_weights(&mut self, q: QuantType) {
+        self.embed_tokens = self.embed_tokens.quantized(q);
+        if let Some(h) = self.lm_head.as_mut() {
+            *h = h.quantized(q);
+        }
+        for m in self.layer_matrices_mut() {
+            *m = m.quantized(q);
+        }
+        self.act = Act::F32;
+    }
+
+    /// Repacks the matmul weights for this CPU's fastest kernels ([`Matrix::pack_for_matmul`]):
+    /// every projection and the output head (the tied embedding when there is none; its row
+    /// lookups still answer, from the file or unpacked from the packed copy).
+    pub fn pack_for_matmul(&mut self) {
+        match self.lm_head.as_mut() {
+            Some(h) => h.pack_for_matmul(),
+            None => self.embed_tokens.pack_for_matmul(),
+        }
+        for m in self.layer_matrices_mut() {
+            m.pack_for_matmul();
+        }
+    }
+
+    /// Bytes of the weight matrices (after any re-quantization).
+    pub fn weight_bytes(&self) -> usize {
+        let head = self.lm_head.as_ref().map_or(0, Matrix::byte_len);
+        let layers: usize = self.layers.iter().flat_map(Layer::matrices).map(Matrix::byte_len).sum();
+        self.embed_tokens.byte_len() + head + layers
+    }
+
+    /// Every projection matrix of every layer (mixer, then MLP).
+    fn layer_matrices_mut(&mut self) -> impl Iterator<Item = &mut Matrix> {
+        self.layers.iter_mut().flat_map(|l| {
+            let mixer: Vec<&mut Matrix> = match &mut l.mixer {
+                Mixer::Attention(a) => vec![&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.o_proj],
+                Mixer::DeltaNet(n) => {
+                    vec![&mut n.in_proj_qkv, &mut n.in_proj_z, &mut n.in_proj_b, &mut n.in_proj_a, &mut n.out_proj]
                 }
             };
-            layers.push(Layer {
-                input_norm: one_plus(st.f32(&format!("{p}.input_layernorm.weight"), &[d])?),
-                post_attention_norm: one_plus(st.f32(&format!("{p}.post_attention_layernorm.weight"), &[d])?),
-                mixer,
-                mlp: Mlp {
-                    gate: st.matrix(&format!("{p}.mlp.gate_proj.weight"), cfg.intermediate_size, d)?,
-                    up: st.matrix(&format!("{p}.mlp.up_proj.weight"), cfg.intermediate_size, d)?,
-                    down: st.matrix(&format!("{p}.mlp.down_proj.weight"), d, cfg.intermediate_size)?,
-                },
-            });
-        }
-        let norm = one_plus(st.f32("model.norm.weight", &[d])?);
-        Ok(Qwen35::new(cfg, embed_tokens, lm_head, layers, norm, act))
+            mixer.into_iter().chain([&mut l.mlp.gate, &mut l.mlp.up, &mut l.mlp.down])
+        })
     }
 
     fn eps(&self) -> f32 {
@@ -340,7 +565,7 @@ fn attend(
         let qh = &q[idx * dh..(idx + 1) * dh];
         let n = pos0 + i + 1; // causal: keys 0..=pos
         let mut s: Vec<f32> = (0..n)
-            .map(|j| act.r(crate::tensor::dot(qh, &kc[(j * hkv + kvh) * dh..(j * hkv + kvh + 1) * dh]) * scale))
+            .map(|j| act.r(crate::kernels::gemm::dot(qh, &kc[(j * hkv + kvh) * dh..(j * hkv + kvh + 1) * dh]) * scale))
             .collect();
         softmax(&mut s);
         for (j, p) in s.iter().enumerate() {
@@ -474,28 +699,22 @@ impl GatedDeltaNet {
     }
 }
 
-impl Qwen35 {
-    /// Fails unless every cache has this model's layer layout.
-    fn check_caches<'c>(&self, caches: impl IntoIterator<Item = &'c Cache>) -> Result<()> {
-        for cache in caches {
-            let fits = cache.layers.len() == self.layers.len()
-                && self.layers.iter().zip(&cache.layers).all(|(l, lc)| {
-                    matches!(
-                        (&l.mixer, lc),
-                        (Mixer::Attention(_), LayerCache::Attention { .. })
-                            | (Mixer::DeltaNet(_), LayerCache::Linear { .. })
-                    )
-                });
-            if !fits {
-                return Err(ModelError::Input("cache belongs to a different model".into()));
-            }
-        }
-        Ok(())
+impl LayerStack for Qwen35 {
+    fn hidden_size(&self) -> usize {
+        self.cfg.hidden_size
     }
 
-    /// The decoder stack over `ids`, split into per-sequence segments: `segs[i] = (rows,
-    /// cache)` takes the next `rows` ids. Returns the last hidden states `[ids.len(), d]` and
-    /// advances every cache. Ids and cache layouts must have been checked.
+    fn fits(&self, cache: &Cache) -> bool {
+        cache.layers.len() == self.layers.len()
+            && self.layers.iter().zip(&cache.layers).all(|(l, lc)| {
+                matches!(
+                    (&l.mixer, lc),
+                    (Mixer::Attention(_), LayerCache::Attention { .. })
+                        | (Mixer::DeltaNet(_), LayerCache::Linear { .. })
+                )
+            })
+    }
+
     fn decode_layers(&self, ids: &[u32], segs: &mut [(usize, &mut Cache)]) -> Vec<f32> {
         let d = self.cfg.hidden_size;
         let t = ids.len();
@@ -531,7 +750,6 @@ impl Qwen35 {
         h
     }
 
-    /// Final norm and output head over `n` hidden rows.
     fn logits(&self, rows: &[f32], n: usize) -> Vec<f32> {
         let mut x = rms_norm(rows, &self.norm, self.eps());
         self.act.round(&mut x);
@@ -568,45 +786,10 @@ impl CausalLm for Qwen35 {
     }
 
     fn forward(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Vec<f32>> {
-        crate::kernels::on_pool(|| self.forward_here(ids, cache, all_logits))
+        crate::kernels::on_pool(|| decoder::forward(self, ids, cache, all_logits))
     }
 
     fn forward_batch(&self, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
-        crate::kernels::on_pool(|| self.forward_batch_here(batch))
-    }
-}
-
-impl Qwen35 {
-    /// [`CausalLm::forward`], on the calling thread.
-    fn forward_here(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Vec<f32>> {
-        let d = self.cfg.hidden_size;
-        let t = ids.len();
-        if t == 0 {
-            return Err(ModelError::Input("no input tokens".into()));
-        }
-        if let Some(bad) = ids.iter().find(|&&id| id as usize >= self.cfg.vocab_size) {
-            return Err(ModelError::Input(format!(
-                "token id {bad} is out of vocabulary (vocab_size {})",
-                self.cfg.vocab_size
-            )));
-        }
-        self.check_caches([&*cache])?;
-        let h = self.decode_layers(ids, &mut [(t, cache)]);
-        let rows = if all_logits { &h[..] } else { &h[(t - 1) * d..] };
-        Ok(self.logits(rows, rows.len() / d))
-    }
-
-    /// [`CausalLm::forward_batch`], on the calling thread.
-    fn forward_batch_here(&self, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
-        if batch.is_empty() {
-            return Ok(Vec::new());
-        }
-        crate::check_batch_ids(batch, self.cfg.vocab_size)?;
-        self.check_caches(batch.iter().map(|(_, c)| &**c))?;
-        let ids: Vec<u32> = batch.iter().map(|(id, _)| *id).collect();
-        let mut segs: Vec<(usize, &mut Cache)> = batch.iter_mut().map(|(_, c)| (1, &mut **c)).collect();
-        let h = self.decode_layers(&ids, &mut segs);
-        let logits = self.logits(&h, ids.len());
-        Ok(logits.chunks_exact(self.cfg.vocab_size).map(<[f32]>::to_vec).collect())
+        crate::kernels::on_pool(|| decoder::forward_batch(self, batch))
     }
 }

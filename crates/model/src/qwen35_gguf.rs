@@ -1,16 +1,14 @@
-//! Qwen3.5 from a GGUF file (llama.cpp architecture `qwen35`, shared/docs/qwen35.md §2.2).
-//!
-//! llama.cpp's converter already stores what [`Qwen35`] holds: the zero-centred norms as
-//! `1 + w` (but `ssm_norm` as plain `w`), `A` as `ssm_a = −exp(A_log)`, and the value heads of
-//! every DeltaNet tensor in tiled order, so value head `v` reads key head `v mod Hk`. The conv
-//! kernel `ssm_conv1d` is `[K, channels]` in ggml order, i.e. channel-major in memory, which is
-//! our `[channels, K]` layout. Activations are f32 whatever the weight type, as in llama.cpp.
+//! Qwen3.5 from a GGUF file (llama.cpp architecture `qwen35`, shared/docs/qwen35.md §2.2): the
+//! `qwen35.*` metadata as a [`Qwen35Config`]. The tensors are read by Hugging Face name through
+//! [`GgufWeights`], which knows llama.cpp's names and what its converter stored converted.
+//! Activations are f32 whatever the weight type, as in llama.cpp.
 
 use crate::config::{LayerType, Qwen35Config};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
+use crate::gguf_weights::GgufWeights;
 use crate::kernels::Act;
-use crate::qwen35::{GatedAttention, GatedDeltaNet, Layer, Mixer, Mlp, Qwen35};
+use crate::qwen35::Qwen35;
 
 /// Reads the `qwen35.*` hyper-parameters of a GGUF file.
 pub fn config_from_gguf(f: &GgufFile) -> Result<Qwen35Config> {
@@ -90,119 +88,9 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Qwen35Config> {
     })
 }
 
-/// Builds a [`Qwen35`] from a `qwen35` GGUF file; tensors stay memory-mapped.
+/// Builds a [`Qwen35`] from a `qwen35` GGUF file (tensors stay memory-mapped): the config
+/// from its metadata, the weights through [`GgufWeights`], in f32 activations as llama.cpp.
 pub fn qwen35_from_gguf(f: &GgufFile) -> Result<Qwen35> {
     let cfg = config_from_gguf(f)?;
-    let d = cfg.hidden_size;
-    let embed = f.matrix("token_embd.weight", cfg.vocab_size, d)?;
-    let lm_head = if f.contains("output.weight") { Some(f.matrix("output.weight", cfg.vocab_size, d)?) } else { None };
-    let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
-    for (i, ty) in cfg.layer_types.iter().enumerate() {
-        let p = |n: &str| format!("blk.{i}.{n}");
-        let mixer = match ty {
-            LayerType::Full => {
-                let (hq, hkv, dh) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim);
-                Mixer::Attention(GatedAttention {
-                    q_proj: f.matrix(&p("attn_q.weight"), hq * 2 * dh, d)?,
-                    k_proj: f.matrix(&p("attn_k.weight"), hkv * dh, d)?,
-                    v_proj: f.matrix(&p("attn_v.weight"), hkv * dh, d)?,
-                    o_proj: f.matrix(&p("attn_output.weight"), d, hq * dh)?,
-                    q_norm: f.f32(&p("attn_q_norm.weight"), dh)?,
-                    k_norm: f.f32(&p("attn_k_norm.weight"), dh)?,
-                })
-            }
-            LayerType::Linear => {
-                let (hk, hv, dv, kk) = (
-                    cfg.linear_num_key_heads,
-                    cfg.linear_num_value_heads,
-                    cfg.linear_value_head_dim,
-                    cfg.linear_conv_kernel_dim,
-                );
-                let conv_dim = cfg.conv_dim();
-                Mixer::DeltaNet(GatedDeltaNet {
-                    in_proj_qkv: f.matrix(&p("attn_qkv.weight"), conv_dim, d)?,
-                    in_proj_z: f.matrix(&p("attn_gate.weight"), hv * dv, d)?,
-                    in_proj_b: f.matrix(&p("ssm_beta.weight"), hv, d)?,
-                    in_proj_a: f.matrix(&p("ssm_alpha.weight"), hv, d)?,
-                    conv1d: f.f32(&p("ssm_conv1d.weight"), conv_dim * kk)?,
-                    dt_bias: f.f32(&p("ssm_dt.bias"), hv)?,
-                    neg_a: f.f32(&p("ssm_a"), hv)?,
-                    norm: f.f32(&p("ssm_norm.weight"), dv)?,
-                    out_proj: f.matrix(&p("ssm_out.weight"), d, hv * dv)?,
-                    key_head: (0..hv).map(|v| v % hk).collect(),
-                })
-            }
-        };
-        layers.push(Layer {
-            input_norm: f.f32(&p("attn_norm.weight"), d)?,
-            post_attention_norm: f.f32(&p("post_attention_norm.weight"), d)?,
-            mixer,
-            mlp: Mlp {
-                gate: f.matrix(&p("ffn_gate.weight"), cfg.intermediate_size, d)?,
-                up: f.matrix(&p("ffn_up.weight"), cfg.intermediate_size, d)?,
-                down: f.matrix(&p("ffn_down.weight"), d, cfg.intermediate_size)?,
-            },
-        });
-    }
-    let norm = f.f32("output_norm.weight", d)?;
-    Ok(Qwen35::new(cfg, embed, lm_head, layers, norm, Act::F32))
-}
-
-/// Re-quantizes every weight matrix of a Qwen3.5 model to `q` (`--quant`); matrices too
-/// narrow for its blocks fall back as [`crate::tensor::Matrix::quantized`] describes. The
-/// model then computes in f32, as llama.cpp does with quantized weights.
-pub fn quantize_qwen35(m: &mut Qwen35, q: crate::quant::QuantType) {
-    m.embed_tokens = m.embed_tokens.quantized(q);
-    if let Some(h) = m.lm_head.as_mut() {
-        *h = h.quantized(q);
-    }
-    for mm in layer_matrices(m) {
-        *mm = mm.quantized(q);
-    }
-    m.act = Act::F32;
-}
-
-/// Repacks the matmul weights of a Qwen3.5 model for this CPU's fastest kernels
-/// ([`crate::tensor::Matrix::pack_for_matmul`]): every projection and the output head (the
-/// tied embedding when there is none; its row lookups still answer, from the file or unpacked
-/// from the packed copy).
-pub fn pack_qwen35(m: &mut Qwen35) {
-    match m.lm_head.as_mut() {
-        Some(h) => h.pack_for_matmul(),
-        None => m.embed_tokens.pack_for_matmul(),
-    }
-    for mm in layer_matrices(m) {
-        mm.pack_for_matmul();
-    }
-}
-
-/// Every projection matrix of every layer (mixer, then MLP).
-fn layer_matrices(m: &mut Qwen35) -> impl Iterator<Item = &mut crate::tensor::Matrix> {
-    m.layers.iter_mut().flat_map(|l| {
-        let mixer: Vec<&mut crate::tensor::Matrix> = match &mut l.mixer {
-            Mixer::Attention(a) => vec![&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.o_proj],
-            Mixer::DeltaNet(n) => {
-                vec![&mut n.in_proj_qkv, &mut n.in_proj_z, &mut n.in_proj_b, &mut n.in_proj_a, &mut n.out_proj]
-            }
-        };
-        mixer.into_iter().chain([&mut l.mlp.gate, &mut l.mlp.up, &mut l.mlp.down])
-    })
-}
-
-/// Bytes of the weight matrices of a Qwen3.5 model (after any re-quantization).
-pub fn qwen35_weight_bytes(m: &Qwen35) -> usize {
-    let mut n = m.embed_tokens.byte_len() + m.lm_head.as_ref().map_or(0, |h| h.byte_len());
-    for l in &m.layers {
-        n += match &l.mixer {
-            Mixer::Attention(a) => {
-                [&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj].iter().map(|x| x.byte_len()).sum::<usize>()
-            }
-            Mixer::DeltaNet(d) => [&d.in_proj_qkv, &d.in_proj_z, &d.in_proj_b, &d.in_proj_a, &d.out_proj]
-                .iter()
-                .map(|x| x.byte_len())
-                .sum::<usize>(),
-        };
-        n += l.mlp.gate.byte_len() + l.mlp.up.byte_len() + l.mlp.down.byte_len();
-    }
-    n
+    Qwen35::load(cfg, &GgufWeights::new(f)?, Some(Act::F32))
 }

@@ -12,6 +12,7 @@ use safetensors::{Dtype, SafeTensors};
 
 use crate::error::{ModelError, Result};
 use crate::tensor::{to_f32_vec, Bytes, DType, Matrix};
+use crate::weights::{TensorSource, WeightSpec};
 
 /// Where one tensor lives.
 #[derive(Debug, Clone)]
@@ -160,5 +161,22 @@ impl SafetensorsDir {
     /// Stored dtype of a tensor.
     pub fn dtype(&self, name: &str) -> Option<DType> {
         self.entries.get(name).map(|e| e.dtype)
+    }
+}
+
+/// Tensors by canonical name, as the checkpoint stores them (Hugging Face layout).
+impl TensorSource for SafetensorsDir {
+    fn origin(&self) -> &Path {
+        self.dir()
+    }
+    fn contains(&self, name: &str) -> bool {
+        SafetensorsDir::contains(self, name)
+    }
+    fn matrix(&self, w: &WeightSpec) -> Result<Matrix> {
+        let (rows, cols) = w.dims2();
+        SafetensorsDir::matrix(self, &w.name, rows, cols)
+    }
+    fn stored_f32(&self, w: &WeightSpec) -> Result<Vec<f32>> {
+        self.f32(&w.name, &w.shape)
     }
 }

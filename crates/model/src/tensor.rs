@@ -6,60 +6,13 @@
 
 use std::sync::Arc;
 
-use half::{bf16, f16};
 use rayon::prelude::*;
 
-use crate::kernels::gemm::{gemm, Rows};
-
+use crate::dtype::widen;
+pub use crate::dtype::{to_f32_vec, DType};
+use crate::kernels::matmul::{self, WeightRef};
+pub use crate::kernels::{round_bf16, round_f16};
 use crate::quant::QuantType;
-
-/// Storage type of a weight matrix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DType {
-    /// IEEE binary32.
-    F32,
-    /// IEEE binary16.
-    F16,
-    /// bfloat16 (the upper half of an f32).
-    BF16,
-    /// A ggml block-quantized format (GGUF files, `--quant`).
-    Quant(QuantType),
-}
-
-impl DType {
-    /// Bytes of one storage unit: an element for the float types, a block for quantized ones
-    /// (see [`DType::block_size`]).
-    pub fn size(self) -> usize {
-        match self {
-            DType::F32 => 4,
-            DType::F16 | DType::BF16 => 2,
-            DType::Quant(q) => q.block_bytes(),
-        }
-    }
-
-    /// Elements per storage unit (1 for the float types).
-    pub fn block_size(self) -> usize {
-        match self {
-            DType::Quant(q) => q.block_size(),
-            _ => 1,
-        }
-    }
-
-    /// Bytes of `n` consecutive elements, or `None` when `n` is not a whole number of blocks.
-    pub fn row_bytes(self, n: usize) -> Option<usize> {
-        n.is_multiple_of(self.block_size()).then(|| n / self.block_size() * self.size())
-    }
-
-    /// Display name (`F32`, `BF16`, `Q4_K`, …).
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "F32",
-            DType::F16 => "F16",
-            DType::BF16 => "BF16",
-            DType::Quant(q) => q.name(),
-        }
-    }
-}
 
 /// Bytes shared with their owner (a memory map or an owned buffer).
 #[derive(Clone)]
@@ -137,47 +90,6 @@ impl Bytes {
     }
 }
 
-/// Decode a little-endian buffer of `dtype` into f32 values.
-pub fn to_f32_vec(bytes: &[u8], dtype: DType) -> Vec<f32> {
-    let mut out = vec![0.0; bytes.len() / dtype.size() * dtype.block_size()];
-    widen(bytes, dtype, &mut out);
-    out
-}
-
-/// Widen `out.len()` elements of `dtype` from `bytes` into `out`.
-fn widen(bytes: &[u8], dtype: DType, out: &mut [f32]) {
-    match dtype {
-        DType::F32 => {
-            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-                *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            }
-        }
-        DType::BF16 => {
-            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                *o = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
-            }
-        }
-        DType::F16 => {
-            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                *o = f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
-            }
-        }
-        DType::Quant(q) => crate::quant::dequantize(q, bytes, out),
-    }
-}
-
-/// Round an f32 to the nearest bf16 and back (what a bf16 model stores between ops).
-#[inline]
-pub fn round_bf16(x: f32) -> f32 {
-    bf16::from_f32(x).to_f32()
-}
-
-/// Round an f32 to the nearest f16 and back.
-#[inline]
-pub fn round_f16(x: f32) -> f32 {
-    f16::from_f32(x).to_f32()
-}
-
 /// A 2-D weight `[rows, cols]` (PyTorch `[out, in]` layout), stored row-major.
 #[derive(Debug, Clone)]
 pub struct Matrix {
@@ -209,14 +121,11 @@ impl Matrix {
     /// is left as it is. Results stay within the Q4_K dot's rounding, and one token and a
     /// tile of tokens keep giving the same bits. `FROGNANO_PLAIN_KERNELS=1` skips it.
     pub fn pack_for_matmul(&mut self) {
-        use crate::quant::{q4k_x8, QuantType};
-        if self.dtype == DType::Quant(QuantType::Q4_K)
-            && self.packed.is_none()
-            && self.rows.is_multiple_of(q4k_x8::GROUP)
-            && q4k_x8::available()
-            && !crate::kernels::plain_kernels()
-        {
-            self.packed = Some(Arc::new(q4k_x8::pack(self.bytes.as_slice(), self.rows, self.cols)));
+        if self.packed.is_some() {
+            return;
+        }
+        if let Some(p) = matmul::pack(self.dtype, self.bytes.as_slice(), self.rows, self.cols) {
+            self.packed = Some(Arc::new(p));
             if self.bytes.is_mapped() {
                 // Re-read from the file if a row is ever asked for (an embedding lookup).
                 self.bytes.release_pages();
@@ -228,12 +137,14 @@ impl Matrix {
         }
     }
 
-    fn quant_mat(&self, ty: crate::quant::QuantType) -> crate::quant::QuantMat<'_> {
+    /// This matrix as the kernels see it.
+    pub fn weight_ref(&self) -> WeightRef<'_> {
         debug_assert!(!self.only_packed || self.packed.is_some());
-        crate::quant::QuantMat {
-            ty,
-            w: self.bytes.as_slice(),
+        WeightRef {
             rows: self.rows,
+            cols: self.cols,
+            dtype: self.dtype,
+            bytes: self.bytes.as_slice(),
             packed: self.packed.as_deref().map(Vec::as_slice),
         }
     }
@@ -280,13 +191,7 @@ impl Matrix {
     /// Row `r` widened to f32 into `out` (length `cols`).
     pub fn row_into(&self, r: usize, out: &mut [f32]) {
         if let (true, Some(p)) = (self.only_packed, &self.packed) {
-            let gb = p.len() / (self.rows / crate::quant::q4k_x8::GROUP);
-            let g = r / crate::quant::q4k_x8::GROUP;
-            return crate::quant::q4k_x8::dequantize_row(
-                &p[g * gb..(g + 1) * gb],
-                r % crate::quant::q4k_x8::GROUP,
-                out,
-            );
+            return matmul::unpack_row(p, self.rows, r, out);
         }
         let w = self.dtype.row_bytes(self.cols).expect("checked in Matrix::new");
         widen(&self.bytes.as_slice()[r * w..(r + 1) * w], self.dtype, out);
@@ -313,94 +218,23 @@ impl Matrix {
 
     /// [`Matrix::matmul`] of one input with several matrices of the same width; block-quantized
     /// ones share one quantized copy of the input and one parallel dispatch
-    /// ([`crate::quant::matmul_many`]). Returns one `[t, rows]` product per matrix.
+    /// ([`crate::kernels::matmul::matmul_many`]). Returns one `[t, rows]` product per matrix.
     pub fn matmul_many(ms: &[&Matrix], x: &[f32], t: usize) -> Vec<Vec<f32>> {
-        let quant: Option<Vec<crate::quant::QuantMat>> = ms
-            .iter()
-            .map(|m| match m.dtype {
-                DType::Quant(ty) if m.cols == ms[0].cols => Some(m.quant_mat(ty)),
-                _ => None,
-            })
-            .collect();
-        match quant {
-            Some(qm) if !ms.is_empty() => crate::quant::matmul_many(&qm, ms[0].cols, x, t),
-            _ => ms.iter().map(|m| m.matmul(x, t)).collect(),
-        }
+        let ws: Vec<WeightRef<'_>> = ms.iter().map(|m| m.weight_ref()).collect();
+        matmul::matmul_many(&ws, x, t)
     }
 
     /// `y[t, r] = Σ_k x[t, k] · W[r, k]` for `t` rows of `x` (`x.len() == t * cols`);
     /// returns `y` as `[t, rows]`.
     pub fn matmul(&self, x: &[f32], t: usize) -> Vec<f32> {
-        let (rows, cols) = (self.rows, self.cols);
-        assert_eq!(x.len(), t * cols, "matmul input length");
-        if let DType::Quant(q) = self.dtype {
-            return crate::quant::matmul_many(&[self.quant_mat(q)], cols, x, t).pop().expect("one product");
-        }
-        // Work in [rows, t] so each task owns a contiguous slice, then transpose. Enough
-        // blocks for every thread several times over; at most 64 rows so a block's weights
-        // stay in L2 while the activations stream past.
-        let mut yt = vec![0.0f32; rows * t];
-        let threads = rayon::current_num_threads().max(1);
-        let block = (rows / (4 * threads)).clamp(4, 64) / 4 * 4;
-        let row_bytes = cols * self.dtype.size();
-        let bytes = self.bytes.as_slice();
-        yt.par_chunks_mut(block * t).enumerate().for_each(|(blk, out)| {
-            let r0 = blk * block;
-            let nr = out.len() / t;
-            let wb = &bytes[r0 * row_bytes..(r0 + nr) * row_bytes];
-            match self.dtype {
-                DType::F32 => gemm(Rows::F32(wb), nr, cols, x, t, out),
-                DType::BF16 => gemm(Rows::BF16(wb), nr, cols, x, t, out),
-                _ => {
-                    let mut wbuf = vec![0.0f32; nr * cols];
-                    for i in 0..nr {
-                        self.row_into(r0 + i, &mut wbuf[i * cols..(i + 1) * cols]);
-                    }
-                    for (tt, xr) in x.chunks_exact(cols).enumerate() {
-                        for (i, wr) in wbuf.chunks_exact(cols).enumerate() {
-                            out[i * t + tt] = dot(wr, xr);
-                        }
-                    }
-                }
-            }
-        });
-        if t == 1 {
-            return yt;
-        }
-        let mut y = vec![0.0f32; rows * t];
-        for r in 0..rows {
-            for tt in 0..t {
-                y[tt * rows + r] = yt[r * t + tt];
-            }
-        }
-        y
+        matmul::matmul(&self.weight_ref(), x, t)
     }
-}
-
-/// Dot product with eight independent accumulators so the compiler can vectorise it.
-#[inline]
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len());
-    let (a, b) = (&a[..n], &b[..n]);
-    let mut acc = [0.0f32; 8];
-    let ca = a.chunks_exact(8);
-    let cb = b.chunks_exact(8);
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (x, y) in ra.iter().zip(rb) {
-        s += x * y;
-    }
-    s
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::{bf16, f16};
 
     #[test]
     fn matmul_matches_naive_for_every_dtype() {
@@ -423,6 +257,35 @@ mod tests {
                     assert!((y[tt * rows + r] - want).abs() < 1e-4, "{dtype:?} t={tt} r={r}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn packed_matmul_agrees_with_the_row_kernels_and_is_batch_invariant() {
+        use crate::quant::q4k_x8::available;
+        use crate::quant::tests::random_blocks;
+        use crate::quant::QK_K;
+        if !available() || crate::kernels::plain_kernels() {
+            return;
+        }
+        let (rows, cols, t) = (40, 512, 13);
+        let w = random_blocks(QuantType::Q4_K, rows * cols / QK_K, 9);
+        let plain = Matrix::new(rows, cols, DType::Quant(QuantType::Q4_K), Bytes::from_vec(w));
+        let mut packed = plain.clone();
+        packed.pack_for_matmul();
+        // An owned matrix keeps only the packed copy, and still answers for its rows.
+        assert!(packed.bytes().is_empty());
+        assert_eq!(packed.to_f32(), plain.to_f32());
+        assert_eq!(packed.row(17), plain.row(17));
+        let x: Vec<f32> = (0..t * cols).map(|i| ((i * 31 % 97) as f32 - 48.0) / 13.0).collect();
+        let (yp, yr) = (packed.matmul(&x, t), plain.matmul(&x, t));
+        for (i, (a, b)) in yp.iter().zip(&yr).enumerate() {
+            assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "element {i}: packed {a} vs rows {b}");
+        }
+        // Prefill tiles (8 + 4 + 1 tokens here) and decode give the same bits per token.
+        for tt in 0..t {
+            let one = packed.matmul(&x[tt * cols..(tt + 1) * cols], 1);
+            assert_eq!(&yp[tt * rows..(tt + 1) * rows], &one[..], "token {tt}");
         }
     }
 }

@@ -101,3 +101,34 @@ fn qwen35_gguf_loads_through_load_with_tokenizer_and_template() {
     assert_eq!(ids, want.encode(text).unwrap(), "GGUF tokenizer differs from tokenizer.json");
     assert!(m.chat_template().is_ok());
 }
+
+/// The one Qwen3.5 weight map resolves in both sources: every Hugging Face name is found in
+/// the safetensors folder and, through the GGUF name adapter, in the converted file, with the
+/// same number of elements; and the norms, which GGUF stores as `1 + w`, come out of both
+/// sources as the same model-form values.
+#[test]
+fn the_qwen35_weight_map_resolves_in_safetensors_and_gguf_alike() {
+    use frognano_model::config::Qwen35Config;
+    use frognano_model::gguf_weights::GgufWeights;
+    use frognano_model::qwen35::Qwen35Map;
+    use frognano_model::safetensors_dir::SafetensorsDir;
+    use frognano_model::weights::{Role, TensorSource};
+
+    let dir = repo("fixtures/qwen35-tiny");
+    let cfg = Qwen35Config::from_file(&dir.join("config.json")).unwrap();
+    let st = SafetensorsDir::open(&dir).unwrap();
+    let file = GgufFile::open(repo("fixtures/qwen35-tiny.gguf")).unwrap();
+    let gguf = GgufWeights::new(&file).unwrap();
+    let map = Qwen35Map::new(&cfg, TensorSource::contains(&st, "lm_head.weight"));
+    assert!(map.specs().len() > 4 * cfg.num_hidden_layers, "the map lists every layer's weights");
+    for w in map.specs() {
+        assert!(TensorSource::contains(&st, &w.name), "safetensors lacks {}", w.name);
+        assert!(gguf.contains(&w.name), "GGUF adapter lacks {}", w.name);
+        let (a, b) = (st.stored_f32(w).unwrap(), gguf.stored_f32(w).unwrap());
+        assert_eq!(a.len(), b.len(), "{}", w.name);
+        if matches!(w.role, Role::Norm | Role::ZeroCentredNorm) {
+            let (a, b) = (st.vector(w).unwrap(), gguf.vector(w).unwrap());
+            assert!(max_abs_diff(&a, &b) <= 1e-6, "{}: model-form values differ", w.name);
+        }
+    }
+}

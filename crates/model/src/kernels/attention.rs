@@ -18,8 +18,8 @@
 
 use rayon::prelude::*;
 
+use super::round_f16;
 use crate::quant::ggml::{self, F16Dot};
-use crate::tensor::round_f16;
 
 /// Shapes of one [`causal`] call.
 #[derive(Debug, Clone, Copy)]

@@ -73,9 +73,30 @@ pub fn gemm_reference(w: Rows, rows: usize, cols: usize, x: &[f32], t: usize, ou
             *v = w.get(i * cols + k);
         }
         for j in 0..t {
-            out[i * t + j] = crate::tensor::dot(&row, &x[j * cols..(j + 1) * cols]);
+            out[i * t + j] = dot(&row, &x[j * cols..(j + 1) * cols]);
         }
     }
+}
+
+/// Dot product with eight independent accumulators so the compiler can vectorise it.
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0.0f32; 8];
+    let ca = a.chunks_exact(8);
+    let cb = b.chunks_exact(8);
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -5,8 +5,21 @@ pub mod attention;
 pub mod conv;
 pub mod delta_rule;
 pub mod gemm;
+pub mod matmul;
 
-use crate::tensor::{round_bf16, round_f16};
+use half::{bf16, f16};
+
+/// Round an f32 to the nearest bf16 and back (what a bf16 model stores between ops).
+#[inline]
+pub fn round_bf16(x: f32) -> f32 {
+    bf16::from_f32(x).to_f32()
+}
+
+/// Round an f32 to the nearest f16 and back.
+#[inline]
+pub fn round_f16(x: f32) -> f32 {
+    f16::from_f32(x).to_f32()
+}
 
 /// Whether `FROGNANO_PLAIN_KERNELS=1` asks for the kernels this crate had before its tiled
 /// ones (the multi-token k-quant tiles, the vector prefill attention, the eight-row Q4_K

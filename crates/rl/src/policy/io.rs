@@ -1,6 +1,8 @@
-//! Reading checkpoints into policy weights and writing them back: Hugging Face safetensors
-//! folders, llama-architecture GGUF files (dequantized, q/k rows put back into Hugging Face
-//! order), merged checkpoints and PEFT adapters.
+//! Reading checkpoints into policy weights and writing them back: any frognano-model
+//! [`TensorSource`] (Hugging Face safetensors folders, llama-architecture GGUF files
+//! dequantized with q/k rows put back into Hugging Face order) read along the architecture's
+//! weight map, the policy's own weights handed back as one, merged checkpoints and PEFT
+//! adapters.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -8,8 +10,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context};
 use candle_core::{DType, Device, Tensor};
 use frognano_model::gguf::GgufFile;
-use frognano_model::safetensors_dir::SafetensorsDir;
+use frognano_model::gguf_weights::GgufWeights;
 use frognano_model::tensor::{Bytes, DType as MDType, Matrix};
+use frognano_model::weights::{TensorSource, WeightSpec};
+use frognano_model::ModelError;
 
 use super::store::Store;
 
@@ -32,21 +36,68 @@ pub(crate) fn vector(st: &Store, name: &str) -> anyhow::Result<Vec<f32>> {
     Ok(st.merged(name)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?)
 }
 
-/// Reads every tensor of `shapes` from a safetensors checkpoint (canonical names; the
-/// checkpoint may use the `model.language_model.` prefix) as tensors of exactly those shapes,
-/// each converted to `dtype` as it is read (so a bf16 policy never holds the whole model in
-/// f32). Errors name the file or folder and the tensor.
-pub(crate) fn read_safetensors(
-    st: &SafetensorsDir,
-    shapes: &[(String, Vec<usize>)],
+/// The policy's current weights (LoRA merged) as a [`TensorSource`] in Hugging Face layout,
+/// for frognano-model's one `load` per architecture.
+pub(crate) struct MergedWeights<'s>(pub &'s Store);
+
+impl MergedWeights<'_> {
+    fn err(&self, w: &WeightSpec, e: anyhow::Error) -> ModelError {
+        ModelError::format(self.origin(), format!("weight `{}`: {e:#}", w.name))
+    }
+}
+
+impl TensorSource for MergedWeights<'_> {
+    fn origin(&self) -> &Path {
+        Path::new("<policy weights>")
+    }
+    fn contains(&self, name: &str) -> bool {
+        self.0.contains(name)
+    }
+    fn matrix(&self, w: &WeightSpec) -> frognano_model::Result<Matrix> {
+        let m = matrix(self.0, &w.name).map_err(|e| self.err(w, e))?;
+        if (m.rows, m.cols) != w.dims2() {
+            return Err(ModelError::Shape {
+                path: self.origin().to_path_buf(),
+                name: w.name.clone(),
+                expected: w.shape.clone(),
+                found: vec![m.rows, m.cols],
+            });
+        }
+        Ok(m)
+    }
+    fn stored_f32(&self, w: &WeightSpec) -> frognano_model::Result<Vec<f32>> {
+        vector(self.0, &w.name).map_err(|e| self.err(w, e))
+    }
+}
+
+/// Reads every weight of `specs` from `src` in Hugging Face form (stored values, Hugging Face
+/// row order) as tensors of exactly those shapes, each converted to `dtype` as it is read (so
+/// a bf16 policy never holds the whole model in f32). Errors name the file or folder and the
+/// tensor.
+pub(crate) fn read_weights(
+    src: &dyn TensorSource,
+    specs: &[&WeightSpec],
     dtype: DType,
 ) -> anyhow::Result<Vec<(String, Tensor)>> {
-    shapes
+    specs
         .iter()
-        .map(|(name, shape)| {
-            let v = st.f32(name, shape)?;
-            Ok((name.clone(), Tensor::from_vec(v, shape.as_slice(), &Device::Cpu)?.to_dtype(dtype)?))
+        .map(|w| {
+            if src.stores_model_form(w.role) {
+                bail!("{}: tensor `{}` is stored converted and cannot be trained from", src.origin().display(), w.name);
+            }
+            let v = src.stored_f32(w)?;
+            Ok((w.name.clone(), Tensor::from_vec(v, w.shape.as_slice(), &Device::Cpu)?.to_dtype(dtype)?))
         })
+        .collect()
+}
+
+/// Canonical names of the linear modules LoRA can adapt: the projections of every layer,
+/// in map order.
+pub(crate) fn linear_modules(specs: &[&WeightSpec]) -> Vec<String> {
+    specs
+        .iter()
+        .filter(|w| w.role.is_projection() && w.name.starts_with("model.layers."))
+        .map(|w| w.module().to_string())
         .collect()
 }
 
@@ -82,24 +133,8 @@ fn safetensors_names(path: &Path) -> anyhow::Result<Vec<String>> {
     Ok(v.as_object().map(|o| o.keys().filter(|k| *k != "__metadata__").cloned().collect()).unwrap_or_default())
 }
 
-/// Rows of a llama.cpp-permuted q or k weight put back into Hugging Face order. The
-/// converter stores row `2j + s` of each head at what was row `s·dh/2 + j`.
-pub(crate) fn unpermute_rows(w: &[f32], heads: usize, head_dim: usize, cols: usize) -> Vec<f32> {
-    let half = head_dim / 2;
-    let mut out = vec![0.0f32; w.len()];
-    for h in 0..heads {
-        for j in 0..half {
-            for s in 0..2 {
-                let src = (h * head_dim + 2 * j + s) * cols;
-                let dst = (h * head_dim + s * half + j) * cols;
-                out[dst..dst + cols].copy_from_slice(&w[src..src + cols]);
-            }
-        }
-    }
-    out
-}
-
-/// A llama-architecture GGUF file as Hugging Face-named f32 tensors and its spec.
+/// A llama-architecture GGUF file as Hugging Face-named f32 tensors (q/k rows put back into
+/// Hugging Face order by [`GgufWeights::in_hf_layout`]) and its spec.
 pub(crate) fn read_llama_gguf(path: &Path) -> anyhow::Result<(super::LlamaSpec, Vec<(String, Tensor)>)> {
     let f = GgufFile::open(path)?;
     let arch = f.get_str("general.architecture")?.unwrap_or("").to_string();
@@ -112,42 +147,16 @@ pub(crate) fn read_llama_gguf(path: &Path) -> anyhow::Result<(super::LlamaSpec, 
     if f.contains("blk.0.attn_q.bias") {
         bail!("{}: tensor `blk.0.attn_q.bias`: attention biases are not supported for training", path.display());
     }
-    let m = frognano_model::llama::Llama::from_gguf(&f)?;
-    let c = &m.cfg;
+    let c = frognano_model::llama::Llama::config_from_gguf(&f)?;
     if c.rope_dim != c.head_dim {
         bail!("{}: rope.dimension_count {} differs from the head size {}", path.display(), c.rope_dim, c.head_dim);
     }
-    let mut spec = super::LlamaSpec::from_config(c, m.output.is_none());
+    let src = GgufWeights::new(&f)?.in_hf_layout();
+    let mut spec = super::LlamaSpec::from_config(&c, !src.contains(frognano_model::weights::LM_HEAD));
     spec.bos_token_id = f.get_u64("tokenizer.ggml.bos_token_id")?.map(|v| v as u32);
     spec.eos_token_ids = f.get_u64("tokenizer.ggml.eos_token_id")?.map(|v| vec![v as u32]).unwrap_or_default();
-    let dev = Device::Cpu;
-    let mat = |name: &str, mx: &Matrix| -> anyhow::Result<(String, Tensor)> {
-        Ok((name.to_string(), Tensor::from_vec(mx.to_f32(), (mx.rows, mx.cols), &dev)?))
-    };
-    let vecf = |name: &str, v: &[f32]| -> anyhow::Result<(String, Tensor)> {
-        Ok((name.to_string(), Tensor::from_slice(v, v.len(), &dev)?))
-    };
-    let mut out = vec![mat("model.embed_tokens.weight", &m.embed)?];
-    for (i, l) in m.layers.iter().enumerate() {
-        let p = |n: &str| format!("model.layers.{i}.{n}");
-        let d = c.hidden_size;
-        out.push(vecf(&p("input_layernorm.weight"), &l.attn_norm)?);
-        let q = unpermute_rows(&l.wq.to_f32(), c.num_heads, c.head_dim, d);
-        out.push((p("self_attn.q_proj.weight"), Tensor::from_vec(q, (l.wq.rows, d), &dev)?));
-        let k = unpermute_rows(&l.wk.to_f32(), c.num_kv_heads, c.head_dim, d);
-        out.push((p("self_attn.k_proj.weight"), Tensor::from_vec(k, (l.wk.rows, d), &dev)?));
-        out.push(mat(&p("self_attn.v_proj.weight"), &l.wv)?);
-        out.push(mat(&p("self_attn.o_proj.weight"), &l.wo)?);
-        out.push(vecf(&p("post_attention_layernorm.weight"), &l.ffn_norm)?);
-        out.push(mat(&p("mlp.gate_proj.weight"), &l.gate)?);
-        out.push(mat(&p("mlp.up_proj.weight"), &l.up)?);
-        out.push(mat(&p("mlp.down_proj.weight"), &l.down)?);
-    }
-    out.push(vecf("model.norm.weight", &m.norm)?);
-    if let Some(o) = &m.output {
-        out.push(mat("lm_head.weight", o)?);
-    }
-    Ok((spec, out))
+    let tensors = read_weights(&src, &spec.weight_map().specs(), DType::F32)?;
+    Ok((spec, tensors))
 }
 
 /// Writes `tensors` to a safetensors file.

@@ -1,6 +1,7 @@
 //! The llama architecture in candle, differentiable: pre-norm RMSNorm, grouped-query
 //! attention with rotate-half RoPE (Hugging Face layout), SwiGLU MLP, tied or untied head.
-//! Weights use `LlamaForCausalLM` names.
+//! Weights use `LlamaForCausalLM` names, taken with their shapes from frognano-model's
+//! [`LlamaMap`].
 //!
 //! ```text
 //! h = embed[ids]
@@ -10,7 +11,7 @@
 //! ```
 
 use candle_core::{Result, Tensor};
-use frognano_model::llama::{Llama, LlamaConfig, LlamaLayer, RopeStyle};
+use frognano_model::llama::{Llama, LlamaConfig, LlamaMap, RopeStyle};
 use rand::{Rng, SeedableRng};
 
 use super::ops;
@@ -130,6 +131,8 @@ impl LlamaSpec {
             rope_dim: self.head_dim,
             rope_style: RopeStyle::Halves,
             max_context: self.max_context,
+            qkv_bias: false,
+            rope_freqs: false,
         }
     }
 
@@ -168,42 +171,20 @@ impl LlamaSpec {
         })
     }
 
+    /// The weight map of a model of this shape (frognano-model's [`LlamaMap`]: Hugging Face
+    /// names, shapes and roles; an `lm_head.weight` unless the head is tied).
+    pub fn weight_map(&self) -> LlamaMap {
+        LlamaMap::new(&self.to_config(), !self.tie_word_embeddings)
+    }
+
     /// Every weight name with its shape, in `LlamaForCausalLM` order.
     pub fn weight_shapes(&self) -> Vec<(String, Vec<usize>)> {
-        let (d, ffn) = (self.hidden_size, self.intermediate_size);
-        let (q, kv) = (self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim);
-        let mut v = vec![("model.embed_tokens.weight".to_string(), vec![self.vocab_size, d])];
-        for i in 0..self.num_layers {
-            let p = |n: &str| format!("model.layers.{i}.{n}");
-            v.push((p("input_layernorm.weight"), vec![d]));
-            v.push((p("self_attn.q_proj.weight"), vec![q, d]));
-            v.push((p("self_attn.k_proj.weight"), vec![kv, d]));
-            v.push((p("self_attn.v_proj.weight"), vec![kv, d]));
-            v.push((p("self_attn.o_proj.weight"), vec![d, q]));
-            v.push((p("post_attention_layernorm.weight"), vec![d]));
-            v.push((p("mlp.gate_proj.weight"), vec![ffn, d]));
-            v.push((p("mlp.up_proj.weight"), vec![ffn, d]));
-            v.push((p("mlp.down_proj.weight"), vec![d, ffn]));
-        }
-        v.push(("model.norm.weight".to_string(), vec![d]));
-        if !self.tie_word_embeddings {
-            v.push(("lm_head.weight".to_string(), vec![self.vocab_size, d]));
-        }
-        v
+        self.weight_map().specs().into_iter().map(|w| (w.name.clone(), w.shape.clone())).collect()
     }
 
     /// Canonical names of the linear modules LoRA can adapt.
     pub fn linear_modules(&self) -> Vec<String> {
-        let mut v = Vec::new();
-        for i in 0..self.num_layers {
-            for m in ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"] {
-                v.push(format!("model.layers.{i}.{m}"));
-            }
-            for m in ["mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"] {
-                v.push(format!("model.layers.{i}.{m}"));
-            }
-        }
-        v
+        super::io::linear_modules(&self.weight_map().specs())
     }
 
     /// Random weights, deterministic in `seed`: matrices uniform with standard deviation 0.02
@@ -229,54 +210,33 @@ impl LlamaSpec {
 
 /// Logits `[n, vocab]` (compute dtype) of the llama network over `ids`.
 pub(crate) fn logits(spec: &LlamaSpec, st: &Store, ids: &Tensor) -> Result<Tensor> {
+    let map = spec.weight_map();
     let n = ids.dim(0)?;
     let (hq, hkv, dh) = (spec.num_heads, spec.num_kv_heads, spec.head_dim);
     let eps = spec.rms_norm_eps;
-    let embed = st.get("model.embed_tokens.weight")?;
-    let mut h = embed.index_select(ids, 0)?;
+    let mut h = st.get(&map.embed.name)?.index_select(ids, 0)?;
     let (cos, sin) = ops::rope_tables(n, dh, spec.rope_theta, st.compute, ids.device())?;
-    for i in 0..spec.num_layers {
-        let p = |m: &str| format!("model.layers.{i}.{m}");
-        let x = ops::rms_norm(&h, &st.get(&p("input_layernorm.weight"))?, eps)?;
+    for l in &map.layers {
+        let x = ops::rms_norm(&h, &st.model_form(&l.attn_norm)?, eps)?;
         let heads = |t: Tensor, count: usize| -> Result<Tensor> { t.reshape((n, count, dh))?.transpose(0, 1) };
-        let q = ops::rope(&heads(st.linear(&x, &p("self_attn.q_proj"))?, hq)?, &cos, &sin)?;
-        let k = ops::rope(&heads(st.linear(&x, &p("self_attn.k_proj"))?, hkv)?, &cos, &sin)?;
-        let v = heads(st.linear(&x, &p("self_attn.v_proj"))?, hkv)?;
+        let q = ops::rope(&heads(st.linear(&x, l.q_proj.module())?, hq)?, &cos, &sin)?;
+        let k = ops::rope(&heads(st.linear(&x, l.k_proj.module())?, hkv)?, &cos, &sin)?;
+        let v = heads(st.linear(&x, l.v_proj.module())?, hkv)?;
         let o = ops::causal_attention(&q, &k, &v)?;
-        h = (h + st.linear(&o, &p("self_attn.o_proj"))?)?;
-        let x = ops::rms_norm(&h, &st.get(&p("post_attention_layernorm.weight"))?, eps)?;
-        let g = st.linear(&x, &p("mlp.gate_proj"))?.silu()?;
-        let u = st.linear(&x, &p("mlp.up_proj"))?;
-        h = (h + st.linear(&(g * u)?, &p("mlp.down_proj"))?)?;
+        h = (h + st.linear(&o, l.o_proj.module())?)?;
+        let x = ops::rms_norm(&h, &st.model_form(&l.ffn_norm)?, eps)?;
+        let g = st.linear(&x, l.gate.module())?.silu()?;
+        let u = st.linear(&x, l.up.module())?;
+        h = (h + st.linear(&(g * u)?, l.down.module())?)?;
     }
-    let x = ops::rms_norm(&h, &st.get("model.norm.weight")?, eps)?;
-    if spec.tie_word_embeddings {
-        st.matmul_weight(&x, "model.embed_tokens.weight")
-    } else {
-        st.linear(&x, "lm_head")
+    let x = ops::rms_norm(&h, &st.model_form(&map.norm)?, eps)?;
+    match &map.lm_head {
+        Some(head) => st.linear(&x, head.module()),
+        None => st.matmul_weight(&x, &map.embed.name),
     }
 }
 
 /// frognano-model's inference llama over the current (LoRA-merged) weights.
 pub(crate) fn inference_model(spec: &LlamaSpec, st: &Store) -> anyhow::Result<Llama> {
-    let m = |name: &str| super::io::matrix(st, name);
-    let v = |name: &str| super::io::vector(st, name);
-    let mut layers = Vec::with_capacity(spec.num_layers);
-    for i in 0..spec.num_layers {
-        let p = |n: &str| format!("model.layers.{i}.{n}");
-        layers.push(LlamaLayer {
-            attn_norm: v(&p("input_layernorm.weight"))?,
-            wq: m(&p("self_attn.q_proj.weight"))?,
-            wk: m(&p("self_attn.k_proj.weight"))?,
-            wv: m(&p("self_attn.v_proj.weight"))?,
-            wo: m(&p("self_attn.o_proj.weight"))?,
-            bias_qkv: None,
-            ffn_norm: v(&p("post_attention_layernorm.weight"))?,
-            gate: m(&p("mlp.gate_proj.weight"))?,
-            up: m(&p("mlp.up_proj.weight"))?,
-            down: m(&p("mlp.down_proj.weight"))?,
-        });
-    }
-    let output = if spec.tie_word_embeddings { None } else { Some(m("lm_head.weight")?) };
-    Ok(Llama::new(spec.to_config(), m("model.embed_tokens.weight")?, output, layers, v("model.norm.weight")?, None))
+    Ok(Llama::load(spec.to_config(), &super::io::MergedWeights(st), spec.tie_word_embeddings)?)
 }

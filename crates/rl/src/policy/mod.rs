@@ -30,6 +30,7 @@ use anyhow::{anyhow, bail, Context};
 use candle_core::{DType, Device, Tensor, Var};
 use frognano_model::config::Qwen35Config;
 use frognano_model::safetensors_dir::SafetensorsDir;
+use frognano_model::weights::{has_output_head, WeightSpec, LM_HEAD};
 
 pub use llama::LlamaSpec;
 use store::Store;
@@ -145,35 +146,28 @@ impl Policy {
         let model_type = config.get("model_type").and_then(|m| m.as_str()).unwrap_or("").to_string();
         let st = SafetensorsDir::open(path)?;
         let wrapper = io::uses_wrapper_prefix(path)?;
-        let (net, shapes) = match model_type.as_str() {
+        let tensors_of = |specs: &[&WeightSpec]| io::read_weights(&st, specs, opts.dtype);
+        let (net, tensors) = match model_type.as_str() {
             "llama" => {
                 let (c, tied) = frognano_model::llama::Llama::config_from_json(&config)
                     .map_err(|m| anyhow!("{}: {m}", cfg_path.display()))?;
-                let mut spec = LlamaSpec::from_config(&c, tied && !st.contains("lm_head.weight"));
+                let mut spec = LlamaSpec::from_config(&c, tied && !st.contains(LM_HEAD));
                 spec.bos_token_id = config.get("bos_token_id").and_then(|v| v.as_u64()).map(|v| v as u32);
                 spec.eos_token_ids = eos_ids(&config);
-                let shapes = spec.weight_shapes();
-                (Net::Llama(spec), shapes)
+                let tensors = tensors_of(&spec.weight_map().specs())?;
+                (Net::Llama(spec), tensors)
             }
             "qwen3_5" | "qwen3_5_text" => {
                 let c = Qwen35Config::from_json(&config).map_err(|m| anyhow!("{}: {m}", cfg_path.display()))?;
-                let mut shapes = qwen35::weight_shapes(&c);
-                if st.contains("lm_head.weight") {
-                    shapes.push(("lm_head.weight".into(), vec![c.vocab_size, c.hidden_size]));
-                } else if !c.tie_word_embeddings {
-                    bail!(
-                        "{}: tensor `lm_head.weight` not found (config.json says tie_word_embeddings is false)",
-                        path.display()
-                    );
-                }
-                (Net::Qwen35(Box::new(c)), shapes)
+                let map = qwen35::weight_map(&c, has_output_head(&st, c.tie_word_embeddings)?);
+                let tensors = tensors_of(&map.specs())?;
+                (Net::Qwen35(Box::new(c)), tensors)
             }
             other => bail!(
                 "{}: model_type {other:?} cannot be trained; supported: \"llama\", \"qwen3_5\", \"qwen3_5_text\"",
                 cfg_path.display()
             ),
         };
-        let tensors = io::read_safetensors(&st, &shapes, opts.dtype)?;
         Self::assemble(net, tensors, Source::Dir { path: path.to_path_buf(), config, wrapper }, opts)
     }
 
@@ -199,7 +193,7 @@ impl Policy {
             }
             let all = match &net {
                 Net::Llama(s) => s.linear_modules(),
-                Net::Qwen35(c) => qwen35::linear_modules(c),
+                Net::Qwen35(c) => io::linear_modules(&qwen35::weight_map(c, store.contains(LM_HEAD)).specs()),
             };
             let mut chosen = Vec::new();
             for t in &l.targets {
@@ -328,7 +322,7 @@ impl Policy {
             Net::Qwen35(c) => {
                 let mut m = qwen35::inference_model(c, &self.store)?;
                 if let Some(q) = quant {
-                    frognano_model::qwen35_gguf::quantize_qwen35(&mut m, q);
+                    m.quantize_weights(q);
                 }
                 Box::new(m)
             }

@@ -4,9 +4,24 @@
 use std::collections::HashMap;
 
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Result, Shape, Storage, Tensor, Var};
+use frognano_model::weights::{Elementwise, WeightSpec};
 use rand::{Rng, SeedableRng};
 
 use super::ops;
+
+/// A weight tensor under [`Elementwise`], so [`frognano_model::weights::Role::to_model`] turns
+/// stored values into what the network multiplies by exactly as the inference model does.
+struct Stored(Tensor);
+
+impl Elementwise for Stored {
+    type Error = candle_core::Error;
+    fn plus_one(self) -> Result<Self> {
+        Ok(Stored((self.0 + 1.0)?))
+    }
+    fn neg_exp(self) -> Result<Self> {
+        Ok(Stored(self.0.exp()?.neg()?))
+    }
+}
 
 /// A base weight: trainable or frozen.
 pub(crate) enum Slot {
@@ -95,6 +110,12 @@ impl Store {
     /// The weight `name` in the compute dtype (differentiable when trainable).
     pub fn get(&self, name: &str) -> Result<Tensor> {
         self.slot(name)?.tensor().to_dtype(self.compute)
+    }
+
+    /// The weight `w` as the network uses it (compute dtype, differentiable): its role's
+    /// conversion of the stored values (`1 + w` for zero-centred norms, `−exp(A_log)`).
+    pub fn model_form(&self, w: &WeightSpec) -> Result<Tensor> {
+        Ok(w.role.to_model(Stored(self.get(&w.name)?))?.0)
     }
 
     /// The weight `name` as stored (storage dtype).

@@ -1,0 +1,65 @@
+//! What every architecture's [`CausalLm`] does around its layer stack: check the input, run
+//! the stack over per-sequence segments, apply the head. An architecture supplies the
+//! [`LayerStack`]; [`forward`] (one sequence, any number of new tokens) and [`forward_batch`]
+//! (one new token for each of several sequences) are the same segment-batched pass, so a
+//! prefill and a batched decode step read every weight once.
+
+use crate::cache::Cache;
+use crate::error::{ModelError, Result};
+use crate::CausalLm;
+
+/// An architecture's decoder stack, as [`forward`] and [`forward_batch`] drive it.
+pub(crate) trait LayerStack: CausalLm {
+    /// Model width.
+    fn hidden_size(&self) -> usize;
+
+    /// True when `cache` has this model's layer layout.
+    fn fits(&self, cache: &Cache) -> bool;
+
+    /// The decoder stack over `ids`, split into per-sequence segments: `segs[i] = (rows,
+    /// cache)` takes the next `rows` ids at that cache's positions. Norms, projections and
+    /// MLPs run over the rows of all segments together; attention and recurrent steps per
+    /// segment. Returns the last hidden states `[ids.len(), d]` and advances every cache. Ids
+    /// and cache layouts have been checked.
+    fn decode_layers(&self, ids: &[u32], segs: &mut [(usize, &mut Cache)]) -> Vec<f32>;
+
+    /// Final norm and output head over `n` hidden rows: `[n, vocab]`.
+    fn logits(&self, rows: &[f32], n: usize) -> Vec<f32>;
+}
+
+/// Fails unless every cache has the model's layer layout.
+fn check_caches<'c, M: LayerStack>(m: &M, caches: impl IntoIterator<Item = &'c Cache>) -> Result<()> {
+    match caches.into_iter().all(|c| m.fits(c)) {
+        true => Ok(()),
+        false => Err(ModelError::Input("cache belongs to a different model".into())),
+    }
+}
+
+/// [`CausalLm::forward`] of a layer stack, on the calling thread.
+pub(crate) fn forward<M: LayerStack>(m: &M, ids: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Vec<f32>> {
+    let (d, t, vocab) = (m.hidden_size(), ids.len(), m.vocab_size());
+    if t == 0 {
+        return Err(ModelError::Input("no input tokens".into()));
+    }
+    if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+        return Err(ModelError::Input(format!("token id {bad} is out of vocabulary (vocab_size {vocab})")));
+    }
+    check_caches(m, [&*cache])?;
+    let h = m.decode_layers(ids, &mut [(t, cache)]);
+    let rows = if all_logits { &h[..] } else { &h[(t - 1) * d..] };
+    Ok(m.logits(rows, rows.len() / d))
+}
+
+/// [`CausalLm::forward_batch`] of a layer stack, on the calling thread.
+pub(crate) fn forward_batch<M: LayerStack>(m: &M, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
+    if batch.is_empty() {
+        return Ok(Vec::new());
+    }
+    crate::check_batch_ids(batch, m.vocab_size())?;
+    check_caches(m, batch.iter().map(|(_, c)| &**c))?;
+    let ids: Vec<u32> = batch.iter().map(|(id, _)| *id).collect();
+    let mut segs: Vec<(usize, &mut Cache)> = batch.iter_mut().map(|(_, c)| (1, &mut **c)).collect();
+    let h = m.decode_layers(&ids, &mut segs);
+    let logits = m.logits(&h, ids.len());
+    Ok(logits.chunks_exact(m.vocab_size()).map(<[f32]>::to_vec).collect())
+}
