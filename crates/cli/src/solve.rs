@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use anyhow::bail;
 use frognano_agent::agent::Guards;
-use frognano_protocol::Sampling;
 use frognano_agent::solve::{changed_files, ModelChoice, SandboxLimits, SolveConfig, TaskInput};
+use frognano_protocol::Sampling;
 use frognano_sandbox::Isolation;
 
 /// Arguments of `frognano solve`.

@@ -1,6 +1,8 @@
-//! The in-process [`Llm`]: the model runs inside this process through a [`Session`]. One
-//! session lives across the whole conversation, so each agent step only prefills what was
-//! added since the last one (the tool results), not the whole conversation. The messages are
+//! The in-process [`Llm`]: the model runs inside this process, either through a [`Session`]
+//! of its own or on a shared [`Scheduler`] ([`EngineLlm::on_scheduler`]: many conversations
+//! batched together, as a training group's attempts are). Either way one session holds the
+//! conversation, so each agent step only prefills what was added since the last one (the
+//! tool results), not the whole conversation. The messages are
 //! rendered with the model's chat template, and the reply text is split into reasoning,
 //! content and tool calls by the protocol's Qwen XML codec ([`QwenXml`]).
 //!
@@ -33,7 +35,8 @@ use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Me
 use serde_json::Value;
 
 use crate::sampler::SamplingParams;
-use crate::session::{FinishReason as EngineFinish, GenerateRequest, Session};
+use crate::scheduler::Scheduler;
+use crate::session::{EngineError, FinishReason as EngineFinish, GenerateRequest, Generation, Session};
 
 /// One assistant turn as the engine ran it (recording mode).
 #[derive(Debug, Clone, PartialEq)]
@@ -72,7 +75,7 @@ struct Recorder {
 /// A model loaded in this process.
 pub struct EngineLlm {
     name: String,
-    session: Session,
+    runner: Runner,
     tokenizer: Tokenizer,
     template: Arc<ChatTemplate>,
     eos_ids: Vec<u32>,
@@ -106,7 +109,30 @@ impl EngineLlm {
         let max_context = model.max_context();
         EngineLlm {
             name: name.into(),
-            session: Session::new(model),
+            runner: Runner::Own(Session::new(model)),
+            tokenizer,
+            template,
+            eos_ids,
+            max_context,
+            recorder: None,
+        }
+    }
+
+    /// An engine whose generations run on a shared [`Scheduler`] (the HTTP server's, or one
+    /// per training step): concurrent conversations over one model share batched decode
+    /// steps, and a conversation sharing a prefix with another starts from a fork of its
+    /// state. The scheduler routes each turn back to the session holding the conversation.
+    pub fn on_scheduler(
+        name: impl Into<String>,
+        scheduler: Arc<Scheduler>,
+        tokenizer: Tokenizer,
+        template: Arc<ChatTemplate>,
+        eos_ids: Vec<u32>,
+    ) -> Self {
+        let max_context = scheduler.model().max_context();
+        EngineLlm {
+            name: name.into(),
+            runner: Runner::Shared(scheduler),
             tokenizer,
             template,
             eos_ids,
@@ -117,7 +143,7 @@ impl EngineLlm {
 
     /// Caps the context at `max_context` tokens (never above the model's own limit).
     pub fn with_max_context(mut self, max_context: usize) -> Self {
-        self.max_context = max_context.min(self.session.model().max_context());
+        self.max_context = max_context.min(self.runner.model().max_context());
         self
     }
 
@@ -252,10 +278,7 @@ impl Llm for EngineLlm {
             stop_ids: self.eos_ids.clone(),
             top_logprobs: 0,
         };
-        let g = self
-            .session
-            .generate(&prompt, &req, |_| ControlFlow::Continue(()))
-            .map_err(|e| LlmError::Other(format!("generation: {e}")))?;
+        let g = self.runner.generate(prompt.clone(), &req).map_err(|e| LlmError::Other(format!("generation: {e}")))?;
         if let Some(rec) = &mut self.recorder {
             let sampled_ids: Vec<u32> = g.tokens.iter().map(|t| t.id).collect();
             let stopped = g.finish == EngineFinish::Stop;
@@ -293,5 +316,29 @@ impl Llm for EngineLlm {
 
     fn describe(&self) -> String {
         format!("{} (in process)", self.name)
+    }
+}
+
+/// Where an [`EngineLlm`]'s generations run.
+enum Runner {
+    /// A session of its own (one conversation at a time, as `frognano solve` runs).
+    Own(Session),
+    /// A scheduler shared with other conversations.
+    Shared(Arc<Scheduler>),
+}
+
+impl Runner {
+    fn model(&self) -> &Arc<dyn CausalLm> {
+        match self {
+            Runner::Own(s) => s.model(),
+            Runner::Shared(s) => s.model(),
+        }
+    }
+
+    fn generate(&mut self, prompt: Vec<u32>, req: &GenerateRequest) -> Result<Generation, EngineError> {
+        match self {
+            Runner::Own(s) => s.generate(&prompt, req, |_| ControlFlow::Continue(())),
+            Runner::Shared(s) => s.generate(prompt, req.clone(), |_| ControlFlow::Continue(())),
+        }
     }
 }

@@ -26,7 +26,7 @@ fn env_num<T: std::str::FromStr>(key: &str, default: T) -> T {
 
 /// Held-out solve rate: `attempts` attempts per task; (solved, scored, attempts).
 fn solve_rate(
-    model: &Arc<dyn CausalLm>,
+    model: &Arc<frognano_engine::Scheduler>,
     env: &SweEnv,
     attempts: usize,
     cfg: &RolloutConfig,
@@ -70,7 +70,10 @@ fn main() -> anyhow::Result<()> {
     let held_env = SweEnv::new("held-out", held, chat.clone(), env_opts.clone())?;
 
     let t0 = Instant::now();
-    let before = solve_rate(&base, &held_env, attempts, &rollout)?;
+    let on_scheduler = |m: Arc<dyn CausalLm>| -> anyhow::Result<Arc<frognano_engine::Scheduler>> {
+        Ok(Arc::new(frognano_engine::Scheduler::start(m, frognano_engine::SchedulerConfig::default())?))
+    };
+    let before = solve_rate(&on_scheduler(base)?, &held_env, attempts, &rollout)?;
     eprintln!("before: {before:?} ({:.0} s)", t0.elapsed().as_secs_f64());
     let mut rows = Vec::new();
     for arm in ["frontier", "uniform"] {
@@ -100,7 +103,7 @@ fn main() -> anyhow::Result<()> {
         })?;
         let train_s = t.elapsed().as_secs_f64();
         let after_model: Arc<dyn CausalLm> = Arc::from(trainer.policy().inference_model()?);
-        let after = solve_rate(&after_model, &held_env, attempts, &rollout)?;
+        let after = solve_rate(&on_scheduler(after_model)?, &held_env, attempts, &rollout)?;
         rows.push((arm, after, reward, train_s));
     }
     println!("| arm | held-out solved before | after | training reward per step | training wall |");

@@ -10,7 +10,7 @@ use anyhow::Context;
 use frognano_agent::agent::{self, AgentConfig, Guards};
 use frognano_agent::tools::ToolBox;
 use frognano_agent::workspace::diff_in_sandbox;
-use frognano_engine::EngineLlm;
+use frognano_engine::{EngineLlm, Scheduler};
 use frognano_model::chat::ChatTemplate;
 use frognano_model::tokenizer::Tokenizer;
 use frognano_model::CausalLm;
@@ -72,13 +72,15 @@ pub trait Environment: Send + Sync {
     fn name(&self) -> String;
     /// Ids of every task currently in the pool.
     fn task_ids(&self) -> Vec<String>;
-    /// Runs one attempt of `task_id` with `model` sampling from `seed`, scores it, and
+    /// Runs one attempt of `task_id` on `sampler` (the policy's scheduler for this step,
+    /// shared by every attempt running at the same time, so their decode steps are batched
+    /// and a group's common prompt is prefilled once) drawing from `seed`, scores it, and
     /// returns the recorded rollout. The caller fills in `group`, `attempt` and
     /// `policy_version`. Infrastructure trouble is reported in the rollout's outcome
     /// ([`crate::rollout::Outcome::Infra`]); `Err` is for bad input (unknown task id).
     fn rollout(
         &self,
-        model: &Arc<dyn CausalLm>,
+        sampler: &Arc<Scheduler>,
         task_id: &str,
         cfg: &RolloutConfig,
         seed: u64,
@@ -120,10 +122,10 @@ impl ChatParts {
         Ok((Arc::from(model), ChatParts { tokenizer, template: Arc::new(template), eos_ids }))
     }
 
-    /// A recording in-process LLM over `model`, its context capped at `max_context` tokens.
-    pub fn recording_llm(&self, model: &Arc<dyn CausalLm>, max_context: usize) -> EngineLlm {
+    /// A recording in-process LLM on `sampler`, its context capped at `max_context` tokens.
+    pub fn recording_llm(&self, sampler: &Arc<Scheduler>, max_context: usize) -> EngineLlm {
         let (tokenizer, template) = (self.tokenizer.clone(), Arc::clone(&self.template));
-        EngineLlm::from_parts("policy", Arc::clone(model), tokenizer, template, self.eos_ids.clone())
+        EngineLlm::on_scheduler("policy", Arc::clone(sampler), tokenizer, template, self.eos_ids.clone())
             .with_max_context(max_context)
             .recording()
     }
@@ -445,14 +447,14 @@ impl Environment for SweEnv {
 
     fn rollout(
         &self,
-        model: &Arc<dyn CausalLm>,
+        sampler: &Arc<Scheduler>,
         task_id: &str,
         cfg: &RolloutConfig,
         seed: u64,
     ) -> anyhow::Result<Rollout> {
         let inst = self.task_or_err(task_id)?;
         let started = Instant::now();
-        let mut llm = self.chat.recording_llm(model, cfg.max_context_tokens);
+        let mut llm = self.chat.recording_llm(sampler, cfg.max_context_tokens);
         let (exit, result) = self.attempt(inst, &mut llm, cfg, seed);
         let outcome = match result {
             Ok(patch) => self.grade(inst, &patch, cfg.partial_credit),

@@ -20,8 +20,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Instant;
 
-use frognano_engine::{GenerateRequest, SamplingParams, Session};
-use frognano_model::CausalLm;
+use frognano_engine::{GenerateRequest, SamplingParams, Scheduler};
 
 use crate::env::{Environment, RolloutConfig};
 use crate::rollout::{Outcome, Rollout};
@@ -122,12 +121,13 @@ impl Environment for ToyEnv {
 
     fn rollout(
         &self,
-        model: &Arc<dyn CausalLm>,
+        sampler: &Arc<Scheduler>,
         task_id: &str,
         cfg: &RolloutConfig,
         seed: u64,
     ) -> anyhow::Result<Rollout> {
         let task = self.task(task_id)?;
+        let model = sampler.model();
         anyhow::ensure!(
             model.vocab_size() >= VOCAB.len(),
             "the toy environment needs a model with at least {} tokens, this one has {}",
@@ -136,7 +136,6 @@ impl Environment for ToyEnv {
         );
         let started = Instant::now();
         let prompt = task.prompt();
-        let mut session = Session::new(model.clone());
         let req = GenerateRequest {
             sampling: SamplingParams {
                 temperature: cfg.temperature,
@@ -150,7 +149,7 @@ impl Environment for ToyEnv {
             stop_ids: vec![EOS],
             top_logprobs: 0,
         };
-        let g = session.generate(&prompt, &req, |_| ControlFlow::Continue(()))?;
+        let g = sampler.generate(prompt.clone(), req, |_| ControlFlow::Continue(()))?;
         let choice = g.tokens.first().ok_or_else(|| anyhow::anyhow!("the engine generated no token"))?;
         let answer = VOCAB.get(choice.id as usize).copied().unwrap_or("<unk>");
         let reward = if task.verify(answer) { 1.0 } else { 0.0 };

@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use anyhow::Context;
 use candle_core::Tensor;
+use frognano_engine::{Scheduler, SchedulerConfig};
 use frognano_model::CausalLm;
 use rand::SeedableRng;
 use rayon::prelude::*;
@@ -245,13 +247,28 @@ impl Trainer {
         &self.out
     }
 
-    /// Runs `B·G` attempts on tasks drawn for step `step` with the current sampler.
+    /// Runs `B·G` attempts on tasks drawn for step `step` with the current sampler, on one
+    /// scheduler for the step: the attempts running at once share batched decode steps, and
+    /// the attempts of a group start from a fork of the first one's prompt state.
     fn collect(&self, tasks: &[String]) -> anyhow::Result<Vec<Vec<Rollout>>> {
         let g = self.cfg.group_size;
         let jobs: Vec<(usize, usize)> = (0..tasks.len()).flat_map(|i| (0..g).map(move |j| (i, j))).collect();
+        let parallel = self.cfg.parallel_rollouts.max(1);
+        let sampler = Arc::new(
+            Scheduler::start(
+                Arc::clone(&self.sampler),
+                SchedulerConfig {
+                    max_batch: parallel,
+                    sessions: 2 * parallel + 2,
+                    prefix_reuse: true,
+                    max_waiting: usize::MAX,
+                },
+            )
+            .context("starting the rollout scheduler")?,
+        );
         let run = |&(i, j): &(usize, usize)| -> anyhow::Result<Rollout> {
             let seed = rollout_seed(self.cfg.seed, self.step, i, j);
-            let mut r = self.env.rollout(&self.sampler, &tasks[i], &self.rollout, seed)?;
+            let mut r = self.env.rollout(&sampler, &tasks[i], &self.rollout, seed)?;
             r.group = self.step * tasks.len() as u64 + i as u64;
             r.attempt = j as u32;
             r.policy_version = self.version;

@@ -10,17 +10,19 @@ use std::sync::Arc;
 use frognano_agent::agent::{self, AgentConfig, Guards};
 use frognano_agent::tools::ToolBox;
 use frognano_engine::sampler::log_softmax;
-use frognano_engine::TurnRecord;
+use frognano_engine::{Scheduler, SchedulerConfig, TurnRecord};
 use frognano_model::CausalLm;
 use frognano_protocol::{ChatRequest, Llm, Message, Sampling};
 use frognano_rl::env::ChatParts;
 use frognano_rl::rollout::{build_sequence, Outcome, Rollout, Sequence};
 use frognano_sandbox::{Isolation, Sandbox, SandboxSpec};
 
-fn demo() -> Option<(Arc<dyn CausalLm>, ChatParts)> {
+/// The demo model on a scheduler of its own, and its chat parts.
+fn demo() -> Option<(Arc<Scheduler>, ChatParts)> {
     let path = frognano_testkit::demo_model()?;
     let lm = frognano_model::load(path.to_str().unwrap()).unwrap();
-    Some(ChatParts::split(lm).unwrap())
+    let (model, chat) = ChatParts::split(lm).unwrap();
+    Some((Arc::new(Scheduler::start(model, SchedulerConfig::default()).unwrap()), chat))
 }
 
 fn raw_sampling(max_tokens: u32, seed: u64) -> Sampling {
@@ -136,7 +138,7 @@ fn two_step_agent_rollout_lines_up_with_a_rescore() {
         assert_eq!(t.exit_reason.as_str(), "max_turns");
         assert!(turns.iter().all(|t| t.continued && !t.stopped));
         let s = build_sequence(&turns).unwrap();
-        check_alignment(&model, &turns, &s);
+        check_alignment(model.model(), &turns, &s);
         // S decodes to the conversation as the template renders it (through the last
         // assistant message; only that message's closing glue is missing).
         let decoded = chat.tokenizer.decode(&s.tokens, false).unwrap();
@@ -173,7 +175,7 @@ fn turns_closed_by_the_end_token_continue_with_the_template_glue() {
     assert_eq!(turns.len(), 2);
     assert!(turns[1].continued);
     let s = build_sequence(&turns).unwrap();
-    check_alignment(&model, &turns, &s);
+    check_alignment(model.model(), &turns, &s);
     // Whatever the first reply was, the second prompt is the first one, the sampled tokens
     // as sampled, then the template's glue, the new user turn and the generation prompt.
     let first =

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use frognano_engine::{Scheduler, SchedulerConfig};
 use frognano_model::CausalLm;
 use frognano_rl::env::{
     load_tasks, ChatParts, Direction, Environment, RolloutConfig, SweEnv, SweEnvOptions, SynthSource,
@@ -133,6 +134,7 @@ fn a_rollout_on_the_fixture_task_is_recorded_and_scored() {
     let Some((model, chat)) = demo() else { return };
     let fx = fixture();
     let mut env = SweEnv::new("fixture", fx.instances.clone(), chat, options(&fx)).unwrap();
+    let model = Arc::new(Scheduler::start(model, SchedulerConfig::default()).unwrap());
     let greedy = RolloutConfig {
         temperature: 0.0,
         max_tokens_per_turn: 24,
