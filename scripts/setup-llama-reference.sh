@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds llama-cpp-python 0.3.36 (llama.cpp from source, ~20 min on 2 cores) into the
 # git-ignored venv .venv-llama, for scripts/llama_reference.py and bench/gguf_speed.sh.
-# Needs cmake and build-essential. The AMX path crashes on this CPU (shared/docs/peers.md), so
+# Needs cmake and build-essential. The AMX path crashes on this CPU (docs/peers.md), so
 # it is compiled out; every figure measured with this build says so. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."

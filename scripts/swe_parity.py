@@ -4,7 +4,7 @@
 Runs the fixture test suites in scripts/swe_parity_fixtures/ through swebench-shaped eval
 scripts (real pytest, unittest (Django's runner shape), cargo test, a sympy-format runner;
 jest, vitest, mocha, node --test, googletest, doctest and mvn where installed), adds
-hand-written logs for every porting trap of shared/docs/swe-bench.md section 7 and for the
+hand-written logs for every porting trap of docs/grading.md §7.1 and for the
 formats of tools not available here (each case's `source` says which), and
 records what swebench computes for each: raw parser maps, get_logs_eval, the exit code,
 the tests report, the resolution, report.json text, infra classification, eval-script

@@ -1,5 +1,5 @@
 //! The five tools the model was trained with — Read, Write, Edit, Glob, Bash — with the
-//! Leaf harness's schemas, behaviour and observation texts (shared/docs/leaf-harness.md).
+//! Leaf harness's schemas, behaviour and observation texts (docs/agent.md §5).
 //!
 //! Failures come back as text `ErrorType: message`, using the Python exception names and
 //! messages the model saw in training (`ValueError: old_string was not found`,

@@ -39,7 +39,7 @@ macro_rules! flag_enum {
 flag_enum! {
     /// Which tasks to sample.
     CurriculumChoice => frognano_rl::train::CurriculumChoice {
-        /// By learnability p̂(1−p̂), with new-task and staleness shares (task-synthesis.md §10.1).
+        /// By learnability p̂(1−p̂), with new-task and staleness shares (docs/synthesis.md §10.1).
         Frontier,
         /// Uniformly (the baseline to compare the frontier against).
         Uniform,
@@ -58,7 +58,7 @@ flag_enum! {
 }
 
 flag_enum! {
-    /// How per-token losses are reduced over a mini-batch (rl-recipe.md §2, "Aggregation").
+    /// How per-token losses are reduced over a mini-batch (docs/rl.md §2, "Aggregation").
     Aggregation => loss::Aggregation {
         /// Σ m·ℓ / Σ m over the whole mini-batch (DAPO).
         TokenMean,

@@ -16,7 +16,7 @@
 //! tokens the model actually sampled, then only the tokenized text the chat template adds
 //! after the previous assistant message (its closing glue, the tool results, the next
 //! generation prompt). Earlier turns are never re-tokenized, so the model conditions on
-//! exactly what it sampled and the rollout is one growing sequence (rl-recipe.md §4). This
+//! exactly what it sampled and the rollout is one growing sequence (docs/rl.md §4). This
 //! needs the template to be append-only for the conversation (rendering the conversation
 //! through the previous assistant message starts with the previous prompt's text, and the
 //! full rendering starts with that); when it is not (a template that drops earlier

@@ -1,6 +1,6 @@
 //! `config.json` → typed configuration. Accepts the multimodal wrapper (`model_type:
 //! "qwen3_5"` with the text model under `text_config`) and the flat text-only form
-//! (`qwen3_5_text`). Defaults are transformers 5.23's, not the real models' (qwen35.md §1.1).
+//! (`qwen3_5_text`). Defaults are transformers 5.23's, not the real models' (docs/model.md §1.1).
 
 use std::path::Path;
 

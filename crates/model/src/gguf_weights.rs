@@ -3,7 +3,7 @@
 //!
 //! * names: `model.layers.N.self_attn.q_proj.weight` is `blk.N.attn_q.weight`, and so on
 //!   ([`gguf_name`]);
-//! * `qwen35` (shared/docs/qwen35.md §2.2): the zero-centred norms are stored as `1 + w` (but
+//! * `qwen35` (docs/model.md §2.2): the zero-centred norms are stored as `1 + w` (but
 //!   `ssm_norm` as plain `w`), `A` as `ssm_a = −exp(A_log)`, and the value heads of every
 //!   DeltaNet tensor in tiled order, so value head `v` reads key head `v mod Hk`. The conv
 //!   kernel `ssm_conv1d` is `[K, channels]` in ggml order, i.e. channel-major in memory, which

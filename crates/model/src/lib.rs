@@ -1,7 +1,7 @@
 //! # frognano-model
 //!
 //! Weights in, logits out. One file per architecture ([`qwen35`], [`llama`]), reading like the
-//! math in `shared/docs/qwen35.md`, each with its one weight map and one `load` over any
+//! math in `docs/model.md`, each with its one weight map and one `load` over any
 //! [`weights::TensorSource`] (safetensors folder, GGUF file through [`gguf_weights`]); the
 //! tensor type ([`tensor`]) above one matmul dispatch point ([`kernels::matmul`]) above the
 //! kernels ([`kernels`], plain reference versions kept for tests) and block formats

@@ -1,6 +1,6 @@
 //! Qwen3.5 text model (FrogNano-4B-2609): a hybrid decoder of Gated DeltaNet layers and gated
 //! full-attention layers, 3:1, every layer pre-norm with a SwiGLU MLP. Section numbers refer
-//! to `shared/docs/qwen35.md`.
+//! to `docs/model.md`.
 //!
 //! The weights are named once, in [`Qwen35Map`] (Hugging Face names, shapes, roles), and read
 //! by the one [`Qwen35::load`] from any [`TensorSource`]. The structs hold norm scales as the

@@ -1,4 +1,4 @@
-//! Qwen3.5 from a GGUF file (llama.cpp architecture `qwen35`, shared/docs/qwen35.md §2.2): the
+//! Qwen3.5 from a GGUF file (llama.cpp architecture `qwen35`, docs/model.md §2.2): the
 //! `qwen35.*` metadata as a [`Qwen35Config`]. The tensors are read by Hugging Face name through
 //! [`GgufWeights`], which knows llama.cpp's names and what its converter stored converted.
 //! Activations are f32 whatever the weight type, as in llama.cpp.

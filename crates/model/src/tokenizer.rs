@@ -32,7 +32,7 @@ use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
 
 use crate::error::{ModelError, Result};
 
-/// Pre-tokenizer regex of Qwen3.5 / Qwen3.6 (shared/docs/qwen35.md §5.1): Qwen2's pattern with
+/// Pre-tokenizer regex of Qwen3.5 / Qwen3.6 (docs/model.md §5.1): Qwen2's pattern with
 /// `\p{M}` (combining marks) in the letter and punctuation classes; digits one per token.
 pub const QWEN35_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Pre-tokenizer regex of Qwen2 / Qwen2.5 / Qwen3.

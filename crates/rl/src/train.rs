@@ -18,7 +18,7 @@ use crate::trainer::{SaveFormatConfig, TrainConfig, Trainer};
 /// Which tasks to sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CurriculumChoice {
-    /// By learnability p̂(1−p̂), with new-task and staleness shares (task-synthesis.md §10.1).
+    /// By learnability p̂(1−p̂), with new-task and staleness shares (docs/synthesis.md §10.1).
     Frontier,
     /// Uniformly (the baseline to compare the frontier against).
     Uniform,

@@ -1,6 +1,6 @@
 //! Harbor task directories (`task.toml`, `instruction.md`, `tests/test.sh`,
 //! `environment/Dockerfile`), read with the defaults of FrogNano's published evaluation
-//! (shared/docs/swe-bench.md §10), and Harbor's reward files.
+//! (docs/grading.md §10), and Harbor's reward files.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

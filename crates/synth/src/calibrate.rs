@@ -1,4 +1,4 @@
-//! Frontier calibration (task-synthesis.md §10.1): per-task pass-rate estimates from agent
+//! Frontier calibration (docs/synthesis.md §10.1): per-task pass-rate estimates from agent
 //! attempts, decayed across policy versions, a learnability band, PLR-style sampling, and a
 //! controller that turns the out-of-band mass into harder or easier synthesis knobs.
 

@@ -1,4 +1,4 @@
-//! Harbor task directories for synthesized tasks (shared/docs/swe-bench.md §10): the issue
+//! Harbor task directories for synthesized tasks (docs/grading.md §10): the issue
 //! as `instruction.md`, the buggy commit as the environment, a verifier that runs the tests
 //! and writes 1 to `/logs/verifier/reward.txt` iff the SWE-bench v5 resolution is FULL.
 

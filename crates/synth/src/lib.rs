@@ -1,5 +1,5 @@
 //! Task synthesis for FrogNano: a repository in, validated SWE-bench-format bug-fix tasks
-//! out, calibrated to the policy's learnability frontier (shared/docs/task-synthesis.md).
+//! out, calibrated to the policy's learnability frontier (docs/synthesis.md).
 //!
 //! Layers: [`intake`] (local repo, PyPI sdist, crates.io crate → git commit), [`project`]
 //! (language, test command, environment, sandboxed runs, two-run baseline), [`mutate`]

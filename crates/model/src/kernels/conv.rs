@@ -1,4 +1,4 @@
-//! Causal depthwise conv1d with carried state (qwen35.md §3.4 step 2, §4).
+//! Causal depthwise conv1d with carried state (docs/model.md §3.4 step 2, §4).
 //!
 //! `x` is `[T, C]` (pre-conv inputs), `state` is `[K-1, C]` (the previous inputs, oldest
 //! first, zeros at sequence start), `weight` is `[C, K]` with `w[c][K-1]` multiplying the

@@ -1,4 +1,4 @@
-//! The gated delta rule (qwen35.md §3.4 step 6 and §3.5), per value head, all f32.
+//! The gated delta rule (docs/model.md §3.4 step 6 and §3.5), per value head, all f32.
 //!
 //! Layouts: `q`, `k` are `[T, Hk, dk]` (key heads, already l2-normalised, q scaled);
 //! `v` is `[T, Hv, dv]`; `g` (log decay) and `beta` are `[T, Hv]`; the state is

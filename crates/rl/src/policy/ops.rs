@@ -182,7 +182,7 @@ fn inv_unit_lower(a: &Tensor) -> Result<Tensor> {
     Tensor::cat(&[top, bottom], 1)
 }
 
-/// The gated delta rule in its chunked (WY / UT-transform) form, shared/docs/qwen35.md §3.5:
+/// The gated delta rule in its chunked (WY / UT-transform) form, docs/model.md §3.5:
 /// the same function as [`delta_rule`] (same shapes), computed `chunk` tokens at a time with
 /// matrix products, so the graph keeps one state per chunk instead of one per token. Within a
 /// chunk, with `cᵢ` the cumulative log decay and `Dᵢⱼ = exp(cᵢ − cⱼ)` for `i ≥ j`:

@@ -1,5 +1,5 @@
 //! Qwen3.5 (`qwen3_5` / `qwen3_5_text`) in candle, differentiable, computing what
-//! `frognano_model::qwen35` computes (shared/docs/qwen35.md §3) in f32: zero-centred RMSNorms
+//! `frognano_model::qwen35` computes (docs/model.md §3) in f32: zero-centred RMSNorms
 //! (`1 + w`), gated full attention (per-head `[query | gate]` interleave, q/k norms, partial
 //! rotate-half RoPE), Gated DeltaNet (causal depthwise conv + SiLU, l2-normalised q/k, decay
 //! `g = −exp(A_log)·softplus(a + dt_bias)`, `β = σ(b)`, the delta rule in its chunked form
