@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use frognano_agent::swe_solver::AgentSolver;
 use frognano_sandbox::Isolation;
 use frognano_swe::eval::{ExecConfig, GradeJob, GradeLogJob, ParseLogJob, RunJob, SolverConfig};
 use frognano_swe::runs::Shard;
@@ -104,7 +105,9 @@ pub struct RunArgs {
     /// Attempts per instance (pass@k, Avg@k).
     #[arg(long, default_value_t = 1)]
     pub attempts: usize,
-    /// The `frognano` executable used for `solve` (default: this executable).
+    /// Solve each attempt with `frognano solve` run from this executable, one process per
+    /// attempt (default: a local --model runs in this process, on one scheduler shared by the
+    /// workers; with --endpoint, this executable).
     #[arg(long)]
     pub frognano_bin: Option<PathBuf>,
 }
@@ -193,7 +196,10 @@ pub fn run(cmd: EvalCommand) -> anyhow::Result<()> {
                 attempts: a.attempts,
             };
             job.validate()?;
-            let (s, m) = frognano_swe::eval::run(&job, &Bar::counting())?;
+            let (s, m) = match in_process_solver(&job.solver, job.exec.workers)? {
+                Some(agent) => frognano_swe::eval::run_with_solver(&job, &agent, &Bar::counting())?,
+                None => frognano_swe::eval::run(&job, &Bar::counting())?,
+            };
             println!(
                 "resolved {}/{} instances; pass@1 {:.3}, pass@{k} {:.3}, Avg@{k} {:.3}; errors {}",
                 s.resolved,
@@ -223,4 +229,15 @@ pub fn solver_config(
         (None, Some(model)) => SolverConfig::Agent { frognano: frognano_bin, model, endpoint, no_sandbox },
         (None, None) => anyhow::bail!("pass --model (with --endpoint) or --solver-cmd"),
     })
+}
+
+/// The agent in this process when `solver` is a local model (`--model` without `--endpoint`
+/// or `--frognano-bin`): the model is loaded once, on one scheduler whose decode batches hold
+/// up to `workers` attempts. `None` for every other solver.
+pub fn in_process_solver(solver: &SolverConfig, workers: usize) -> anyhow::Result<Option<AgentSolver>> {
+    let SolverConfig::Agent { frognano: None, model, endpoint: None, no_sandbox } = solver else {
+        return Ok(None);
+    };
+    let isolation = if *no_sandbox { Isolation::Unconfined } else { Isolation::Bubblewrap };
+    Ok(Some(AgentSolver::load(model, workers.max(1))?.with_isolation(isolation)))
 }

@@ -146,7 +146,9 @@ pub struct CalibrateArgs {
     /// Seconds the tests may run per attempt.
     #[arg(long, default_value_t = 1800)]
     pub timeout: u64,
-    /// The `frognano` executable used for `solve` (default: this executable).
+    /// Solve each attempt with `frognano solve` run from this executable, one process per
+    /// attempt (default: a local --model runs in this process, on one scheduler shared by the
+    /// workers; with --endpoint, this executable).
     #[arg(long)]
     pub frognano_bin: Option<PathBuf>,
     /// Run without confinement.
@@ -258,7 +260,10 @@ pub fn run(cmd: SynthCommand) -> anyhow::Result<()> {
 fn run_calibrate(a: &CalibrateArgs) -> anyhow::Result<()> {
     let config = a.config()?;
     config.validate()?;
-    let c = frognano_synth::jobs::calibrate(&config, &Bar::counting())?;
+    let c = match crate::eval::in_process_solver(&config.solver, config.workers)? {
+        Some(agent) => frognano_synth::jobs::calibrate_with_solver(&config, &agent, &Bar::counting())?,
+        None => frognano_synth::jobs::calibrate(&config, &Bar::counting())?,
+    };
     println!("{:<60} {:>6} {:>6}  state", "task", "p_hat", "n");
     for id in &c.task_ids {
         let e = &c.store.tasks[id];

@@ -66,3 +66,22 @@ fn flag_errors_name_the_flag() {
     let msg = err(eval(&["run", "--instances", "x.jsonl"]));
     assert!(msg.contains("--model"), "{msg}");
 }
+
+#[test]
+fn a_local_model_is_loaded_once_in_process_before_any_instance_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = dir.path().join("set.jsonl");
+    std::fs::write(
+        &set,
+        "{\"instance_id\":\"a__b-1\",\"repo\":\"a/b\",\"base_commit\":\"x\",\"FAIL_TO_PASS\":[],\"PASS_TO_PASS\":[]}\n",
+    )
+    .unwrap();
+    let missing = dir.path().join("no-such-model.gguf");
+    let out = dir.path().join("out");
+    let args = ["run", "--instances", set.to_str().unwrap(), "--model", missing.to_str().unwrap()];
+    let msg = err(eval(&[&args[..], &["--output", out.to_str().unwrap()]].concat()));
+    // In process, a model that does not load stops the run up front, instead of failing
+    // every instance in its own `frognano solve`.
+    assert!(msg.contains("loading") && msg.contains("no-such-model.gguf"), "{msg}");
+    assert!(!out.join("logs/run_evaluation/frognano/results.jsonl").exists());
+}

@@ -175,8 +175,18 @@ impl RunJob {
 /// Runs [`RunJob`]: solves and grades every (instance, attempt).
 pub fn run(job: &RunJob, progress: &dyn Progress) -> anyhow::Result<(RunSummary, AttemptMetrics)> {
     job.validate()?;
+    run_with_solver(job, job.solver.solver()?.as_ref(), progress)
+}
+
+/// [`run`] with a ready `solver` in place of the one `job.solver` describes (the cli passes
+/// the in-process agent, which this crate cannot build); `job.solver` is still validated.
+pub fn run_with_solver(
+    job: &RunJob,
+    solver: &dyn Solver,
+    progress: &dyn Progress,
+) -> anyhow::Result<(RunSummary, AttemptMetrics)> {
+    job.validate()?;
     let instances = crate::load_instances(&job.exec.instances)?;
-    let solver = job.solver.solver()?;
     let opts = SolveRunOptions {
         run_id: job.exec.run_id.clone(),
         output: job.exec.output.clone(),
@@ -185,7 +195,7 @@ pub fn run(job: &RunJob, progress: &dyn Progress) -> anyhow::Result<(RunSummary,
         shard: job.exec.shard,
         exec: job.exec.exec_options(),
     };
-    crate::runs::solve_and_grade_with_progress(instances, solver.as_ref(), &opts, progress)
+    crate::runs::solve_and_grade_with_progress(instances, solver, &opts, progress)
 }
 
 /// `frognano eval parse-log`: one log through one of swebench's parsers.

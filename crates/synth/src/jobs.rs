@@ -18,6 +18,7 @@ use frognano_protocol::{HttpLlm, Llm};
 use frognano_sandbox::Isolation;
 use frognano_swe::eval::SolverConfig;
 use frognano_swe::progress::Progress;
+use frognano_swe::runs::Solver;
 
 use crate::calibrate::{BandReport, EstimateStore, FrontierConfig, Knobs};
 use crate::issue_model::IssueModel;
@@ -144,12 +145,23 @@ pub fn knobs_of(inst: &frognano_swe::SweInstance) -> anyhow::Result<Knobs> {
 
 /// Runs [`CalibrateConfig`]: attempts every task, updates and saves the estimate store.
 pub fn calibrate(a: &CalibrateConfig, progress: &dyn Progress) -> anyhow::Result<Calibration> {
+    a.validate()?;
+    calibrate_with_solver(a, a.solver.solver()?.as_ref(), progress)
+}
+
+/// [`calibrate`] with a ready `solver` in place of the one `a.solver` describes (the cli
+/// passes the in-process agent, which this crate does not depend on); `a.solver` is still
+/// validated.
+pub fn calibrate_with_solver(
+    a: &CalibrateConfig,
+    solver: &dyn Solver,
+    progress: &dyn Progress,
+) -> anyhow::Result<Calibration> {
     use frognano_swe::runs::SolveRunOptions;
     a.validate()?;
     let instances = frognano_swe::load_instances(&a.tasks)?;
     anyhow::ensure!(!instances.is_empty(), "{}: no tasks", a.tasks.display());
     let cfg = a.frontier();
-    let solver = a.solver.solver()?;
     let run_id = format!("calibrate-v{}", a.policy_version);
     let opts = SolveRunOptions {
         run_id: run_id.clone(),
@@ -169,7 +181,7 @@ pub fn calibrate(a: &CalibrateConfig, progress: &dyn Progress) -> anyhow::Result
     for i in &instances {
         levels.insert(i.instance_id.clone(), knobs_of(i)?.level());
     }
-    let (summary, _) = frognano_swe::runs::solve_and_grade_with_progress(instances, solver.as_ref(), &opts, progress)?;
+    let (summary, _) = frognano_swe::runs::solve_and_grade_with_progress(instances, solver, &opts, progress)?;
     let rows = frognano_swe::runs::read_results(&summary.results_path);
     let rewards = rewards_from_results(&rows);
     let mut store = EstimateStore::load(&a.estimates)?;

@@ -1,0 +1,155 @@
+//! The FrogNano agent as a [`frognano_swe::runs::Solver`] in this process: `frognano eval run`
+//! and `frognano synth calibrate` with a local model. One model is loaded once and runs on one
+//! shared [`Scheduler`]; every instance attempt gets its own conversation on it
+//! ([`EngineLlm::on_scheduler`]), so attempts running at once on `--workers` threads share
+//! batched decode steps, and attempts on the same task start from a fork of the shared prompt.
+//!
+//! Each attempt runs the agent loop with the defaults of `frognano solve` (the model card's
+//! sampling, 100 steps, a 65,536-token context, the drift guards) in the workspace the run
+//! hands over, with the agent's commands sandboxed as `frognano solve` sandboxes them.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::Context;
+use frognano_engine::{EngineLlm, Scheduler, SchedulerConfig};
+use frognano_model::chat::ChatTemplate;
+use frognano_model::tokenizer::Tokenizer;
+use frognano_sandbox::{Isolation, Sandbox, SandboxSpec};
+use frognano_swe::runs::{Solution, Solver};
+use frognano_swe::SweInstance;
+
+use crate::agent::{self, AgentConfig};
+use crate::solve::SandboxLimits;
+use crate::tools::ToolBox;
+use crate::trajectory::ExitReason;
+use crate::workspace;
+
+/// The agent on a shared in-process scheduler, solving SWE instances (see the module docs).
+/// `Sync`: the run calls [`Solver::solve`] from several worker threads at once.
+pub struct AgentSolver {
+    name: String,
+    scheduler: Arc<Scheduler>,
+    tokenizer: Tokenizer,
+    template: Arc<ChatTemplate>,
+    eos_ids: Vec<u32>,
+    /// Limits and sampling of each attempt (`instance_id` is set per attempt).
+    pub config: AgentConfig,
+    /// Confinement of the agent's commands.
+    pub isolation: Isolation,
+    /// Limits and environment of the sandboxed commands.
+    pub sandbox: SandboxLimits,
+}
+
+impl AgentSolver {
+    /// Loads `spec` (checkpoint folder, `.gguf` file or cached hub id; it needs a tokenizer
+    /// and a chat template) and starts its scheduler with decode batches of up to
+    /// `max_batch` sequences (the number of instances run at once is the useful value).
+    /// Settings are the defaults of `frognano solve`, commands confined by bubblewrap.
+    pub fn load(spec: &str, max_batch: usize) -> anyhow::Result<Self> {
+        let loaded = frognano_model::load(spec).with_context(|| {
+            format!("no model to ask: loading {spec} in this process failed (pass --model MODEL, or --endpoint URL --model NAME)")
+        })?;
+        loaded.tokenizer().with_context(|| format!("{spec}: the model cannot be used by the agent"))?;
+        loaded.chat_template().with_context(|| format!("{spec}: the model cannot be used by the agent"))?;
+        let frognano_model::LoadedModel { model, tokenizer, chat_template, eos_ids, .. } = loaded;
+        let (Some(tokenizer), Some(template)) = (tokenizer, chat_template) else {
+            anyhow::bail!("{spec}: the checkpoint has no tokenizer or no chat template");
+        };
+        let max_batch = max_batch.max(1);
+        let defaults = SchedulerConfig::default();
+        let config = SchedulerConfig { max_batch, sessions: defaults.sessions.max(max_batch), ..defaults };
+        let scheduler = Scheduler::start(Arc::from(model), config).context("cannot start the model's scheduler")?;
+        Ok(Self::on_scheduler(spec, Arc::new(scheduler), tokenizer, Arc::new(template), eos_ids))
+    }
+
+    /// A solver on an already-started scheduler; `name` is the model name recorded in the
+    /// predictions, `eos_ids` end a turn. Settings are the defaults of `frognano solve`.
+    pub fn on_scheduler(
+        name: impl Into<String>,
+        scheduler: Arc<Scheduler>,
+        tokenizer: Tokenizer,
+        template: Arc<ChatTemplate>,
+        eos_ids: Vec<u32>,
+    ) -> Self {
+        AgentSolver {
+            name: name.into(),
+            scheduler,
+            tokenizer,
+            template,
+            eos_ids,
+            config: AgentConfig::default(),
+            isolation: Isolation::Bubblewrap,
+            sandbox: SandboxLimits::default(),
+        }
+    }
+
+    /// This solver with `config` for every attempt (its `instance_id` is replaced).
+    pub fn with_config(mut self, config: AgentConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// This solver with the agent's commands confined by `isolation`.
+    pub fn with_isolation(mut self, isolation: Isolation) -> Self {
+        self.isolation = isolation;
+        self
+    }
+
+    /// The scheduler the attempts run on (its stats show the batching).
+    pub fn scheduler(&self) -> &Arc<Scheduler> {
+        &self.scheduler
+    }
+}
+
+impl Solver for AgentSolver {
+    fn model_name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn solve(&self, instance: &SweInstance, workspace: &Path, attempt: usize) -> anyhow::Result<Solution> {
+        if self.isolation == Isolation::Bubblewrap {
+            if let Err(reason) = Sandbox::bubblewrap_available() {
+                anyhow::bail!(
+                    "cannot confine the agent's commands: {reason}. Install bubblewrap (Debian/Ubuntu: \
+                     `apt-get install bubblewrap`), or pass --no-sandbox to run them unconfined"
+                );
+            }
+        }
+        // Python's bytecode caches would otherwise end up in the patch whenever the agent runs
+        // a project's tests and the project does not ignore them (as in `frognano solve`).
+        let spec = SandboxSpec::new(workspace).isolation(self.isolation).env("PYTHONDONTWRITEBYTECODE", "1");
+        let mut tools = ToolBox::new(Sandbox::new(self.sandbox.apply(spec))?);
+        let mut llm = EngineLlm::on_scheduler(
+            self.name.clone(),
+            Arc::clone(&self.scheduler),
+            self.tokenizer.clone(),
+            Arc::clone(&self.template),
+            self.eos_ids.clone(),
+        );
+        let config = AgentConfig { instance_id: format!("{}.{attempt}", instance.instance_id), ..self.config.clone() };
+        let mut no_checkpoint = |_: &crate::trajectory::Trajectory| {};
+        let mut t = agent::run(
+            &mut llm,
+            &mut tools,
+            &instance.problem_statement,
+            &config,
+            &AtomicBool::new(false),
+            &mut no_checkpoint,
+        );
+        if t.exit_reason == ExitReason::LlmQueryError && t.steps.is_empty() {
+            // Nothing happened: the model could not be asked at all, not an attempt to grade.
+            anyhow::bail!("the model could not be queried ({}): {}", self.name, t.error.unwrap_or_default());
+        }
+        // A patch that cannot be taken is an error of the attempt, never an empty patch.
+        let patch = workspace::diff_in_sandbox(workspace, &instance.base_commit, self.isolation)
+            .context("cannot take the workspace's changes")?;
+        t.output_patch = patch.text();
+        Ok(Solution {
+            patch: t.output_patch.clone(),
+            exit_reason: t.exit_reason.as_str().to_string(),
+            trajectory: Some(serde_json::to_value(&t)?),
+        })
+    }
+}

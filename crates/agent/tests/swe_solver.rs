@@ -1,0 +1,106 @@
+//! The in-process agent solver end to end: `frognano eval run`'s library path
+//! (`frognano_swe::runs::solve_and_grade`) over a fixture task made at test time (a bash
+//! project graded with the go-test parser), two attempts on two workers sharing one scheduler
+//! with the demo model. Predictions and results are written, each with the exit reason of its
+//! trajectory. Skipped with a message when the demo model is absent, unless
+//! FROGNANO_REQUIRE_FIXTURES is set.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use frognano_agent::agent::AgentConfig;
+use frognano_agent::swe_solver::AgentSolver;
+use frognano_protocol::Sampling;
+use frognano_sandbox::{Isolation, Sandbox};
+use frognano_swe::executor::ExecOptions;
+use frognano_swe::instance::parse_jsonl_instances;
+use frognano_swe::runs::{read_results, solve_and_grade, SolveRunOptions, Solver};
+use frognano_testkit::{commit, diff_for, git, write};
+use serde_json::{json, Value};
+
+const LIB_BUGGY: &str = "greet() { echo \"Helo, $1\"; }\n";
+const LIB_FIXED: &str = "greet() { echo \"Hello, $1\"; }\n";
+const RUNNER: &str = "#!/bin/bash\n. ./lib.sh\nfor t in tests/*.t.sh; do . \"$t\"; done\nfor f in $(declare -F | awk '{print $3}' | grep '^Test'); do\n  if $f; then echo \"--- PASS: $f (0.00s)\"; else echo \"--- FAIL: $f (0.00s)\"; fi\ndone\n";
+const NEW_TESTS: &str = "TestGreet() { [ \"$(greet Bob)\" = \"Hello, Bob\" ]; }\n";
+
+fn isolation() -> Isolation {
+    if Sandbox::bubblewrap_available().is_ok() {
+        Isolation::Bubblewrap
+    } else {
+        eprintln!("bubblewrap unavailable: running unconfined");
+        Isolation::Unconfined
+    }
+}
+
+#[test]
+fn eval_run_with_the_in_process_agent_writes_predictions_and_results_with_exit_reasons() {
+    let Some(model) = frognano_testkit::demo_model() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("greet");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    write(&repo, "lib.sh", LIB_BUGGY);
+    write(&repo, "run_tests.sh", RUNNER);
+    write(&repo, "tests/other.t.sh", "TestTrue() { true; }\n");
+    let base = commit(&repo, "initial");
+    let line = json!({
+        "instance_id": "sh__greet-1", "repo": "sh/greet", "base_commit": base,
+        "repo_path": repo.to_string_lossy(),
+        "patch": diff_for(&repo, "lib.sh", LIB_FIXED),
+        "test_patch": diff_for(&repo, "tests/greet.t.sh", NEW_TESTS),
+        // The demo model cannot fix anything; a short reply ends the attempt quickly.
+        "problem_statement": "Reply with the single word OK.",
+        "version": "0.1", "log_parser": "gotest", "test_cmd": "bash run_tests.sh",
+        "FAIL_TO_PASS": ["TestGreet"], "PASS_TO_PASS": ["TestTrue"],
+    });
+    let instances = parse_jsonl_instances(&format!("{line}\n"), "fixture.jsonl").unwrap();
+
+    let isolation = isolation();
+    let config = AgentConfig {
+        sampling: Sampling { temperature: 0.0, max_tokens: 24, enable_thinking: false, ..Sampling::default() },
+        max_steps: 2,
+        max_context_tokens: 4096,
+        max_time: Some(Duration::from_secs(120)),
+        ..AgentConfig::default()
+    };
+    let solver = AgentSolver::load(model.to_str().unwrap(), 2).unwrap().with_config(config).with_isolation(isolation);
+    let opts = SolveRunOptions {
+        run_id: "inproc".into(),
+        output: dir.path().join("out"),
+        workers: 2,
+        attempts: 2,
+        shard: None,
+        exec: ExecOptions {
+            repos: None,
+            timeout: Duration::from_secs(60),
+            isolation,
+            work_root: dir.path().join("work"),
+        },
+    };
+    std::fs::create_dir_all(&opts.exec.work_root).unwrap();
+    let (summary, metrics) = solve_and_grade(instances, &solver, &opts).unwrap();
+    assert_eq!((summary.instances, summary.resolved, summary.errors), (1, 0, 0), "{summary:?}");
+    assert_eq!((metrics.instances, metrics.k), (1, 2));
+
+    let run = opts.output.join("logs/run_evaluation/inproc");
+    let rows = read_results(&summary.results_path);
+    let preds = read_results(&run.join("preds.jsonl"));
+    assert_eq!((rows.len(), preds.len()), (2, 2), "{rows:?}");
+    for pred in &preds {
+        assert_eq!(pred["model_name_or_path"], json!(solver.model_name()));
+        let attempt = pred["attempt"].as_u64().unwrap();
+        let row = rows.iter().find(|r| r["attempt"] == json!(attempt)).expect("a result per attempt");
+        // The demo model cannot fix the bug: graded, not an error.
+        assert!(matches!(row["status"].as_str(), Some("empty_patch" | "unresolved")), "{row}");
+        let traj_path = run.join(row["trajectory"].as_str().expect("the trajectory is stored"));
+        let traj: Value = serde_json::from_str(&std::fs::read_to_string(traj_path).unwrap()).unwrap();
+        assert_eq!(traj["instance_id"], json!(format!("sh__greet-1.{attempt}")));
+        let exit = traj["exit_reason"].as_str().unwrap();
+        assert!(!exit.is_empty() && exit != "llm_query_error", "{traj}");
+        assert_eq!(pred["exit_reason"], json!(exit), "the prediction carries the trajectory's exit reason");
+        assert_eq!(pred["model_patch"], traj["output_patch"]);
+    }
+    // Both attempts ran on the one shared scheduler.
+    let stats = solver.scheduler().stats();
+    assert!(stats.completed.load(Ordering::Relaxed) >= 2, "{stats:?}");
+}
