@@ -92,7 +92,20 @@ pub struct RunArgs {
     #[command(flatten)]
     /// Instances, repositories, run id, workers, shard, timeout.
     pub exec: ExecArgs,
-    /// Model name (at --endpoint), solved with `frognano solve`.
+    #[command(flatten)]
+    /// Who solves each attempt.
+    pub solver: SolverArgs,
+    /// Attempts per instance (pass@k, Avg@k).
+    #[arg(long, default_value_t = 1)]
+    pub attempts: usize,
+}
+
+/// Who solves each attempt (`eval run`, `synth calibrate`): the FrogNano agent on a model, or
+/// a shell command.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SolverArgs {
+    /// The agent's model: a local checkpoint, `.gguf` file or cached hub id (loaded once, in
+    /// this process), or with --endpoint the model name the server knows.
     #[arg(long, required_unless_present = "solver_cmd")]
     pub model: Option<String>,
     /// OpenAI-compatible endpoint for the agent.
@@ -102,14 +115,27 @@ pub struct RunArgs {
     /// FROGNANO_ISSUE_FILE, FROGNANO_INSTANCE_ID, FROGNANO_ATTEMPT); its edits are the patch.
     #[arg(long, conflicts_with_all = ["model", "endpoint"])]
     pub solver_cmd: Option<String>,
-    /// Attempts per instance (pass@k, Avg@k).
-    #[arg(long, default_value_t = 1)]
-    pub attempts: usize,
     /// Solve each attempt with `frognano solve` run from this executable, one process per
     /// attempt (default: a local --model runs in this process, on one scheduler shared by the
     /// workers; with --endpoint, this executable).
     #[arg(long)]
     pub frognano_bin: Option<PathBuf>,
+}
+
+impl SolverArgs {
+    /// The solver these flags ask for; `no_sandbox` runs the agent's commands unconfined.
+    pub fn config(&self, no_sandbox: bool) -> anyhow::Result<SolverConfig> {
+        Ok(match (&self.solver_cmd, &self.model) {
+            (Some(cmd), _) => SolverConfig::Command(cmd.clone()),
+            (None, Some(model)) => SolverConfig::Agent {
+                frognano: self.frognano_bin.clone(),
+                model: model.clone(),
+                endpoint: self.endpoint.clone(),
+                no_sandbox,
+            },
+            (None, None) => anyhow::bail!("pass --model (with --endpoint) or --solver-cmd"),
+        })
+    }
 }
 
 /// `frognano eval parse-log`.
@@ -190,11 +216,8 @@ pub fn run(cmd: EvalCommand) -> anyhow::Result<()> {
             Ok(())
         }
         EvalCommand::Run(a) => {
-            let job = RunJob {
-                solver: solver_config(a.solver_cmd, a.model, a.endpoint, a.frognano_bin, a.exec.no_sandbox)?,
-                exec: a.exec.config(),
-                attempts: a.attempts,
-            };
+            let job =
+                RunJob { solver: a.solver.config(a.exec.no_sandbox)?, exec: a.exec.config(), attempts: a.attempts };
             job.validate()?;
             let (s, m) = match in_process_solver(&job.solver, job.exec.workers)? {
                 Some(agent) => frognano_swe::eval::run_with_solver(&job, &agent, &Bar::counting())?,
@@ -214,21 +237,6 @@ pub fn run(cmd: EvalCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
-}
-
-/// The solver `--solver-cmd` or `--model` (with `--endpoint`, `--frognano-bin`) ask for.
-pub fn solver_config(
-    solver_cmd: Option<String>,
-    model: Option<String>,
-    endpoint: Option<String>,
-    frognano_bin: Option<PathBuf>,
-    no_sandbox: bool,
-) -> anyhow::Result<SolverConfig> {
-    Ok(match (solver_cmd, model) {
-        (Some(cmd), _) => SolverConfig::Command(cmd),
-        (None, Some(model)) => SolverConfig::Agent { frognano: frognano_bin, model, endpoint, no_sandbox },
-        (None, None) => anyhow::bail!("pass --model (with --endpoint) or --solver-cmd"),
-    })
 }
 
 /// The agent in this process when `solver` is a local model (`--model` without `--endpoint`

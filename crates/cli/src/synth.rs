@@ -122,15 +122,9 @@ pub struct CalibrateArgs {
     /// Policy version the attempts belong to (older counts decay by γ per version).
     #[arg(long, default_value_t = 0)]
     pub policy_version: u64,
-    /// Model name (at --endpoint), solved with `frognano solve`.
-    #[arg(long, required_unless_present = "solver_cmd")]
-    pub model: Option<String>,
-    /// OpenAI-compatible endpoint for the agent.
-    #[arg(long)]
-    pub endpoint: Option<String>,
-    /// Instead of the agent, this shell command edits each workspace.
-    #[arg(long, conflicts_with_all = ["model", "endpoint"])]
-    pub solver_cmd: Option<String>,
+    #[command(flatten)]
+    /// Who solves each attempt.
+    pub solver: crate::eval::SolverArgs,
     /// Lower band edge.
     #[arg(long, default_value_t = 0.2)]
     pub band_low: f64,
@@ -146,11 +140,6 @@ pub struct CalibrateArgs {
     /// Seconds the tests may run per attempt.
     #[arg(long, default_value_t = 1800)]
     pub timeout: u64,
-    /// Solve each attempt with `frognano solve` run from this executable, one process per
-    /// attempt (default: a local --model runs in this process, on one scheduler shared by the
-    /// workers; with --endpoint, this executable).
-    #[arg(long)]
-    pub frognano_bin: Option<PathBuf>,
     /// Run without confinement.
     #[arg(long)]
     pub no_sandbox: bool,
@@ -216,13 +205,7 @@ impl CalibrateArgs {
             estimates: self.estimates.clone(),
             attempts: self.attempts,
             policy_version: self.policy_version,
-            solver: crate::eval::solver_config(
-                self.solver_cmd.clone(),
-                self.model.clone(),
-                self.endpoint.clone(),
-                self.frognano_bin.clone(),
-                self.no_sandbox,
-            )?,
+            solver: self.solver.config(self.no_sandbox)?,
             band_low: self.band_low,
             band_high: self.band_high,
             workers: self.workers,
