@@ -547,7 +547,19 @@ impl Solver for AgentCliSolver {
         }
         let out = cmd.output().map_err(|e| anyhow::anyhow!("cannot run {}: {e}", self.frognano.display()))?;
         anyhow::ensure!(out.status.success(), "frognano solve failed: {}", String::from_utf8_lossy(&out.stderr).trim());
-        let patch = std::fs::read_to_string(out_dir.join("patch.diff")).unwrap_or_default();
+        // `frognano solve` always writes patch.diff (empty when nothing changed): a missing or
+        // unreadable one is an error of this attempt, never an empty patch.
+        let patch_path = out_dir.join("patch.diff");
+        let bytes = std::fs::read(&patch_path).map_err(|e| {
+            anyhow::anyhow!(
+                "frognano solve left no readable {} ({e}): {}",
+                patch_path.display(),
+                stderr_tail(&out.stderr)
+            )
+        })?;
+        let patch = String::from_utf8(bytes).map_err(|_| {
+            anyhow::anyhow!("{} is not UTF-8 text; the prediction cannot hold it", patch_path.display())
+        })?;
         let trajectory: Option<Value> =
             std::fs::read_to_string(out_dir.join("trajectory.json")).ok().and_then(|t| serde_json::from_str(&t).ok());
         let exit_reason = trajectory.as_ref().and_then(|t| t["exit_reason"].as_str()).unwrap_or("unknown").to_string();
@@ -555,9 +567,29 @@ impl Solver for AgentCliSolver {
     }
 }
 
+/// The last lines of a child's stderr, for an error message.
+fn stderr_tail(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let lines: Vec<&str> = text.trim().lines().collect();
+    lines[lines.len().saturating_sub(3)..].join(" | ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_solve_that_writes_no_patch_is_an_error_not_an_empty_patch() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("frognano");
+        std::fs::write(&fake, "#!/bin/sh\necho 'model exploded' >&2\nexit 0\n").unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let solver = AgentCliSolver { frognano: fake, model: "m".into(), endpoint: None, no_sandbox: true };
+        let line = r#"{"instance_id": "a__b-1", "repo": "a/b", "base_commit": "0", "patch": "", "problem_statement": "x", "FAIL_TO_PASS": ["t"], "PASS_TO_PASS": [], "version": "1", "test_cmd": "true", "log_parser": "gotest"}"#;
+        let inst = crate::instance::parse_jsonl_instances(line, "t.jsonl").unwrap().remove(0);
+        let err = solver.solve(&inst, dir.path(), 0).unwrap_err().to_string();
+        assert!(err.contains("patch.diff") && err.contains("model exploded"), "{err}");
+    }
 
     #[test]
     fn pass_at_k_matches_the_unbiased_estimator() {
