@@ -7,4 +7,10 @@ cd "$(dirname "$0")/.."
 export FROGNANO_REQUIRE_FIXTURES=1
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# Every test that cannot run on this machine (a missing CPU feature) appends one
+# `SKIPPED (needs …): …` line to this file (frognano_model::test_support::report_skip); cargo
+# hides the stderr of passing tests, so the summary below reads the file.
+FROGNANO_SKIP_LOG="$(mktemp "${TMPDIR:-/tmp}/frognano-skips.XXXXXX")"
+export FROGNANO_SKIP_LOG
 cargo test --workspace
+./scripts/skip-summary.sh "$FROGNANO_SKIP_LOG"
