@@ -12,5 +12,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 # hides the stderr of passing tests, so the summary below reads the file.
 FROGNANO_SKIP_LOG="$(mktemp "${TMPDIR:-/tmp}/frognano-skips.XXXXXX")"
 export FROGNANO_SKIP_LOG
-cargo test --workspace
-./scripts/skip-summary.sh "$FROGNANO_SKIP_LOG"
+# The summary is printed even when a test failed; either failure fails the run.
+status=0
+cargo test --workspace || status=$?
+./scripts/skip-summary.sh "$FROGNANO_SKIP_LOG" || status=1
+exit "$status"
