@@ -7,4 +7,13 @@ cd "$(dirname "$0")/.."
 export FROGNANO_REQUIRE_FIXTURES=1
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo test --workspace
+# Every test that cannot run on this machine (a missing CPU feature) appends one
+# `SKIPPED (needs …): …` line to this file (frognano_model::test_support::report_skip); cargo
+# hides the stderr of passing tests, so the summary below reads the file.
+FROGNANO_SKIP_LOG="$(mktemp "${TMPDIR:-/tmp}/frognano-skips.XXXXXX")"
+export FROGNANO_SKIP_LOG
+# The summary is printed even when a test failed; either failure fails the run.
+status=0
+cargo test --workspace || status=$?
+./scripts/skip-summary.sh "$FROGNANO_SKIP_LOG" || status=1
+exit "$status"

@@ -98,6 +98,9 @@ pub struct LogitsArgs {
     /// Comma-separated token ids.
     #[arg(long, value_delimiter = ',', required = true)]
     pub ids: Vec<u32>,
+    /// Quantize the weights on load (q8_0 or q4_k), as `run --quant` does.
+    #[arg(long, value_parser = parse_quant)]
+    pub quant: Option<QuantType>,
 }
 
 fn model_spec(m: Option<String>) -> anyhow::Result<String> {
@@ -252,13 +255,14 @@ pub fn chat(a: ChatArgs) -> anyhow::Result<()> {
 
 /// Prints `{"logits": [[...], ...]}` for every input position.
 pub fn logits(a: LogitsArgs) -> anyhow::Result<()> {
-    let lm = frognano_model::load(&a.model).with_context(|| format!("loading {}", a.model))?;
+    let lm = frognano_model::load::load_quantized(&a.model, a.quant).with_context(|| format!("loading {}", a.model))?;
     let mut cache = lm.model.new_cache();
     let logits = lm.model.forward(&a.ids, &mut cache, true)?;
     let vocab = lm.model.vocab_size();
     let rows: Vec<&[f32]> = logits.chunks_exact(vocab).collect();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    serde_json::to_writer(&mut out, &serde_json::json!({ "logits": rows }))?;
+    // The weights' size in memory beside the logits, so that what `--quant` saves is visible.
+    serde_json::to_writer(&mut out, &serde_json::json!({ "logits": rows, "weight_bytes": lm.weight_bytes }))?;
     writeln!(out)?;
     Ok(())
 }

@@ -32,6 +32,7 @@ pub mod qwen35;
 pub mod qwen35_gguf;
 pub mod safetensors_dir;
 pub mod tensor;
+pub mod test_support;
 pub mod tokenizer;
 pub mod weights;
 

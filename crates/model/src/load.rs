@@ -163,12 +163,15 @@ fn eos_from_config(v: &serde_json::Value) -> Vec<u32> {
 fn load_gguf(path: &Path, quant: Option<QuantType>) -> Result<LoadedModel> {
     let f = GgufFile::open(path)?;
     let weights = GgufWeights::new(&f)?;
+    // Re-quantized weights are no longer the file's tensors: their size is the model's.
+    let mut quantized_bytes = None;
     let model: Box<dyn CausalLm> = match weights.arch() {
         GgufArch::Qwen35 => {
             let cfg = crate::qwen35_gguf::config_from_gguf(&f)?;
             let mut m = Qwen35::load(cfg, &weights, Some(Act::F32))?;
             if let Some(q) = quant {
                 m.quantize_weights(q);
+                quantized_bytes = Some(m.weight_bytes());
             }
             m.pack_for_matmul();
             Box::new(m)
@@ -177,6 +180,7 @@ fn load_gguf(path: &Path, quant: Option<QuantType>) -> Result<LoadedModel> {
             let mut m = Llama::load(Llama::config_from_gguf(&f)?, &weights, true)?;
             if let Some(q) = quant {
                 m.quantize_weights(q);
+                quantized_bytes = Some(m.weight_bytes());
             }
             m.pack_for_matmul();
             Box::new(m)
@@ -185,7 +189,7 @@ fn load_gguf(path: &Path, quant: Option<QuantType>) -> Result<LoadedModel> {
     let tokenizer = if f.get("tokenizer.ggml.model").is_some() { Some(tokenizer_from_gguf(&f)?) } else { None };
     let chat_template = chat_template_from_gguf(&f)?;
     let eos_ids = stop_ids_from_gguf(&f)?;
-    let weight_bytes = f.tensors().iter().map(|t| t.len).sum();
+    let weight_bytes = quantized_bytes.unwrap_or_else(|| f.tensors().iter().map(|t| t.len).sum());
     Ok(LoadedModel {
         model,
         path: path.to_path_buf(),

@@ -265,7 +265,15 @@ mod tests {
         use crate::quant::q4k_x8::available;
         use crate::quant::tests::random_blocks;
         use crate::quant::QK_K;
-        if !available() || crate::kernels::plain_kernels() {
+        if !available() {
+            crate::test_support::report_skip("avx512vnni", "tensor packed Q4_K matmul vs the row kernels");
+            return;
+        }
+        if crate::kernels::plain_kernels() {
+            crate::test_support::report_skip(
+                "FROGNANO_PLAIN_KERNELS unset",
+                "tensor packed Q4_K matmul vs the row kernels",
+            );
             return;
         }
         let (rows, cols, t) = (40, 512, 13);

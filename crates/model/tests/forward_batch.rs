@@ -87,7 +87,10 @@ fn smollm2_batched_decode_matches_per_sequence_decode() {
         if std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_some() {
             panic!("{} is missing and FROGNANO_REQUIRE_FIXTURES is set", p.display());
         }
-        eprintln!("\n*** SKIPPED: {} not found; run scripts/fetch-demo-model.sh ***\n", p.display());
+        frognano_model::test_support::report_skip(
+            &p.display().to_string(),
+            "smollm2_batched_decode_matches_per_sequence_decode (run scripts/fetch-demo-model.sh)",
+        );
         return;
     }
     let m = load(p.to_str().unwrap()).unwrap().model;

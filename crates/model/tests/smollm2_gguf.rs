@@ -25,7 +25,7 @@ fn demo_model() -> Option<PathBuf> {
     if std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_some() {
         panic!("{DEMO} is missing and FROGNANO_REQUIRE_FIXTURES is set: run scripts/fetch-demo-model.sh");
     }
-    eprintln!("\n*** SKIPPED: {DEMO} not found; run scripts/fetch-demo-model.sh to run this test ***\n");
+    frognano_model::test_support::report_skip(DEMO, "smollm2_gguf (run scripts/fetch-demo-model.sh)");
     None
 }
 

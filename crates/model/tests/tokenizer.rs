@@ -30,7 +30,10 @@ fn load_qwen() -> Option<Tokenizer> {
         if std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_some() {
             panic!("{msg}");
         }
-        eprintln!("SKIPPED (Qwen3.5 tokenizer tests): {msg}");
+        frognano_model::test_support::report_skip(
+            &path.display().to_string(),
+            &format!("Qwen3.5 tokenizer tests ({msg})"),
+        );
         return None;
     }
     Some(Tokenizer::from_file(&path).unwrap())

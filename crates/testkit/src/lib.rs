@@ -72,6 +72,9 @@ pub fn demo_model() -> Option<PathBuf> {
     if std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_some() {
         panic!("{} is missing and FROGNANO_REQUIRE_FIXTURES is set: run scripts/fetch-demo-model.sh", path.display());
     }
-    eprintln!("skipping: {} is missing (run scripts/fetch-demo-model.sh)", path.display());
+    frognano_model::test_support::report_skip(
+        &path.display().to_string(),
+        "a demo-model test (run scripts/fetch-demo-model.sh)",
+    );
     None
 }

@@ -407,6 +407,7 @@ mod tests {
     #[test]
     fn fused_avx2_chunk_step_agrees_with_the_plain_one() {
         if !(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")) {
+            crate::test_support::report_skip("avx2+fma", "kernels::delta_rule fused AVX2 chunk step");
             return;
         }
         let (dk, dv, hk, hv) = (32, 48, 1, 2);

@@ -394,17 +394,63 @@ mod tests {
         // inputs.
         let x: Vec<f32> =
             (0..t * cols).map(|i| half::bf16::from_f32(((i * 31 % 101) as f32 / 50.0) - 1.0).to_f32()).collect();
-        let mut fast = vec![0.0; rows * t];
         let mut slow = vec![0.0; rows * t];
-        gemm(w, rows, cols, &x, t, &mut fast);
         gemm_reference(w, rows, cols, &x, t, &mut slow);
-        for (a, b) in fast.iter().zip(&slow) {
-            assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{rows}x{cols} t={t} bf16={bf16}: {a} vs {b}");
+        for (path, fast) in compiled_paths(w, rows, cols, &x, t) {
+            for (a, b) in fast.iter().zip(&slow) {
+                assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{path} {rows}x{cols} t={t} bf16={bf16}: {a} vs {b}");
+            }
         }
+    }
+
+    /// The output of the dispatched [`gemm`] and of every x86 kernel this CPU can run (not only
+    /// the one `gemm` picks, so that a CPU with AVX-512 checks the AVX2 kernel too), each named.
+    fn compiled_paths(w: Rows, rows: usize, cols: usize, x: &[f32], t: usize) -> Vec<(&'static str, Vec<f32>)> {
+        let mut out = vec![("dispatched", vec![0.0; rows * t])];
+        gemm(w, rows, cols, x, t, &mut out[0].1);
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            let mut run = |name, f: &dyn Fn(&mut [f32])| {
+                let mut y = vec![0.0; rows * t];
+                f(&mut y);
+                out.push((name, y));
+            };
+            if has!("avx2") && has!("fma") {
+                // SAFETY: detected just above; `case` sizes the buffers as `gemm` requires.
+                run("avx2", &|y| unsafe { x86::gemm_avx2(w, rows, cols, x, t, y) });
+            }
+            if has!("avx512f") {
+                // SAFETY: as above.
+                run("avx512", &|y| unsafe { x86::gemm_avx512(w, rows, cols, x, t, y) });
+            }
+            if let Rows::BF16(b) = w {
+                if has!("avx512bf16") && has!("avx512f") {
+                    let xb: Vec<u16> = x[..t * cols].iter().map(|v| half::bf16::from_f32(*v).to_bits()).collect();
+                    // SAFETY: as above.
+                    run("avx512bf16", &|y| unsafe { x86::gemm_avx512_bf16(b, rows, cols, &xb, t, y) });
+                }
+            }
+        }
+        out
     }
 
     #[test]
     fn fast_kernels_equal_the_reference_on_ragged_shapes() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use crate::test_support::report_skip;
+            use std::arch::is_x86_feature_detected as has;
+            if !(has!("avx2") && has!("fma")) {
+                report_skip("avx2+fma", "kernels::gemm AVX2 kernel");
+            }
+            if !has!("avx512f") {
+                report_skip("avx512f", "kernels::gemm AVX-512 kernel");
+            }
+            if !(has!("avx512bf16") && has!("avx512f")) {
+                report_skip("avx512bf16", "kernels::gemm AVX-512 BF16 kernel");
+            }
+        }
         for bf16 in [false, true] {
             for (rows, cols, t) in
                 [(1, 1, 1), (4, 16, 4), (7, 37, 5), (9, 64, 1), (13, 200, 9), (5, 8, 2), (8, 96, 6), (4, 33, 4)]

@@ -958,6 +958,7 @@ pub(crate) mod tests {
     #[test]
     fn avx2_activation_quantization_equals_the_plain_one() {
         if !std::arch::is_x86_feature_detected!("avx2") {
+            crate::test_support::report_skip("avx2", "quant AVX2 activation quantization");
             return;
         }
         let x: Vec<f32> = (0..2 * 512).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 37.0 + 0.5).collect();

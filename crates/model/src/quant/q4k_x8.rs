@@ -230,7 +230,10 @@ mod tests {
 
     #[test]
     fn packed_groups_match_the_reference_dot_and_each_other() {
-        let Some(k1) = kernel::<1>() else { return };
+        let Some(k1) = kernel::<1>() else {
+            crate::test_support::report_skip("avx512vnni", "quant::q4k_x8 packed Q4_K group kernels (1, 4, 8 tokens)");
+            return;
+        };
         let (k4, k8) = (kernel::<4>().unwrap(), kernel::<8>().unwrap());
         let (rows, cols) = (16, 768);
         let w = random_blocks(QuantType::Q4_K, rows * cols / QK_K, 5);

@@ -688,14 +688,26 @@ unsafe fn dot_q6_k_xn_512<const N: usize>(w: &[u8], a: &[ActRow; N]) -> [f32; N]
 mod tests {
     use super::*;
     use crate::quant::tests::random_blocks;
-    use crate::quant::QuantizedActs;
+    use crate::quant::{dot_reference, QuantizedActs};
+    use crate::test_support::report_skip;
 
-    /// The VNNI kernels are bit-identical to the AVX2 ones (same integer lanes, same float order).
+    fn avx2() -> bool {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+    }
+
+    /// Every compiled form of the 32-element-block dots equals the scalar reference: the AVX2
+    /// forms wherever AVX2 runs (so an AVX2-only machine checks them too), the VNNI forms where
+    /// the CPU has VNNI, bit-identical to the AVX2 ones (same integer lanes, same float order).
+    /// The 4-token and 4-row forms give, bit for bit, the single dot of each token and row.
     #[test]
-    fn vnni_kernels_equal_the_avx2_kernels() {
-        let have = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
-        if !(have && is_x86_feature_detected!("f16c") && vnni()) {
+    fn block32_dots_of_every_compiled_isa_equal_the_reference() {
+        if !avx2() {
+            report_skip("avx2+fma+f16c", "quant::x86 AVX2 block-32 dots");
             return;
+        }
+        let have_vnni = vnni();
+        if !have_vnni {
+            report_skip("avx512vnni", "quant::x86 VNNI block-32 dots (Q4_0, Q4_1, Q8_0; 4-token, 4-row)");
         }
         let cols = 1024;
         let x: Vec<f32> = (0..4 * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
@@ -703,40 +715,90 @@ mod tests {
             let w = random_blocks(ty, cols / 32, 5);
             let acts = QuantizedActs::new(ty.act_format(), &x, 4);
             let rows = [acts.row(0), acts.row(1), acts.row(2), acts.row(3)];
+            // SAFETY (all calls below): AVX2/FMA/F16C were detected above, VNNI where `have_vnni`.
+            let single = |w: &[u8], r: &ActRow| unsafe {
+                match ty {
+                    QuantType::Q4_0 => dot_q4_0(w, r),
+                    QuantType::Q4_1 => dot_q4_1(w, r),
+                    _ => dot_q8_0(w, r),
+                }
+            };
+            let single_vnni = |w: &[u8], r: &ActRow| unsafe {
+                match ty {
+                    QuantType::Q4_0 => dot_q4_0_vnni(w, r),
+                    QuantType::Q4_1 => dot_q4_1_vnni(w, r),
+                    _ => dot_q8_0_vnni(w, r),
+                }
+            };
             for r in &rows {
-                // SAFETY: the features were detected above.
-                let (plain, fast) = unsafe {
+                let (want, got) = (dot_reference(ty, &w, r), single(&w, r));
+                assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "{ty} avx2: {got} vs reference {want}");
+                if have_vnni {
+                    assert_eq!(got.to_bits(), single_vnni(&w, r).to_bits(), "{ty} vnni vs avx2");
+                }
+            }
+            let w4 = random_blocks(ty, 4 * cols / 32, 9);
+            let rb = w4.len() / 4;
+            for r in &rows {
+                let want: Vec<u32> = w4.chunks_exact(rb).map(|row| single(row, r).to_bits()).collect();
+                let forms = unsafe {
                     match ty {
-                        QuantType::Q4_0 => (dot_q4_0(&w, r), dot_q4_0_vnni(&w, r)),
-                        QuantType::Q4_1 => (dot_q4_1(&w, r), dot_q4_1_vnni(&w, r)),
-                        _ => (dot_q8_0(&w, r), dot_q8_0_vnni(&w, r)),
+                        QuantType::Q4_1 => vec![
+                            ("avx2", Some(dot_q4_1_r4(&w4, r))),
+                            ("vnni", have_vnni.then(|| dot_q4_1_r4_vnni(&w4, r))),
+                        ],
+                        QuantType::Q8_0 => vec![
+                            ("avx2", Some(dot_q8_0_r4(&w4, r))),
+                            ("vnni", have_vnni.then(|| dot_q8_0_r4_vnni(&w4, r))),
+                        ],
+                        _ => vec![],
                     }
                 };
-                assert_eq!(plain.to_bits(), fast.to_bits(), "{ty}");
-            }
-            if let Some(r4) = kernel_rows4(ty) {
-                let w4 = random_blocks(ty, 4 * cols / 32, 9);
-                let rb = w4.len() / 4;
-                for r in &rows {
-                    let want: Vec<u32> = w4.chunks_exact(rb).map(|row| kernel(ty).unwrap()(row, r).to_bits()).collect();
-                    assert_eq!(r4(&w4, r).map(f32::to_bits).to_vec(), want, "{ty} rows4");
-                    // SAFETY: AVX2/FMA/F16C were detected above.
-                    let avx2 = unsafe {
-                        match ty {
-                            QuantType::Q4_1 => Some(dot_q4_1_r4(&w4, r)),
-                            QuantType::Q8_0 => Some(dot_q8_0_r4(&w4, r)),
-                            _ => None,
-                        }
-                    };
-                    if let Some(y) = avx2 {
-                        assert_eq!(y.map(f32::to_bits).to_vec(), want, "{ty} rows4 avx2");
+                for (isa, y) in forms {
+                    if let Some(y) = y {
+                        assert_eq!(y.map(f32::to_bits).to_vec(), want, "{ty} rows4 {isa}");
                     }
+                }
+                if let Some(r4) = kernel_rows4(ty) {
+                    assert_eq!(r4(&w4, r).map(f32::to_bits).to_vec(), want, "{ty} dispatched rows4");
                 }
             }
             if ty == QuantType::Q4_1 {
-                // SAFETY: as above.
-                let (plain, fast) = unsafe { (dot_q4_1_x4(&w, &rows), dot_q4_1_x4_vnni(&w, &rows)) };
-                assert_eq!(plain.map(f32::to_bits), fast.map(f32::to_bits));
+                let want: Vec<u32> = rows.iter().map(|r| single(&w, r).to_bits()).collect();
+                let avx2 = unsafe { dot_q4_1_x4(&w, &rows) };
+                assert_eq!(avx2.map(f32::to_bits).to_vec(), want, "Q4_1 x4 avx2");
+                if have_vnni {
+                    let fast = unsafe { dot_q4_1_x4_vnni(&w, &rows) };
+                    assert_eq!(fast.map(f32::to_bits).to_vec(), want, "Q4_1 x4 vnni");
+                }
+            }
+        }
+    }
+
+    /// The k-quant single dots (AVX2, the kernels every CPU with AVX2 runs for Q4_K and Q6_K rows
+    /// that are not packed) equal the scalar reference on ragged super-block counts.
+    #[test]
+    fn k_quant_avx2_dots_equal_the_reference() {
+        if !avx2() {
+            report_skip("avx2+fma+f16c", "quant::x86 AVX2 Q4_K/Q6_K dots");
+            return;
+        }
+        for (nsb, seed) in [(1usize, 1u64), (3, 2), (11, 4)] {
+            let cols = nsb * QK_K;
+            let x: Vec<f32> = (0..cols).map(|i| ((i * 7919 + seed as usize) % 1013) as f32 / 37.0 - 13.7).collect();
+            let acts = QuantizedActs::new(crate::quant::ActFormat::Q8_K, &x, 1);
+            for ty in [QuantType::Q4_K, QuantType::Q6_K] {
+                let w = random_blocks(ty, nsb, seed);
+                let want = dot_reference(ty, &w, &acts.row(0));
+                // SAFETY: detected above.
+                let got = unsafe {
+                    if ty == QuantType::Q4_K {
+                        dot_q4_k(&w, &acts.row(0))
+                    } else {
+                        dot_q6_k(&w, &acts.row(0))
+                    }
+                };
+                assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "{ty} {nsb} super-blocks: {got} vs {want}");
             }
         }
     }
@@ -745,9 +807,12 @@ mod tests {
     /// single dots, on ragged super-block counts and activations of very different magnitudes.
     #[test]
     fn k_quant_token_tiles_equal_the_single_dots() {
-        let have = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
-        if !(have && is_x86_feature_detected!("f16c")) {
+        if !avx2() {
+            report_skip("avx2+fma+f16c", "quant::x86 AVX2 Q4_K/Q6_K 4-token tiles");
             return;
+        }
+        if !avx512bw() {
+            report_skip("avx512bw", "quant::x86 AVX-512 Q4_K/Q6_K 4- and 8-token tiles");
         }
         for (nsb, seed) in [(1usize, 1u64), (3, 2), (10, 3), (11, 4)] {
             let cols = nsb * QK_K;
