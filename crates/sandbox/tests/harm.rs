@@ -135,7 +135,9 @@ fn a_fork_bomb_is_contained_and_cleaned_up() {
     // Without a pids cgroup nothing would bound a real fork bomb, so there we run one that
     // stops itself at depth 7 (at most 255 processes): it still proves the tree is killed.
     let script = if sb.process_limit_enforced() {
-        format!("exec -a {marker} bash -c 'b() {{ b | b & }}; b; wait'")
+        // The first shell stays until the clock ends it, so the bomb cannot finish (and be
+        // cleaned up) before it reaches the limit, however slowly a loaded machine lets it grow.
+        format!("exec -a {marker} bash -c 'b() {{ b | b & }}; b; sleep 300'")
     } else {
         format!(
             "exec -a {marker} bash -c 'b() {{ [ $1 -lt 7 ] && {{ b $(($1+1)) & b $(($1+1)) & }}; sleep 300; }}; b 0'"
@@ -144,8 +146,9 @@ fn a_fork_bomb_is_contained_and_cleaned_up() {
     let out = sb.run(&Command::bash(script)).unwrap();
     if sb.process_limit_enforced() {
         // Evidence the limit held, read from the cgroup's pids.events before it was removed:
-        // forks were refused. (The bomb may then die out, or the clock may end it.)
+        // forks were refused; then the clock ended the bomb.
         assert_eq!(out.limit_hit, Some(Limit::Processes), "{out:?}");
+        assert!(out.timed_out, "{out:?}");
         assert!(out.stderr.contains("fork(s) refused: the sandbox's process limit is 64 processes"), "{out:?}");
     } else {
         cgroup_setup::skip_without_cgroup("pids", "a_fork_bomb_is_contained_and_cleaned_up");
