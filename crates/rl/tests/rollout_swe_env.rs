@@ -64,10 +64,13 @@ fn fixture() -> Fixture {
 }
 
 fn isolation() -> Isolation {
-    if Sandbox::bubblewrap_available().is_ok() {
+    if frognano_testkit::available_or_skip(
+        "bubblewrap",
+        "rl/tests/rollout_swe_env.rs runs its environment unconfined",
+        Sandbox::bubblewrap_available(),
+    ) {
         Isolation::Bubblewrap
     } else {
-        eprintln!("bubblewrap unavailable: running unconfined");
         Isolation::Unconfined
     }
 }

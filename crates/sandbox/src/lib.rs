@@ -29,7 +29,7 @@
 //!   ([`SandboxSpec::file_size_limit`], `RLIMIT_FSIZE`), disk growth
 //!   ([`SandboxSpec::disk_limit`]) and the size of `/tmp` ([`SandboxSpec::tmp_size`]).
 //!   [`Output::limit_hit`] and a `frognano-sandbox:` line on stderr say when memory or disk
-//!   stopped a command.
+//!   stopped a command, or the process limit refused one of its forks.
 //! - **Nothing left behind**: the whole process tree is killed when the command ends or is
 //!   stopped, background, `nohup`, `setsid` and double-forked children included.
 //!
@@ -67,7 +67,9 @@
 //! containers and CI); [`Sandbox::process_limit_enforced`] and
 //! [`Sandbox::memory_limit_enforced`] say whether they are. Each command gets its own group
 //! `frognano-sandbox-<pid>-<n>`, removed afterwards; groups a killed FrogNano process left
-//! behind are removed at the next start ([`Sandbox::remove_stale_cgroups`]).
+//! behind are removed at the next start ([`Sandbox::remove_stale_cgroups`]). Once a
+//! hierarchy was found writable, failing to make a command's group or write its limit is an
+//! error ([`SandboxError::Cgroup`]), never a run without the limit.
 //! `RLIMIT_NPROC` is not used: the kernel ignores it for root, and for other users it counts
 //! every process of the user, not those of one command.
 //!
@@ -575,6 +577,10 @@ pub enum Limit {
     Memory,
     /// The disk limit: the command wrote more than [`SandboxSpec::disk_limit`] and was killed.
     Disk,
+    /// The process limit: the kernel refused at least one fork or thread because
+    /// [`SandboxSpec::max_processes`] were alive (the pids cgroup's `pids.events` count; the
+    /// command saw `EAGAIN`, "Resource temporarily unavailable", and went on or gave up).
+    Processes,
 }
 
 /// Why a command could not be run at all (a command that runs and fails is an [`Output`]).
@@ -613,6 +619,17 @@ pub enum SandboxError {
     /// Waiting for the process failed.
     #[error("lost track of the command: {0}")]
     Wait(std::io::Error),
+    /// A cgroup that was found writable when the sandbox started could not be made or given
+    /// its limit, so the command would have run without the process or memory limit.
+    #[error("cannot set the sandbox's {what} limit in cgroup {path}: {source}")]
+    Cgroup {
+        /// Which limit: "process" or "memory".
+        what: &'static str,
+        /// The cgroup directory or file that could not be written.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
 }
 
 /// A workspace with its limits, ready to run commands. Cheap to share between threads.
@@ -652,6 +669,8 @@ enum MemApi {
 struct RunGroups {
     /// Every directory made (one per hierarchy), removed at the end.
     dirs: Vec<PathBuf>,
+    /// The pids group, if the process limit applies.
+    pids: Option<PathBuf>,
     /// The memory group, if the memory limit applies.
     memory: Option<(PathBuf, MemApi)>,
 }
@@ -671,6 +690,14 @@ impl RunGroups {
         };
         let text = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
         text.lines().find_map(|l| l.strip_prefix("oom_kill ")).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
+    }
+
+    /// How many forks the kernel refused in the pids group because the process limit was
+    /// reached (the `max` line of `pids.events`, the same in cgroup v1 and v2).
+    fn refused_forks(&self) -> u64 {
+        let Some(dir) = &self.pids else { return 0 };
+        let text = std::fs::read_to_string(dir.join("pids.events")).unwrap_or_default();
+        text.lines().find_map(|l| l.strip_prefix("max ")).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
     }
 
     fn remove(&self) {
@@ -803,7 +830,7 @@ impl Sandbox {
         // Own process group: lets us kill the tree with one killpg, and keeps terminal
         // signals (Ctrl-C) aimed at us from reaching the command directly.
         proc.process_group(0);
-        let groups = self.new_cgroups();
+        let groups = self.new_cgroups()?;
         let procs_files: Vec<std::ffi::CString> = groups
             .dirs
             .iter()
@@ -924,6 +951,7 @@ impl Sandbox {
         let stdout = String::from_utf8_lossy(&stdout_bytes).into_owned();
         let mut stderr = String::from_utf8_lossy(&stderr).into_owned();
         let oom_kills = groups.oom_kills();
+        let refused_forks = groups.refused_forks();
         groups.remove();
         let flooded = flooded.load(Ordering::Relaxed);
         let limit_hit = if disk_hit {
@@ -937,6 +965,13 @@ impl Sandbox {
                 &format!("{oom_kills} process(es) killed: out of memory (the sandbox's memory limit is {limit} bytes)"),
             );
             Some(Limit::Memory)
+        } else if refused_forks > 0 {
+            let limit = self.spec.max_processes;
+            note(
+                &mut stderr,
+                &format!("{refused_forks} fork(s) refused: the sandbox's process limit is {limit} processes"),
+            );
+            Some(Limit::Processes)
         } else {
             None
         };
@@ -1153,50 +1188,50 @@ impl Sandbox {
         p
     }
 
-    fn new_cgroups(&self) -> RunGroups {
+    /// Makes this run's cgroups and writes their limits. The roots were probed writable when
+    /// the sandbox started, so a failure here is an error: running on without the limit
+    /// would silently drop it.
+    fn new_cgroups(&self) -> Result<RunGroups, SandboxError> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let name = format!("frognano-sandbox-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
         let mut groups = RunGroups::default();
+        let fail = |groups: &RunGroups, what: &'static str, path: PathBuf, source: std::io::Error| {
+            groups.remove();
+            SandboxError::Cgroup { what, path, source }
+        };
         if let Some(root) = &self.cgroups.pids {
             let dir = root.join(&name);
-            if std::fs::create_dir(&dir).is_ok() {
-                if std::fs::write(dir.join("pids.max"), self.spec.max_processes.to_string()).is_ok() {
-                    groups.dirs.push(dir);
-                } else {
-                    remove_cgroup(&dir);
-                }
-            }
+            std::fs::create_dir(&dir).map_err(|e| fail(&groups, "process", dir.clone(), e))?;
+            groups.dirs.push(dir.clone());
+            let file = dir.join("pids.max");
+            std::fs::write(&file, self.spec.max_processes.to_string())
+                .map_err(|e| fail(&groups, "process", file, e))?;
+            groups.pids = Some(dir);
         }
         if let (Some(limit), Some((root, api))) = (self.spec.memory_limit, &self.cgroups.memory) {
             let dir = root.join(&name);
-            let shared = groups.dirs.contains(&dir);
-            if shared || std::fs::create_dir(&dir).is_ok() {
-                let ok = match api {
-                    MemApi::V1 { memsw } => {
-                        let ok = std::fs::write(dir.join("memory.limit_in_bytes"), limit.to_string()).is_ok();
-                        if ok && *memsw {
-                            // No swapping past the limit either (fails harmlessly without swap accounting).
-                            let _ = std::fs::write(dir.join("memory.memsw.limit_in_bytes"), limit.to_string());
-                        }
-                        ok
-                    }
-                    MemApi::V2 => {
-                        let ok = std::fs::write(dir.join("memory.max"), limit.to_string()).is_ok();
-                        let _ = std::fs::write(dir.join("memory.swap.max"), "0");
-                        ok
-                    }
-                };
-                if ok {
-                    if !shared {
-                        groups.dirs.push(dir.clone());
-                    }
-                    groups.memory = Some((dir, *api));
-                } else if !shared {
-                    remove_cgroup(&dir);
+            if !groups.dirs.contains(&dir) {
+                std::fs::create_dir(&dir).map_err(|e| fail(&groups, "memory", dir.clone(), e))?;
+                groups.dirs.push(dir.clone());
+            }
+            let file = match api {
+                MemApi::V1 { .. } => dir.join("memory.limit_in_bytes"),
+                MemApi::V2 => dir.join("memory.max"),
+            };
+            std::fs::write(&file, limit.to_string()).map_err(|e| fail(&groups, "memory", file, e))?;
+            match api {
+                // No swapping past the limit either (fails harmlessly without swap accounting).
+                MemApi::V1 { memsw: true } => {
+                    let _ = std::fs::write(dir.join("memory.memsw.limit_in_bytes"), limit.to_string());
+                }
+                MemApi::V1 { memsw: false } => {}
+                MemApi::V2 => {
+                    let _ = std::fs::write(dir.join("memory.swap.max"), "0");
                 }
             }
+            groups.memory = Some((dir, *api));
         }
-        groups
+        Ok(groups)
     }
 }
 

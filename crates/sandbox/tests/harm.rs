@@ -1,7 +1,9 @@
 //! Commands that try to do harm, and the proof that they could not. These need bubblewrap
 //! (`scripts/ci-setup.sh` installs it).
 
-use frognano_sandbox::{Command, Isolation, Sandbox, SandboxSpec};
+use frognano_sandbox::{Command, Isolation, Limit, Sandbox, SandboxError, SandboxSpec};
+
+mod cgroup_setup;
 use std::path::Path;
 use std::time::Duration;
 
@@ -133,7 +135,9 @@ fn a_fork_bomb_is_contained_and_cleaned_up() {
     // Without a pids cgroup nothing would bound a real fork bomb, so there we run one that
     // stops itself at depth 7 (at most 255 processes): it still proves the tree is killed.
     let script = if sb.process_limit_enforced() {
-        format!("exec -a {marker} bash -c 'b() {{ b | b & }}; b; wait'")
+        // The first shell stays until the clock ends it, so the bomb cannot finish (and be
+        // cleaned up) before it reaches the limit, however slowly a loaded machine lets it grow.
+        format!("exec -a {marker} bash -c 'b() {{ b | b & }}; b; sleep 300'")
     } else {
         format!(
             "exec -a {marker} bash -c 'b() {{ [ $1 -lt 7 ] && {{ b $(($1+1)) & b $(($1+1)) & }}; sleep 300; }}; b 0'"
@@ -141,11 +145,13 @@ fn a_fork_bomb_is_contained_and_cleaned_up() {
     };
     let out = sb.run(&Command::bash(script)).unwrap();
     if sb.process_limit_enforced() {
-        // The limit bit (forks failed; the bomb may then die out before the clock), or, on a
-        // loaded machine where the bomb grew slowly, the clock ended it first. Either way it
-        // was stopped, and what matters is checked below: nothing is left and the host works.
-        assert!(out.stderr.contains("Resource temporarily unavailable") || out.timed_out, "{out:?}");
+        // Evidence the limit held, read from the cgroup's pids.events before it was removed:
+        // forks were refused; then the clock ended the bomb.
+        assert_eq!(out.limit_hit, Some(Limit::Processes), "{out:?}");
+        assert!(out.timed_out, "{out:?}");
+        assert!(out.stderr.contains("fork(s) refused: the sandbox's process limit is 64 processes"), "{out:?}");
     } else {
+        cgroup_setup::skip_without_cgroup("pids", "a_fork_bomb_is_contained_and_cleaned_up");
         assert!(out.timed_out, "{out:?}");
     }
     assert!(out.elapsed < Duration::from_secs(15));
@@ -153,6 +159,27 @@ fn a_fork_bomb_is_contained_and_cleaned_up() {
     assert_eq!(processes_with(&marker), Vec::<String>::new());
     // The host can still start processes.
     assert!(std::process::Command::new("true").status().unwrap().success());
+}
+
+#[test]
+fn a_process_limit_the_cgroup_refuses_is_an_error_not_a_run_without_it() {
+    let ws = tempfile::tempdir().unwrap();
+    // pids.max takes at most the kernel's pid limit (2^22): the write fails with EINVAL.
+    let sb = Sandbox::new(SandboxSpec::new(ws.path()).max_processes(u32::MAX)).unwrap();
+    if !sb.process_limit_enforced() {
+        cgroup_setup::skip_without_cgroup(
+            "pids",
+            "a_process_limit_the_cgroup_refuses_is_an_error_not_a_run_without_it",
+        );
+        return;
+    }
+    let err = sb.run(&Command::new("echo").arg("ran")).unwrap_err();
+    assert!(matches!(err, SandboxError::Cgroup { what: "process", .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("cannot set the sandbox's process limit in cgroup") && text.contains("pids.max"), "{text}");
+    // Nothing is left behind, and a sandbox with a valid limit still runs.
+    let ok = Sandbox::new(SandboxSpec::new(ws.path()).max_processes(64)).unwrap();
+    assert_eq!(ok.run(&Command::new("echo").arg("ran")).unwrap().stdout, "ran\n");
 }
 
 #[test]

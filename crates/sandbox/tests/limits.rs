@@ -3,6 +3,8 @@
 
 use frognano_sandbox::{Command, Limit, Sandbox, SandboxSpec};
 use std::path::Path;
+
+mod cgroup_setup;
 use std::time::Duration;
 
 fn sandbox(spec: SandboxSpec) -> Sandbox {
@@ -24,7 +26,7 @@ fn a_4_gib_allocation_fails_under_a_512_mib_limit() {
     let ws = workspace();
     let sb = sandbox(SandboxSpec::new(ws.path()).memory_limit(512 << 20));
     if !sb.memory_limit_enforced() {
-        eprintln!("skipped: no writable memory cgroup here, nothing would bound a 4 GiB allocation");
+        cgroup_setup::skip_without_cgroup("memory", "a_4_gib_allocation_fails_under_a_512_mib_limit");
         return;
     }
     let out =

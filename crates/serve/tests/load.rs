@@ -1,8 +1,10 @@
 //! Bounded loopback load test: 32 concurrent streaming clients, twice; every stream completes
 //! without an error and the process's resident memory does not grow in the second round.
 //!
-//! Uses the demo model (models/SmolLM2-135M-Instruct.Q4_1.gguf) when it is present and loads,
-//! else the tiny checkpoint (said loudly).
+//! Uses the demo model (models/SmolLM2-135M-Instruct.Q4_1.gguf, found by the shared
+//! `frognano_testkit::demo_model` lookup; it must load). Where it has not been fetched the
+//! test runs on the tiny checkpoint and says so on a `SKIPPED (needs the demo model)` line;
+//! with `FROGNANO_REQUIRE_FIXTURES` set (CI) a missing demo model fails the test instead.
 
 mod common;
 
@@ -55,11 +57,10 @@ fn round(url: &str, model: &str) -> f64 {
 
 #[test]
 fn thirty_two_concurrent_streams_complete_and_memory_stays_flat() {
-    let demo = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    let model_path = match frognano_model::load(demo.to_string_lossy()) {
-        Ok(_) => demo.to_string_lossy().into_owned(),
-        Err(e) => {
-            eprintln!("LOAD TEST ON THE TINY CHECKPOINT: the demo model did not load ({e})");
+    let model_path = match frognano_testkit::demo_model() {
+        Some(demo) => demo.to_string_lossy().into_owned(),
+        None => {
+            eprintln!("SKIPPED (needs the demo model): the load test runs on the tiny checkpoint instead");
             tiny()
         }
     };

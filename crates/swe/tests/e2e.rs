@@ -96,7 +96,11 @@ fn fixture() -> Fixture {
 }
 
 fn isolation() -> Isolation {
-    if Sandbox::bubblewrap_available().is_ok() {
+    if frognano_testkit::available_or_skip(
+        "bubblewrap",
+        "swe/tests/e2e.rs grades unconfined",
+        Sandbox::bubblewrap_available(),
+    ) {
         Isolation::Bubblewrap
     } else {
         Isolation::Unconfined

@@ -1,4 +1,4 @@
-//! Helpers shared by the integration tests of several crates (swe, synth, rl): small git
+//! Helpers shared by the integration tests of several crates (swe, synth, rl, serve): small git
 //! repositories made on the fly, file writes, copies of checked-in fixture folders, and the
 //! demo model's path. Test code only; nothing here is part of FrogNano itself.
 
@@ -57,6 +57,45 @@ pub fn copy_fixture_dir(from: &Path, to: &Path) {
             copy_fixture_dir(&e.path(), &dest);
         } else {
             std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
+}
+
+/// Whether a test may use a tool or fixture the machine is meant to provide (bubblewrap, a
+/// writable cgroup, …), given its `status` (`Err` says why it is missing). Where it is
+/// missing the test goes on without it: one visible `SKIPPED (needs NEEDS): CONTEXT: why`
+/// line on stderr (once per process and context) and `false`; with
+/// `FROGNANO_REQUIRE_FIXTURES` set (CI, after `scripts/ci-setup.sh`) a missing one is a
+/// failure instead, so that what the test would have covered is not dropped silently.
+pub fn available_or_skip(needs: &str, context: &str, status: Result<(), String>) -> bool {
+    let Err(why) = status else { return true };
+    if std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_some() {
+        panic!("{context}: needs {needs}, which is missing and FROGNANO_REQUIRE_FIXTURES is set: {why} (run scripts/ci-setup.sh)");
+    }
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let key = format!("{needs}\0{context}");
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if !said.contains(&key) {
+        report_skip_line(&format!("SKIPPED (needs {needs}): {context}: {why}\n"));
+        said.push(key);
+    }
+    false
+}
+
+/// Prints a skip line to stderr and appends it, in one write, to the file that
+/// `FROGNANO_SKIP_LOG` names (scripts/test.sh summarises that file: cargo hides the stderr of
+/// passing tests).
+fn report_skip_line(line: &str) {
+    use std::io::Write;
+    eprint!("{line}");
+    if let Some(path) = std::env::var_os("FROGNANO_SKIP_LOG") {
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = appended {
+            panic!("cannot append to FROGNANO_SKIP_LOG={}: {e}", path.to_string_lossy());
         }
     }
 }
