@@ -76,28 +76,10 @@ pub fn available_or_skip(needs: &str, context: &str, status: Result<(), String>)
     let key = format!("{needs}\0{context}");
     let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
     if !said.contains(&key) {
-        report_skip_line(&format!("SKIPPED (needs {needs}): {context}: {why}\n"));
+        frognano_model::test_support::report_skip(needs, &format!("{context}: {why}"));
         said.push(key);
     }
     false
-}
-
-/// Prints a skip line to stderr and appends it, in one write, to the file that
-/// `FROGNANO_SKIP_LOG` names (scripts/test.sh summarises that file: cargo hides the stderr of
-/// passing tests).
-fn report_skip_line(line: &str) {
-    use std::io::Write;
-    eprint!("{line}");
-    if let Some(path) = std::env::var_os("FROGNANO_SKIP_LOG") {
-        let appended = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .and_then(|mut f| f.write_all(line.as_bytes()));
-        if let Err(e) = appended {
-            panic!("cannot append to FROGNANO_SKIP_LOG={}: {e}", path.to_string_lossy());
-        }
-    }
 }
 
 /// The demo model ([`frognano_model::load::DEMO_MODEL`]), or `None` with a note on stderr
