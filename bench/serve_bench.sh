@@ -14,8 +14,8 @@ max_tokens=${MAX_TOKENS:-64}
 out=bench/out/serve
 mkdir -p "$out"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
-cargo build --release -q -p frognano-serve --example serve
-ours="$CARGO_TARGET_DIR/release/examples/serve"
+cargo build --release -q -p frognano
+ours=("$CARGO_TARGET_DIR/release/frognano" serve)
 name=bench-model
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
@@ -24,7 +24,7 @@ trap cleanup EXIT
 wait_up() { for _ in $(seq 1 600); do curl -sf "$1/v1/models" >/dev/null && return 0; sleep 0.5; done; echo "server at $1 did not start" >&2; return 1; }
 run_ours() { # $1 = label, rest = extra flags
     local label=$1; shift
-    "$ours" "$model" --port 8101 --model-name "$name" --max-concurrent 16 "$@" >"$out/$label.log" 2>&1 &
+    "${ours[@]}" "$model" --port 8101 --model-name "$name" --max-concurrent 16 "$@" >"$out/$label.log" 2>&1 &
     local pid=$!; pids+=("$pid")
     wait_up http://127.0.0.1:8101
     python3 bench/serve_bench.py --url http://127.0.0.1:8101 --model "$name" --label "$label" \

@@ -4,6 +4,7 @@ mod eval;
 mod progress;
 mod pull;
 mod run;
+mod serve;
 mod solve;
 mod synth;
 mod train;
@@ -29,7 +30,7 @@ enum Command {
     /// Download a checkpoint from the Hugging Face hub into the local cache.
     Pull(pull::PullArgs),
     /// OpenAI-compatible HTTP server (chat, tools, streaming, logprobs).
-    Serve(frognano_serve::ServeArgs),
+    Serve(serve::ServeArgs),
     /// The coding agent: resolve an issue in a repository and hand back a patch for review.
     Solve(solve::SolveArgs),
     /// Task synthesis: validated bug-fix tasks from a repository (`frognano synth REPO |
@@ -57,7 +58,7 @@ fn main() {
         Command::Chat(a) => run::chat(a),
         Command::Logits(a) => run::logits(a),
         Command::Pull(a) => pull::pull(a),
-        Command::Serve(a) => frognano_serve::run_serve(a),
+        Command::Serve(a) => serve::run(a),
         Command::Solve(a) => solve::run(a),
         Command::Synth(cmd) => synth::run(*cmd),
         Command::Eval(cmd) => eval::run(cmd),

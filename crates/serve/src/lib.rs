@@ -14,7 +14,7 @@
 //!
 //! ```no_run
 //! // In-process, on an ephemeral port (what the tests do):
-//! let mut args = frognano_serve::ServeArgs::for_model("fixtures/qwen35-tiny");
+//! let mut args = frognano_serve::ServeConfig::for_model("fixtures/qwen35-tiny");
 //! args.port = 0;
 //! let server = frognano_serve::spawn_server(args).unwrap();
 //! println!("listening on {}", server.url());
@@ -39,46 +39,37 @@ use tokio::sync::oneshot;
 use crate::pool::EnginePool;
 use crate::routes::AppState;
 
-/// `frognano serve` arguments.
-#[derive(Debug, Clone, clap::Args)]
-pub struct ServeArgs {
+/// What `frognano serve` runs: the model, where to listen, and the scheduler's limits. The
+/// flags that fill it are in `crates/cli`.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
     /// The model: a checkpoint folder, a `.gguf` file, or a hub id in the local cache.
-    #[arg(value_name = "MODEL")]
     pub model: String,
     /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
     /// Port to listen on (0 picks a free one).
-    #[arg(long, default_value_t = 8000)]
     pub port: u16,
-    /// Sequences generated at the same time (decoded together, one batched step per
-    /// token); further requests wait their turn.
-    #[arg(long, default_value_t = 4)]
+    /// Sequences generated at the same time (decoded together, one batched step per token);
+    /// further requests wait their turn.
     pub max_concurrent: usize,
     /// Context length in tokens (prompt + completion); default and maximum: the model's.
-    #[arg(long)]
     pub ctx: Option<usize>,
-    /// The model name clients send in `model` (default: the file or folder name of MODEL).
-    #[arg(long)]
+    /// The model name clients send in `model` (default: the file or folder name of `model`).
     pub model_name: Option<String>,
     /// Idle conversation states kept for prefix reuse, beyond one per concurrent sequence.
-    #[arg(long, default_value_t = 8)]
     pub cached_sessions: usize,
     /// Start every request from an empty state (for measuring what prefix reuse saves).
-    #[arg(long)]
     pub no_prefix_reuse: bool,
     /// Largest request body accepted, in bytes.
-    #[arg(long, default_value_t = 32 * 1024 * 1024)]
     pub max_body_bytes: usize,
     /// Requests allowed to wait for a free slot before new ones get a 503.
-    #[arg(long, default_value_t = 512)]
     pub max_waiting: usize,
 }
 
-impl ServeArgs {
-    /// The defaults of the command line, for `model`.
+impl ServeConfig {
+    /// The command line's defaults, for `model`.
     pub fn for_model(model: impl Into<String>) -> Self {
-        ServeArgs {
+        ServeConfig {
             model: model.into(),
             host: "127.0.0.1".into(),
             port: 8000,
@@ -91,6 +82,17 @@ impl ServeArgs {
             max_waiting: 512,
         }
     }
+
+    /// Checks the settings that do not need the model; the message names the flag.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.max_concurrent == 0 {
+            anyhow::bail!("--max-concurrent must be at least 1");
+        }
+        if self.max_body_bytes == 0 {
+            anyhow::bail!("--max-body-bytes must be at least 1");
+        }
+        Ok(())
+    }
 }
 
 /// The default model name: the file stem of a `.gguf`, else the last path component.
@@ -101,13 +103,14 @@ fn default_model_name(spec: &str) -> String {
 }
 
 /// Loads the model and starts the generation scheduler.
-fn load_state(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
+fn load_state(args: &ServeConfig) -> anyhow::Result<Arc<AppState>> {
+    args.validate()?; // before the model loads: a bad flag should not wait for it
     let loaded = frognano_model::load(&args.model).with_context(|| format!("loading {}", args.model))?;
     state_from_loaded(loaded, args)
 }
 
 /// Starts the generation scheduler over an already loaded model.
-fn state_from_loaded(loaded: LoadedModel, args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
+fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<Arc<AppState>> {
     let tokenizer = Arc::new(
         loaded
             .tokenizer
@@ -121,9 +124,7 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeArgs) -> anyhow::Result<Ar
         Some(n) if n > model_max => anyhow::bail!("--ctx {n} is larger than the model's context of {model_max} tokens"),
         Some(n) => n,
     };
-    if args.max_concurrent == 0 {
-        anyhow::bail!("--max-concurrent must be at least 1");
-    }
+    args.validate()?;
     if loaded.eos_ids.is_empty() {
         tracing::warn!("the model declares no end-of-sequence token; replies end only at max_tokens or a stop string");
     }
@@ -155,7 +156,7 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeArgs) -> anyhow::Result<Ar
     }))
 }
 
-fn bind(args: &ServeArgs) -> anyhow::Result<std::net::TcpListener> {
+fn bind(args: &ServeConfig) -> anyhow::Result<std::net::TcpListener> {
     let listener = std::net::TcpListener::bind((args.host.as_str(), args.port))
         .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
     listener.set_nonblocking(true)?;
@@ -177,7 +178,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// Runs `frognano serve` until Ctrl-C.
-pub fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
+pub fn run_serve(args: ServeConfig) -> anyhow::Result<()> {
     let state = load_state(&args)?;
     let listener = bind(&args)?;
     let addr = listener.local_addr()?;
@@ -233,7 +234,7 @@ impl Drop for ServerHandle {
 
 /// Loads the model, binds `args.host:args.port` (port 0: a free one) and serves on a
 /// background thread. Returns once the server accepts connections.
-pub fn spawn_server(args: ServeArgs) -> anyhow::Result<ServerHandle> {
+pub fn spawn_server(args: ServeConfig) -> anyhow::Result<ServerHandle> {
     let state = load_state(&args)?;
     spawn_with_state(state, &args)
 }
@@ -241,12 +242,12 @@ pub fn spawn_server(args: ServeArgs) -> anyhow::Result<ServerHandle> {
 /// Like [`spawn_server`], over a model already loaded (or assembled by hand: a test can put
 /// its own [`frognano_model::CausalLm`] or chat template into the [`LoadedModel`]).
 /// `args.model` is then only the default model name.
-pub fn spawn_server_with_model(loaded: LoadedModel, args: ServeArgs) -> anyhow::Result<ServerHandle> {
+pub fn spawn_server_with_model(loaded: LoadedModel, args: ServeConfig) -> anyhow::Result<ServerHandle> {
     let state = state_from_loaded(loaded, &args)?;
     spawn_with_state(state, &args)
 }
 
-fn spawn_with_state(state: Arc<AppState>, args: &ServeArgs) -> anyhow::Result<ServerHandle> {
+fn spawn_with_state(state: Arc<AppState>, args: &ServeConfig) -> anyhow::Result<ServerHandle> {
     let listener = bind(args)?;
     let addr = listener.local_addr()?;
     let rt = runtime()?;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use frognano_model::cache::{Cache, LayerCache};
 use frognano_model::chat::ChatTemplate;
 use frognano_model::{CausalLm, LoadedModel};
-use frognano_serve::{spawn_server, spawn_server_with_model, ServeArgs, ServerHandle};
+use frognano_serve::{spawn_server, spawn_server_with_model, ServeConfig, ServerHandle};
 use serde_json::Value;
 
 /// The workspace root.
@@ -23,8 +23,8 @@ pub fn tiny() -> String {
 }
 
 /// Server arguments for `model` on an ephemeral loopback port.
-pub fn args(model: &str) -> ServeArgs {
-    let mut a = ServeArgs::for_model(model);
+pub fn args(model: &str) -> ServeConfig {
+    let mut a = ServeConfig::for_model(model);
     a.port = 0;
     a.max_concurrent = 2;
     a

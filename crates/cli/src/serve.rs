@@ -1,0 +1,82 @@
+//! `frognano serve …`: the flags, turned into `frognano_serve::ServeConfig`; the server is the
+//! library's.
+
+use frognano_serve::ServeConfig;
+
+/// `frognano serve` arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// The model: a checkpoint folder, a `.gguf` file, or a hub id in the local cache.
+    #[arg(value_name = "MODEL")]
+    pub model: String,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Sequences generated at the same time (decoded together, one batched step per
+    /// token); further requests wait their turn.
+    #[arg(long, default_value_t = 4)]
+    pub max_concurrent: usize,
+    /// Context length in tokens (prompt + completion); default and maximum: the model's.
+    #[arg(long)]
+    pub ctx: Option<usize>,
+    /// The model name clients send in `model` (default: the file or folder name of MODEL).
+    #[arg(long)]
+    pub model_name: Option<String>,
+    /// Idle conversation states kept for prefix reuse, beyond one per concurrent sequence.
+    #[arg(long, default_value_t = 8)]
+    pub cached_sessions: usize,
+    /// Start every request from an empty state (for measuring what prefix reuse saves).
+    #[arg(long)]
+    pub no_prefix_reuse: bool,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, default_value_t = 32 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Requests allowed to wait for a free slot before new ones get a 503.
+    #[arg(long, default_value_t = 512)]
+    pub max_waiting: usize,
+}
+
+impl From<ServeArgs> for ServeConfig {
+    fn from(a: ServeArgs) -> Self {
+        ServeConfig {
+            model: a.model,
+            host: a.host,
+            port: a.port,
+            max_concurrent: a.max_concurrent,
+            ctx: a.ctx,
+            model_name: a.model_name,
+            cached_sessions: a.cached_sessions,
+            no_prefix_reuse: a.no_prefix_reuse,
+            max_body_bytes: a.max_body_bytes,
+            max_waiting: a.max_waiting,
+        }
+    }
+}
+
+/// Runs `frognano serve` until Ctrl-C.
+pub fn run(a: ServeArgs) -> anyhow::Result<()> {
+    frognano_serve::run_serve(a.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct Top {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    #[test]
+    fn the_flag_defaults_are_the_library_defaults() {
+        let flags: ServeConfig = Top::try_parse_from(["x", "m.gguf"]).unwrap().serve.into();
+        let lib = ServeConfig::for_model("m.gguf");
+        assert_eq!(format!("{flags:?}"), format!("{lib:?}"));
+    }
+}
