@@ -1,0 +1,66 @@
+//! `frognano eval run` end to end through the binary with a scripted solver (`--solver-cmd`):
+//! the command's edits are the patch, which is graded as swebench grades, and the results and
+//! the summary line say so. A solver that fixes the bug resolves the task; one that does
+//! nothing does not.
+
+use std::path::Path;
+use std::process::Command;
+
+use frognano_testkit::{commit, diff_for, git, write};
+use serde_json::{json, Value};
+
+const LIB_BUGGY: &str = "greet() { echo \"Helo, $1\"; }\n";
+const LIB_FIXED: &str = "greet() { echo \"Hello, $1\"; }\n";
+const RUNNER: &str = "#!/bin/bash\n. ./lib.sh\nfor t in tests/*.t.sh; do . \"$t\"; done\nfor f in $(declare -F | awk '{print $3}' | grep '^Test'); do\n  if $f; then echo \"--- PASS: $f (0.00s)\"; else echo \"--- FAIL: $f (0.00s)\"; fi\ndone\n";
+
+/// A bash project whose `greet` misspells "Hello", as a one-instance JSONL file.
+fn instances(root: &Path) -> std::path::PathBuf {
+    let repo = root.join("greet");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    write(&repo, "lib.sh", LIB_BUGGY);
+    write(&repo, "run_tests.sh", RUNNER);
+    write(&repo, "tests/other.t.sh", "TestTrue() { true; }\n");
+    let base = commit(&repo, "initial");
+    let gold = diff_for(&repo, "lib.sh", LIB_FIXED);
+    let test_patch = diff_for(&repo, "tests/greet.t.sh", "TestGreet() { [ \"$(greet Bob)\" = \"Hello, Bob\" ]; }\n");
+    let line = json!({
+        "instance_id": "sh__greet-1", "repo": "sh/greet", "base_commit": base,
+        "repo_path": repo.to_string_lossy(), "patch": gold, "test_patch": test_patch,
+        "problem_statement": "greet prints Helo", "version": "0.1", "log_parser": "gotest",
+        "test_cmd": "bash run_tests.sh", "FAIL_TO_PASS": ["TestGreet"], "PASS_TO_PASS": ["TestTrue"],
+    });
+    let path = root.join("instances.jsonl");
+    std::fs::write(&path, format!("{line}\n")).unwrap();
+    path
+}
+
+/// Runs `eval run` with `solver`; returns stdout and the one results row.
+fn run(root: &Path, run_id: &str, solver: &str) -> (String, Value) {
+    let inst = instances(&root.join(run_id));
+    let out_dir = root.join(format!("{run_id}-out"));
+    let mut args = vec!["eval", "run", "--instances", inst.to_str().unwrap(), "--run-id", run_id];
+    args.extend(["--output", out_dir.to_str().unwrap(), "--solver-cmd", solver, "--timeout", "60"]);
+    if frognano_sandbox::Sandbox::bubblewrap_available().is_err() {
+        args.push("--no-sandbox");
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_frognano")).args(&args).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8(o.stdout).unwrap();
+    let results = stdout.lines().find_map(|l| l.strip_prefix("results: ")).expect("a results line").to_string();
+    let text = std::fs::read_to_string(&results).unwrap();
+    let rows: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 1, "{text}");
+    (stdout, rows[0].clone())
+}
+
+#[test]
+fn a_scripted_solver_that_fixes_the_bug_resolves_the_task_and_one_that_does_not_fails_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stdout, row) = run(dir.path(), "fix", "sed -i 's/Helo/Hello/' lib.sh");
+    assert!(stdout.contains("resolved 1/1 instances"), "{stdout}");
+    assert_eq!(row["resolved"], json!(true), "{row}");
+    let (stdout, row) = run(dir.path(), "nothing", "true");
+    assert!(stdout.contains("resolved 0/1 instances"), "{stdout}");
+    assert_eq!(row["resolved"], json!(false), "{row}");
+}
