@@ -15,12 +15,11 @@ use frognano_sandbox::{Isolation, Sandbox};
 use frognano_swe::executor::ExecOptions;
 use frognano_swe::instance::parse_jsonl_instances;
 use frognano_swe::runs::{read_results, solve_and_grade, SolveRunOptions, Solver};
-use frognano_testkit::{commit, diff_for, git, write};
+use frognano_testkit::{bash_project, diff_for};
 use serde_json::{json, Value};
 
 const LIB_BUGGY: &str = "greet() { echo \"Helo, $1\"; }\n";
 const LIB_FIXED: &str = "greet() { echo \"Hello, $1\"; }\n";
-const RUNNER: &str = "#!/bin/bash\n. ./lib.sh\nfor t in tests/*.t.sh; do . \"$t\"; done\nfor f in $(declare -F | awk '{print $3}' | grep '^Test'); do\n  if $f; then echo \"--- PASS: $f (0.00s)\"; else echo \"--- FAIL: $f (0.00s)\"; fi\ndone\n";
 const NEW_TESTS: &str = "TestGreet() { [ \"$(greet Bob)\" = \"Hello, Bob\" ]; }\n";
 
 fn isolation() -> Isolation {
@@ -37,12 +36,7 @@ fn eval_run_with_the_in_process_agent_writes_predictions_and_results_with_exit_r
     let Some(model) = frognano_testkit::demo_model() else { return };
     let dir = tempfile::tempdir().unwrap();
     let repo = dir.path().join("greet");
-    std::fs::create_dir_all(&repo).unwrap();
-    git(&repo, &["init", "-q"]);
-    write(&repo, "lib.sh", LIB_BUGGY);
-    write(&repo, "run_tests.sh", RUNNER);
-    write(&repo, "tests/other.t.sh", "TestTrue() { true; }\n");
-    let base = commit(&repo, "initial");
+    let base = bash_project(&repo, LIB_BUGGY);
     let line = json!({
         "instance_id": "sh__greet-1", "repo": "sh/greet", "base_commit": base,
         "repo_path": repo.to_string_lossy(),

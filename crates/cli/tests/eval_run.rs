@@ -6,22 +6,16 @@
 use std::path::Path;
 use std::process::Command;
 
-use frognano_testkit::{commit, diff_for, git, write};
+use frognano_testkit::{bash_project, diff_for};
 use serde_json::{json, Value};
 
 const LIB_BUGGY: &str = "greet() { echo \"Helo, $1\"; }\n";
 const LIB_FIXED: &str = "greet() { echo \"Hello, $1\"; }\n";
-const RUNNER: &str = "#!/bin/bash\n. ./lib.sh\nfor t in tests/*.t.sh; do . \"$t\"; done\nfor f in $(declare -F | awk '{print $3}' | grep '^Test'); do\n  if $f; then echo \"--- PASS: $f (0.00s)\"; else echo \"--- FAIL: $f (0.00s)\"; fi\ndone\n";
 
 /// A bash project whose `greet` misspells "Hello", as a one-instance JSONL file.
 fn instances(root: &Path) -> std::path::PathBuf {
     let repo = root.join("greet");
-    std::fs::create_dir_all(&repo).unwrap();
-    git(&repo, &["init", "-q"]);
-    write(&repo, "lib.sh", LIB_BUGGY);
-    write(&repo, "run_tests.sh", RUNNER);
-    write(&repo, "tests/other.t.sh", "TestTrue() { true; }\n");
-    let base = commit(&repo, "initial");
+    let base = bash_project(&repo, LIB_BUGGY);
     let gold = diff_for(&repo, "lib.sh", LIB_FIXED);
     let test_patch = diff_for(&repo, "tests/greet.t.sh", "TestGreet() { [ \"$(greet Bob)\" = \"Hello, Bob\" ]; }\n");
     let line = json!({

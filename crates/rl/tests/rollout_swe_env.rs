@@ -17,13 +17,12 @@ use frognano_rl::rollout::Outcome;
 use frognano_sandbox::{Isolation, Sandbox};
 use frognano_swe::instance::{parse_jsonl_instances, SweInstance};
 use frognano_synth::calibrate::Knobs;
-use frognano_testkit::{commit, diff_for, git, write};
+use frognano_testkit::{bash_project, commit, diff_for, git, write};
 use serde_json::json;
 
 const LIB_BUGGY: &str = "greet() { echo \"Helo, $1\"; }\nfarewell() { echo \"Godbye, $1\"; }\n";
 const LIB_HALF: &str = "greet() { echo \"Hello, $1\"; }\nfarewell() { echo \"Godbye, $1\"; }\n";
 const LIB_FIXED: &str = "greet() { echo \"Hello, $1\"; }\nfarewell() { echo \"Goodbye, $1\"; }\n";
-const RUNNER: &str = "#!/bin/bash\n# go-test style runner over tests/*.t.sh\n. ./lib.sh\nfor t in tests/*.t.sh; do . \"$t\"; done\nfor f in $(declare -F | awk '{print $3}' | grep '^Test'); do\n  if $f; then echo \"--- PASS: $f (0.00s)\"; else echo \"--- FAIL: $f (0.00s)\"; fi\ndone\n";
 const NEW_TESTS: &str = "TestGreet() { [ \"$(greet Bob)\" = \"Hello, Bob\" ]; }\nTestFarewell() { [ \"$(farewell Bob)\" = \"Goodbye, Bob\" ]; }\n";
 
 struct Fixture {
@@ -37,12 +36,7 @@ fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_path_buf();
     let repo = root.join("greet");
-    std::fs::create_dir_all(&repo).unwrap();
-    git(&repo, &["init", "-q"]);
-    write(&repo, "lib.sh", LIB_BUGGY);
-    write(&repo, "run_tests.sh", RUNNER);
-    write(&repo, "tests/other.t.sh", "TestTrue() { true; }\n");
-    let base = commit(&repo, "initial");
+    let base = bash_project(&repo, LIB_BUGGY);
     let gold = diff_for(&repo, "lib.sh", LIB_FIXED);
     let half_patch = diff_for(&repo, "lib.sh", LIB_HALF);
     let test_patch = diff_for(&repo, "tests/greet.t.sh", NEW_TESTS);

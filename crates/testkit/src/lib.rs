@@ -46,6 +46,23 @@ pub fn diff_for(dir: &Path, rel: &str, after: &str) -> String {
     String::from_utf8(d.stdout).unwrap()
 }
 
+/// A go-test style runner for bash projects: sources `lib.sh` and every `tests/*.t.sh`, then
+/// prints `--- PASS: TestX (0.00s)` or `--- FAIL: …` for each `Test*` function, which the
+/// `gotest` log parser reads.
+pub const GOTEST_RUNNER: &str = "#!/bin/bash\n# go-test style runner over tests/*.t.sh\n. ./lib.sh\nfor t in tests/*.t.sh; do . \"$t\"; done\nfor f in $(declare -F | awk '{print $3}' | grep '^Test'); do\n  if $f; then echo \"--- PASS: $f (0.00s)\"; else echo \"--- FAIL: $f (0.00s)\"; fi\ndone\n";
+
+/// A bash project in a new git repository `dir`: `lib.sh` holding `lib`, the
+/// [`GOTEST_RUNNER`] as `run_tests.sh` (test command `bash run_tests.sh`), and one passing
+/// test `TestTrue`, committed. Returns the commit.
+pub fn bash_project(dir: &Path, lib: &str) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    git(dir, &["init", "-q"]);
+    write(dir, "lib.sh", lib);
+    write(dir, "run_tests.sh", GOTEST_RUNNER);
+    write(dir, "tests/other.t.sh", "TestTrue() { true; }\n");
+    commit(dir, "initial")
+}
+
 /// Copies a checked-in fixture folder to `to`, dropping the `.fixture` suffix that keeps its
 /// files (`pyproject.toml.fixture`, …) from being taken for the repository's own.
 pub fn copy_fixture_dir(from: &Path, to: &Path) {
