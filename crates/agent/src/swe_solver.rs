@@ -13,9 +13,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use anyhow::Context;
-use frognano_engine::{EngineLlm, Scheduler, SchedulerConfig};
-use frognano_model::chat::ChatTemplate;
-use frognano_model::tokenizer::Tokenizer;
+use frognano_engine::{ChatParts, EngineLlm, Scheduler, SchedulerConfig};
 use frognano_sandbox::{Isolation, Sandbox, SandboxSpec};
 use frognano_swe::runs::{Solution, Solver};
 use frognano_swe::SweInstance;
@@ -31,9 +29,7 @@ use crate::workspace;
 pub struct AgentSolver {
     name: String,
     scheduler: Arc<Scheduler>,
-    tokenizer: Tokenizer,
-    template: Arc<ChatTemplate>,
-    eos_ids: Vec<u32>,
+    chat: ChatParts,
     /// Limits and sampling of each attempt (`instance_id` is set per attempt).
     pub config: AgentConfig,
     /// Confinement of the agent's commands.
@@ -51,34 +47,22 @@ impl AgentSolver {
         let loaded = frognano_model::load(spec).with_context(|| {
             format!("no model to ask: loading {spec} in this process failed (pass --model MODEL, or --endpoint URL --model NAME)")
         })?;
-        loaded.tokenizer().with_context(|| format!("{spec}: the model cannot be used by the agent"))?;
-        loaded.chat_template().with_context(|| format!("{spec}: the model cannot be used by the agent"))?;
-        let frognano_model::LoadedModel { model, tokenizer, chat_template, eos_ids, .. } = loaded;
-        let (Some(tokenizer), Some(template)) = (tokenizer, chat_template) else {
-            anyhow::bail!("{spec}: the checkpoint has no tokenizer or no chat template");
-        };
+        let (model, chat) =
+            ChatParts::split(loaded).with_context(|| format!("{spec}: the model cannot be used by the agent"))?;
         let max_batch = max_batch.max(1);
         let defaults = SchedulerConfig::default();
         let config = SchedulerConfig { max_batch, sessions: defaults.sessions.max(max_batch), ..defaults };
-        let scheduler = Scheduler::start(Arc::from(model), config).context("cannot start the model's scheduler")?;
-        Ok(Self::on_scheduler(spec, Arc::new(scheduler), tokenizer, Arc::new(template), eos_ids))
+        let scheduler = Scheduler::start(model, config).context("cannot start the model's scheduler")?;
+        Ok(Self::on_scheduler(spec, Arc::new(scheduler), chat))
     }
 
     /// A solver on an already-started scheduler; `name` is the model name recorded in the
-    /// predictions, `eos_ids` end a turn. Settings are the defaults of `frognano solve`.
-    pub fn on_scheduler(
-        name: impl Into<String>,
-        scheduler: Arc<Scheduler>,
-        tokenizer: Tokenizer,
-        template: Arc<ChatTemplate>,
-        eos_ids: Vec<u32>,
-    ) -> Self {
+    /// predictions. Settings are the defaults of `frognano solve`.
+    pub fn on_scheduler(name: impl Into<String>, scheduler: Arc<Scheduler>, chat: ChatParts) -> Self {
         AgentSolver {
             name: name.into(),
             scheduler,
-            tokenizer,
-            template,
-            eos_ids,
+            chat,
             config: AgentConfig::default(),
             isolation: Isolation::Bubblewrap,
             sandbox: SandboxLimits::default(),
@@ -121,13 +105,7 @@ impl Solver for AgentSolver {
         // a project's tests and the project does not ignore them (as in `frognano solve`).
         let spec = SandboxSpec::new(workspace).isolation(self.isolation).env("PYTHONDONTWRITEBYTECODE", "1");
         let mut tools = ToolBox::new(Sandbox::new(self.sandbox.apply(spec))?);
-        let mut llm = EngineLlm::on_scheduler(
-            self.name.clone(),
-            Arc::clone(&self.scheduler),
-            self.tokenizer.clone(),
-            Arc::clone(&self.template),
-            self.eos_ids.clone(),
-        );
+        let mut llm = EngineLlm::on_scheduler(self.name.clone(), Arc::clone(&self.scheduler), self.chat.clone());
         let config = AgentConfig { instance_id: format!("{}.{attempt}", instance.instance_id), ..self.config.clone() };
         let mut no_checkpoint = |_: &crate::trajectory::Trajectory| {};
         let mut t = agent::run(

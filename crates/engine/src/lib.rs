@@ -15,7 +15,7 @@ pub mod sampler;
 pub mod scheduler;
 pub mod session;
 
-pub use llm::{EngineLlm, TurnRecord};
+pub use llm::{ChatParts, EngineLlm, TurnRecord};
 
 pub use sampler::{SamplingParams, TokenChoice};
 pub use scheduler::{Flow, Job, QueueFull, Scheduler, SchedulerConfig, SchedulerStats, TokenSink};

@@ -72,13 +72,39 @@ struct Recorder {
     last: Option<LastTurn>,
 }
 
+/// What an in-process chat model needs besides the network: the tokenizer, the chat template
+/// and the ids that end a turn. Cheap to clone (the tokenizer and template are shared), so
+/// every conversation on a shared scheduler (a training attempt, an eval instance) takes its
+/// own copy.
+#[derive(Clone)]
+pub struct ChatParts {
+    /// The tokenizer.
+    pub tokenizer: Arc<Tokenizer>,
+    /// The chat template.
+    pub template: Arc<ChatTemplate>,
+    /// Ids that end an assistant turn.
+    pub eos_ids: Vec<u32>,
+}
+
+impl ChatParts {
+    /// Splits a loaded checkpoint into the network and its chat parts; a checkpoint without
+    /// a tokenizer or chat template is an error that says which is missing.
+    pub fn split(lm: frognano_model::LoadedModel) -> anyhow::Result<(Arc<dyn CausalLm>, ChatParts)> {
+        lm.tokenizer()?;
+        lm.chat_template()?;
+        let frognano_model::LoadedModel { model, tokenizer, chat_template, eos_ids, path, .. } = lm;
+        let (Some(tokenizer), Some(template)) = (tokenizer, chat_template) else {
+            anyhow::bail!("{}: the checkpoint has no tokenizer or no chat template", path.display());
+        };
+        Ok((Arc::from(model), ChatParts { tokenizer: Arc::new(tokenizer), template: Arc::new(template), eos_ids }))
+    }
+}
+
 /// A model loaded in this process.
 pub struct EngineLlm {
     name: String,
     runner: Runner,
-    tokenizer: Tokenizer,
-    template: Arc<ChatTemplate>,
-    eos_ids: Vec<u32>,
+    chat: ChatParts,
     max_context: usize,
     recorder: Option<Recorder>,
 }
@@ -87,58 +113,23 @@ impl EngineLlm {
     /// Loads `spec` (checkpoint folder, `.gguf` file or cached hub id). The model must have a
     /// tokenizer and a chat template.
     pub fn load(spec: &str) -> anyhow::Result<Self> {
-        let lm = frognano_model::load(spec)?;
-        lm.tokenizer()?;
-        lm.chat_template()?;
-        let frognano_model::LoadedModel { model, tokenizer, chat_template, eos_ids, .. } = lm;
-        let (Some(tokenizer), Some(template)) = (tokenizer, chat_template) else {
-            anyhow::bail!("{spec}: the checkpoint has no tokenizer or no chat template");
-        };
-        Ok(Self::from_parts(spec, Arc::from(model), tokenizer, Arc::new(template), eos_ids))
+        let (model, chat) = ChatParts::split(frognano_model::load(spec)?)?;
+        Ok(Self::from_parts(spec, model, chat))
     }
 
-    /// An engine over an already-loaded model (the RL trainer swaps weights without going
-    /// back to disk): `eos_ids` end a turn. Recording is off.
-    pub fn from_parts(
-        name: impl Into<String>,
-        model: Arc<dyn CausalLm>,
-        tokenizer: Tokenizer,
-        template: Arc<ChatTemplate>,
-        eos_ids: Vec<u32>,
-    ) -> Self {
+    /// An engine with a session of its own over an already-loaded model. Recording is off.
+    pub fn from_parts(name: impl Into<String>, model: Arc<dyn CausalLm>, chat: ChatParts) -> Self {
         let max_context = model.max_context();
-        EngineLlm {
-            name: name.into(),
-            runner: Runner::Own(Session::new(model)),
-            tokenizer,
-            template,
-            eos_ids,
-            max_context,
-            recorder: None,
-        }
+        EngineLlm { name: name.into(), runner: Runner::Own(Session::new(model)), chat, max_context, recorder: None }
     }
 
     /// An engine whose generations run on a shared [`Scheduler`] (the HTTP server's, or one
     /// per training step): concurrent conversations over one model share batched decode
     /// steps, and a conversation sharing a prefix with another starts from a fork of its
     /// state. The scheduler routes each turn back to the session holding the conversation.
-    pub fn on_scheduler(
-        name: impl Into<String>,
-        scheduler: Arc<Scheduler>,
-        tokenizer: Tokenizer,
-        template: Arc<ChatTemplate>,
-        eos_ids: Vec<u32>,
-    ) -> Self {
+    pub fn on_scheduler(name: impl Into<String>, scheduler: Arc<Scheduler>, chat: ChatParts) -> Self {
         let max_context = scheduler.model().max_context();
-        EngineLlm {
-            name: name.into(),
-            runner: Runner::Shared(scheduler),
-            tokenizer,
-            template,
-            eos_ids,
-            max_context,
-            recorder: None,
-        }
+        EngineLlm { name: name.into(), runner: Runner::Shared(scheduler), chat, max_context, recorder: None }
     }
 
     /// Caps the context at `max_context` tokens (never above the model's own limit).
@@ -166,17 +157,17 @@ impl EngineLlm {
 
     /// The tokenizer.
     pub fn tokenizer(&self) -> &Tokenizer {
-        &self.tokenizer
+        &self.chat.tokenizer
     }
 
     /// The chat template.
     pub fn template(&self) -> &ChatTemplate {
-        &self.template
+        &self.chat.template
     }
 
     /// Ids that end a turn.
     pub fn eos_ids(&self) -> &[u32] {
-        &self.eos_ids
+        &self.chat.eos_ids
     }
 
     /// Renders `messages` as the model sees them (`add_generation_prompt` for a prompt).
@@ -190,7 +181,8 @@ impl EngineLlm {
         let mut kwargs = serde_json::Map::new();
         kwargs.insert("enable_thinking".into(), Value::Bool(enable_thinking));
         let tools = (!tools.is_empty()).then_some(tools);
-        self.template
+        self.chat
+            .template
             .render(messages, tools, add_generation_prompt, Some(&kwargs))
             .map_err(|e| LlmError::Other(format!("chat template: {e}")))
     }
@@ -200,7 +192,7 @@ impl EngineLlm {
     }
 
     fn encode(&self, text: &str) -> Result<Vec<u32>, LlmError> {
-        self.tokenizer.encode_with(text, false).map_err(|e| LlmError::Other(format!("tokenizer: {e}")))
+        self.chat.tokenizer.encode_with(text, false).map_err(|e| LlmError::Other(format!("tokenizer: {e}")))
     }
 
     /// The prompt ids for `request` whose full rendering is `text`; `true` when they continue
@@ -237,9 +229,10 @@ impl EngineLlm {
         // The end-of-turn token the template closes the assistant message with: the last
         // one in the rendered message.
         let close = self
+            .chat
             .eos_ids
             .iter()
-            .filter_map(|&id| self.tokenizer.decode(&[id], false).ok().filter(|t| !t.is_empty()))
+            .filter_map(|&id| self.chat.tokenizer.decode(&[id], false).ok().filter(|t| !t.is_empty()))
             .filter_map(|t| body.rfind(&t).map(|at| (at, t.len())))
             .max();
         let Some((at, len)) = close else { return Ok(None) };
@@ -275,7 +268,7 @@ impl Llm for EngineLlm {
                 },
             },
             max_tokens: (s.max_tokens as usize).min(self.max_context - prompt.len()),
-            stop_ids: self.eos_ids.clone(),
+            stop_ids: self.chat.eos_ids.clone(),
             top_logprobs: 0,
         };
         let g = self.runner.generate(prompt.clone(), &req).map_err(|e| LlmError::Other(format!("generation: {e}")))?;
@@ -294,8 +287,8 @@ impl Llm for EngineLlm {
             rec.last =
                 Some(LastTurn { messages: request.messages.to_vec(), text: prompt_text.clone(), tokens, stopped });
         }
-        let ids: Vec<u32> = g.tokens.iter().map(|t| t.id).filter(|id| !self.eos_ids.contains(id)).collect();
-        let raw = self.tokenizer.decode(&ids, true).map_err(|e| LlmError::Other(format!("detokenize: {e}")))?;
+        let ids: Vec<u32> = g.tokens.iter().map(|t| t.id).filter(|id| !self.chat.eos_ids.contains(id)).collect();
+        let raw = self.chat.tokenizer.decode(&ids, true).map_err(|e| LlmError::Other(format!("detokenize: {e}")))?;
         let usage = Some(Usage { prompt_tokens: g.prompt_tokens as u64, completion_tokens: g.tokens.len() as u64 });
         let thinking_prompted = prompt_text.trim_end_matches('\n').ends_with("<think>");
         if matches!(g.finish, EngineFinish::Length | EngineFinish::ContextFull) {

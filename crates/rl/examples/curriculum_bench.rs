@@ -7,13 +7,14 @@
 //! for STEPS steps each, and measures the held-out solve rate after each. Driven by
 //! `bench/train_curriculum.sh`; prints a Markdown table.
 
+use frognano_engine::ChatParts;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use frognano_model::CausalLm;
 use frognano_rl::curriculum::Curriculum;
-use frognano_rl::env::{load_tasks, ChatParts, Environment, RolloutConfig, SweEnv, SweEnvOptions};
+use frognano_rl::env::{load_tasks, Environment, RolloutConfig, SweEnv, SweEnvOptions};
 use frognano_rl::optim::AdamWConfig;
 use frognano_rl::policy::{LoraConfig, Policy, PolicyOptions};
 use frognano_rl::rollout::Outcome;

@@ -15,9 +15,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use frognano_engine::{Scheduler, SchedulerConfig};
+use frognano_engine::{ChatParts, Scheduler, SchedulerConfig};
 use frognano_model::CausalLm;
-use frognano_rl::env::{ChatParts, Environment, RolloutConfig, SweEnv, SweEnvOptions};
+use frognano_rl::env::{Environment, RolloutConfig, SweEnv, SweEnvOptions};
 use frognano_sandbox::{Isolation, Sandbox};
 use frognano_swe::instance::parse_jsonl_instances;
 use rayon::prelude::*;

@@ -10,10 +10,7 @@ use anyhow::Context;
 use frognano_agent::agent::{self, AgentConfig, Guards};
 use frognano_agent::tools::ToolBox;
 use frognano_agent::workspace::diff_in_sandbox;
-use frognano_engine::{EngineLlm, Scheduler};
-use frognano_model::chat::ChatTemplate;
-use frognano_model::tokenizer::Tokenizer;
-use frognano_model::CausalLm;
+use frognano_engine::{ChatParts, EngineLlm, Scheduler};
 use frognano_protocol::Sampling;
 use frognano_sandbox::{Isolation, Sandbox, SandboxSpec};
 use frognano_swe::executor::{create_workspace, run_instance, ErrorKind, ExecOptions, Outcome as ExecOutcome};
@@ -97,38 +94,10 @@ pub trait Environment: Send + Sync {
 // SWE tasks
 // ------------------------------------------------------------------------------------------
 
-/// The pieces of a loaded checkpoint besides the network that a rollout needs: the model
-/// itself is passed per rollout (the trainer swaps it after every update).
-#[derive(Clone)]
-pub struct ChatParts {
-    /// The tokenizer.
-    pub tokenizer: Tokenizer,
-    /// The chat template.
-    pub template: Arc<ChatTemplate>,
-    /// Ids that end an assistant turn.
-    pub eos_ids: Vec<u32>,
-}
-
-impl ChatParts {
-    /// Splits a loaded checkpoint into the network and its chat parts; a checkpoint without
-    /// a tokenizer or chat template is an error.
-    pub fn split(lm: frognano_model::LoadedModel) -> anyhow::Result<(Arc<dyn CausalLm>, ChatParts)> {
-        lm.tokenizer()?;
-        lm.chat_template()?;
-        let frognano_model::LoadedModel { model, tokenizer, chat_template, eos_ids, path, .. } = lm;
-        let (Some(tokenizer), Some(template)) = (tokenizer, chat_template) else {
-            anyhow::bail!("{}: the checkpoint has no tokenizer or no chat template", path.display());
-        };
-        Ok((Arc::from(model), ChatParts { tokenizer, template: Arc::new(template), eos_ids }))
-    }
-
-    /// A recording in-process LLM on `sampler`, its context capped at `max_context` tokens.
-    pub fn recording_llm(&self, sampler: &Arc<Scheduler>, max_context: usize) -> EngineLlm {
-        let (tokenizer, template) = (self.tokenizer.clone(), Arc::clone(&self.template));
-        EngineLlm::on_scheduler("policy", Arc::clone(sampler), tokenizer, template, self.eos_ids.clone())
-            .with_max_context(max_context)
-            .recording()
-    }
+/// A recording in-process LLM for one attempt on `sampler` (the step's scheduler over the
+/// current weights), its context capped at `max_context` tokens.
+pub fn recording_llm(chat: &ChatParts, sampler: &Arc<Scheduler>, max_context: usize) -> EngineLlm {
+    EngineLlm::on_scheduler("policy", Arc::clone(sampler), chat.clone()).with_max_context(max_context).recording()
 }
 
 /// How a [`SweEnv`] runs attempts and verifies them.
@@ -454,7 +423,7 @@ impl Environment for SweEnv {
     ) -> anyhow::Result<Rollout> {
         let inst = self.task_or_err(task_id)?;
         let started = Instant::now();
-        let mut llm = self.chat.recording_llm(sampler, cfg.max_context_tokens);
+        let mut llm = recording_llm(&self.chat, sampler, cfg.max_context_tokens);
         let (exit, result) = self.attempt(inst, &mut llm, cfg, seed);
         let outcome = match result {
             Ok(patch) => self.grade(inst, &patch, cfg.partial_credit),

@@ -5,13 +5,14 @@
 //! Errors of `validate()` name a field by its `frognano train` flag (the field's name in
 //! kebab case), say what was expected and what was found.
 
+use frognano_engine::ChatParts;
 use std::path::PathBuf;
 
 use frognano_sandbox::Isolation;
 use frognano_swe::progress::Progress;
 
 use crate::curriculum::Curriculum;
-use crate::env::{ChatParts, Environment, RolloutConfig, SweEnv, SweEnvOptions, SynthSource};
+use crate::env::{Environment, RolloutConfig, SweEnv, SweEnvOptions, SynthSource};
 use crate::policy::{LlamaSpec, LoraConfig, Policy, PolicyOptions};
 use crate::trainer::{SaveFormatConfig, TrainConfig, Trainer};
 

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use frognano_agent::agent::{self, AgentConfig, Guards};
 use frognano_agent::tools::ToolBox;
 use frognano_engine::sampler::log_softmax;
-use frognano_engine::{Scheduler, SchedulerConfig, TurnRecord};
+use frognano_engine::{ChatParts, Scheduler, SchedulerConfig, TurnRecord};
 use frognano_model::CausalLm;
 use frognano_protocol::{ChatRequest, Llm, Message, Sampling};
-use frognano_rl::env::ChatParts;
+use frognano_rl::env::recording_llm;
 use frognano_rl::rollout::{build_sequence, Outcome, Rollout, Sequence};
 use frognano_sandbox::{Isolation, Sandbox, SandboxSpec};
 
@@ -124,7 +124,7 @@ fn a_qwen35_rollout_rescores_within_1e_3_in_one_pass() {
     let lm = frognano_model::load(path.to_str().unwrap()).unwrap();
     let (model, chat) = ChatParts::split(lm).unwrap();
     let model = Arc::new(Scheduler::start(model, SchedulerConfig::default()).unwrap());
-    let mut llm = chat.recording_llm(&model, 2048);
+    let mut llm = recording_llm(&chat, &model, 2048);
     let mut messages = vec![Message::system("You are a helpful assistant."), Message::user("Say hello.")];
     // Long enough replies that the one-pass forward spans more than one 64-token chunk of
     // the delta rule while the recording decoded them one token at a time.
@@ -151,7 +151,7 @@ fn two_step_agent_rollout_lines_up_with_a_rescore() {
     for seed in 0..10u64 {
         let sandbox = Sandbox::new(SandboxSpec::new(dir.path()).isolation(Isolation::Unconfined)).unwrap();
         let mut tools = ToolBox::new(sandbox);
-        let mut llm = chat.recording_llm(&model, 2048);
+        let mut llm = recording_llm(&chat, &model, 2048);
         let config = AgentConfig {
             sampling: raw_sampling(6, seed),
             max_steps: 2,
@@ -198,7 +198,7 @@ fn two_step_agent_rollout_lines_up_with_a_rescore() {
 #[test]
 fn turns_closed_by_the_end_token_continue_with_the_template_glue() {
     let Some((model, chat)) = demo() else { return };
-    let mut llm = chat.recording_llm(&model, 2048);
+    let mut llm = recording_llm(&chat, &model, 2048);
     let mut messages = vec![Message::system("You are a helpful assistant."), Message::user("Say hello.")];
     let mut stopped_once = false;
     for (i, max_tokens) in [(0u64, 24u32), (1, 6)] {

@@ -8,11 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use frognano_engine::{Scheduler, SchedulerConfig};
+use frognano_engine::{ChatParts, Scheduler, SchedulerConfig};
 use frognano_model::CausalLm;
-use frognano_rl::env::{
-    load_tasks, ChatParts, Direction, Environment, RolloutConfig, SweEnv, SweEnvOptions, SynthSource,
-};
+use frognano_rl::env::{load_tasks, Direction, Environment, RolloutConfig, SweEnv, SweEnvOptions, SynthSource};
 use frognano_rl::rollout::Outcome;
 use frognano_sandbox::{Isolation, Sandbox};
 use frognano_swe::instance::{parse_jsonl_instances, SweInstance};
