@@ -419,12 +419,11 @@ fn take_session(shared: &Shared, prompt: &[u32], running: &[Running]) -> Session
         Session::new(Arc::clone(&shared.model))
     };
     if !shared.config.prefix_reuse {
+        // Idle sessions are already empty (return_session resets them).
         if under_limit || idle.is_empty() {
             return new_session();
         }
-        let mut s = idle.swap_remove(0).session;
-        s.reset();
-        return s;
+        return idle.swap_remove(0).session;
     }
     let best_idle = idle
         .iter()
@@ -460,8 +459,13 @@ fn take_session(shared: &Shared, prompt: &[u32], running: &[Running]) -> Session
     if under_limit || idle.is_empty() {
         return new_session();
     }
-    let lru = idle.iter().enumerate().min_by_key(|(_, s)| s.last_used).map(|(i, _)| i).unwrap_or(0);
+    let lru = least_recently_used(&idle);
     idle.swap_remove(lru).session
+}
+
+/// The index of the idle session used longest ago (0 for an empty list).
+fn least_recently_used(idle: &[IdleSession]) -> usize {
+    idle.iter().enumerate().min_by_key(|(_, s)| s.last_used).map_or(0, |(i, _)| i)
 }
 
 fn return_session(shared: &Shared, mut session: Session) {
@@ -471,10 +475,10 @@ fn return_session(shared: &Shared, mut session: Session) {
     let last_used = shared.clock.fetch_add(1, Ordering::Relaxed);
     let mut idle = lock(&shared.idle);
     idle.push(IdleSession { session, last_used });
-    // Forks may have taken the count past the limit while every session was busy: let the
+    // A job admitted while every session was busy got a new one beyond the limit: let the
     // least recently used idle ones go.
     while shared.session_count.load(Ordering::SeqCst) > shared.config.sessions && idle.len() > 1 {
-        let lru = idle.iter().enumerate().min_by_key(|(_, s)| s.last_used).map(|(i, _)| i).unwrap_or(0);
+        let lru = least_recently_used(&idle);
         idle.swap_remove(lru);
         shared.session_count.fetch_sub(1, Ordering::SeqCst);
     }

@@ -81,7 +81,7 @@ impl EnginePool {
         let Job { prompt, request, mode, stop_strings, logprobs, events } = job;
         let reply =
             ReplyAssembler::new(Arc::clone(&self.tokenizer), &mode, stop_strings, request.stop_ids.clone(), logprobs);
-        let sink = ReplySink { reply, events, client_gone: false };
+        let sink = ReplySink { reply, events };
         self.scheduler.submit(frognano_engine::Job { prompt, request, sink: Box::new(sink) })
     }
 
@@ -99,19 +99,17 @@ impl EnginePool {
 /// Shapes one job's tokens into deltas for its client.
 struct ReplySink {
     reply: ReplyAssembler,
+    /// Closed once the client has gone (its receiver dropped); it stays closed.
     events: mpsc::UnboundedSender<JobEvent>,
-    client_gone: bool,
 }
 
 impl TokenSink for ReplySink {
     fn token(&mut self, choice: &TokenChoice) -> Flow {
         if self.events.is_closed() {
-            self.client_gone = true;
             return Flow::Abandon;
         }
         let (delta, stop) = self.reply.push_token(choice);
         if delta.has_output() && self.events.send(JobEvent::Delta(delta)).is_err() {
-            self.client_gone = true;
             return Flow::Abandon;
         }
         if stop {
@@ -122,7 +120,7 @@ impl TokenSink for ReplySink {
     }
 
     fn done(self: Box<Self>, result: Result<Generation, EngineError>) {
-        let ReplySink { mut reply, events, client_gone } = *self;
+        let ReplySink { mut reply, events } = *self;
         let generation = match result {
             Ok(g) => g,
             Err(e) => {
@@ -130,8 +128,8 @@ impl TokenSink for ReplySink {
                 return;
             }
         };
-        if client_gone {
-            return;
+        if events.is_closed() {
+            return; // nobody to tell
         }
         let tail = reply.finish();
         if !tail.is_empty() {
