@@ -194,6 +194,28 @@ impl SandboxLimits {
     }
 }
 
+/// Refuses to go on when `isolation` asks for bubblewrap and the machine cannot run it,
+/// saying how to install it or opt out.
+pub(crate) fn require_sandbox(isolation: Isolation) -> anyhow::Result<()> {
+    if isolation == Isolation::Bubblewrap {
+        if let Err(reason) = Sandbox::bubblewrap_available() {
+            bail!(
+                "cannot confine the agent's commands: {reason}. Install bubblewrap (Debian/Ubuntu: \
+                 `apt-get install bubblewrap`), or pass --no-sandbox to run them unconfined"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The sandbox the agent's tools run in over `workspace`, with `limits` applied.
+pub(crate) fn agent_sandbox(workspace: &Path, isolation: Isolation, limits: &SandboxLimits) -> anyhow::Result<Sandbox> {
+    // Python's bytecode caches would otherwise end up in the patch whenever the agent runs a
+    // project's tests and the project does not ignore them.
+    let spec = SandboxSpec::new(workspace).isolation(isolation).env("PYTHONDONTWRITEBYTECODE", "1");
+    Ok(Sandbox::new(limits.apply(spec))?)
+}
+
 /// What a finished `solve` produced.
 #[derive(Debug)]
 pub struct SolveReport {
@@ -264,12 +286,7 @@ pub fn solve_with_cancel(args: &SolveConfig, cancel: &AtomicBool) -> anyhow::Res
         eprintln!("{NO_SANDBOX_WARNING}");
         Isolation::Unconfined
     } else {
-        if let Err(reason) = Sandbox::bubblewrap_available() {
-            bail!(
-                "cannot confine the agent's commands: {reason}. Install bubblewrap (Debian/Ubuntu: \
-                 `apt-get install bubblewrap`), or pass --no-sandbox to run them unconfined"
-            );
-        }
+        require_sandbox(Isolation::Bubblewrap)?;
         Isolation::Bubblewrap
     };
     let demo_dir = frognano_sandbox::scratch::scratch_dir(&std::env::temp_dir(), "demo")?;
@@ -281,11 +298,7 @@ pub fn solve_with_cancel(args: &SolveConfig, cancel: &AtomicBool) -> anyhow::Res
 
     // 2. The run.
     let ws = Workspace::create(&repo, args.allow_dirty)?;
-    // Python's bytecode caches would otherwise end up in the patch whenever the agent runs a
-    // project's tests and the project does not ignore them.
-    let spec = SandboxSpec::new(ws.path()).isolation(isolation).env("PYTHONDONTWRITEBYTECODE", "1");
-    let sandbox = Sandbox::new(args.sandbox.apply(spec))?;
-    let mut tools = ToolBox::new(sandbox);
+    let mut tools = ToolBox::new(agent_sandbox(ws.path(), isolation, &args.sandbox)?);
     if args.confirm {
         tools.confirm = Some(Box::new(ask_before_running));
     }

@@ -14,12 +14,12 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use frognano_engine::{ChatParts, EngineLlm, Scheduler, SchedulerConfig};
-use frognano_sandbox::{Isolation, Sandbox, SandboxSpec};
+use frognano_sandbox::Isolation;
 use frognano_swe::runs::{Solution, Solver};
 use frognano_swe::SweInstance;
 
 use crate::agent::{self, AgentConfig};
-use crate::solve::SandboxLimits;
+use crate::solve::{agent_sandbox, require_sandbox, SandboxLimits};
 use crate::tools::ToolBox;
 use crate::trajectory::ExitReason;
 use crate::workspace;
@@ -93,18 +93,8 @@ impl Solver for AgentSolver {
     }
 
     fn solve(&self, instance: &SweInstance, workspace: &Path, attempt: usize) -> anyhow::Result<Solution> {
-        if self.isolation == Isolation::Bubblewrap {
-            if let Err(reason) = Sandbox::bubblewrap_available() {
-                anyhow::bail!(
-                    "cannot confine the agent's commands: {reason}. Install bubblewrap (Debian/Ubuntu: \
-                     `apt-get install bubblewrap`), or pass --no-sandbox to run them unconfined"
-                );
-            }
-        }
-        // Python's bytecode caches would otherwise end up in the patch whenever the agent runs
-        // a project's tests and the project does not ignore them (as in `frognano solve`).
-        let spec = SandboxSpec::new(workspace).isolation(self.isolation).env("PYTHONDONTWRITEBYTECODE", "1");
-        let mut tools = ToolBox::new(Sandbox::new(self.sandbox.apply(spec))?);
+        require_sandbox(self.isolation)?;
+        let mut tools = ToolBox::new(agent_sandbox(workspace, self.isolation, &self.sandbox)?);
         let mut llm = EngineLlm::on_scheduler(self.name.clone(), Arc::clone(&self.scheduler), self.chat.clone());
         let config = AgentConfig { instance_id: format!("{}.{attempt}", instance.instance_id), ..self.config.clone() };
         let mut no_checkpoint = |_: &crate::trajectory::Trajectory| {};
