@@ -77,48 +77,31 @@ fn run_arm(
     cfg: &RolloutConfig,
 ) -> anyhow::Result<Arm> {
     let config = SchedulerConfig { max_batch: p, sessions: 2 * p + 2, prefix_reuse: true, max_waiting: usize::MAX };
-    let shared_scheduler = Arc::new(Scheduler::start(Arc::clone(model), config.clone())?);
+    // One scheduler for the whole group, or one per attempt (a session of its own each).
+    let schedulers = (0..if shared { 1 } else { g })
+        .map(|_| Ok(Arc::new(Scheduler::start(Arc::clone(model), config.clone())?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let pool = rayon::ThreadPoolBuilder::new().num_threads(p).build()?;
     let t = Instant::now();
-    let results: Vec<anyhow::Result<(usize, u64, u64)>> = pool.install(|| {
+    let sampled: Vec<anyhow::Result<usize>> = pool.install(|| {
         (0..g)
             .into_par_iter()
             .map(|j| {
-                let own;
-                let sampler = if shared {
-                    &shared_scheduler
-                } else {
-                    own = Arc::new(Scheduler::start(Arc::clone(model), config.clone())?);
-                    &own
-                };
-                let r = env.rollout(sampler, "sh__greet-1", cfg, 1000 + j as u64)?;
-                let st = sampler.stats();
-                let counts = if shared {
-                    (0, 0)
-                } else {
-                    (
-                        st.prompt_tokens.load(std::sync::atomic::Ordering::Relaxed),
-                        st.cached_tokens.load(std::sync::atomic::Ordering::Relaxed),
-                    )
-                };
-                Ok((r.sampled_tokens(), counts.0, counts.1))
+                let sampler = &schedulers[j % schedulers.len()];
+                Ok(env.rollout(sampler, "sh__greet-1", cfg, 1000 + j as u64)?.sampled_tokens())
             })
             .collect()
     });
     let wall = t.elapsed().as_secs_f64();
-    let (mut sampled, mut prompt, mut cached) = (0, 0, 0);
-    for r in results {
-        let (s, pr, c) = r?;
-        sampled += s;
-        prompt += pr;
-        cached += c;
-    }
-    if shared {
-        let st = shared_scheduler.stats();
-        prompt = st.prompt_tokens.load(std::sync::atomic::Ordering::Relaxed);
-        cached = st.cached_tokens.load(std::sync::atomic::Ordering::Relaxed);
-    }
-    Ok(Arm { wall, sampled, prompt, cached })
+    let count = |field: fn(&frognano_engine::SchedulerStats) -> &std::sync::atomic::AtomicU64| -> u64 {
+        schedulers.iter().map(|s| field(s.stats()).load(std::sync::atomic::Ordering::Relaxed)).sum()
+    };
+    Ok(Arm {
+        wall,
+        sampled: sampled.into_iter().sum::<anyhow::Result<usize>>()?,
+        prompt: count(|s| &s.prompt_tokens),
+        cached: count(|s| &s.cached_tokens),
+    })
 }
 
 fn main() -> anyhow::Result<()> {
