@@ -6,6 +6,9 @@ Run by crates/serve/tests/openai_sdk.rs, which starts two servers in-process:
                completions, errors;
   --tool URL   a scripted model with the Qwen3.5 template that always answers with reasoning
                and one Bash tool call: the tool-call round trip, streaming tool-call deltas.
+Then presence_penalty / frequency_penalty / logit_bias and a base URL without /v1 on the plain
+server, and the tool server's reply sent back verbatim (`model_dump()`, content None) plus
+list-of-parts content for every role, on the plain server's string-only ChatML template.
 Exits non-zero on the first failed check; prints one `ok:` line per check.
 """
 
@@ -82,7 +85,7 @@ def plain_checks(url):
         for ch in chunk.choices:
             streamed += ch.delta.content or ""
             finish = ch.finish_reason or finish
-    check(streamed.strip() == text, f"streamed {streamed!r} vs {text!r}")
+    check(streamed == text, f"streamed {streamed!r} vs {text!r} (the same text, untrimmed)")
     check(finish == r.choices[0].finish_reason, f"finish {finish}")
     check(usage is not None and usage.completion_tokens == r.usage.completion_tokens, f"usage {usage}")
     print("ok: chat streaming")
@@ -135,6 +138,79 @@ def plain_checks(url):
     check(r.choices[0].message is not None, "still serving after errors")
     print("ok: still serving after errors")
 
+    openai_parameters(c, msgs)
+    bare = openai.OpenAI(base_url=url, api_key="not-needed", max_retries=0)
+    r = bare.chat.completions.create(model=MODEL, messages=msgs, temperature=0, max_tokens=10, seed=1)
+    check(r.choices[0].message.content == text, "the same reply without /v1 in the base URL")
+    check([m.id for m in bare.models.list().data] == [MODEL], "models without /v1")
+    print("ok: base URL without /v1")
+
+
+def openai_parameters(c, msgs):
+    """presence_penalty, frequency_penalty and logit_bias as the SDK sends them."""
+    frog, piece = first_token(c, " frog")
+    r = c.chat.completions.create(model=MODEL, messages=msgs, temperature=0, max_tokens=4,
+                                  logit_bias={str(frog): 100})
+    check(r.choices[0].message.content == piece * 4, f"logit_bias +100 forces {piece!r}: {r.choices[0].message}")
+    r = c.chat.completions.create(model=MODEL, messages=msgs, temperature=0, max_tokens=6,
+                                  presence_penalty=1.0, frequency_penalty=0.5)
+    check(isinstance(r.choices[0].message.content, str), "penalties accepted")
+    expect_error(openai.BadRequestError,
+                 lambda: c.chat.completions.create(model=MODEL, messages=msgs, logit_bias={"frog": 1}),
+                 'logit_bias key "frog" is not a token id', "logit_bias with a bad key")
+    expect_error(openai.BadRequestError,
+                 lambda: c.chat.completions.create(model=MODEL, messages=msgs, frequency_penalty=3),
+                 "frequency_penalty must be in [-2, 2]", "frequency_penalty out of range")
+    print("ok: presence_penalty, frequency_penalty, logit_bias")
+
+
+def first_token(c, text):
+    """The id of the first token of `text` and that token's text, from the server's
+    /tokenize and /detokenize."""
+    base = str(c.base_url).rstrip("/").removesuffix("/v1")
+
+    def call(path, body):
+        req = urllib.request.Request(base + path, method="POST", headers={"Content-Type": "application/json"},
+                                     data=json.dumps(body).encode())
+        return json.loads(urllib.request.urlopen(req).read())
+    token = call("/tokenize", {"prompt": text, "add_special_tokens": False})["tokens"][0]
+    return token, call("/detokenize", {"tokens": [token]})["prompt"]
+
+
+def echo_checks(tool_url, plain_url):
+    """An agent's second turn on a template without tool-call or list-content support (the
+    plain server's ChatML): the tool server's reply sent back exactly as the SDK dumps it
+    (`content: None`, `refusal`, `annotations`, …), and list-of-parts content for every role."""
+    tool = openai.OpenAI(base_url=tool_url + "/v1", api_key="not-needed", max_retries=0)
+    plain = openai.OpenAI(base_url=plain_url + "/v1", api_key="not-needed", max_retries=0)
+    msgs = [{"role": "user", "content": "List files."}]
+    m = tool.chat.completions.create(model=MODEL, messages=msgs, tools=[BASH], extra_body=THINK).choices[0].message
+    check(m.content is None and m.tool_calls, f"a tool-only reply: {m}")
+    dumped = m.model_dump()
+    check("content" in dumped and dumped["content"] is None, f"the SDK sends content None: {dumped}")
+    history = msgs + [dumped, {"role": "tool", "tool_call_id": m.tool_calls[0].id, "content": "a.py\nb.py"}]
+    r = plain.chat.completions.create(model=MODEL, messages=history, tools=[BASH], max_tokens=4)
+    check(r.choices[0].message is not None, "the echoed tool-only turn is accepted")
+    print("ok: a tool-only assistant turn sent back verbatim (model_dump) on a string-only template")
+
+    def parts(text):
+        return [{"type": "text", "text": text}]
+    as_parts = [
+        {"role": "system", "content": parts("Be brief.")},
+        {"role": "user", "content": parts("List files.")},
+        {**dumped, "content": parts("")},
+        {"role": "tool", "tool_call_id": m.tool_calls[0].id, "content": parts("a.py\nb.py")},
+    ]
+    as_text = [{**x, "content": x["content"][0]["text"]} for x in as_parts]
+    a = plain.chat.completions.create(model=MODEL, messages=as_parts, tools=[BASH], max_tokens=6, temperature=0)
+    b = plain.chat.completions.create(model=MODEL, messages=as_text, tools=[BASH], max_tokens=6, temperature=0)
+    check(a.choices[0].message.content == b.choices[0].message.content, "parts read as their text")
+    expect_error(openai.BadRequestError,
+                 lambda: plain.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": [
+                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]),
+                 '"image_url"', "an image part")
+    print("ok: list-of-parts content for every role")
+
 
 def tool_checks(url):
     c = openai.OpenAI(base_url=url + "/v1", api_key="not-needed", max_retries=0)
@@ -146,7 +222,7 @@ def tool_checks(url):
     m = r.choices[0].message
     check(r.choices[0].finish_reason == "tool_calls", r.choices[0].finish_reason)
     check(m.content is None, f"content {m.content!r}")
-    check(getattr(m, "reasoning_content", None) == "Let me list the files.", f"reasoning {m}")
+    check(getattr(m, "reasoning_content", None) == "Let me list the files.\n", f"reasoning {m}")
     call = m.tool_calls[0]
     check(call.function.name == "Bash", call.function.name)
     check(json.loads(call.function.arguments) == {"command": "ls -la", "timeout": 30}, call.function.arguments)
@@ -161,7 +237,7 @@ def tool_checks(url):
                 slot["id"] = tc.id or slot["id"]
                 slot["name"] += (tc.function.name or "") if tc.function else ""
                 slot["arguments"] += (tc.function.arguments or "") if tc.function else ""
-    check(reasoning.strip() == "Let me list the files.", f"streamed reasoning {reasoning!r}")
+    check(reasoning == m.reasoning_content, f"streamed reasoning {reasoning!r}")
     check(len(calls) == 1 and calls[0]["name"] == "Bash" and calls[0]["id"], f"streamed calls {calls}")
     check(json.loads(calls[0]["arguments"]) == {"command": "ls -la", "timeout": 30}, calls[0]["arguments"])
     print("ok: tool call (streaming deltas)")
@@ -184,6 +260,7 @@ def main():
     a = ap.parse_args()
     plain_checks(a.plain.rstrip("/"))
     tool_checks(a.tool.rstrip("/"))
+    echo_checks(a.tool.rstrip("/"), a.plain.rstrip("/"))
     print(f"all checks passed (openai {openai.__version__})")
 
 

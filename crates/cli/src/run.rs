@@ -133,6 +133,7 @@ impl Talker {
             min_p: gen.min_p,
             repetition_penalty: gen.repetition_penalty,
             seed: gen.seed,
+            ..SamplingParams::default()
         };
         sampling.validate().map_err(anyhow::Error::msg)?;
         let frognano_model::LoadedModel { model, tokenizer, chat_template, eos_ids, .. } = lm;

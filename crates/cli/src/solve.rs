@@ -221,6 +221,7 @@ impl SolveArgs {
                 max_tokens: self.max_tokens_per_turn,
                 enable_thinking: !self.no_thinking,
                 seed: self.seed,
+                ..Sampling::default()
             },
             request_timeout: Duration::from_secs(self.request_timeout),
             guards: self.guards(),

@@ -181,9 +181,13 @@ impl EngineLlm {
         let mut kwargs = serde_json::Map::new();
         kwargs.insert("enable_thinking".into(), Value::Bool(enable_thinking));
         let tools = (!tools.is_empty()).then_some(tools);
+        // Content as plain text, as `frognano serve` hands it to the template: a tool-only
+        // turn's null content and list-of-parts content render on every template.
+        let messages = frognano_protocol::text_only_messages(messages)
+            .map_err(|(i, e)| LlmError::Other(format!("message {i}: {e}")))?;
         self.chat
             .template
-            .render(messages, tools, add_generation_prompt, Some(&kwargs))
+            .render(&messages, tools, add_generation_prompt, Some(&kwargs))
             .map_err(|e| LlmError::Other(format!("chat template: {e}")))
     }
 
@@ -260,6 +264,9 @@ impl Llm for EngineLlm {
                 top_k: s.top_k as usize,
                 min_p: s.min_p,
                 repetition_penalty: s.repetition_penalty,
+                presence_penalty: s.presence_penalty,
+                frequency_penalty: s.frequency_penalty,
+                logit_bias: s.logit_bias.iter().map(|(&id, &bias)| (id, bias)).collect(),
                 // While recording, each turn draws from its own stream (seed + turn index);
                 // otherwise every turn would replay the first turn's random numbers.
                 seed: match &self.recorder {

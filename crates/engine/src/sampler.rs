@@ -1,5 +1,8 @@
-//! Turning logits into the next token: repetition penalty, temperature, top-k, top-p, min-p,
-//! a seeded draw; and the model's log-probabilities for what was chosen.
+//! Turning logits into the next token: logit bias, repetition / presence / frequency
+//! penalties, temperature, top-k, top-p, min-p, a seeded draw; and the model's
+//! log-probabilities for what was chosen.
+
+use std::collections::HashMap;
 
 use rand::{Rng, SeedableRng};
 
@@ -18,13 +21,38 @@ pub struct SamplingParams {
     pub repetition_penalty: f32,
     /// Seed of the draw; `None` seeds from the clock.
     pub seed: Option<u64>,
+    /// OpenAI's presence penalty (-2..2, 0 disables): subtracted once from the logit of
+    /// every token generated so far in this reply (the prompt does not count).
+    pub presence_penalty: f32,
+    /// OpenAI's frequency penalty (-2..2, 0 disables): subtracted from a token's logit once
+    /// for every time it was generated so far in this reply.
+    pub frequency_penalty: f32,
+    /// OpenAI's `logit_bias`: `(token id, bias)` pairs added to the logits before anything
+    /// else (-100..100; ±100 in practice bans or forces the token). Ids past the logits are
+    /// ignored: the caller checks them against the vocabulary.
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        SamplingParams { temperature: 1.0, top_p: 1.0, top_k: 0, min_p: 0.0, repetition_penalty: 1.0, seed: None }
+        SamplingParams {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            seed: None,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            logit_bias: Vec::new(),
+        }
     }
 }
+
+/// OpenAI's range of `presence_penalty` and `frequency_penalty`.
+pub const PENALTY_RANGE: std::ops::RangeInclusive<f32> = -2.0..=2.0;
+/// OpenAI's range of a `logit_bias` value.
+pub const LOGIT_BIAS_RANGE: std::ops::RangeInclusive<f32> = -100.0..=100.0;
 
 impl SamplingParams {
     /// Greedy decoding.
@@ -32,7 +60,7 @@ impl SamplingParams {
         SamplingParams { temperature: 0.0, ..Default::default() }
     }
 
-    /// Checks ranges; the message names the field.
+    /// Checks ranges; the message starts with the field's name.
     pub fn validate(&self) -> Result<(), String> {
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
             return Err(format!("temperature must be ≥ 0, found {}", self.temperature));
@@ -45,6 +73,16 @@ impl SamplingParams {
         }
         if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
             return Err(format!("repetition_penalty must be > 0, found {}", self.repetition_penalty));
+        }
+        for (name, v) in [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)] {
+            if !PENALTY_RANGE.contains(&v) {
+                return Err(format!("{name} must be in [-2, 2], found {v}"));
+            }
+        }
+        for &(id, bias) in &self.logit_bias {
+            if !LOGIT_BIAS_RANGE.contains(&bias) {
+                return Err(format!("logit_bias of token {id} must be in [-100, 100], found {bias}"));
+            }
         }
         Ok(())
     }
@@ -61,10 +99,13 @@ pub struct TokenChoice {
     pub top: Vec<(u32, f32)>,
 }
 
-/// A seeded sampler.
+/// A seeded sampler for one reply: it remembers what it chose, for the presence and
+/// frequency penalties.
 pub struct Sampler {
     params: SamplingParams,
     rng: rand::rngs::StdRng,
+    /// How often each token was chosen so far (kept only when a penalty needs it).
+    generated: HashMap<u32, u32>,
 }
 
 impl Sampler {
@@ -73,7 +114,7 @@ impl Sampler {
         let seed = params.seed.unwrap_or_else(|| {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
         });
-        Sampler { params, rng: rand::rngs::StdRng::seed_from_u64(seed) }
+        Sampler { params, rng: rand::rngs::StdRng::seed_from_u64(seed), generated: HashMap::new() }
     }
 
     /// The parameters in use.
@@ -81,12 +122,18 @@ impl Sampler {
         &self.params
     }
 
-    /// Picks the next token from `logits`; `history` is every token so far (prompt and
-    /// output), for the repetition penalty; `top_n` alternatives are reported.
-    pub fn sample(&mut self, logits: &[f32], history: &[u32], top_n: usize) -> TokenChoice {
-        let logprobs = log_softmax(logits);
+    /// The logits the draw sees, in this order: `logit_bias` added; the repetition penalty
+    /// on every token of `history` (prompt and output); then OpenAI's penalties over the
+    /// tokens this sampler has chosen, `logit -= count × frequency_penalty + (count > 0) ×
+    /// presence_penalty`.
+    pub fn adjusted_logits(&self, logits: &[f32], history: &[u32]) -> Vec<f32> {
         let p = &self.params;
         let mut l = logits.to_vec();
+        for &(id, bias) in &p.logit_bias {
+            if let Some(v) = l.get_mut(id as usize) {
+                *v += bias;
+            }
+        }
         if p.repetition_penalty != 1.0 {
             let mut seen = vec![false; l.len()];
             for &t in history {
@@ -100,7 +147,24 @@ impl Sampler {
                 }
             }
         }
-        let id = if p.temperature == 0.0 { argmax(&l) } else { self.draw(&l) };
+        for (&id, &count) in &self.generated {
+            if let Some(v) = l.get_mut(id as usize) {
+                *v -= count as f32 * p.frequency_penalty + p.presence_penalty;
+            }
+        }
+        l
+    }
+
+    /// Picks the next token from `logits`; `history` is every token so far (prompt and
+    /// output), for the repetition penalty; `top_n` alternatives are reported. The reported
+    /// log-probabilities are the model's own (raw logits), whatever was adjusted for the draw.
+    pub fn sample(&mut self, logits: &[f32], history: &[u32], top_n: usize) -> TokenChoice {
+        let logprobs = log_softmax(logits);
+        let l = self.adjusted_logits(logits, history);
+        let id = if self.params.temperature == 0.0 { argmax(&l) } else { self.draw(&l) };
+        if self.params.presence_penalty != 0.0 || self.params.frequency_penalty != 0.0 {
+            *self.generated.entry(id).or_default() += 1;
+        }
         TokenChoice { id, logprob: logprobs[id as usize], top: top_n_of(&logprobs, top_n) }
     }
 
@@ -273,5 +337,74 @@ mod tests {
         assert!(e.contains("top_p"));
         let e = SamplingParams { temperature: -1.0, ..Default::default() }.validate().unwrap_err();
         assert!(e.contains("temperature"));
+        let e = SamplingParams { presence_penalty: 2.5, ..Default::default() }.validate().unwrap_err();
+        assert_eq!(e, "presence_penalty must be in [-2, 2], found 2.5");
+        let e = SamplingParams { frequency_penalty: f32::NAN, ..Default::default() }.validate().unwrap_err();
+        assert!(e.starts_with("frequency_penalty must be in [-2, 2]"), "{e}");
+        let e = SamplingParams { logit_bias: vec![(3, 100.5)], ..Default::default() }.validate().unwrap_err();
+        assert_eq!(e, "logit_bias of token 3 must be in [-100, 100], found 100.5");
+        SamplingParams {
+            presence_penalty: -2.0,
+            frequency_penalty: 2.0,
+            logit_bias: vec![(0, -100.0)],
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+    }
+
+    /// A bias of +100 forces its token, in a greedy pick and in every draw at temperature 1,
+    /// however unlikely the model thinks it is; -100 bans the model's favourite.
+    #[test]
+    fn logit_bias_forces_or_bans_a_token() {
+        let logits = [8.0, 2.0, -6.0, 0.5];
+        let mut greedy = Sampler::new(SamplingParams { logit_bias: vec![(2, 100.0)], ..SamplingParams::greedy() });
+        let c = greedy.sample(&logits, &[], 0);
+        assert_eq!(c.id, 2);
+        // The reported log-probability is the model's own, not the biased one.
+        assert_eq!(c.logprob, log_softmax(&logits)[2]);
+        let c = counts(SamplingParams { logit_bias: vec![(2, 100.0)], ..Default::default() }, &logits, 2000);
+        assert_eq!(c, vec![0, 0, 2000, 0]);
+        let c = counts(SamplingParams { logit_bias: vec![(0, -100.0)], ..Default::default() }, &logits, 2000);
+        assert_eq!(c[0], 0, "{c:?}");
+        // An id past the logits changes nothing.
+        let mut s = Sampler::new(SamplingParams { logit_bias: vec![(99, 100.0)], ..SamplingParams::greedy() });
+        assert_eq!(s.sample(&logits, &[], 0).id, 0);
+    }
+
+    /// OpenAI's definition, exactly: after token 0 was generated three times and token 1 once,
+    /// their logits drop by 3·f + p and 1·f + p, the others not at all (the prompt does not
+    /// count), so each probability ratio to an untouched token shrinks by exactly exp of that.
+    #[test]
+    fn presence_and_frequency_penalties_lower_generated_tokens_by_the_exact_amount() {
+        let (f, p) = (0.5f32, 0.25f32);
+        let params = SamplingParams { frequency_penalty: f, presence_penalty: p, ..SamplingParams::greedy() };
+        let mut s = Sampler::new(params);
+        let prompt = [2u32, 2, 3];
+        // Force the picks 0, 0, 0, 1 with logits that make them the greedy choice.
+        for pick in [0usize, 0, 0, 1] {
+            let mut l = vec![0.0f32; 4];
+            l[pick] = 1000.0;
+            assert_eq!(s.sample(&l, &prompt, 0).id as usize, pick);
+        }
+        let logits = [1.0f32, 2.0, 3.0, -1.0];
+        let got = s.adjusted_logits(&logits, &prompt);
+        assert_eq!(got, vec![1.0 - (3.0 * f + p), 2.0 - (f + p), 3.0, -1.0]);
+        let before = log_softmax(&logits);
+        let after = log_softmax(&got);
+        let drop = |i: usize| (before[i] - before[3]) - (after[i] - after[3]);
+        assert!((drop(0) - (3.0 * f + p)).abs() < 1e-5, "{}", drop(0));
+        assert!((drop(1) - (f + p)).abs() < 1e-5, "{}", drop(1));
+        assert!(drop(2).abs() < 1e-6);
+        // The penalised favourite loses: token 0's 3.0 becomes 1.25, below token 2's 2.9.
+        assert_eq!(s.sample(&[3.0, 0.0, 2.9, 0.0], &prompt, 0).id, 2);
+        // A fresh sampler (a new reply) starts without counts.
+        let fresh =
+            Sampler::new(SamplingParams { frequency_penalty: f, presence_penalty: p, ..SamplingParams::greedy() });
+        assert_eq!(fresh.adjusted_logits(&logits, &prompt), logits.to_vec());
+        // Negative penalties encourage repetition.
+        let mut s = Sampler::new(SamplingParams { presence_penalty: -1.0, ..SamplingParams::greedy() });
+        assert_eq!(s.sample(&[0.0, 1000.0], &[], 0).id, 1);
+        assert_eq!(s.sample(&[1.5, 1.0], &[], 0).id, 1, "1.0 + 1 beats 1.5");
     }
 }

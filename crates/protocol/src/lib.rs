@@ -19,4 +19,6 @@ mod llm;
 mod message;
 
 pub use llm::{completion_from_openai, ChatRequest, Completion, FinishReason, HttpLlm, Llm, LlmError, Sampling, Usage};
-pub use message::{new_call_id, ContentPart, FunctionCall, Message, MessageContent, ToolCall};
+pub use message::{
+    new_call_id, text_only_messages, ContentError, ContentPart, FunctionCall, Message, MessageContent, ToolCall,
+};

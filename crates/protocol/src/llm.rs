@@ -11,6 +11,7 @@ use crate::codec::{CodecError, QwenXml, ToolCallFormat};
 use crate::message::{Message, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Sampling and length settings sent with every request. Defaults are the model card's.
@@ -32,6 +33,18 @@ pub struct Sampling {
     pub enable_thinking: bool,
     /// Sampling seed, if any.
     pub seed: Option<u64>,
+    /// OpenAI's presence penalty (0; -2..2): subtracted once from the logit of every token
+    /// already generated in this reply.
+    #[serde(default)]
+    pub presence_penalty: f32,
+    /// OpenAI's frequency penalty (0; -2..2): subtracted from a token's logit once for every
+    /// time it was generated in this reply.
+    #[serde(default)]
+    pub frequency_penalty: f32,
+    /// OpenAI's `logit_bias`: added to the logits of these token ids (-100..100) before
+    /// sampling; empty for none. Serialised with the ids as string keys, as OpenAI has it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub logit_bias: BTreeMap<u32, f32>,
 }
 
 impl Default for Sampling {
@@ -45,6 +58,9 @@ impl Default for Sampling {
             max_tokens: 8192,
             enable_thinking: true,
             seed: None,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            logit_bias: BTreeMap::new(),
         }
     }
 }
@@ -205,11 +221,16 @@ impl HttpLlm {
             "top_k": s.top_k,
             "min_p": s.min_p,
             "repetition_penalty": s.repetition_penalty,
+            "presence_penalty": s.presence_penalty,
+            "frequency_penalty": s.frequency_penalty,
             "max_tokens": s.max_tokens,
             "chat_template_kwargs": {"enable_thinking": s.enable_thinking},
         });
         if let Some(seed) = s.seed {
             body["seed"] = json!(seed);
+        }
+        if !s.logit_bias.is_empty() {
+            body["logit_bias"] = json!(s.logit_bias);
         }
         body
     }
@@ -361,6 +382,29 @@ mod tests {
         assert_eq!(body["max_tokens"], json!(8192));
         assert_eq!(body["chat_template_kwargs"]["enable_thinking"], json!(true));
         assert_eq!(body["tool_choice"], json!("auto"));
+        assert_eq!(body["presence_penalty"], json!(0.0));
+        assert!(body.get("logit_bias").is_none(), "no bias, no field");
         assert_eq!(llm.describe(), "frog at http://h:1/v1/chat/completions");
+
+        // The OpenAI parameters go out in OpenAI's form: token ids as string keys.
+        let sampling = Sampling {
+            presence_penalty: 0.5,
+            frequency_penalty: -0.25,
+            logit_bias: BTreeMap::from([(7, 100.0), (42, -5.5)]),
+            ..Sampling::default()
+        };
+        let body = llm.body(&ChatRequest { messages: &[Message::user("hi")], tools: &[], sampling: &sampling });
+        assert_eq!(body["presence_penalty"], json!(0.5));
+        assert_eq!(body["frequency_penalty"], json!(-0.25));
+        assert_eq!(body["logit_bias"], json!({"7": 100.0, "42": -5.5}));
+        // And read back (settings files, trajectories) to the same value; old ones without
+        // the fields read as the defaults.
+        let back: Sampling = serde_json::from_value(serde_json::to_value(&sampling).unwrap()).unwrap();
+        assert_eq!(back, sampling);
+        let mut old = serde_json::to_value(Sampling::default()).unwrap();
+        for k in ["presence_penalty", "frequency_penalty"] {
+            old.as_object_mut().unwrap().remove(k);
+        }
+        assert_eq!(serde_json::from_value::<Sampling>(old).unwrap(), Sampling::default());
     }
 }

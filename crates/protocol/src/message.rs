@@ -134,6 +134,64 @@ impl Message {
             Some(MessageContent::Parts(p)) => Cow::Owned(p.iter().filter_map(|p| p.text.as_deref()).collect()),
         }
     }
+
+    /// The content as the text a text-only model reads, refusing what it cannot read: the
+    /// string itself, the `text` parts joined with nothing between them (as Qwen's templates
+    /// join them), or "" for `null` / no content. A part of any other type (an image, audio,
+    /// a file) is [`ContentError::NotText`].
+    pub fn text_content(&self) -> Result<Cow<'_, str>, ContentError> {
+        let parts = match &self.content {
+            None => return Ok(Cow::Borrowed("")),
+            Some(MessageContent::Text(s)) => return Ok(Cow::Borrowed(s)),
+            Some(MessageContent::Parts(parts)) => parts,
+        };
+        let mut text = String::new();
+        for (index, part) in parts.iter().enumerate() {
+            match (part.kind.as_str(), &part.text) {
+                ("text", Some(t)) => text.push_str(t),
+                ("text", None) => return Err(ContentError::MissingText { index }),
+                (kind, _) => return Err(ContentError::NotText { index, kind: kind.to_string() }),
+            }
+        }
+        Ok(Cow::Owned(text))
+    }
+
+    /// This message with its content as a plain string ([`Message::text_content`]), the form
+    /// every chat template can render: templates without list-of-parts support concatenate
+    /// `message['content']` as a string and fail on a list or on a missing content (what
+    /// clients send back for an assistant turn that only called tools). For templates that
+    /// do handle both (Qwen's), the rendering is the same bytes.
+    pub fn with_text_content(&self) -> Result<Message, ContentError> {
+        let text = self.text_content()?.into_owned();
+        Ok(Message { content: Some(MessageContent::Text(text)), ..self.clone() })
+    }
+}
+
+/// Why a message's content cannot be read as text ([`Message::text_content`]). Indices
+/// count the content's parts from 0.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ContentError {
+    /// A part that is not text.
+    #[error("content[{index}] is a part of type {kind:?}; this model reads text only (parts of type \"text\")")]
+    NotText {
+        /// The part's position.
+        index: usize,
+        /// Its `type`.
+        kind: String,
+    },
+    /// A `text` part without its `text`.
+    #[error("content[{index}] is a \"text\" part without a `text` string")]
+    MissingText {
+        /// The part's position.
+        index: usize,
+    },
+}
+
+/// `messages` with every content as a plain string ([`Message::with_text_content`]), as the
+/// server and the in-process model both hand them to the chat template. The error carries
+/// the index of the first message that cannot be read as text.
+pub fn text_only_messages(messages: &[Message]) -> Result<Vec<Message>, (usize, ContentError)> {
+    messages.iter().enumerate().map(|(i, m)| m.with_text_content().map_err(|e| (i, e))).collect()
 }
 
 /// One tool call in OpenAI form (`{"id", "type": "function", "function": {"name", "arguments"}}`).
@@ -256,6 +314,43 @@ mod tests {
         let back = serde_json::to_value(&m).unwrap();
         assert_eq!(back["content"][1], json!({"type": "image_url", "image_url": {"url": "u"}}));
         assert_eq!(Message::user("hi").text(), "hi");
+    }
+
+    #[test]
+    fn text_content_joins_text_parts_and_refuses_other_parts_by_type() {
+        let parts: Message = serde_json::from_value(json!({"role": "tool", "tool_call_id": "c", "content": [
+            {"type": "text", "text": "a.py\n"}, {"type": "text", "text": "b.py"}]}))
+        .unwrap();
+        let plain = parts.with_text_content().unwrap();
+        assert_eq!(plain.content, Some(MessageContent::Text("a.py\nb.py".into())));
+        assert_eq!(plain.tool_call_id.as_deref(), Some("c"));
+        // A tool-only assistant turn as clients send it back: null content, or none at all.
+        for turn in [
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function",
+                "function": {"name": "Bash", "arguments": "{}"}}]}),
+            json!({"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
+                "function": {"name": "Bash", "arguments": "{}"}}]}),
+        ] {
+            let m: Message = serde_json::from_value(turn).unwrap();
+            let plain = m.with_text_content().unwrap();
+            assert_eq!(plain.content, Some(MessageContent::Text(String::new())));
+            assert_eq!(plain.calls(), m.calls());
+        }
+        let image: Message = serde_json::from_value(json!({"role": "user", "content": [
+            {"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "u"}}]}))
+        .unwrap();
+        let err = image.text_content().unwrap_err();
+        assert_eq!(err, ContentError::NotText { index: 1, kind: "image_url".into() });
+        assert_eq!(
+            err.to_string(),
+            "content[1] is a part of type \"image_url\"; this model reads text only (parts of type \"text\")"
+        );
+        let empty_part: Message =
+            serde_json::from_value(json!({"role": "user", "content": [{"type": "text"}]})).unwrap();
+        assert_eq!(empty_part.text_content().unwrap_err(), ContentError::MissingText { index: 0 });
+        let err = text_only_messages(&[Message::user("ok"), image]).unwrap_err();
+        assert_eq!(err.0, 1);
+        assert_eq!(text_only_messages(&[Message::user("hi")]).unwrap(), vec![Message::user("hi")]);
     }
 
     #[test]

@@ -381,6 +381,7 @@ impl SweEnv {
                 max_tokens: cfg.max_tokens_per_turn.min(u32::MAX as usize) as u32,
                 enable_thinking: self.opts.enable_thinking,
                 seed: Some(seed),
+                ..Sampling::default()
             },
             max_steps: cfg.max_steps,
             max_context_tokens: cfg.max_context_tokens as u64,

@@ -144,6 +144,7 @@ impl Environment for ToyEnv {
                 min_p: 0.0,
                 repetition_penalty: 1.0,
                 seed: Some(seed),
+                ..SamplingParams::default()
             },
             max_tokens: 1,
             stop_ids: vec![EOS],

@@ -36,6 +36,7 @@ fn raw_sampling(max_tokens: u32, seed: u64) -> Sampling {
         max_tokens,
         enable_thinking: false,
         seed: Some(seed),
+        ..Sampling::default()
     }
 }
 

@@ -72,10 +72,36 @@ pub struct SamplingFields {
     pub repetition_penalty: Option<f32>,
     /// Seed of the draw.
     pub seed: Option<i64>,
-    /// OpenAI's presence penalty; only 0 is supported.
+    /// OpenAI's presence penalty (-2..2): once per token already in this reply.
     pub presence_penalty: Option<f32>,
-    /// OpenAI's frequency penalty; only 0 is supported.
+    /// OpenAI's frequency penalty (-2..2): per occurrence of a token in this reply.
     pub frequency_penalty: Option<f32>,
+    /// OpenAI's `logit_bias`: token id (as a string key) → bias in -100..100.
+    pub logit_bias: Option<Map<String, Value>>,
+}
+
+/// Reads `logit_bias`: every key a token id below `vocab_size` written as a decimal string,
+/// every value a number in -100..100. The message names the bad key.
+pub fn parse_logit_bias(bias: &Map<String, Value>, vocab_size: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+    let bad = |msg: String| ApiError::invalid_param("logit_bias", msg);
+    let mut out = Vec::with_capacity(bias.len());
+    for (key, value) in bias {
+        let id: u32 = key.parse().map_err(|_| {
+            bad(format!("logit_bias key {key:?} is not a token id (a non-negative integer written as a string)"))
+        })?;
+        if id as usize >= vocab_size {
+            return Err(bad(format!(
+                "logit_bias key {key:?} is outside the vocabulary: token ids go from 0 to {}",
+                vocab_size.saturating_sub(1)
+            )));
+        }
+        let b = value
+            .as_f64()
+            .filter(|b| (-100.0..=100.0).contains(b))
+            .ok_or_else(|| bad(format!("logit_bias[{key:?}] must be a number from -100 to 100, found {value}")))?;
+        out.push((id, b as f32));
+    }
+    Ok(out)
 }
 
 /// `POST /v1/chat/completions`.
@@ -122,6 +148,9 @@ pub struct ChatCompletionRequest {
     /// See [`SamplingFields`].
     #[serde(default)]
     pub frequency_penalty: Option<f32>,
+    /// See [`SamplingFields`].
+    #[serde(default)]
+    pub logit_bias: Option<Map<String, Value>>,
     /// Most tokens to generate (legacy name).
     #[serde(default)]
     pub max_tokens: Option<u64>,
@@ -157,6 +186,7 @@ impl ChatCompletionRequest {
             seed: self.seed,
             presence_penalty: self.presence_penalty,
             frequency_penalty: self.frequency_penalty,
+            logit_bias: self.logit_bias.clone(),
         }
     }
 }
@@ -199,6 +229,9 @@ pub struct CompletionRequest {
     /// See [`SamplingFields`].
     #[serde(default)]
     pub frequency_penalty: Option<f32>,
+    /// See [`SamplingFields`].
+    #[serde(default)]
+    pub logit_bias: Option<Map<String, Value>>,
     /// Most tokens to generate (OpenAI's default for this endpoint is 16).
     #[serde(default)]
     pub max_tokens: Option<u64>,
@@ -234,6 +267,7 @@ impl CompletionRequest {
             seed: self.seed,
             presence_penalty: self.presence_penalty,
             frequency_penalty: self.frequency_penalty,
+            logit_bias: self.logit_bias.clone(),
         }
     }
 }
@@ -542,6 +576,27 @@ mod tests {
         assert!(parse_prompts(&json!([1, -2])).unwrap_err().message.contains("prompt[1]"));
         assert!(parse_prompts(&json!(5)).is_err());
         assert!(parse_prompts(&json!([])).is_err());
+    }
+
+    #[test]
+    fn logit_bias_keys_and_values_are_checked() {
+        let read = |v: Value| parse_logit_bias(v.as_object().unwrap(), 100);
+        let mut ok = read(json!({"5": 100, "0": -100, "99": 0.5})).unwrap();
+        ok.sort_by_key(|&(id, _)| id);
+        assert_eq!(ok, vec![(0, -100.0), (5, 100.0), (99, 0.5)]);
+        let e = read(json!({"frog": 1})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("logit_bias"));
+        assert!(e.message.contains("key \"frog\" is not a token id"), "{}", e.message);
+        assert!(read(json!({"-3": 1})).unwrap_err().message.contains("\"-3\""));
+        let e = read(json!({"100": 1})).unwrap_err();
+        assert!(
+            e.message.contains("key \"100\" is outside the vocabulary: token ids go from 0 to 99"),
+            "{}",
+            e.message
+        );
+        let e = read(json!({"7": 101})).unwrap_err();
+        assert!(e.message.contains("logit_bias[\"7\"] must be a number from -100 to 100, found 101"), "{}", e.message);
+        assert!(read(json!({"7": "high"})).unwrap_err().message.contains("\"high\""));
     }
 
     #[test]

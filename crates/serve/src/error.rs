@@ -129,6 +129,73 @@ impl ApiError {
     }
 }
 
+/// Takes the server's own locations out of what clients are told: an error about the model
+/// (a template that raised, a file that could not be read) names its file as the model crate
+/// names it, by path. Each known folder (the model's, its chat template's, the working
+/// directory, the home directory), as given and resolved, is cut from the front of any path
+/// in the message (`/srv/models/x.gguf: …` → `x.gguf: …`); the folder alone becomes its last
+/// name.
+#[derive(Debug, Clone, Default)]
+pub struct PathScrubber {
+    /// (folder with a trailing `/`, what the bare folder becomes), longest first.
+    folders: Vec<(String, String)>,
+}
+
+impl PathScrubber {
+    /// A scrubber for `folders`; relative and empty ones are skipped (they say nothing about
+    /// the server's layout), and each is also taken in its resolved form.
+    pub fn new(folders: impl IntoIterator<Item = std::path::PathBuf>) -> Self {
+        let mut out: Vec<(String, String)> = Vec::new();
+        for dir in folders {
+            let resolved = std::fs::canonicalize(&dir).ok();
+            for d in std::iter::once(dir).chain(resolved) {
+                let text = d.to_string_lossy().trim_end_matches('/').to_string();
+                if !d.is_absolute() || text.is_empty() || out.iter().any(|(f, _)| f.trim_end_matches('/') == text) {
+                    continue;
+                }
+                let name = d.file_name().map_or_else(|| ".".to_string(), |n| n.to_string_lossy().into_owned());
+                out.push((format!("{text}/"), name));
+            }
+        }
+        out.sort_by_key(|(f, _)| std::cmp::Reverse(f.len()));
+        PathScrubber { folders: out }
+    }
+
+    /// The scrubber of a server: the model's folder (`model` is a file or a folder), the chat
+    /// template's, the working directory and the home directory.
+    pub fn for_server(model: &std::path::Path, template: Option<&std::path::Path>) -> Self {
+        let mut folders = Vec::new();
+        for p in std::iter::once(model).chain(template) {
+            // As given (perhaps with `..` in it) and, by `new`, resolved.
+            let folder = if p.is_dir() { Some(p) } else { p.parent() };
+            folders.extend(folder.map(std::path::Path::to_path_buf));
+        }
+        folders.extend(std::env::current_dir().ok());
+        folders.extend(std::env::var_os("HOME").map(std::path::PathBuf::from));
+        Self::new(folders)
+    }
+
+    /// `text` without the known folders.
+    pub fn scrub(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for (folder, name) in &self.folders {
+            if out.contains(folder.as_str()) {
+                out = out.replace(folder.as_str(), "");
+            }
+            let bare = &folder[..folder.len() - 1];
+            if out.contains(bare) {
+                out = out.replace(bare, name);
+            }
+        }
+        out
+    }
+
+    /// `error` with a scrubbed message.
+    pub fn error(&self, error: ApiError) -> ApiError {
+        ApiError { message: self.scrub(&error.message), ..error }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (self.status, axum::Json(self.body())).into_response()
@@ -142,3 +209,41 @@ impl std::fmt::Display for ApiError {
 }
 
 impl std::error::Error for ApiError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An I/O or format error from the model crate names its file by path; the client sees
+    /// the file's name inside the model folder, never where the folder is.
+    #[test]
+    fn model_errors_reach_clients_without_the_servers_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let models = dir.path().join("models");
+        std::fs::create_dir(&models).unwrap();
+        let gguf = models.join("m.gguf");
+        std::fs::write(&gguf, b"").unwrap();
+        let scrubber = PathScrubber::for_server(&gguf, None);
+        let io = frognano_model::ModelError::io(&gguf, std::io::Error::new(std::io::ErrorKind::NotFound, "gone"));
+        let err = ApiError::from_engine(&frognano_engine::EngineError::Model(io));
+        assert!(err.message.contains(&models.display().to_string()), "the raw message has the path: {}", err.message);
+        let public = scrubber.error(err);
+        assert_eq!(public.message, "Generation failed: m.gguf: gone");
+        assert_eq!(public.status, StatusCode::INTERNAL_SERVER_ERROR);
+        // The folder given another way (with `..`, or resolved through a link) goes too.
+        let roundabout = models.join("../models/sub/x.json");
+        let format = frognano_model::ModelError::format(&roundabout, "not valid JSON");
+        let public = scrubber.scrub(&format.to_string());
+        assert!(!public.contains(&dir.path().display().to_string()), "{public}");
+        assert!(public.ends_with("sub/x.json: not valid JSON"), "{public}");
+        // The bare folder keeps its last name; unrelated text is left alone.
+        assert_eq!(scrubber.scrub(&format!("cannot list {}", models.display())), "cannot list models");
+        assert_eq!(scrubber.scrub("POST /v1/chat/completions"), "POST /v1/chat/completions");
+    }
+
+    #[test]
+    fn relative_folders_are_not_scrubbed() {
+        let s = PathScrubber::new([std::path::PathBuf::from("models"), std::path::PathBuf::new()]);
+        assert_eq!(s.scrub("models/x.gguf: bad"), "models/x.gguf: bad");
+    }
+}

@@ -4,8 +4,9 @@
 //!
 //! Endpoints: `POST /v1/chat/completions` (tools, streaming, logprobs, reasoning),
 //! `POST /v1/completions` (text or token-id prompts), `GET /v1/models`, `GET /health`,
-//! `POST /tokenize`, `POST /detokenize`. Bad input gets OpenAI-shaped error JSON
-//! ([`error::ApiError`]). Generation runs on one scheduler thread that batches the decode
+//! `POST /tokenize`, `POST /detokenize`; the OpenAI ones also without the `/v1` prefix.
+//! Bad input gets OpenAI-shaped error JSON ([`error::ApiError`]) that never shows the server's
+//! paths ([`error::PathScrubber`]). What is read and sent, field by field: docs/serve.md. Generation runs on one scheduler thread that batches the decode
 //! steps of all running sequences, over prefix-routed
 //! engine sessions ([`pool`]). Conversations arrive as `frognano_protocol::Message`s and are
 //! rendered with the model's chat template; model replies are split into reasoning, content
@@ -140,6 +141,8 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
         },
     )
     .context("starting the generation scheduler")?;
+    let scrubber =
+        error::PathScrubber::for_server(Path::new(&args.model), loaded.chat_template.as_ref().map(|t| t.origin()));
     let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     Ok(Arc::new(AppState {
         model_name: args.model_name.clone().unwrap_or_else(|| default_model_name(&args.model)),
@@ -153,6 +156,7 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
         created,
         max_body_bytes: args.max_body_bytes,
         next_id: AtomicU64::new(0),
+        scrubber,
     }))
 }
 

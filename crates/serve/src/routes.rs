@@ -21,10 +21,10 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use crate::api::{
-    parse_body, parse_prompts, validate_tools, ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
-    PromptInput, SamplingFields, TokenizeRequest, ToolChoice,
+    parse_body, parse_logit_bias, parse_prompts, validate_tools, ChatCompletionRequest, CompletionRequest,
+    DetokenizeRequest, PromptInput, SamplingFields, TokenizeRequest, ToolChoice,
 };
-use crate::error::ApiError;
+use crate::error::{ApiError, PathScrubber};
 use crate::output::{Delta, OutputMode, TokenLogprob};
 use crate::pool::{EnginePool, Job, JobEvent, JobSummary};
 
@@ -59,12 +59,19 @@ pub struct AppState {
     pub max_body_bytes: usize,
     /// Source of response ids.
     pub next_id: AtomicU64,
+    /// Takes the server's folders out of error messages.
+    pub scrubber: PathScrubber,
 }
 
 impl AppState {
     fn response_id(&self, prefix: &str) -> String {
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         format!("{prefix}-{:x}{n:08x}", self.created)
+    }
+
+    /// `error` as the client may see it: without the server's paths.
+    fn public(&self, error: ApiError) -> ApiError {
+        self.scrubber.error(error)
     }
 
     fn check_model(&self, requested: Option<&str>) -> Result<(), ApiError> {
@@ -76,13 +83,18 @@ impl AppState {
     }
 }
 
-/// The router with every endpoint.
+/// The router with every endpoint. The OpenAI ones are also served without the `/v1`
+/// prefix, as llama.cpp's server does, for clients whose base URL is the bare host.
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
+        .route("/completions", post(completions))
         .route("/v1/models", get(list_models))
+        .route("/models", get(list_models))
         .route("/v1/models/{id}", get(get_model))
+        .route("/models/{id}", get(get_model))
         .route("/health", get(health))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
@@ -136,14 +148,6 @@ fn generate_request(
     prompt_param: &str,
     top_logprobs: usize,
 ) -> Result<GenerateRequest, ApiError> {
-    for (name, v) in [("presence_penalty", fields.presence_penalty), ("frequency_penalty", fields.frequency_penalty)] {
-        if v.is_some_and(|x| x != 0.0) {
-            return Err(ApiError::invalid_param(
-                name,
-                format!("{name} is not supported by this server (only 0); use repetition_penalty"),
-            ));
-        }
-    }
     let d = &app.defaults;
     let top_k = match fields.top_k.or(d.top_k.map(|k| k as i64)) {
         None | Some(-1) | Some(0) => 0,
@@ -159,6 +163,12 @@ fn generate_request(
         min_p: fields.min_p.unwrap_or(0.0),
         repetition_penalty: fields.repetition_penalty.or(d.repetition_penalty).unwrap_or(1.0),
         seed: fields.seed.map(|s| s as u64),
+        presence_penalty: fields.presence_penalty.unwrap_or(0.0),
+        frequency_penalty: fields.frequency_penalty.unwrap_or(0.0),
+        logit_bias: match &fields.logit_bias {
+            Some(bias) => parse_logit_bias(bias, app.vocab_size)?,
+            None => Vec::new(),
+        },
     };
     sampling.validate().map_err(|msg| {
         let param = msg.split_whitespace().next().unwrap_or("").to_string();
@@ -281,7 +291,11 @@ fn render_chat(
     if messages.is_empty() {
         return Err(ApiError::invalid_param("messages", "messages must contain at least one message"));
     }
-    let mut messages = messages.to_vec();
+    // Content as plain text: the form every template renders (a tool-only assistant turn
+    // sent back with `content: null`, list-of-parts content), the same the in-process model
+    // gives its template (`frognano_protocol::text_only_messages`).
+    let mut messages = frognano_protocol::text_only_messages(messages)
+        .map_err(|(i, e)| ApiError::invalid_param(format!("messages[{i}].content"), format!("messages[{i}].{e}")))?;
     for (i, m) in messages.iter_mut().enumerate() {
         match m.role.as_str() {
             "system" | "user" | "assistant" | "tool" => {}
@@ -328,9 +342,9 @@ fn ends_in_open_think(prompt: &str) -> bool {
 }
 
 async fn chat_completions(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    match chat_inner(app, headers, body).await {
+    match chat_inner(Arc::clone(&app), headers, body).await {
         Ok(r) => r,
-        Err(e) => e.into_response(),
+        Err(e) => app.public(e).into_response(),
     }
 }
 
@@ -393,12 +407,13 @@ async fn chat_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> Resul
     let (out, summary) = collect(rx).await?;
     let mut message = Map::new();
     message.insert("role".into(), json!("assistant"));
-    let content = out.content.trim();
+    // The text exactly as the stream sends it, untrimmed, so both forms of a reply agree.
+    let content = out.content;
     message.insert(
         "content".into(),
         if content.is_empty() && !out.tool_calls.is_empty() { Value::Null } else { json!(content) },
     );
-    let reasoning = out.reasoning.trim();
+    let reasoning = out.reasoning;
     if !reasoning.is_empty() {
         message.insert("reasoning_content".into(), json!(reasoning));
     }
@@ -495,7 +510,7 @@ fn stream_chat(
                     return;
                 }
                 JobEvent::Failed(err) => {
-                    let _ = tx.send(data_event(&err.body())).await;
+                    let _ = tx.send(data_event(&app.public(err).body())).await;
                     let _ = tx.send(Event::default().data("[DONE]")).await;
                     return;
                 }
@@ -509,9 +524,9 @@ fn stream_chat(
 // ---- /v1/completions ----------------------------------------------------------------------
 
 async fn completions(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    match completions_inner(app, headers, body).await {
+    match completions_inner(Arc::clone(&app), headers, body).await {
         Ok(r) => r,
-        Err(e) => e.into_response(),
+        Err(e) => app.public(e).into_response(),
     }
 }
 
@@ -648,7 +663,7 @@ fn stream_completions(
                         break;
                     }
                     JobEvent::Failed(err) => {
-                        let _ = tx.send(data_event(&err.body())).await;
+                        let _ = tx.send(data_event(&app.public(err).body())).await;
                         let _ = tx.send(Event::default().data("[DONE]")).await;
                         return;
                     }
@@ -744,7 +759,7 @@ async fn tokenize(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Bo
         Ok::<_, ApiError>(Json(body).into_response())
     }
     .await;
-    result.unwrap_or_else(|e| e.into_response())
+    result.unwrap_or_else(|e| app.public(e).into_response())
 }
 
 async fn detokenize(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
@@ -757,5 +772,5 @@ async fn detokenize(State(app): State<Arc<AppState>>, headers: HeaderMap, body: 
         Ok::<_, ApiError>(Json(json!({"prompt": text})).into_response())
     }
     .await;
-    result.unwrap_or_else(|e| e.into_response())
+    result.unwrap_or_else(|e| app.public(e).into_response())
 }

@@ -99,7 +99,7 @@ fn streaming_chat_matches_non_streaming() {
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
     let text: String =
         chunks.iter().filter_map(|c| c["choices"].get(0)?["delta"]["content"].as_str().map(str::to_string)).collect();
-    assert_eq!(text.trim(), whole["choices"][0]["message"]["content"].as_str().unwrap());
+    assert_eq!(text, whole["choices"][0]["message"]["content"].as_str().unwrap(), "the same text, untrimmed");
     let usage_chunk = chunks.last().unwrap();
     assert_eq!(usage_chunk["choices"], json!([]));
     assert_eq!(usage_chunk["usage"]["completion_tokens"], whole["usage"]["completion_tokens"]);
@@ -189,7 +189,8 @@ fn tool_calls_come_back_in_openai_shape() {
     let choice = &r["choices"][0];
     assert_eq!(choice["finish_reason"], "tool_calls");
     let msg = &choice["message"];
-    assert_eq!(msg["reasoning_content"], "Let me list the files.");
+    // Exactly the text before `</think>`, as the stream sends it.
+    assert_eq!(msg["reasoning_content"], "Let me list the files.\n");
     assert!(msg["content"].is_null(), "{msg}");
     let call = &msg["tool_calls"][0];
     assert_eq!(call["type"], "function");
@@ -204,7 +205,7 @@ fn tool_calls_come_back_in_openai_shape() {
         .iter()
         .filter_map(|c| c["choices"].get(0)?["delta"]["reasoning_content"].as_str().map(str::to_string))
         .collect();
-    assert_eq!(reasoning.trim(), "Let me list the files.");
+    assert_eq!(reasoning, msg["reasoning_content"].as_str().unwrap());
     let calls: Vec<&Value> = chunks.iter().filter_map(|c| c["choices"][0]["delta"].get("tool_calls")).collect();
     assert_eq!(calls.len(), 2);
     assert_eq!(calls[0][0]["index"], 0);
@@ -260,7 +261,8 @@ fn thinking_off_gives_plain_content_and_stop_strings_cut() {
     let body = json!({"messages": [{"role": "user", "content": "go"}], "stop": ["STOP"]});
     let (st, r) = post(&url, &body);
     assert_eq!(st, 200, "{r}");
-    assert_eq!(r["choices"][0]["message"]["content"], "alpha beta");
+    // The text before the stop string, exactly as the stream sends it (its space included).
+    assert_eq!(r["choices"][0]["message"]["content"], "alpha beta ");
     assert!(r["choices"][0]["message"].get("reasoning_content").is_none());
     assert_eq!(r["choices"][0]["finish_reason"], "stop");
     let mut streamed = body.clone();
