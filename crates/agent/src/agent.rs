@@ -5,7 +5,7 @@
 
 use crate::tools::{self, ToolBox, Truncation};
 use crate::trajectory::{ExitReason, Observation, Step, Trajectory, FORMAT};
-use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Sampling};
+use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Sampling, ToolCall};
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -95,6 +95,48 @@ pub const CUT_NOTICE: &str = "Your last reply was cut off";
 /// Notice appended to repeated identical actions.
 pub const REPEAT_NOTICE: &str = "[Notice: you made exactly the same call";
 
+/// What the loop reports while it works, in order, for a live display (`frognano solve`
+/// prints each to stderr). Everything here also ends up in the trajectory.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum AgentEvent<'a> {
+    /// Step `step` (counted from 0) begins: the model is asked.
+    Asking {
+        /// The step.
+        step: usize,
+    },
+    /// The model's reply of step `step`, before any of its tool calls runs.
+    Replied {
+        /// The step.
+        step: usize,
+        /// The assistant message (reasoning, text, tool calls).
+        message: &'a Message,
+        /// The reply was cut by the per-turn token limit (its calls will not run).
+        cut: bool,
+        /// How long the model took.
+        took: Duration,
+    },
+    /// A tool call about to run.
+    ToolCall {
+        /// The step.
+        step: usize,
+        /// The call.
+        call: &'a ToolCall,
+    },
+    /// A tool call's result, as the model will read it (notices of the drift guards are
+    /// added later, to the step's last observation).
+    Observation {
+        /// The step.
+        step: usize,
+        /// The tool that ran.
+        tool: &'a str,
+        /// What it returned.
+        observation: &'a str,
+        /// How long it ran.
+        took: Duration,
+    },
+}
+
 /// Runs the loop on `task` and returns the trajectory (its `output_patch` is left empty:
 /// the patch comes from the workspace, see [`crate::workspace`]). `checkpoint` is called
 /// with a partial trajectory after every step that ran tools.
@@ -105,6 +147,19 @@ pub fn run(
     config: &AgentConfig,
     cancel: &AtomicBool,
     checkpoint: &mut dyn FnMut(&Trajectory),
+) -> Trajectory {
+    run_with_events(llm, tools, task, config, cancel, checkpoint, &mut |_| {})
+}
+
+/// [`run`], telling `on_event` what happens as it happens ([`AgentEvent`]).
+pub fn run_with_events(
+    llm: &mut dyn Llm,
+    tools: &mut ToolBox,
+    task: &str,
+    config: &AgentConfig,
+    cancel: &AtomicBool,
+    checkpoint: &mut dyn FnMut(&Trajectory),
+    on_event: &mut dyn FnMut(AgentEvent<'_>),
 ) -> Trajectory {
     let started = Instant::now();
     if config.guards.head_tail_truncation {
@@ -121,6 +176,8 @@ pub fn run(
                 break 'run ExitReason::MaxTime;
             }
             t.n_steps += 1;
+            on_event(AgentEvent::Asking { step });
+            let asked = Instant::now();
             let reply = match query(llm, &t.messages, config) {
                 Ok(reply) => reply,
                 Err(LlmError::ContextOverflow(_)) => break 'run ExitReason::MaxContextLen,
@@ -135,6 +192,7 @@ pub fn run(
                 |u| u.prompt_tokens + u.completion_tokens,
             );
             let cut = reply.finish_reason == FinishReason::Length;
+            on_event(AgentEvent::Replied { step, message: &assistant, cut, took: asked.elapsed() });
             if cut && drift.may_send_cut_notice(config, &reply) {
                 assistant.tool_calls = None; // incomplete calls never run
                 t.messages.extend([assistant.clone(), cut_notice(config)]);
@@ -151,14 +209,15 @@ pub fn run(
                     true => ExitReason::MaxTokensPerTurn,
                 };
             }
-            let mut observations: Vec<Observation> = assistant
-                .calls()
-                .iter()
-                .map(|c| Observation {
-                    tool: c.function.name.clone(),
-                    observation: tools.execute(&c.function.name, &c.function.arguments),
-                })
-                .collect();
+            let mut observations: Vec<Observation> = Vec::with_capacity(assistant.calls().len());
+            for call in assistant.calls() {
+                on_event(AgentEvent::ToolCall { step, call });
+                let ran = Instant::now();
+                let observation = tools.execute(&call.function.name, &call.function.arguments);
+                let took = ran.elapsed();
+                on_event(AgentEvent::Observation { step, tool: &call.function.name, observation: &observation, took });
+                observations.push(Observation { tool: call.function.name.clone(), observation });
+            }
             drift.annotate(&mut observations, &assistant, config, step);
             let first_new = t.messages.len();
             for (call, obs) in assistant.calls().iter().zip(&observations) {

@@ -10,7 +10,7 @@
 //! the workspace and run; the output directory is created only once the model has answered
 //! at least once (an unreachable endpoint or a model that refuses tools fails before).
 
-use crate::agent::{self, AgentConfig, Guards};
+use crate::agent::{self, AgentConfig, AgentEvent, Guards};
 use crate::demo;
 use crate::replay::ReplayLlm;
 use crate::tools::ToolBox;
@@ -233,6 +233,16 @@ pub fn solve(args: &SolveConfig) -> anyhow::Result<SolveReport> {
 /// [`solve`], stopping before the next step once `cancel` is set (the trajectory is still
 /// written, with exit reason `cancelled` and no patch).
 pub fn solve_with_cancel(args: &SolveConfig, cancel: &AtomicBool) -> anyhow::Result<SolveReport> {
+    solve_with_events(args, cancel, &mut |_| {})
+}
+
+/// [`solve_with_cancel`], telling `on_event` what the agent does as it goes (each model
+/// reply, tool call and observation; see [`AgentEvent`]) — what `frognano solve` shows.
+pub fn solve_with_events(
+    args: &SolveConfig,
+    cancel: &AtomicBool,
+    on_event: &mut dyn FnMut(AgentEvent<'_>),
+) -> anyhow::Result<SolveReport> {
     // 1. Everything that can be checked without side effects.
     args.validate()?;
     let recorded = match &args.model {
@@ -322,7 +332,7 @@ pub fn solve_with_cancel(args: &SolveConfig, cancel: &AtomicBool) -> anyhow::Res
             let _ = t.save(&checkpoint_path);
         }
     };
-    let mut t = agent::run(llm.as_mut(), &mut tools, &task, &config, cancel, &mut checkpoint);
+    let mut t = agent::run_with_events(llm.as_mut(), &mut tools, &task, &config, cancel, &mut checkpoint, on_event);
     if t.exit_reason == ExitReason::LlmQueryError && t.steps.is_empty() {
         // Nothing happened: a setup problem (endpoint, model), not a run worth recording.
         bail!(

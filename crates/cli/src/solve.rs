@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::bail;
-use frognano_agent::agent::Guards;
+use frognano_agent::agent::{AgentEvent, Guards};
 use frognano_agent::solve::{changed_files, ModelChoice, SandboxLimits, SolveConfig, TaskInput};
 use frognano_protocol::Sampling;
 use frognano_sandbox::Isolation;
@@ -116,6 +116,10 @@ pub struct SolveArgs {
     /// Drift guard off: the remaining-steps notice near the end.
     #[arg(long)]
     pub no_steps_left: bool,
+    /// Do not show the agent's steps as it works (each model reply, tool call and a one-line
+    /// summary of its result, on stderr). stdout carries only the final summary either way.
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
 impl SolveArgs {
@@ -243,7 +247,15 @@ pub fn run(args: SolveArgs) -> anyhow::Result<()> {
         }
         eprintln!("\ncancelling after the current step; press Ctrl-C again to quit now");
     });
-    let report = frognano_agent::solve::solve_with_cancel(&config, &cancel)?;
+    let max_steps = config.max_steps;
+    let mut show = |event: AgentEvent<'_>| {
+        if let Some(text) = describe_event(&event, max_steps) {
+            eprintln!("{text}");
+        }
+    };
+    let mut silent = |_: AgentEvent<'_>| {};
+    let on_event: &mut dyn FnMut(AgentEvent<'_>) = if args.quiet { &mut silent } else { &mut show };
+    let report = frognano_agent::solve::solve_with_events(&config, &cancel, on_event)?;
     let t = &report.trajectory;
     println!("exit reason: {}", t.exit_reason.as_str());
     if let Some(e) = &t.error {
@@ -255,9 +267,144 @@ pub fn run(args: SolveArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Longest text shown for one call or observation in the live display.
+const SHOWN_CHARS: usize = 120;
+
+/// The live display's lines for `event`: the step and how long the model took, each tool
+/// call by its main argument, and a one-line summary of each result.
+pub fn describe_event(event: &AgentEvent<'_>, max_steps: usize) -> Option<String> {
+    Some(match event {
+        AgentEvent::Asking { step } => format!("step {}/{max_steps}: asking the model", step + 1),
+        AgentEvent::Replied { message, cut, took, .. } => {
+            let took = took.as_secs_f64();
+            let said = one_line(&message.text());
+            let calls = message.calls().len();
+            if *cut {
+                format!("  reply cut at the per-turn token limit ({took:.1} s)")
+            } else if calls == 0 {
+                format!("  final answer ({took:.1} s): {said}")
+            } else if said.is_empty() {
+                format!("  {calls} tool call{} ({took:.1} s)", if calls == 1 { "" } else { "s" })
+            } else {
+                format!("  {said} ({took:.1} s)")
+            }
+        }
+        AgentEvent::ToolCall { call, .. } => {
+            format!("  → {}: {}", call.function.name, call_summary(&call.function.arguments))
+        }
+        AgentEvent::Observation { tool, observation, took, .. } => {
+            let secs = took.as_secs_f64();
+            let took = if secs >= 1.0 { format!(" ({secs:.1} s)") } else { String::new() };
+            format!("  ← {}{took}", observation_summary(tool, observation))
+        }
+        _ => return None,
+    })
+}
+
+/// The first non-blank line of `text`, cut to [`SHOWN_CHARS`] (with `…` when there is more).
+fn one_line(text: &str) -> String {
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or("");
+    let more = lines.next().is_some();
+    let mut out: String = first.chars().take(SHOWN_CHARS).collect();
+    if more || first.chars().count() > SHOWN_CHARS {
+        out.push('…');
+    }
+    out
+}
+
+/// A call by its main argument (the command, the file or the pattern), else its arguments.
+fn call_summary(arguments: &str) -> String {
+    let parsed: Option<serde_json::Map<String, serde_json::Value>> = serde_json::from_str(arguments).ok();
+    let main = parsed.as_ref().and_then(|args| {
+        ["command", "file_path", "pattern", "path"].iter().find_map(|k| args.get(*k)?.as_str().map(str::to_string))
+    });
+    one_line(&main.unwrap_or_else(|| arguments.to_string()))
+}
+
+/// One line for a tool's result: a Bash result by its exit code and last line of output,
+/// anything else by its first line and how many lines follow.
+fn observation_summary(tool: &str, text: &str) -> String {
+    if tool == "Bash" {
+        if let Some(rest) = text.strip_prefix("Exit code: ") {
+            let code = rest.lines().next().unwrap_or("").trim();
+            let last = text
+                .lines()
+                .skip(1)
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && *l != "STDOUT:" && *l != "STDERR:")
+                .last()
+                .map(one_line);
+            return match last {
+                Some(l) => format!("exit {code}: {l}"),
+                None => format!("exit {code}, no output"),
+            };
+        }
+    }
+    let lines = text.lines().count();
+    match lines {
+        0 => "(empty)".to_string(),
+        1 => one_line(text),
+        n => format!("{} (+{} lines)", one_line(text.lines().find(|l| !l.trim().is_empty()).unwrap_or("")), n - 1),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_live_display_shows_calls_by_their_main_argument_and_results_in_one_line() {
+        use frognano_protocol::{Message, ToolCall};
+        use std::time::Duration;
+        let call = ToolCall::new("Bash", r#"{"command":"python3 -m unittest test_stats 2>&1 | tail -3","timeout":30}"#);
+        let shown = describe_event(&AgentEvent::ToolCall { step: 1, call: &call }, 100).unwrap();
+        assert_eq!(shown, "  → Bash: python3 -m unittest test_stats 2>&1 | tail -3");
+        let read = ToolCall::new("Read", r#"{"file_path":"stats.py","limit":5}"#);
+        assert_eq!(describe_event(&AgentEvent::ToolCall { step: 0, call: &read }, 100).unwrap(), "  → Read: stats.py");
+        let odd = ToolCall::new("Custom", r#"{"x":1}"#);
+        assert_eq!(
+            describe_event(&AgentEvent::ToolCall { step: 0, call: &odd }, 100).unwrap(),
+            r#"  → Custom: {"x":1}"#
+        );
+        let long = ToolCall::new("Bash", serde_json::json!({"command": "x".repeat(300)}).to_string());
+        let shown = describe_event(&AgentEvent::ToolCall { step: 0, call: &long }, 100).unwrap();
+        assert_eq!(shown.chars().count(), "  → Bash: ".chars().count() + SHOWN_CHARS + 1);
+        assert!(shown.ends_with('…'));
+
+        let observe = |tool: &str, text: &str| {
+            describe_event(
+                &AgentEvent::Observation { step: 0, tool, observation: text, took: Duration::from_millis(20) },
+                100,
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            observe("Bash", "Exit code: 1\nSTDOUT:\nRan 4 tests in 0.003s\n\nFAILED (failures=1)\n\nSTDERR:\n"),
+            "  ← exit 1: FAILED (failures=1)"
+        );
+        assert_eq!(observe("Bash", "Exit code: 0\nSTDOUT:\n\nSTDERR:\n"), "  ← exit 0, no output");
+        assert_eq!(observe("Read", "stats.py\n1. import os\n2. \n"), "  ← stats.py (+2 lines)");
+        assert_eq!(observe("Edit", "Edited stats.py (1 replacement)."), "  ← Edited stats.py (1 replacement).");
+        let slow = AgentEvent::Observation {
+            step: 0,
+            tool: "Bash",
+            observation: "Exit code: 0\nSTDOUT:\nok\n",
+            took: Duration::from_secs(3),
+        };
+        assert_eq!(describe_event(&slow, 100).unwrap(), "  ← exit 0: ok (3.0 s)");
+
+        assert_eq!(describe_event(&AgentEvent::Asking { step: 0 }, 100).unwrap(), "step 1/100: asking the model");
+        let took = Duration::from_millis(2500);
+        let answer = Message::assistant("Fixed median().\nAll tests pass.");
+        let replied = AgentEvent::Replied { step: 4, message: &answer, cut: false, took };
+        assert_eq!(describe_event(&replied, 100).unwrap(), "  final answer (2.5 s): Fixed median().…");
+        let calls = Message::assistant_reply(None, None, vec![call.clone(), read.clone()]);
+        let replied = AgentEvent::Replied { step: 0, message: &calls, cut: false, took };
+        assert_eq!(describe_event(&replied, 100).unwrap(), "  2 tool calls (2.5 s)");
+        let cut = AgentEvent::Replied { step: 0, message: &answer, cut: true, took };
+        assert_eq!(describe_event(&cut, 100).unwrap(), "  reply cut at the per-turn token limit (2.5 s)");
+    }
 
     #[test]
     fn sizes_parse_with_binary_units_and_bad_ones_are_named() {

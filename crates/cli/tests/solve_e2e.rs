@@ -110,3 +110,50 @@ fn no_sandbox_says_what_it_gives_up_and_still_works() {
     let patch = std::fs::read_to_string(out.join("patch.diff")).unwrap();
     assert!(patch.contains("+    if len(ordered) % 2 == 0:"), "{patch}");
 }
+
+/// A newcomer sees the agent work: each step, tool call and a one-line result on stderr as
+/// the run goes, while stdout keeps only the final summary; `--quiet` turns the display off.
+#[test]
+fn solve_shows_each_tool_call_and_its_result_as_it_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let replay = root().join("crates/agent/demo/fix-median.trajectory.json");
+    let run = |out: &str, extra: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_frognano"))
+            .args(["solve", "--demo", "--replay", replay.to_str().unwrap(), "--output"])
+            .arg(dir.path().join(out))
+            .args(extra)
+            .current_dir(root())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "solve failed: {}", String::from_utf8_lossy(&o.stderr));
+        (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (stdout, stderr) = run("shown", &[]);
+    // The recorded run: Read, run the tests (one fails), Edit, run them again (OK), answer.
+    let expected = [
+        "step 1/100: asking the model",
+        "  → Read: stats.py",
+        "  ← stats.py (+",
+        "step 2/100: asking the model",
+        "  → Bash: python3 -m unittest test_stats 2>&1 | tail -5",
+        "  ← exit 0: FAILED (failures=1)",
+        "  → Edit: stats.py",
+        "  ← Edited stats.py (1 replacement).",
+        "  ← exit 0: OK",
+        "step 5/100: asking the model",
+        "  final answer (",
+    ];
+    let mut at = 0;
+    for line in expected {
+        let found = stderr[at..].find(line).unwrap_or_else(|| panic!("{line:?} missing (in order) from:\n{stderr}"));
+        at += found + line.len();
+    }
+    for line in ["→", "←", "asking the model"] {
+        assert!(!stdout.contains(line), "the live display went to stdout:\n{stdout}");
+    }
+    assert!(stdout.contains("exit reason: agent"), "{stdout}");
+
+    let (quiet_out, quiet_err) = run("quiet", &["--quiet"]);
+    assert!(!quiet_err.contains("→") && !quiet_err.contains("asking the model"), "--quiet still shows:\n{quiet_err}");
+    assert_eq!(quiet_out.lines().next(), stdout.lines().next());
+}
