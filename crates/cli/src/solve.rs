@@ -278,15 +278,18 @@ pub fn describe_event(event: &AgentEvent<'_>, max_steps: usize) -> Option<String
         AgentEvent::Replied { message, cut, took, .. } => {
             let took = took.as_secs_f64();
             let said = one_line(&message.text());
+            let thought = message.reasoning_content.as_deref().map(one_line).unwrap_or_default();
             let calls = message.calls().len();
             if *cut {
                 format!("  reply cut at the per-turn token limit ({took:.1} s)")
             } else if calls == 0 {
                 format!("  final answer ({took:.1} s): {said}")
-            } else if said.is_empty() {
-                format!("  {calls} tool call{} ({took:.1} s)", if calls == 1 { "" } else { "s" })
-            } else {
+            } else if !said.is_empty() {
                 format!("  {said} ({took:.1} s)")
+            } else if !thought.is_empty() {
+                format!("  thinking: {thought} ({took:.1} s)")
+            } else {
+                format!("  {calls} tool call{} ({took:.1} s)", if calls == 1 { "" } else { "s" })
             }
         }
         AgentEvent::ToolCall { call, .. } => {
@@ -402,6 +405,9 @@ mod tests {
         let calls = Message::assistant_reply(None, None, vec![call.clone(), read.clone()]);
         let replied = AgentEvent::Replied { step: 0, message: &calls, cut: false, took };
         assert_eq!(describe_event(&replied, 100).unwrap(), "  2 tool calls (2.5 s)");
+        let thinking = Message::assistant_reply(None, Some("\nThe test fails on even lengths.\n".into()), vec![call]);
+        let replied = AgentEvent::Replied { step: 0, message: &thinking, cut: false, took };
+        assert_eq!(describe_event(&replied, 100).unwrap(), "  thinking: The test fails on even lengths. (2.5 s)");
         let cut = AgentEvent::Replied { step: 0, message: &answer, cut: true, took };
         assert_eq!(describe_event(&cut, 100).unwrap(), "  reply cut at the per-turn token limit (2.5 s)");
     }
