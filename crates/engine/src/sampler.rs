@@ -3,6 +3,8 @@
 
 use rand::{Rng, SeedableRng};
 
+use crate::constraint::TokenMask;
+
 /// How to pick tokens. `temperature == 0` is greedy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplingParams {
@@ -84,6 +86,19 @@ impl Sampler {
     /// Picks the next token from `logits`; `history` is every token so far (prompt and
     /// output), for the repetition penalty; `top_n` alternatives are reported.
     pub fn sample(&mut self, logits: &[f32], history: &[u32], top_n: usize) -> TokenChoice {
+        self.sample_masked(logits, history, top_n, None)
+    }
+
+    /// [`sample`](Self::sample) among the tokens `mask` allows (a grammar's, see
+    /// [`crate::constraint`]): disallowed logits become −∞ before temperature, top-k, top-p
+    /// and min-p. The reported log-probabilities stay the model's own.
+    pub fn sample_masked(
+        &mut self,
+        logits: &[f32],
+        history: &[u32],
+        top_n: usize,
+        mask: Option<&TokenMask>,
+    ) -> TokenChoice {
         let logprobs = log_softmax(logits);
         let p = &self.params;
         let mut l = logits.to_vec();
@@ -99,6 +114,9 @@ impl Sampler {
                     *v = if *v > 0.0 { *v / p.repetition_penalty } else { *v * p.repetition_penalty };
                 }
             }
+        }
+        if let Some(mask) = mask {
+            mask.apply(&mut l);
         }
         let id = if p.temperature == 0.0 { argmax(&l) } else { self.draw(&l) };
         TokenChoice { id, logprob: logprobs[id as usize], top: top_n_of(&logprobs, top_n) }

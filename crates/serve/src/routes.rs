@@ -383,6 +383,7 @@ async fn chat_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> Resul
             stop_strings: stops,
             logprobs: want_logprobs.then_some(top as usize),
             events: tx,
+            constraint: None,
         },
     )?;
     let id = app.response_id("chatcmpl");
@@ -577,6 +578,7 @@ async fn completions_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -
                 stop_strings: stops.clone(),
                 logprobs: top.map(|k| k as usize),
                 events: tx,
+                constraint: None,
             },
         )?;
         receivers.push(rx);
