@@ -88,13 +88,14 @@ fn parse_json_schema(value: Option<&Value>) -> Result<ResponseFormat, ApiError> 
             ))
         }
     };
-    let name_ok = !name.is_empty()
-        && name.len() <= 64
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    let name_ok =
+        !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if !name_ok {
         return Err(ApiError::invalid_param(
             "response_format.json_schema.name",
-            format!("response_format.json_schema.name {name:?} is invalid: use 1-64 letters, digits, underscores or dashes"),
+            format!(
+                "response_format.json_schema.name {name:?} is invalid: use 1-64 letters, digits, underscores or dashes"
+            ),
         ));
     }
     if let Some(strict) = obj.get("strict") {
@@ -195,8 +196,14 @@ mod tests {
             (json!({"type": "json_schema"}), "response_format.json_schema"),
             (json!({"type": "json_schema", "json_schema": {"schema": {}}}), "response_format.json_schema.name"),
             (json!({"type": "json_schema", "json_schema": {"name": "a b"}}), "response_format.json_schema.name"),
-            (json!({"type": "json_schema", "json_schema": {"name": "a", "schema": 3}}), "response_format.json_schema.schema"),
-            (json!({"type": "json_schema", "json_schema": {"name": "a", "strict": "yes"}}), "response_format.json_schema.strict"),
+            (
+                json!({"type": "json_schema", "json_schema": {"name": "a", "schema": 3}}),
+                "response_format.json_schema.schema",
+            ),
+            (
+                json!({"type": "json_schema", "json_schema": {"name": "a", "strict": "yes"}}),
+                "response_format.json_schema.strict",
+            ),
         ];
         for (value, param) in cases {
             let e = parse_response_format(Some(&value)).unwrap_err();
@@ -211,8 +218,9 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("response_format"));
         assert!(reply_grammar(&ResponseFormat::Text, &ToolChoice::Auto, "hermes", &tools, false).unwrap().is_none());
-        let (_, param) =
-            reply_grammar(&ResponseFormat::Text, &ToolChoice::Required(None), "hermes", &tools, false).unwrap().unwrap();
+        let (_, param) = reply_grammar(&ResponseFormat::Text, &ToolChoice::Required(None), "hermes", &tools, false)
+            .unwrap()
+            .unwrap();
         assert_eq!(param, "tool_choice");
     }
 }
