@@ -48,7 +48,7 @@ impl LoadedModel {
     /// Whether this is a Qwen3.5-family model (FrogNano's own): it writes the Qwen XML tool
     /// calls it was trained on, so callers need not force them with a grammar.
     pub fn is_qwen35(&self) -> bool {
-        matches!(self.architecture.as_str(), "qwen35" | "qwen3_5" | "qwen3_5_text")
+        is_qwen35_architecture(&self.architecture)
     }
 
     /// The tokenizer, or an error saying the checkpoint lacks one.
@@ -67,6 +67,12 @@ impl LoadedModel {
             .as_ref()
             .ok_or_else(|| ModelError::format(&self.path, "this checkpoint has no chat template"))
     }
+}
+
+/// Whether an architecture name ([`LoadedModel::architecture`]) is Qwen3.5's: GGUF `qwen35`
+/// or `config.json`'s `qwen3_5` / `qwen3_5_text`.
+pub fn is_qwen35_architecture(name: &str) -> bool {
+    matches!(name, "qwen35" | "qwen3_5" | "qwen3_5_text")
 }
 
 /// Resolves `spec` (folder or hub id) to a folder on disk.
