@@ -1,5 +1,6 @@
 //! Grammar-constrained decoding with [llguidance]: a reply that must match a JSON schema, be
 //! any JSON object, or follow a Lark grammar (the tool-call grammars of [`crate::tool_grammar`]).
+//! docs/structured.md §2 describes it for users.
 //!
 //! Three layers, from the model outwards:
 //!

@@ -3,7 +3,7 @@
 //! A reply made under one of these grammars always parses into calls of the offered tools,
 //! with arguments typed by each tool's JSON schema.
 //!
-//! Formats, by their codec name:
+//! Formats, by their codec name (docs/structured.md §3):
 //!
 //! - `qwen_xml` (Qwen3.5, FrogNano): `<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n
 //!   </parameter>\n…</function>\n</tool_call>`. Parameters in the schema's order, each

@@ -12,7 +12,7 @@
 //!   format, arguments under each tool's `parameters` schema
 //!   (`frognano_engine::tool_grammar`).
 //!
-//! `tool_choice: "auto"` and `"none"` constrain nothing. A request asking for both a JSON
+//! `tool_choice: "auto"` and `"none"` constrain nothing (docs/structured.md §1, §5). A request asking for both a JSON
 //! `response_format` and a forced tool call is refused: one reply cannot be both.
 
 use frognano_engine::tool_grammar::{tool_call_grammar, CallRule};
