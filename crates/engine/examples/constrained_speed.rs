@@ -50,7 +50,7 @@ fn main() -> anyhow::Result<()> {
         top_logprobs: 0,
     };
     // Tokens/s of the decode: from the first token (sampled after the prefill) to the last.
-    let mut decode = |session: &mut Session, req: &GenerateRequest, constrained: bool| -> anyhow::Result<_> {
+    let decode = |session: &mut Session, req: &GenerateRequest, constrained: bool| -> anyhow::Result<_> {
         session.reset(); // the same prefill every run
         let mut first = None;
         let constraint = constrained.then(|| grammar.start());

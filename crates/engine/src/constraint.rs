@@ -129,7 +129,7 @@ impl ConstraintFactory {
     /// The factory for a model whose output head has `vocab_size` rows, whose tokens are
     /// `tokenizer`'s, and whose turns end with `eos_ids` (allowed where a grammar may end).
     pub fn new(tokenizer: Arc<Tokenizer>, vocab_size: usize, eos_ids: &[u32]) -> Result<Self, ConstraintError> {
-        let unsupported = |m: String| ConstraintError::Unsupported(m);
+        let unsupported = ConstraintError::Unsupported;
         if eos_ids.is_empty() {
             return Err(unsupported("the model declares no end-of-sequence token".into()));
         }

@@ -59,7 +59,7 @@ pub fn tool_call_grammar(
     rule: &CallRule,
     thinking_prompted: bool,
 ) -> Result<Grammar, ConstraintError> {
-    let bad = |m: String| ConstraintError::Grammar(m);
+    let bad = ConstraintError::Grammar;
     let mut parsed = Vec::with_capacity(tools.len());
     for (i, tool) in tools.iter().enumerate() {
         let function = tool.get("function").unwrap_or(tool);
