@@ -9,6 +9,9 @@ Run by crates/serve/tests/openai_sdk.rs, which starts two servers in-process:
 Then presence_penalty / frequency_penalty / logit_bias and a base URL without /v1 on the plain
 server, and the tool server's reply sent back verbatim (`model_dump()`, content None) plus
 list-of-parts content for every role, on the plain server's string-only ChatML template.
+Structured outputs run on the plain server: its random weights write valid JSON and calls
+only because the grammar allows nothing else (`parse()` with a pydantic model, json_object,
+tool_choice required and named).
 Exits non-zero on the first failed check; prints one `ok:` line per check.
 """
 
@@ -18,7 +21,10 @@ import sys
 import urllib.error
 import urllib.request
 
+import typing
+
 import openai
+import pydantic
 
 BASH = {
     "type": "function",
@@ -253,12 +259,69 @@ def tool_checks(url):
           f"{r2.usage.prompt_tokens_details.cached_tokens}/{r2.usage.prompt_tokens} tokens)")
 
 
+class Person(pydantic.BaseModel):
+    """What `parse()` must fill in: bounded strings and integers, so even random weights end."""
+
+    name: str = pydantic.Field(max_length=12)
+    color: typing.Literal["red", "green", "blue"]
+    age: int = pydantic.Field(ge=0, le=120)
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 16}, "unit": {"enum": ["c", "f"]}},
+            "required": ["city", "unit"],
+        },
+    },
+}
+
+
+def structured_checks(url):
+    c = openai.OpenAI(base_url=url + "/v1", api_key="not-needed", max_retries=0)
+    msgs = [{"role": "user", "content": "Invent a person."}]
+    for seed in range(3):
+        r = c.chat.completions.parse(model=MODEL, messages=msgs, response_format=Person, temperature=1.0,
+                                     seed=seed, max_tokens=300)
+        p = r.choices[0].message.parsed
+        check(isinstance(p, Person), f"parse() gave {r.choices[0].message}")
+        check(r.choices[0].finish_reason == "stop", r.choices[0].finish_reason)
+    print(f"ok: chat.completions.parse with a pydantic model (last: {p!r})")
+
+    r = c.chat.completions.create(model=MODEL, messages=msgs, response_format={"type": "json_object"},
+                                  temperature=0, max_tokens=300)
+    if r.choices[0].finish_reason == "stop":
+        check(isinstance(json.loads(r.choices[0].message.content), dict), r.choices[0].message.content)
+    else:  # any object's strings are unbounded: a random model may still be inside one
+        check(r.choices[0].finish_reason == "length", r.choices[0].finish_reason)
+    print(f"ok: response_format json_object ({r.choices[0].finish_reason})")
+
+    tools = [BASH, WEATHER]
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    r = c.chat.completions.create(model=MODEL, messages=msgs, tools=tools, tool_choice=named, temperature=1.0,
+                                  seed=3, max_tokens=300)
+    check(r.choices[0].finish_reason == "tool_calls", r.choices[0].finish_reason)
+    call = r.choices[0].message.tool_calls[0]
+    args = json.loads(call.function.arguments)
+    check(call.function.name == "get_weather" and args["unit"] in ("c", "f"), f"{call}")
+    print(f"ok: tool_choice named -> {call.function.name}({call.function.arguments})")
+
+    expect_error(openai.BadRequestError,
+                 lambda: c.chat.completions.create(model=MODEL, messages=msgs, response_format={
+                     "type": "json_schema", "json_schema": {"name": "X", "schema": {"type": "frog"}}}),
+                 "response_format.json_schema.schema", "unenforceable schema")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--plain", required=True)
     ap.add_argument("--tool", required=True)
     a = ap.parse_args()
     plain_checks(a.plain.rstrip("/"))
+    structured_checks(a.plain.rstrip("/"))
     tool_checks(a.tool.rstrip("/"))
     echo_checks(a.tool.rstrip("/"), a.plain.rstrip("/"))
     print(f"all checks passed (openai {openai.__version__})")

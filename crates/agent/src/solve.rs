@@ -105,6 +105,10 @@ pub struct SolveConfig {
     pub request_timeout: Duration,
     /// The drift guards.
     pub guards: Guards,
+    /// Sample the in-process model's replies under a grammar of the tool calls, so a
+    /// malformed call cannot be produced (`--constrain-tools` / `--no-constrain-tools`).
+    /// `None`: on unless the model is Qwen3.5/FrogNano, which writes its calls as trained.
+    pub constrain_tools: Option<bool>,
 }
 
 impl SolveConfig {
@@ -129,6 +133,7 @@ impl SolveConfig {
             sampling: Sampling::default(),
             request_timeout: Duration::from_secs(600),
             guards: Guards::default(),
+            constrain_tools: None,
         }
     }
 
@@ -154,6 +159,9 @@ impl SolveConfig {
         }
         if self.request_timeout.is_zero() {
             bail!("--request-timeout must be at least 1 second, got 0");
+        }
+        if self.constrain_tools == Some(true) && !matches!(self.model, ModelChoice::InProcess(_)) {
+            bail!("--constrain-tools needs a model run in this process (not --endpoint or --replay)");
         }
         Ok(())
     }
@@ -253,13 +261,16 @@ pub fn solve_with_events(
     // leaves no half-made output behind.
     let in_process = if let ModelChoice::InProcess(model) = &args.model {
         let spec = model.clone().unwrap_or_else(|| frognano_model::load::DEMO_MODEL.to_string());
-        Some(EngineLlm::load(&spec).with_context(|| {
+        let llm = EngineLlm::load(&spec).with_context(|| {
             format!(
                 "no model to ask: loading {spec} in this process failed (fetch the demo model with \
                  scripts/fetch-demo-model.sh, pass --model MODEL, or --endpoint URL --model NAME, \
                  or --replay TRAJECTORY.json)"
             )
-        })?)
+        })?;
+        // Grammar-constrained tool calls: on by default except for Qwen3.5/FrogNano models.
+        let constrain = args.constrain_tools.unwrap_or(!llm.is_qwen35());
+        Some(if constrain { llm.constrain_tools() } else { llm })
     } else {
         None
     };

@@ -120,6 +120,14 @@ pub struct SolveArgs {
     /// summary of its result, on stderr). stdout carries only the final summary either way.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Sample the in-process model's replies under a grammar of the tool calls: free text, or
+    /// calls of the offered tools with arguments under their schemas, so a malformed call
+    /// cannot be produced. Default: on, unless the model is Qwen3.5/FrogNano.
+    #[arg(long, conflicts_with = "no_constrain_tools")]
+    pub constrain_tools: bool,
+    /// Turn grammar-constrained tool calls off (see --constrain-tools).
+    #[arg(long)]
+    pub no_constrain_tools: bool,
 }
 
 impl SolveArgs {
@@ -229,6 +237,11 @@ impl SolveArgs {
             },
             request_timeout: Duration::from_secs(self.request_timeout),
             guards: self.guards(),
+            constrain_tools: match (self.constrain_tools, self.no_constrain_tools) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            },
         })
     }
 }

@@ -9,12 +9,20 @@
 //! [`EngineLlm`], the in-process implementation of `frognano_protocol::Llm` (chat template
 //! in, tool calls out through the protocol's codec; one session across a whole
 //! conversation; optional token-level recording of each turn for RL, [`TurnRecord`]).
+//! [`constraint`] and [`tool_grammar`]: grammar-constrained decoding with llguidance (JSON
+//! schemas, any JSON object, Lark grammars, tool calls in a model's own format), its masks
+//! computed on a helper thread while the forward pass runs.
 
+pub mod constraint;
 pub mod llm;
 pub mod sampler;
 pub mod scheduler;
 pub mod session;
+pub mod tool_grammar;
 
+pub use constraint::{
+    CompiledGrammar, Constraint, ConstraintError, ConstraintFactory, ConstraintStats, Grammar, LazyConstraints,
+};
 pub use llm::{ChatParts, EngineLlm, TurnRecord};
 
 pub use sampler::{SamplingParams, TokenChoice};

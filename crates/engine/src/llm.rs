@@ -6,6 +6,12 @@
 //! rendered with the model's chat template, and the reply text is split into reasoning,
 //! content and tool calls by the protocol's Qwen XML codec ([`QwenXml`]).
 //!
+//! **Constrained tool calls** (opt-in, [`EngineLlm::constrain_tools`]): every reply to a
+//! request with tools is sampled under a grammar ([`crate::tool_grammar`], `CallRule::Optional`)
+//! in the tool-call format the reply is parsed with: free text, or text then calls of the
+//! offered tools with arguments under their schemas, so a malformed call cannot be written.
+//! The grammar is compiled once per tool list and reused every turn.
+//!
 //! **Recording** (opt-in, [`EngineLlm::recording`]): for RL rollouts every assistant turn is
 //! kept as a [`TurnRecord`] — the prompt token ids, the sampled ids (the closing end-of-turn
 //! token included) and one sampling logprob per sampled token (the engine's log-softmax of
@@ -34,9 +40,11 @@ use frognano_protocol::codec::{QwenXml, ToolCallFormat};
 use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Usage};
 use serde_json::Value;
 
+use crate::constraint::{CompiledGrammar, Constraint, LazyConstraints};
 use crate::sampler::SamplingParams;
 use crate::scheduler::Scheduler;
 use crate::session::{EngineError, FinishReason as EngineFinish, GenerateRequest, Generation, Session};
+use crate::tool_grammar::{tool_call_grammar, CallRule};
 
 /// One assistant turn as the engine ran it (recording mode).
 #[derive(Debug, Clone, PartialEq)]
@@ -107,20 +115,71 @@ pub struct EngineLlm {
     chat: ChatParts,
     max_context: usize,
     recorder: Option<Recorder>,
+    /// The checkpoint's architecture (`qwen35`, `llama`, …), when loaded by [`EngineLlm::load`].
+    architecture: Option<String>,
+    /// Tool calls constrained by a grammar ([`EngineLlm::constrain_tools`]): the factory, and
+    /// the grammar of the last tool list (with its key) so each turn reuses it.
+    tool_constraint: Option<ToolConstraint>,
+}
+
+/// What [`EngineLlm::constrain_tools`] keeps between turns.
+struct ToolConstraint {
+    constraints: LazyConstraints,
+    /// (the tools as JSON text, thinking prompted) → their compiled grammar.
+    last: Option<((String, bool), CompiledGrammar)>,
 }
 
 impl EngineLlm {
     /// Loads `spec` (checkpoint folder, `.gguf` file or cached hub id). The model must have a
     /// tokenizer and a chat template.
     pub fn load(spec: &str) -> anyhow::Result<Self> {
-        let (model, chat) = ChatParts::split(frognano_model::load(spec)?)?;
-        Ok(Self::from_parts(spec, model, chat))
+        let loaded = frognano_model::load(spec)?;
+        let architecture = loaded.architecture.clone();
+        let (model, chat) = ChatParts::split(loaded)?;
+        let mut llm = Self::from_parts(spec, model, chat);
+        llm.architecture = Some(architecture);
+        Ok(llm)
+    }
+
+    /// The checkpoint's architecture as it names it (GGUF `general.architecture` or
+    /// `config.json`'s `model_type`), when loaded by [`EngineLlm::load`].
+    pub fn architecture(&self) -> Option<&str> {
+        self.architecture.as_deref()
+    }
+
+    /// Samples every reply to a request with tools under a grammar of the tool calls (see
+    /// the module docs), so a malformed call cannot be produced. The grammar's token masks
+    /// are computed on a helper thread while the model runs. Not for RL recording: masked
+    /// tokens are not drawn from the model's own distribution.
+    pub fn constrain_tools(mut self) -> Self {
+        let vocab = self.runner.model().vocab_size();
+        let constraints = LazyConstraints::new(Arc::clone(&self.chat.tokenizer), vocab, self.chat.eos_ids.clone());
+        self.tool_constraint = Some(ToolConstraint { constraints, last: None });
+        self
+    }
+
+    /// Whether the model is a Qwen3.5-family one (FrogNano's), by its architecture.
+    pub fn is_qwen35(&self) -> bool {
+        self.architecture.as_deref().is_some_and(frognano_model::load::is_qwen35_architecture)
+    }
+
+    /// Whether tool calls are constrained ([`EngineLlm::constrain_tools`]).
+    pub fn constrains_tools(&self) -> bool {
+        self.tool_constraint.is_some()
     }
 
     /// An engine with a session of its own over an already-loaded model. Recording is off.
     pub fn from_parts(name: impl Into<String>, model: Arc<dyn CausalLm>, chat: ChatParts) -> Self {
         let max_context = model.max_context();
-        EngineLlm { name: name.into(), runner: Runner::Own(Session::new(model)), chat, max_context, recorder: None }
+        EngineLlm {
+            name: name.into(),
+            runner: Runner::Own(Session::new(model)),
+            chat,
+            max_context,
+            recorder: None,
+            architecture: None,
+            tool_constraint: None,
+        }
     }
 
     /// An engine whose generations run on a shared [`Scheduler`] (the HTTP server's, or one
@@ -129,7 +188,15 @@ impl EngineLlm {
     /// state. The scheduler routes each turn back to the session holding the conversation.
     pub fn on_scheduler(name: impl Into<String>, scheduler: Arc<Scheduler>, chat: ChatParts) -> Self {
         let max_context = scheduler.model().max_context();
-        EngineLlm { name: name.into(), runner: Runner::Shared(scheduler), chat, max_context, recorder: None }
+        EngineLlm {
+            name: name.into(),
+            runner: Runner::Shared(scheduler),
+            chat,
+            max_context,
+            recorder: None,
+            architecture: None,
+            tool_constraint: None,
+        }
     }
 
     /// Caps the context at `max_context` tokens (never above the model's own limit).
@@ -189,6 +256,30 @@ impl EngineLlm {
             .template
             .render(&messages, tools, add_generation_prompt, Some(&kwargs))
             .map_err(|e| LlmError::Other(format!("chat template: {e}")))
+    }
+
+    /// The tool-call constraint for this turn, when tools are constrained and offered: a new
+    /// reply's state of the tools' grammar, compiled on the first turn with these tools.
+    fn tool_constraint(
+        &mut self,
+        request: &ChatRequest<'_>,
+        thinking_prompted: bool,
+    ) -> Result<Option<Constraint>, LlmError> {
+        let Some(tc) = &mut self.tool_constraint else { return Ok(None) };
+        if request.tools.is_empty() {
+            return Ok(None);
+        }
+        let key = (Value::Array(request.tools.to_vec()).to_string(), thinking_prompted);
+        if tc.last.as_ref().is_none_or(|(k, _)| *k != key) {
+            // The grammar is written in the format the reply is parsed with (below).
+            let grammar = tool_call_grammar(QwenXml.name(), request.tools, &CallRule::Optional, thinking_prompted)
+                .and_then(|g| tc.constraints.compile(&g))
+                .map_err(|e| {
+                    LlmError::Other(format!("constrained tool calls: {e} (run without constraining tool calls)"))
+                })?;
+            tc.last = Some((key, grammar));
+        }
+        Ok(tc.last.as_ref().map(|(_, g)| g.start()))
     }
 
     fn render(&self, request: &ChatRequest<'_>) -> Result<String, LlmError> {
@@ -278,7 +369,12 @@ impl Llm for EngineLlm {
             stop_ids: self.chat.eos_ids.clone(),
             top_logprobs: 0,
         };
-        let g = self.runner.generate(prompt.clone(), &req).map_err(|e| LlmError::Other(format!("generation: {e}")))?;
+        let thinking_prompted = prompt_text.trim_end_matches('\n').ends_with("<think>");
+        let constraint = self.tool_constraint(request, thinking_prompted)?;
+        let g = self
+            .runner
+            .generate(prompt.clone(), &req, constraint)
+            .map_err(|e| LlmError::Other(format!("generation: {e}")))?;
         if let Some(rec) = &mut self.recorder {
             let sampled_ids: Vec<u32> = g.tokens.iter().map(|t| t.id).collect();
             let stopped = g.finish == EngineFinish::Stop;
@@ -297,7 +393,6 @@ impl Llm for EngineLlm {
         let ids: Vec<u32> = g.tokens.iter().map(|t| t.id).filter(|id| !self.chat.eos_ids.contains(id)).collect();
         let raw = self.chat.tokenizer.decode(&ids, true).map_err(|e| LlmError::Other(format!("detokenize: {e}")))?;
         let usage = Some(Usage { prompt_tokens: g.prompt_tokens as u64, completion_tokens: g.tokens.len() as u64 });
-        let thinking_prompted = prompt_text.trim_end_matches('\n').ends_with("<think>");
         if matches!(g.finish, EngineFinish::Length | EngineFinish::ContextFull) {
             // A cut reply is not parsed: the loop tells the model and asks for less.
             return Ok(Completion { message: Message::assistant(raw), finish_reason: FinishReason::Length, usage });
@@ -315,7 +410,10 @@ impl Llm for EngineLlm {
     }
 
     fn describe(&self) -> String {
-        format!("{} (in process)", self.name)
+        match self.tool_constraint {
+            Some(_) => format!("{} (in process, tool calls constrained by a grammar)", self.name),
+            None => format!("{} (in process)", self.name),
+        }
     }
 }
 
@@ -335,10 +433,15 @@ impl Runner {
         }
     }
 
-    fn generate(&mut self, prompt: Vec<u32>, req: &GenerateRequest) -> Result<Generation, EngineError> {
+    fn generate(
+        &mut self,
+        prompt: Vec<u32>,
+        req: &GenerateRequest,
+        constraint: Option<Constraint>,
+    ) -> Result<Generation, EngineError> {
         match self {
-            Runner::Own(s) => s.generate(&prompt, req, |_| ControlFlow::Continue(())),
-            Runner::Shared(s) => s.generate(prompt, req.clone(), |_| ControlFlow::Continue(())),
+            Runner::Own(s) => s.generate_constrained(&prompt, req, constraint, |_| ControlFlow::Continue(())),
+            Runner::Shared(s) => s.generate_constrained(prompt, req.clone(), constraint, |_| ControlFlow::Continue(())),
         }
     }
 }

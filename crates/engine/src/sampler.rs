@@ -6,6 +6,8 @@ use std::collections::HashMap;
 
 use rand::{Rng, SeedableRng};
 
+use crate::constraint::TokenMask;
+
 /// How to pick tokens. `temperature == 0` is greedy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplingParams {
@@ -159,8 +161,25 @@ impl Sampler {
     /// output), for the repetition penalty; `top_n` alternatives are reported. The reported
     /// log-probabilities are the model's own (raw logits), whatever was adjusted for the draw.
     pub fn sample(&mut self, logits: &[f32], history: &[u32], top_n: usize) -> TokenChoice {
+        self.sample_masked(logits, history, top_n, None)
+    }
+
+    /// [`sample`](Self::sample) among the tokens `mask` allows (a grammar's, see
+    /// [`crate::constraint`]): disallowed logits become −∞ after the bias and penalties and
+    /// before temperature, top-k, top-p and min-p. The reported log-probabilities stay the
+    /// model's own.
+    pub fn sample_masked(
+        &mut self,
+        logits: &[f32],
+        history: &[u32],
+        top_n: usize,
+        mask: Option<&TokenMask>,
+    ) -> TokenChoice {
         let logprobs = log_softmax(logits);
-        let l = self.adjusted_logits(logits, history);
+        let mut l = self.adjusted_logits(logits, history);
+        if let Some(mask) = mask {
+            mask.apply(&mut l);
+        }
         let id = if self.params.temperature == 0.0 { argmax(&l) } else { self.draw(&l) };
         if self.params.presence_penalty != 0.0 || self.params.frequency_penalty != 0.0 {
             *self.generated.entry(id).or_default() += 1;

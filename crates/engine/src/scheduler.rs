@@ -26,6 +26,7 @@ use std::thread::JoinHandle;
 
 use frognano_model::CausalLm;
 
+use crate::constraint::Constraint;
 use crate::sampler::TokenChoice;
 use crate::session::{decode_step, Decoding, EngineError, GenerateRequest, Generation, Session};
 
@@ -63,6 +64,9 @@ pub struct Job {
     pub request: GenerateRequest,
     /// Where the tokens and the result go.
     pub sink: Box<dyn TokenSink>,
+    /// A grammar every token is sampled under (structured outputs, forced tool calls); its
+    /// masks are computed on the constraint's own thread during the decode steps.
+    pub constraint: Option<Constraint>,
 }
 
 /// Scheduler settings.
@@ -192,12 +196,24 @@ impl Scheduler {
         &self,
         prompt: Vec<u32>,
         request: GenerateRequest,
+        on_token: impl FnMut(&TokenChoice) -> ControlFlow<()>,
+    ) -> Result<Generation, EngineError> {
+        self.generate_constrained(prompt, request, None, on_token)
+    }
+
+    /// [`generate`](Self::generate) with every token sampled under `constraint`'s grammar.
+    pub fn generate_constrained(
+        &self,
+        prompt: Vec<u32>,
+        request: GenerateRequest,
+        constraint: Option<Constraint>,
         mut on_token: impl FnMut(&TokenChoice) -> ControlFlow<()>,
     ) -> Result<Generation, EngineError> {
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let sink = ChannelSink { events: tx, stop: Arc::clone(&stop) };
-        self.submit(Job { prompt, request, sink: Box::new(sink) }).map_err(|e| EngineError::Request(e.to_string()))?;
+        self.submit(Job { prompt, request, sink: Box::new(sink), constraint })
+            .map_err(|e| EngineError::Request(e.to_string()))?;
         loop {
             match rx.recv() {
                 Ok(Event::Token(choice)) => {
@@ -349,13 +365,13 @@ fn run(shared: &Shared) {
 /// Starts a job: a session for its prompt, prefill, first token. `None` when it ended right
 /// away (abandoned, error, or a one-token reply); its sink has then been told.
 fn admit(shared: &Shared, job: Job, running: &[Running]) -> Option<Running> {
-    let Job { prompt, request, sink } = job;
+    let Job { prompt, request, sink, constraint } = job;
     if sink.abandoned() {
         shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
         return None; // the caller left while waiting
     }
     let mut session = take_session(shared, &prompt, running);
-    let (decoding, first) = match session.start(&prompt, &request) {
+    let (decoding, first) = match session.start_constrained(&prompt, &request, constraint) {
         Ok(started) => started,
         Err(e) => {
             fail(shared, session, sink, e);

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use frognano_model::{Cache, CacheSnapshot, CausalLm, ModelError};
 
+use crate::constraint::{Commit, Constraint, ConstraintStats};
 use crate::sampler::{Sampler, SamplingParams, TokenChoice};
 
 /// Snapshots kept per session (each holds the recurrent state, ~50 MB for the 4B model, and
@@ -61,6 +62,8 @@ pub struct Generation {
     pub prompt_tokens: usize,
     /// Prompt tokens whose state was reused instead of recomputed.
     pub cached_tokens: usize,
+    /// How the grammar constraint went, when the reply had one.
+    pub constraint: Option<ConstraintStats>,
 }
 
 /// Engine errors.
@@ -259,9 +262,21 @@ impl Session {
         &mut self,
         prompt: &[u32],
         req: &GenerateRequest,
+        on_token: impl FnMut(&TokenChoice) -> ControlFlow<()>,
+    ) -> Result<Generation, EngineError> {
+        self.generate_constrained(prompt, req, None, on_token)
+    }
+
+    /// [`generate`](Self::generate) with every token sampled under `constraint`'s grammar
+    /// (see [`crate::constraint`]).
+    pub fn generate_constrained(
+        &mut self,
+        prompt: &[u32],
+        req: &GenerateRequest,
+        constraint: Option<Constraint>,
         mut on_token: impl FnMut(&TokenChoice) -> ControlFlow<()>,
     ) -> Result<Generation, EngineError> {
-        let (mut decoding, mut token) = self.start(prompt, req)?;
+        let (mut decoding, mut token) = self.start_constrained(prompt, req, constraint)?;
         loop {
             if let Some(choice) = &token {
                 if on_token(choice).is_break() {
@@ -284,6 +299,18 @@ impl Session {
         prompt: &[u32],
         req: &GenerateRequest,
     ) -> Result<(Decoding, Option<TokenChoice>), EngineError> {
+        self.start_constrained(prompt, req, None)
+    }
+
+    /// [`start`](Self::start) with every token sampled under `constraint`'s grammar; its
+    /// first mask is computed while the prompt is prefilled. The first token is `None` also
+    /// when the grammar allows none (the generation has then ended).
+    pub fn start_constrained(
+        &mut self,
+        prompt: &[u32],
+        req: &GenerateRequest,
+        constraint: Option<Constraint>,
+    ) -> Result<(Decoding, Option<TokenChoice>), EngineError> {
         req.sampling.validate().map_err(EngineError::Request)?;
         let (logits, cached_tokens) = self.prefill(prompt)?;
         let mut decoding = Decoding {
@@ -293,13 +320,14 @@ impl Session {
             finish: None,
             prompt_tokens: prompt.len(),
             cached_tokens,
+            constraint,
         };
         if req.max_tokens == 0 {
             decoding.finish = Some(FinishReason::Length);
             return Ok((decoding, None));
         }
         let choice = decoding.choose(&logits, self);
-        Ok((decoding, Some(choice)))
+        Ok((decoding, choice))
     }
 }
 
@@ -313,6 +341,8 @@ pub struct Decoding {
     finish: Option<FinishReason>,
     prompt_tokens: usize,
     cached_tokens: usize,
+    /// The grammar every token is sampled under, if any.
+    constraint: Option<Constraint>,
 }
 
 impl Decoding {
@@ -346,16 +376,36 @@ impl Decoding {
             finish: self.finish.unwrap_or(FinishReason::Cancelled),
             prompt_tokens: self.prompt_tokens,
             cached_tokens: self.cached_tokens,
+            constraint: self.constraint.map(|c| c.stats().clone()),
         }
     }
 
     /// Samples the next token from `logits` (the state after `session`'s tokens), records it
-    /// and decides whether generation ends with it.
-    fn choose(&mut self, logits: &[f32], session: &Session) -> TokenChoice {
+    /// and decides whether generation ends with it. Under a grammar the token is drawn from
+    /// the allowed ones, and committing it starts the next mask on the constraint's thread,
+    /// so it is computed while the next forward pass runs. `None` (and the generation ended)
+    /// when the grammar allows no token.
+    fn choose(&mut self, logits: &[f32], session: &Session) -> Option<TokenChoice> {
         let history: &[u32] = if self.req.sampling.repetition_penalty != 1.0 { &session.tokens } else { &[] };
-        let choice = self.sampler.sample(logits, history, self.req.top_logprobs);
+        let mask = match self.constraint.as_mut().map(Constraint::mask) {
+            None => None,
+            Some(Ok(mask)) => Some(mask),
+            Some(Err(_)) => {
+                // The grammar cannot go on (its message is in the stats): the reply ends.
+                self.finish = Some(FinishReason::Stop);
+                return None;
+            }
+        };
+        let choice = self.sampler.sample_masked(logits, history, self.req.top_logprobs, mask.as_ref());
         self.tokens.push(choice.clone());
-        self.finish = if self.req.stop_ids.contains(&choice.id) {
+        let stop_id = self.req.stop_ids.contains(&choice.id);
+        // An end-of-turn token ends the reply; any other goes into the grammar, which may be
+        // complete with it.
+        let grammar_done = match (&mut self.constraint, stop_id) {
+            (Some(c), false) => !matches!(c.commit(choice.id), Ok(Commit::Continue)),
+            _ => false,
+        };
+        self.finish = if stop_id || grammar_done {
             Some(FinishReason::Stop)
         } else if self.tokens.len() >= self.req.max_tokens {
             Some(FinishReason::Length)
@@ -364,7 +414,7 @@ impl Decoding {
         } else {
             None
         };
-        choice
+        Some(choice)
     }
 }
 
@@ -399,9 +449,8 @@ pub fn decode_step(batch: &mut [(&mut Session, &mut Decoding)]) -> Result<Vec<Op
     for ((&i, id), logits) in live.iter().zip(ids).zip(logits) {
         let (session, decoding) = &mut batch[i];
         session.tokens.push(id);
-        let choice = decoding.choose(&logits, session);
+        out[i] = decoding.choose(&logits, session);
         session.last_logits = Some(logits);
-        out[i] = Some(choice);
     }
     Ok(out)
 }

@@ -165,6 +165,7 @@ fn sinks_stop_or_abandon_a_generation_and_errors_reach_them() {
         prompt,
         request: sampled(20, 7),
         sink: Box::new(Recording { tokens: vec![], stop_after, flow_at_stop, result: tx.clone() }),
+        constraint: None,
     };
     scheduler.submit(job(ids(10, 4), 3, Flow::Stop)).unwrap();
     let (tokens, g) = rx.recv().unwrap();

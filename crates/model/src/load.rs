@@ -39,9 +39,18 @@ pub struct LoadedModel {
     pub tokenizer: Option<Tokenizer>,
     /// The chat template, if the checkpoint ships one.
     pub chat_template: Option<ChatTemplate>,
+    /// The architecture as the checkpoint names it: GGUF `general.architecture` (`qwen35`,
+    /// `llama`, `qwen2`, …) or `config.json`'s `model_type` (`qwen3_5`, `llama`).
+    pub architecture: String,
 }
 
 impl LoadedModel {
+    /// Whether this is a Qwen3.5-family model (FrogNano's own): it writes the Qwen XML tool
+    /// calls it was trained on, so callers need not force them with a grammar.
+    pub fn is_qwen35(&self) -> bool {
+        is_qwen35_architecture(&self.architecture)
+    }
+
     /// The tokenizer, or an error saying the checkpoint lacks one.
     pub fn tokenizer(&self) -> Result<&Tokenizer> {
         self.tokenizer.as_ref().ok_or_else(|| {
@@ -58,6 +67,12 @@ impl LoadedModel {
             .as_ref()
             .ok_or_else(|| ModelError::format(&self.path, "this checkpoint has no chat template"))
     }
+}
+
+/// Whether an architecture name ([`LoadedModel::architecture`]) is Qwen3.5's: GGUF `qwen35`
+/// or `config.json`'s `qwen3_5` / `qwen3_5_text`.
+pub fn is_qwen35_architecture(name: &str) -> bool {
+    matches!(name, "qwen35" | "qwen3_5" | "qwen3_5_text")
 }
 
 /// Resolves `spec` (folder or hub id) to a folder on disk.
@@ -146,7 +161,8 @@ pub fn load_quantized(spec: impl AsRef<str>, quant: Option<QuantType>) -> Result
     eos_ids.extend(&generation.eos_token_ids);
     eos_ids.sort_unstable();
     eos_ids.dedup();
-    Ok(LoadedModel { model, path, generation, eos_ids, weight_bytes, tokenizer, chat_template })
+    let architecture = model_type.to_string();
+    Ok(LoadedModel { model, path, generation, eos_ids, weight_bytes, tokenizer, chat_template, architecture })
 }
 
 /// `eos_token_id` of a `config.json` (a number or a list), as ids.
@@ -190,6 +206,7 @@ fn load_gguf(path: &Path, quant: Option<QuantType>) -> Result<LoadedModel> {
     let chat_template = chat_template_from_gguf(&f)?;
     let eos_ids = stop_ids_from_gguf(&f)?;
     let weight_bytes = quantized_bytes.unwrap_or_else(|| f.tensors().iter().map(|t| t.len).sum());
+    let architecture = f.get_str("general.architecture")?.unwrap_or("").to_string();
     Ok(LoadedModel {
         model,
         path: path.to_path_buf(),
@@ -198,5 +215,6 @@ fn load_gguf(path: &Path, quant: Option<QuantType>) -> Result<LoadedModel> {
         weight_bytes,
         tokenizer,
         chat_template,
+        architecture,
     })
 }

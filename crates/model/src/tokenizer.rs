@@ -303,9 +303,116 @@ impl Tokenizer {
         out
     }
 
+    /// Every id's exact bytes, for consumers that work on bytes rather than text (the
+    /// grammar-constrained sampler: llguidance's token trie). Entry `i` is id `i`'s bytes, for
+    /// `i < n` (`n` ≥ the vocabulary: a model's output head may have more rows than the
+    /// tokenizer has tokens; those rows are [`TokenBytes::Missing`]).
+    ///
+    /// Added tokens are their literal text, [`TokenBytes::Control`] when marked special
+    /// (`<|im_end|>`: never part of ordinary text), [`TokenBytes::Text`] otherwise (Qwen's
+    /// `<think>`, `<tool_call>`). Other tokens are decoded from their vocabulary form by the
+    /// tokenizer's decoder: GPT-2's byte ↔ character table for byte-level BPE (SmolLM2, Qwen,
+    /// Llama 3, every GGUF vocabulary we load), or `▁` → space and `<0xNN>` → byte for a
+    /// SentencePiece byte-fallback vocabulary. Any other decoder is a [`ModelError::Format`]
+    /// naming it: the bytes of its tokens cannot be known exactly.
+    pub fn token_bytes(&self, n: usize) -> Result<Vec<TokenBytes>> {
+        let kind =
+            decoder_kind(self.inner.get_decoder()).ok_or_else(|| {
+                ModelError::format(
+                    &self.origin,
+                    format!(
+                    "the tokenizer's decoder ({}) is neither byte-level nor byte-fallback, so the exact bytes of its \
+                     tokens are unknown",
+                    self.inner.get_decoder().map_or("none".to_string(), |d| format!("{d:?}").chars().take(60).collect())
+                ),
+                )
+            })?;
+        let added = self.inner.get_added_tokens_decoder();
+        let table = gpt2_byte_table();
+        let mut out = Vec::with_capacity(n);
+        for id in 0..n as u32 {
+            if let Some(t) = added.get(&id) {
+                let bytes = t.content.as_bytes().to_vec();
+                out.push(if t.special { TokenBytes::Control(bytes) } else { TokenBytes::Text(bytes) });
+                continue;
+            }
+            let Some(form) = self.inner.id_to_token(id) else {
+                out.push(TokenBytes::Missing);
+                continue;
+            };
+            let bytes = match kind {
+                DecoderKind::ByteLevel => form.chars().map(|c| table.get(&c).copied()).collect::<Option<Vec<u8>>>(),
+                DecoderKind::ByteFallback => Some(sentencepiece_bytes(&form)),
+            };
+            out.push(bytes.map_or(TokenBytes::Missing, TokenBytes::Text));
+        }
+        Ok(out)
+    }
+
     /// A decoder for a stream of generated ids; see [`StreamDecoder`].
     pub fn stream_decoder(&self, skip_special: bool) -> StreamDecoder<&Tokenizer> {
         StreamDecoder::new(self, skip_special)
+    }
+}
+
+/// One token's exact bytes ([`Tokenizer::token_bytes`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TokenBytes {
+    /// An ordinary token, or an added token not marked special: these bytes.
+    Text(Vec<u8>),
+    /// A control token (an added token marked special, e.g. `<|im_end|>`): its literal text.
+    Control(Vec<u8>),
+    /// No token has this id (a padding row of the output head), or its form does not map to
+    /// bytes.
+    Missing,
+}
+
+/// How a tokenizer's decoder turns vocabulary forms into bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DecoderKind {
+    /// GPT-2 byte-level: every character of the form stands for one byte.
+    ByteLevel,
+    /// SentencePiece with byte fallback: `▁` is a space, `<0xNN>` one byte.
+    ByteFallback,
+}
+
+fn decoder_kind(d: Option<&tokenizers::DecoderWrapper>) -> Option<DecoderKind> {
+    use tokenizers::DecoderWrapper as D;
+    match d? {
+        D::ByteLevel(_) => Some(DecoderKind::ByteLevel),
+        D::ByteFallback(_) => Some(DecoderKind::ByteFallback),
+        D::Sequence(seq) => {
+            let kinds: Vec<DecoderKind> = seq.get_decoders().iter().filter_map(|d| decoder_kind(Some(d))).collect();
+            kinds.first().copied()
+        }
+        _ => None,
+    }
+}
+
+/// GPT-2's printable character for each byte, inverted: printable bytes stand for themselves,
+/// the others (0..=32, 127..=160, 173) for U+0100 onwards, in byte order.
+fn gpt2_byte_table() -> HashMap<char, u8> {
+    let printable = |b: u8| matches!(b, 33..=126 | 161..=172 | 174..=255);
+    let mut next = 256u32;
+    let mut table = HashMap::with_capacity(256);
+    for b in 0..=255u8 {
+        let c = if printable(b) {
+            b as char
+        } else {
+            next += 1;
+            char::from_u32(next - 1).expect("U+0100..U+0143 are characters")
+        };
+        table.insert(c, b);
+    }
+    table
+}
+
+/// A SentencePiece form's bytes: `<0xNN>` is byte NN, `▁` a space.
+fn sentencepiece_bytes(form: &str) -> Vec<u8> {
+    let hex = form.strip_prefix("<0x").and_then(|h| h.strip_suffix('>')).filter(|h| h.len() == 2);
+    match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+        Some(b) => vec![b],
+        None => form.replace('\u{2581}', " ").into_bytes(),
     }
 }
 

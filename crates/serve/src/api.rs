@@ -172,6 +172,10 @@ pub struct ChatCompletionRequest {
     /// Number of choices; only 1 is supported.
     #[serde(default)]
     pub n: Option<u32>,
+    /// `{"type": "text" | "json_object" | "json_schema", …}`: the shape the reply must have,
+    /// enforced by a grammar (read by [`crate::structured`]).
+    #[serde(default)]
+    pub response_format: Option<Value>,
 }
 
 impl ChatCompletionRequest {
@@ -344,8 +348,8 @@ pub enum ToolChoice {
     Auto,
     /// Tool calls are not parsed; the reply is plain text.
     None,
-    /// The client wants a call (`"required"` or a named function). The model is asked by
-    /// the prompt only; nothing forces it.
+    /// The client wants a call (`"required"`: one or more; a named function: one call of
+    /// it), enforced by a grammar in the model's tool-call format ([`crate::structured`]).
     Required(Option<String>),
 }
 

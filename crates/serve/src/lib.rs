@@ -27,6 +27,7 @@ pub mod error;
 pub mod output;
 pub mod pool;
 pub mod routes;
+pub mod structured;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -130,6 +131,7 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
         tracing::warn!("the model declares no end-of-sequence token; replies end only at max_tokens or a stop string");
     }
     let vocab_size = model.vocab_size();
+    let constraints = frognano_engine::LazyConstraints::new(Arc::clone(&tokenizer), vocab_size, loaded.eos_ids.clone());
     let pool = EnginePool::start(
         model,
         Arc::clone(&tokenizer),
@@ -157,6 +159,7 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
         max_body_bytes: args.max_body_bytes,
         next_id: AtomicU64::new(0),
         scrubber,
+        constraints,
     }))
 }
 

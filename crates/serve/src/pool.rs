@@ -58,6 +58,8 @@ pub struct Job {
     pub logprobs: Option<usize>,
     /// Where events go; a closed channel cancels the job.
     pub events: mpsc::UnboundedSender<JobEvent>,
+    /// The grammar the reply must follow (`response_format`, a forced tool call), if any.
+    pub constraint: Option<frognano_engine::Constraint>,
 }
 
 /// The scheduler of the served model, and the tokenizer its replies are decoded with.
@@ -78,11 +80,11 @@ impl EnginePool {
 
     /// Queues a job.
     pub fn submit(&self, job: Job) -> Result<(), QueueFull> {
-        let Job { prompt, request, mode, stop_strings, logprobs, events } = job;
+        let Job { prompt, request, mode, stop_strings, logprobs, events, constraint } = job;
         let reply =
             ReplyAssembler::new(Arc::clone(&self.tokenizer), &mode, stop_strings, request.stop_ids.clone(), logprobs);
         let sink = ReplySink { reply, events };
-        self.scheduler.submit(frognano_engine::Job { prompt, request, sink: Box::new(sink) })
+        self.scheduler.submit(frognano_engine::Job { prompt, request, sink: Box::new(sink), constraint })
     }
 
     /// The counters.

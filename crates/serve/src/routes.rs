@@ -61,6 +61,8 @@ pub struct AppState {
     pub next_id: AtomicU64,
     /// Takes the server's folders out of error messages.
     pub scrubber: PathScrubber,
+    /// Grammar compilation for structured outputs and forced tool calls (built on first use).
+    pub constraints: frognano_engine::LazyConstraints,
 }
 
 impl AppState {
@@ -369,7 +371,25 @@ async fn chat_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> Resul
         return Err(ApiError::invalid_param("top_logprobs", "top_logprobs needs logprobs: true"));
     }
     let stops = check_stops(req.stop.clone())?;
+    let response_format = crate::structured::parse_response_format(req.response_format.as_ref())?;
     let (text, prompt) = render_chat(&app, &req.messages, &tools, true, req.chat_template_kwargs.as_ref())?;
+    // Structured outputs (crate::structured): the grammar is compiled before the job is
+    // queued, so a schema it cannot enforce is a 400 now. A forced call is written in the
+    // tool-call format the reply is parsed with (output.rs).
+    let format = frognano_protocol::codec::ToolCallFormat::name(&frognano_protocol::codec::QwenXml);
+    let grammar =
+        crate::structured::reply_grammar(&response_format, &choice, format, &tools, ends_in_open_think(&text))?;
+    let constraint = match grammar {
+        None => None,
+        Some((grammar, param)) => {
+            let state = Arc::clone(&app);
+            let compiled =
+                tokio::task::spawn_blocking(move || crate::structured::compile(&state.constraints, &grammar, param))
+                    .await
+                    .map_err(|e| ApiError::internal(format!("compiling the grammar failed: {e}")))??;
+            Some(compiled.start())
+        }
+    };
     let plan = ChatPlan {
         prompt,
         mode: OutputMode::Chat {
@@ -397,6 +417,7 @@ async fn chat_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> Resul
             stop_strings: stops,
             logprobs: want_logprobs.then_some(top as usize),
             events: tx,
+            constraint,
         },
     )?;
     let id = app.response_id("chatcmpl");
@@ -592,6 +613,7 @@ async fn completions_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -
                 stop_strings: stops.clone(),
                 logprobs: top.map(|k| k as usize),
                 events: tx,
+                constraint: None,
             },
         )?;
         receivers.push(rx);

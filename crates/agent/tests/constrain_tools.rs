@@ -1,0 +1,140 @@
+//! `--constrain-tools`: the in-process model's replies are sampled under a grammar of the
+//! offered tools' calls, so a malformed call cannot be produced. A model that wants to write
+//! a malformed call (a scripted network over the real Qwen3.5 tokenizer and chat template)
+//! makes the agent's turn fail without the grammar and never with it, over many seeds at
+//! temperature 1; a well-formed call goes through the grammar unchanged.
+
+use std::sync::Arc;
+
+use frognano_engine::{ChatParts, EngineLlm};
+use frognano_model::cache::{Cache, LayerCache};
+use frognano_model::chat::ChatTemplate;
+use frognano_model::CausalLm;
+use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Sampling};
+
+fn root() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A network that writes `script` (then end of turn): after the longest tail of the history
+/// that is a prefix of the script, the script's next token gets logit 30 and every other
+/// token 0, so unconstrained sampling at temperature 1 follows the script, and a grammar that
+/// forbids its token leaves a uniform choice among the allowed ones.
+struct Scripted {
+    vocab: usize,
+    script: Vec<u32>,
+}
+
+impl CausalLm for Scripted {
+    fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+    fn max_context(&self) -> usize {
+        8192
+    }
+    fn new_cache(&self) -> Cache {
+        Cache { layers: vec![LayerCache::Attention { k: Vec::new(), v: Vec::new() }], pos: 0 }
+    }
+    fn forward(&self, ids: &[u32], cache: &mut Cache, _all: bool) -> frognano_model::Result<Vec<f32>> {
+        let LayerCache::Attention { k, v } = &mut cache.layers[0] else { unreachable!() };
+        k.extend(ids.iter().map(|&id| id as f32));
+        v.extend(ids.iter().map(|_| 0.0));
+        cache.pos += ids.len();
+        let history: Vec<u32> = k.iter().map(|&x| x as u32).collect();
+        let done = (1..=self.script.len().min(history.len()))
+            .rev()
+            .find(|&m| history.ends_with(&self.script[..m]))
+            .unwrap_or(0);
+        let mut logits = vec![0.0f32; self.vocab];
+        logits[self.script[done.min(self.script.len() - 1)] as usize] = 30.0;
+        Ok(logits)
+    }
+}
+
+/// The tiny Qwen3.5 checkpoint's tokenizer and ids with the Qwen3.5 chat template (tools,
+/// thinking), over a network that writes `reply`.
+fn scripted_llm(reply: &str) -> EngineLlm {
+    let loaded = frognano_model::load(root().join("fixtures/qwen35-tiny").to_str().unwrap()).unwrap();
+    let vocab = loaded.model.vocab_size();
+    let (_, mut chat) = ChatParts::split(loaded).unwrap();
+    chat.template =
+        Arc::new(ChatTemplate::from_file(root().join("fixtures/tokenizer/qwen35/chat_template.jinja")).unwrap());
+    let mut script = chat.tokenizer.encode_with(reply, false).unwrap();
+    script.push(chat.eos_ids[0]);
+    EngineLlm::from_parts("scripted", Arc::new(Scripted { vocab, script }), chat)
+}
+
+fn turns(llm: &mut EngineLlm, seeds: u64) -> Vec<Result<Completion, LlmError>> {
+    let tools = frognano_agent::tools::tool_schemas();
+    let messages = [
+        Message::system(frognano_agent::tools::SYSTEM_PROMPT),
+        Message::user("The test in tests/test_stats.py fails. Fix the median function in stats.py."),
+    ];
+    (0..seeds)
+        .map(|seed| {
+            let sampling = Sampling {
+                temperature: 1.0,
+                top_p: 1.0,
+                top_k: 0,
+                max_tokens: 120,
+                seed: Some(seed),
+                ..Sampling::default()
+            };
+            llm.complete(&ChatRequest { messages: &messages, tools: &tools, sampling: &sampling })
+        })
+        .collect()
+}
+
+/// The command written straight inside `<tool_call>`, with no `<function=…>`: a call the
+/// codec cannot read.
+const MALFORMED: &str = "Let me look at the file.\n</think>\n\n<tool_call>\ncat stats.py\n</tool_call>";
+
+#[test]
+fn a_malformed_call_fails_the_turn_without_the_grammar_and_never_with_it() {
+    let seeds = 8;
+    let mut free = scripted_llm(MALFORMED);
+    for (seed, r) in turns(&mut free, seeds).into_iter().enumerate() {
+        assert!(matches!(r, Err(LlmError::Malformed { .. })), "seed {seed}: without the grammar: {r:?}");
+    }
+    let mut constrained = scripted_llm(MALFORMED).constrain_tools();
+    assert!(constrained.describe().contains("constrained"), "{}", constrained.describe());
+    let names = ["Read", "Write", "Edit", "Glob", "Bash"];
+    for (seed, r) in turns(&mut constrained, seeds).into_iter().enumerate() {
+        let c = r.unwrap_or_else(|e| panic!("seed {seed}: the constrained turn failed: {e}"));
+        for call in c.message.tool_calls.iter().flatten() {
+            assert!(names.contains(&call.function.name.as_str()), "seed {seed}: {call:?}");
+            let args: serde_json::Value = serde_json::from_str(&call.function.arguments).unwrap();
+            assert!(args.is_object(), "seed {seed}: {args}");
+        }
+        // The text the model was steered to instead: reasoning, then either a call the
+        // grammar completed, or a call still open when the token limit cut the reply.
+        assert!(matches!(c.finish_reason, FinishReason::ToolCalls | FinishReason::Length | FinishReason::Stop));
+    }
+}
+
+#[test]
+fn a_well_formed_call_passes_the_grammar_unchanged() {
+    let reply = "I will read it.\n</think>\n\n<tool_call>\n<function=Read>\n<parameter=file_path>\nstats.py\n</parameter>\n</function>\n</tool_call>";
+    let mut llm = scripted_llm(reply).constrain_tools();
+    for (seed, r) in turns(&mut llm, 3).into_iter().enumerate() {
+        let c = r.unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert_eq!(c.finish_reason, FinishReason::ToolCalls, "seed {seed}: {c:?}");
+        let calls = c.message.tool_calls.unwrap();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].function.name, "Read");
+        assert_eq!(calls[0].function.arguments, r#"{"file_path":"stats.py"}"#);
+        assert_eq!(c.message.reasoning_content.as_deref(), Some("I will read it."));
+    }
+}
+
+/// The default of `frognano solve`: constrained unless the model is Qwen3.5/FrogNano.
+#[test]
+fn qwen35_models_are_told_apart() {
+    let tiny = EngineLlm::load(root().join("fixtures/qwen35-tiny").to_str().unwrap()).unwrap();
+    assert!(tiny.is_qwen35(), "{:?}", tiny.architecture());
+    if let Some(demo) = frognano_testkit::demo_model() {
+        let demo = EngineLlm::load(demo.to_str().unwrap()).unwrap();
+        assert_eq!(demo.architecture(), Some("llama"));
+        assert!(!demo.is_qwen35());
+    }
+}
