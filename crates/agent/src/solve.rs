@@ -18,6 +18,7 @@ use crate::trajectory::{ExitReason, Trajectory};
 use crate::workspace::{self, Workspace};
 use anyhow::{bail, Context};
 use frognano_engine::EngineLlm;
+use frognano_protocol::codec::ToolParser;
 use frognano_protocol::{HttpLlm, Llm, Sampling};
 use frognano_sandbox::patch::{human_bytes, Patch};
 use frognano_sandbox::{Isolation, Sandbox, SandboxSpec};
@@ -105,6 +106,9 @@ pub struct SolveConfig {
     pub request_timeout: Duration,
     /// The drift guards.
     pub guards: Guards,
+    /// The tool-call format the model writes (`None`: the chat template's for a model in
+    /// this process; for an endpoint, the markers of calls a server leaves in the content).
+    pub tool_parser: Option<ToolParser>,
 }
 
 impl SolveConfig {
@@ -129,6 +133,7 @@ impl SolveConfig {
             sampling: Sampling::default(),
             request_timeout: Duration::from_secs(600),
             guards: Guards::default(),
+            tool_parser: None,
         }
     }
 
@@ -243,13 +248,14 @@ pub fn solve_with_cancel(args: &SolveConfig, cancel: &AtomicBool) -> anyhow::Res
     // leaves no half-made output behind.
     let in_process = if let ModelChoice::InProcess(model) = &args.model {
         let spec = model.clone().unwrap_or_else(|| frognano_model::load::DEMO_MODEL.to_string());
-        Some(EngineLlm::load(&spec).with_context(|| {
+        let llm = EngineLlm::load(&spec).with_context(|| {
             format!(
                 "no model to ask: loading {spec} in this process failed (fetch the demo model with \
                  scripts/fetch-demo-model.sh, pass --model MODEL, or --endpoint URL --model NAME, \
                  or --replay TRAJECTORY.json)"
             )
-        })?)
+        })?;
+        Some(llm.with_tool_parser(args.tool_parser))
     } else {
         None
     };
@@ -304,7 +310,9 @@ pub fn solve_with_cancel(args: &SolveConfig, cancel: &AtomicBool) -> anyhow::Res
     }
     let mut llm: Box<dyn Llm> = match (&recorded, &args.model) {
         (Some(t), ModelChoice::Replay(path)) => Box::new(ReplayLlm::new(t, path.display().to_string())),
-        (_, ModelChoice::Endpoint { url, model }) => Box::new(HttpLlm::new(url, model, args.request_timeout)?),
+        (_, ModelChoice::Endpoint { url, model }) => {
+            Box::new(HttpLlm::new(url, model, args.request_timeout)?.with_tool_parser(args.tool_parser))
+        }
         _ => Box::new(in_process.context("the in-process model was loaded above")?),
     };
     let config = AgentConfig {
