@@ -324,11 +324,13 @@ fn query(llm: &mut dyn Llm, messages: &[Message], config: &AgentConfig) -> Resul
                     usage: None,
                 });
             }
-            Err(LlmError::Malformed { text, error }) if attempt < retries => {
+            Err(LlmError::Malformed { text, error, call_syntax }) if attempt < retries => {
                 attempt += 1;
                 let mut copy = messages.to_vec();
                 copy.push(Message::assistant(text));
-                copy.push(Message::user(format!("{MALFORMED_NOTICE} ({error}). Reply again; write each call exactly as <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>")));
+                copy.push(Message::user(format!(
+                    "{MALFORMED_NOTICE} ({error}). Reply again; write each call exactly as {call_syntax}"
+                )));
                 scratch = Some(copy);
             }
             Err(LlmError::Malformed { error, .. }) => {

@@ -18,6 +18,7 @@ use crate::trajectory::{ExitReason, Trajectory};
 use crate::workspace::{self, Workspace};
 use anyhow::{bail, Context};
 use frognano_engine::EngineLlm;
+use frognano_protocol::codec::ToolParser;
 use frognano_protocol::{HttpLlm, Llm, Sampling};
 use frognano_sandbox::patch::{human_bytes, Patch};
 use frognano_sandbox::{Isolation, Sandbox, SandboxSpec};
@@ -109,6 +110,9 @@ pub struct SolveConfig {
     /// malformed call cannot be produced (`--constrain-tools` / `--no-constrain-tools`).
     /// `None`: on unless the model is Qwen3.5/FrogNano, which writes its calls as trained.
     pub constrain_tools: Option<bool>,
+    /// The tool-call format the model writes (`None`: the chat template's for a model in
+    /// this process; for an endpoint, the markers of calls a server leaves in the content).
+    pub tool_parser: Option<ToolParser>,
 }
 
 impl SolveConfig {
@@ -134,6 +138,7 @@ impl SolveConfig {
             request_timeout: Duration::from_secs(600),
             guards: Guards::default(),
             constrain_tools: None,
+            tool_parser: None,
         }
     }
 
@@ -269,6 +274,7 @@ pub fn solve_with_events(
             )
         })?;
         // Grammar-constrained tool calls: on by default except for Qwen3.5/FrogNano models.
+        let llm = llm.with_tool_parser(args.tool_parser);
         let constrain = args.constrain_tools.unwrap_or(!llm.is_qwen35());
         Some(if constrain { llm.constrain_tools() } else { llm })
     } else {
@@ -325,7 +331,9 @@ pub fn solve_with_events(
     }
     let mut llm: Box<dyn Llm> = match (&recorded, &args.model) {
         (Some(t), ModelChoice::Replay(path)) => Box::new(ReplayLlm::new(t, path.display().to_string())),
-        (_, ModelChoice::Endpoint { url, model }) => Box::new(HttpLlm::new(url, model, args.request_timeout)?),
+        (_, ModelChoice::Endpoint { url, model }) => {
+            Box::new(HttpLlm::new(url, model, args.request_timeout)?.with_tool_parser(args.tool_parser))
+        }
         _ => Box::new(in_process.context("the in-process model was loaded above")?),
     };
     let config = AgentConfig {

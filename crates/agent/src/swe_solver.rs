@@ -75,6 +75,13 @@ impl AgentSolver {
         self
     }
 
+    /// This solver with the model's replies read in `parser` instead of its chat template's
+    /// format (`None` keeps that).
+    pub fn with_tool_parser(mut self, parser: Option<frognano_protocol::codec::ToolParser>) -> Self {
+        self.chat = self.chat.with_tool_parser(parser);
+        self
+    }
+
     /// This solver with the agent's commands confined by `isolation`.
     pub fn with_isolation(mut self, isolation: Isolation) -> Self {
         self.isolation = isolation;

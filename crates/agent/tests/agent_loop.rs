@@ -87,6 +87,8 @@ fn a_malformed_reply_is_retried_and_never_enters_the_history() {
     assert_eq!(retry.len(), 4);
     assert!(retry[2].text().contains("command: echo hi"));
     assert!(retry[3].text().starts_with(MALFORMED_NOTICE));
+    // It shows the call written right, in the model's format.
+    assert!(retry[3].text().ends_with("write each call exactly as <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>"), "{}", retry[3].text());
     // The next real request is the clean history.
     assert_eq!(llm.requests[3].len(), 4);
     assert!(llm.requests[3].iter().all(|m| !m.text().contains(MALFORMED_NOTICE)));

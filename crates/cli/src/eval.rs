@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use frognano_agent::swe_solver::AgentSolver;
+use frognano_protocol::codec::ToolParser;
 use frognano_sandbox::Isolation;
 use frognano_swe::eval::{ExecConfig, GradeJob, GradeLogJob, ParseLogJob, RunJob, SolverConfig};
 use frognano_swe::runs::Shard;
@@ -120,6 +121,10 @@ pub struct SolverArgs {
     /// workers; with --endpoint, this executable).
     #[arg(long)]
     pub frognano_bin: Option<PathBuf>,
+    /// The tool-call format the agent's model writes: qwen_xml, hermes, llama3_json or
+    /// mistral (default: detected from the chat template).
+    #[arg(long, value_name = "NAME", conflicts_with = "solver_cmd")]
+    pub tool_parser: Option<ToolParser>,
 }
 
 impl SolverArgs {
@@ -132,6 +137,7 @@ impl SolverArgs {
                 model: model.clone(),
                 endpoint: self.endpoint.clone(),
                 no_sandbox,
+                tool_parser: self.tool_parser.map(|p| p.to_string()),
             },
             (None, None) => anyhow::bail!("pass --model (with --endpoint) or --solver-cmd"),
         })
@@ -243,9 +249,10 @@ pub fn run(cmd: EvalCommand) -> anyhow::Result<()> {
 /// or `--frognano-bin`): the model is loaded once, on one scheduler whose decode batches hold
 /// up to `workers` attempts. `None` for every other solver.
 pub fn in_process_solver(solver: &SolverConfig, workers: usize) -> anyhow::Result<Option<AgentSolver>> {
-    let SolverConfig::Agent { frognano: None, model, endpoint: None, no_sandbox } = solver else {
+    let SolverConfig::Agent { frognano: None, model, endpoint: None, no_sandbox, tool_parser } = solver else {
         return Ok(None);
     };
     let isolation = if *no_sandbox { Isolation::Unconfined } else { Isolation::Bubblewrap };
-    Ok(Some(AgentSolver::load(model, workers.max(1))?.with_isolation(isolation)))
+    let tool_parser = tool_parser.as_deref().map(ToolParser::from_name).transpose()?;
+    Ok(Some(AgentSolver::load(model, workers.max(1))?.with_isolation(isolation).with_tool_parser(tool_parser)))
 }

@@ -52,6 +52,11 @@ fn main() {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // Library warnings (a chat template without tool support, a malformed tool call, …) go to
+    // stderr; RUST_LOG picks other levels.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).without_time().init();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(a) => run::run(a),

@@ -1,6 +1,7 @@
 //! `frognano serve …`: the flags, turned into `frognano_serve::ServeConfig`; the server is the
 //! library's.
 
+use frognano_protocol::codec::ToolParser;
 use frognano_serve::ServeConfig;
 
 /// `frognano serve` arguments.
@@ -37,6 +38,10 @@ pub struct ServeArgs {
     /// Requests allowed to wait for a free slot before new ones get a 503.
     #[arg(long, default_value_t = 512)]
     pub max_waiting: usize,
+    /// The tool-call format the model writes: qwen_xml, hermes, llama3_json or mistral
+    /// (default: detected from the chat template).
+    #[arg(long, value_name = "NAME")]
+    pub tool_parser: Option<ToolParser>,
 }
 
 impl From<ServeArgs> for ServeConfig {
@@ -52,6 +57,7 @@ impl From<ServeArgs> for ServeConfig {
             no_prefix_reuse: a.no_prefix_reuse,
             max_body_bytes: a.max_body_bytes,
             max_waiting: a.max_waiting,
+            tool_parser: a.tool_parser,
         }
     }
 }
@@ -78,5 +84,17 @@ mod tests {
         let flags: ServeConfig = Top::try_parse_from(["x", "m.gguf"]).unwrap().serve.into();
         let lib = ServeConfig::for_model("m.gguf");
         assert_eq!(format!("{flags:?}"), format!("{lib:?}"));
+    }
+
+    #[test]
+    fn tool_parser_names_are_checked() {
+        let flags: ServeConfig =
+            Top::try_parse_from(["x", "m.gguf", "--tool-parser", "llama3_json"]).unwrap().serve.into();
+        assert_eq!(flags.tool_parser, Some(ToolParser::Llama3Json));
+        let err = Top::try_parse_from(["x", "m.gguf", "--tool-parser", "xml"]).unwrap_err().to_string();
+        assert!(
+            err.contains("unknown tool parser \"xml\"; the known ones are qwen_xml, hermes, llama3_json, mistral"),
+            "{err}"
+        );
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::bail;
 use frognano_agent::agent::{AgentEvent, Guards};
 use frognano_agent::solve::{changed_files, ModelChoice, SandboxLimits, SolveConfig, TaskInput};
+use frognano_protocol::codec::ToolParser;
 use frognano_protocol::Sampling;
 use frognano_sandbox::Isolation;
 
@@ -39,6 +40,11 @@ pub struct SolveArgs {
     /// Re-execute the tool calls of a recorded trajectory instead of asking a model.
     #[arg(long, conflicts_with = "endpoint")]
     pub replay: Option<PathBuf>,
+    /// The tool-call format the model writes: qwen_xml, hermes, llama3_json or mistral
+    /// (default: detected from the chat template; with --endpoint, from the markers of
+    /// calls a server leaves in the content).
+    #[arg(long, value_name = "NAME", conflicts_with = "replay")]
+    pub tool_parser: Option<ToolParser>,
     /// Directory for trajectory.json, patch.diff and summary.md (must not exist or be
     /// empty). Default: ./frognano-runs/<instance>-<time>.
     #[arg(long)]
@@ -242,6 +248,7 @@ impl SolveArgs {
                 (_, true) => Some(false),
                 _ => None,
             },
+            tool_parser: self.tool_parser,
         })
     }
 }
@@ -485,6 +492,11 @@ mod tests {
         assert_eq!(c.model, ModelChoice::InProcess(None));
         assert_eq!(c.sandbox.memory, Some(1 << 30));
         assert_eq!(c.sampling, Sampling::default());
+        assert_eq!(c.tool_parser, None);
+        let c = TestCli::try_parse_from(["solve", "--task", "fix", "--tool-parser", "mistral"]).unwrap().solve;
+        assert_eq!(c.config().unwrap().tool_parser, Some(ToolParser::Mistral(Default::default())));
+        let err = TestCli::try_parse_from(["solve", "--task", "fix", "--tool-parser", "json"]).err().unwrap();
+        assert!(err.to_string().contains("the known ones are qwen_xml, hermes, llama3_json, mistral"), "{err}");
         let c =
             TestCli::try_parse_from(["solve", "--replay", "t.json", "--no-sandbox"]).unwrap().solve.config().unwrap();
         assert_eq!((c.task, c.model), (TaskInput::Recorded, ModelChoice::Replay("t.json".into())));

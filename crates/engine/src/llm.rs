@@ -4,7 +4,10 @@
 //! conversation, so each agent step only prefills what was added since the last one (the
 //! tool results), not the whole conversation. The messages are
 //! rendered with the model's chat template, and the reply text is split into reasoning,
-//! content and tool calls by the protocol's Qwen XML codec ([`QwenXml`]).
+//! content and tool calls by the protocol's codec in the model's own tool-call format
+//! ([`ChatParts::tool_parser`]: detected from the chat template, or named by
+//! `--tool-parser`). A reply whose calls all fail to parse is [`LlmError::Malformed`] (the
+//! agent retries it); one where some parse keeps those, and the broken ones are logged.
 //!
 //! **Constrained tool calls** (opt-in, [`EngineLlm::constrain_tools`]): every reply to a
 //! request with tools is sampled under a grammar ([`crate::tool_grammar`], `CallRule::Optional`)
@@ -36,7 +39,7 @@ use std::sync::Arc;
 use frognano_model::chat::ChatTemplate;
 use frognano_model::tokenizer::Tokenizer;
 use frognano_model::CausalLm;
-use frognano_protocol::codec::{QwenXml, ToolCallFormat};
+use frognano_protocol::codec::{ToolCallFormat, ToolParser};
 use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Usage};
 use serde_json::Value;
 
@@ -80,10 +83,10 @@ struct Recorder {
     last: Option<LastTurn>,
 }
 
-/// What an in-process chat model needs besides the network: the tokenizer, the chat template
-/// and the ids that end a turn. Cheap to clone (the tokenizer and template are shared), so
-/// every conversation on a shared scheduler (a training attempt, an eval instance) takes its
-/// own copy.
+/// What an in-process chat model needs besides the network: the tokenizer, the chat template,
+/// the ids that end a turn and the tool-call format its replies are read in. Cheap to clone
+/// (the tokenizer and template are shared), so every conversation on a shared scheduler (a
+/// training attempt, an eval instance) takes its own copy.
 #[derive(Clone)]
 pub struct ChatParts {
     /// The tokenizer.
@@ -92,11 +95,15 @@ pub struct ChatParts {
     pub template: Arc<ChatTemplate>,
     /// Ids that end an assistant turn.
     pub eos_ids: Vec<u32>,
+    /// The tool-call format of the model's replies.
+    pub tool_parser: ToolParser,
 }
 
 impl ChatParts {
     /// Splits a loaded checkpoint into the network and its chat parts; a checkpoint without
-    /// a tokenizer or chat template is an error that says which is missing.
+    /// a tokenizer or chat template is an error that says which is missing. The tool-call
+    /// format is the template's ([`ChatTemplate::tool_parser`]); a template without tool
+    /// support is said so once, in the log.
     pub fn split(lm: frognano_model::LoadedModel) -> anyhow::Result<(Arc<dyn CausalLm>, ChatParts)> {
         lm.tokenizer()?;
         lm.chat_template()?;
@@ -104,7 +111,25 @@ impl ChatParts {
         let (Some(tokenizer), Some(template)) = (tokenizer, chat_template) else {
             anyhow::bail!("{}: the checkpoint has no tokenizer or no chat template", path.display());
         };
-        Ok((Arc::from(model), ChatParts { tokenizer: Arc::new(tokenizer), template: Arc::new(template), eos_ids }))
+        if !template.supports_tools() {
+            tracing::warn!(
+                "{}: the chat template does not show the model its tools; FrogNano describes them in the \
+                 system prompt in the Hermes form and reads <tool_call> JSON replies",
+                path.display()
+            );
+        }
+        let tool_parser = template.tool_parser();
+        let parts = ChatParts { tokenizer: Arc::new(tokenizer), template: Arc::new(template), eos_ids, tool_parser };
+        Ok((Arc::from(model), parts))
+    }
+
+    /// These parts with replies read in `parser` instead of the template's format (`None`
+    /// keeps it).
+    pub fn with_tool_parser(mut self, parser: Option<ToolParser>) -> Self {
+        if let Some(parser) = parser {
+            self.tool_parser = parser;
+        }
+        self
     }
 }
 
@@ -205,6 +230,17 @@ impl EngineLlm {
         self
     }
 
+    /// Reads replies in `parser` instead of the chat template's format (`None` keeps it).
+    pub fn with_tool_parser(mut self, parser: Option<ToolParser>) -> Self {
+        self.chat = self.chat.with_tool_parser(parser);
+        self
+    }
+
+    /// The tool-call format replies are read in.
+    pub fn tool_parser(&self) -> ToolParser {
+        self.chat.tool_parser
+    }
+
     /// Turns recording of every assistant turn on (see the module docs).
     pub fn recording(mut self) -> Self {
         self.recorder = Some(Recorder::default());
@@ -272,11 +308,16 @@ impl EngineLlm {
         let key = (Value::Array(request.tools.to_vec()).to_string(), thinking_prompted);
         if tc.last.as_ref().is_none_or(|(k, _)| *k != key) {
             // The grammar is written in the format the reply is parsed with (below).
-            let grammar = tool_call_grammar(QwenXml.name(), request.tools, &CallRule::Optional, thinking_prompted)
-                .and_then(|g| tc.constraints.compile(&g))
-                .map_err(|e| {
-                    LlmError::Other(format!("constrained tool calls: {e} (run without constraining tool calls)"))
-                })?;
+            let grammar = tool_call_grammar(
+                self.chat.tool_parser.format().name(),
+                request.tools,
+                &CallRule::Optional,
+                thinking_prompted,
+            )
+            .and_then(|g| tc.constraints.compile(&g))
+            .map_err(|e| {
+                LlmError::Other(format!("constrained tool calls: {e} (run without constraining tool calls)"))
+            })?;
             tc.last = Some((key, grammar));
         }
         Ok(tc.last.as_ref().map(|(_, g)| g.start()))
@@ -397,9 +438,23 @@ impl Llm for EngineLlm {
             // A cut reply is not parsed: the loop tells the model and asks for less.
             return Ok(Completion { message: Message::assistant(raw), finish_reason: FinishReason::Length, usage });
         }
-        let parsed = QwenXml
-            .parse_reply(&raw, thinking_prompted, request.tools)
-            .map_err(|error| LlmError::Malformed { text: raw.clone(), error })?;
+        let format = self.chat.tool_parser;
+        let parsed = format.parse_reply(&raw, thinking_prompted, request.tools);
+        if let Some(bad) = parsed.failed_call() {
+            return Err(LlmError::Malformed {
+                text: raw.clone(),
+                error: bad.error.clone(),
+                call_syntax: format.call_syntax().to_string(),
+            });
+        }
+        for bad in &parsed.malformed {
+            tracing::warn!(
+                "{}: a malformed {format} tool call was dropped ({}): {:.200}",
+                self.name,
+                bad.error,
+                bad.text
+            );
+        }
         let finish_reason = if parsed.tool_calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls };
         let content = Some(parsed.content).filter(|c| !c.is_empty());
         Ok(Completion {

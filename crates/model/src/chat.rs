@@ -22,6 +22,16 @@
 //! serialised to a string, OpenAI form) is handed to the template as the mapping it encodes,
 //! since templates such as Qwen3.5's iterate over it.
 //!
+//! **Templates without tool support.** Many small models' templates (SmolLM2's) ignore
+//! `tools`: transformers renders the tools away without a word. [`ChatTemplate::render`]
+//! finds this out once per template ([`ChatTemplate::supports_tools`]: a probe tool's name
+//! must appear in the rendering) and then describes the tools itself, in the Hermes form
+//! ([`frognano_protocol::codec::inline_tools`]): the schemas in `<tools></tools>` and the
+//! instruction to answer with `<tool_call>` JSON, merged into the system message; earlier
+//! calls and tool results are written into the turns as Hermes templates write them. Such a
+//! model's replies are then read with the Hermes parser ([`ChatTemplate::tool_parser`]).
+//! [`ChatTemplate::render_json`] stays exactly what transformers renders.
+//!
 //! ```no_run
 //! use frognano_model::chat::ChatTemplate;
 //! use frognano_protocol::Message;
@@ -35,7 +45,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use frognano_protocol::codec::parse_arguments_object;
+use std::sync::OnceLock;
+
+use frognano_protocol::codec::{inline_tools, parse_arguments_object, ToolParser};
 use frognano_protocol::Message;
 use minijinja::value::{Kwargs, Rest, Value as JValue, ValueKind};
 use minijinja::{Environment, Error as JError, ErrorKind, Output, State};
@@ -58,8 +70,12 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     /// Template names in the order given; a single template is named `default`.
     names: Vec<String>,
+    /// The source of each template, in the order of `names`.
+    sources: Vec<String>,
     origin: PathBuf,
     special_tokens: Map<String, Value>,
+    /// Whether the template shows the model the tools it is given (probed once).
+    supports_tools: OnceLock<bool>,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -89,14 +105,15 @@ impl ChatTemplate {
         }
         let mut env = new_environment();
         let mut names = Vec::with_capacity(templates.len());
+        let mut sources = Vec::with_capacity(templates.len());
         for (name, source) in templates {
-            let source = rewrite_generation_tags(&source);
-            env.add_template_owned(name.clone(), source).map_err(|e| {
+            env.add_template_owned(name.clone(), rewrite_generation_tags(&source)).map_err(|e| {
                 ModelError::format(&origin, format!("chat template `{name}` does not compile: {}", describe(&e)))
             })?;
             names.push(name);
+            sources.push(source);
         }
-        Ok(Self { env, names, origin, special_tokens: Map::new() })
+        Ok(Self { env, names, sources, origin, special_tokens: Map::new(), supports_tools: OnceLock::new() })
     }
 
     /// Loads a `.jinja` template file.
@@ -182,7 +199,52 @@ impl ChatTemplate {
     /// Sets a special token passed to the template (`bos_token`, `eos_token`, …).
     pub fn with_special_token(mut self, name: &str, value: impl Into<String>) -> Self {
         self.special_tokens.insert(name.to_string(), Value::String(value.into()));
+        self.supports_tools = OnceLock::new();
         self
+    }
+
+    /// The source of the template used when tools are given (`tool_use` if there is one,
+    /// else `default`).
+    pub fn tool_source(&self) -> &str {
+        let name = self.pick(true).unwrap_or(&self.names[0]);
+        let i = self.names.iter().position(|n| n == name).unwrap_or(0);
+        &self.sources[i]
+    }
+
+    /// Whether the template shows the model the tools it is given: a conversation with one
+    /// probe tool is rendered, and the probe's name must appear (llama.cpp decides the
+    /// same way). A template that fails with tools but renders without them has none; one
+    /// that fails either way is taken at its word. Probed once.
+    pub fn supports_tools(&self) -> bool {
+        *self.supports_tools.get_or_init(|| {
+            const PROBE: &str = "frognano_probe_tool";
+            let messages = [serde_json::json!({"role": "user", "content": "Which tools do you have?"})];
+            let tool = serde_json::json!({"type": "function", "function": {"name": PROBE,
+                "description": "A probe.", "parameters": {"type": "object", "properties": {}}}});
+            match self.render_json(&messages, Some(&[tool]), true, None) {
+                Ok(text) => text.contains(PROBE),
+                Err(_) => self.render_json(&messages, None, true, None).is_err(),
+            }
+        })
+    }
+
+    /// The tool-call format the model answers in: the one its template writes
+    /// ([`ToolParser::detect`]), or Hermes when FrogNano describes the tools itself
+    /// (the template has no tool support).
+    pub fn tool_parser(&self) -> ToolParser {
+        if self.supports_tools() {
+            ToolParser::detect(self.tool_source())
+        } else {
+            ToolParser::Hermes
+        }
+    }
+
+    /// Whether [`render`](Self::render) describes the tools itself for this conversation:
+    /// the template has no tool support and there are tools, calls or tool results to show.
+    pub fn injects_tool_prompt(&self, messages: &[Message], tools: Option<&[Value]>) -> bool {
+        let shows_tools =
+            tools.is_some_and(|t| !t.is_empty()) || messages.iter().any(|m| m.role == "tool" || !m.calls().is_empty());
+        shows_tools && !self.supports_tools()
     }
 
     /// The BOS token text from tokenizer_config.json, if any.
@@ -207,7 +269,10 @@ impl ChatTemplate {
 
     /// Renders typed messages; see [`render_json`](Self::render_json). Each tool call's
     /// `arguments` string is given to the template as the JSON object it encodes; one that is
-    /// not a JSON object is [`ModelError::Input`] naming the message and the tool.
+    /// not a JSON object is [`ModelError::Input`] naming the message and the tool. When the
+    /// template has no tool support, the tools, calls and tool results are written into the
+    /// messages in the Hermes form instead (see the module docs and
+    /// [`injects_tool_prompt`](Self::injects_tool_prompt)).
     pub fn render(
         &self,
         messages: &[Message],
@@ -215,6 +280,12 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         kwargs: Option<&Map<String, Value>>,
     ) -> Result<String> {
+        if self.injects_tool_prompt(messages, tools) {
+            let inlined = inline_tools(messages, tools.unwrap_or_default())
+                .map_err(|e| ModelError::Input(format!("{}: {e}", self.origin.display())))?;
+            let values = inlined.iter().enumerate().map(|(i, m)| template_input(i, m)).collect::<Result<Vec<_>>>()?;
+            return self.render_json(&values, None, add_generation_prompt, kwargs);
+        }
         let values = messages.iter().enumerate().map(|(i, m)| template_input(i, m)).collect::<Result<Vec<_>>>()?;
         self.render_json(&values, tools, add_generation_prompt, kwargs)
     }

@@ -194,13 +194,15 @@ fn named_templates_pick_tool_use_when_tools_are_given() {
     let dir = tempfile::tempdir().unwrap();
     let config = json!({"eos_token": {"content": "</s>", "special": true}, "chat_template": [
         {"name": "default", "template": "D{{ messages|length }}{{ eos_token }}"},
-        {"name": "tool_use", "template": "T{{ tools|length }}"}]});
+        {"name": "tool_use", "template": "T{% for t in tools %}{{ t.function.name }}{% endfor %}"}]});
     std::fs::write(dir.path().join("tokenizer_config.json"), config.to_string()).unwrap();
     let t = ChatTemplate::from_model_dir(dir.path()).unwrap();
     assert_eq!(t.names(), ["default", "tool_use"]);
     let msgs = [Message::user("x")];
     assert_eq!(t.render(&msgs, None, false, None).unwrap(), "D1</s>");
-    assert_eq!(t.render(&msgs, Some(&[json!({}), json!({})]), false, None).unwrap(), "T2");
+    let tools = [json!({"function": {"name": "a"}}), json!({"function": {"name": "b"}})];
+    assert_eq!(t.render(&msgs, Some(&tools), false, None).unwrap(), "Tab");
+    assert!(t.supports_tools(), "the tool_use template shows the tools");
 }
 
 #[test]

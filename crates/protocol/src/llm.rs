@@ -4,10 +4,10 @@
 //!
 //! The in-process backend (`frognano_engine::EngineLlm`, reusing its session so each turn
 //! only prefills the new tokens) implements the same trait: it renders the messages with the
-//! chat template, generates, and turns the raw text into a [`Completion`] with a
+//! chat template, generates, and turns the raw text into a [`Completion`] with the model's
 //! [`ToolCallFormat`].
 
-use crate::codec::{CodecError, QwenXml, ToolCallFormat};
+use crate::codec::{CodecError, ToolCallFormat, ToolParser};
 use crate::message::{Message, ToolCall};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -127,13 +127,16 @@ pub enum LlmError {
     /// The prompt does not fit the model's context.
     #[error("context length exceeded: {0}")]
     ContextOverflow(String),
-    /// The reply's tool-call text could not be parsed. The loop retries these.
+    /// The reply meant to call tools and not one call parsed. The loop retries these.
     #[error("malformed tool call in the model's reply: {error}")]
     Malformed {
         /// The raw reply text.
         text: String,
-        /// What was wrong with it.
+        /// What was wrong with (the first of) its calls.
         error: CodecError,
+        /// A correct call in the format the reply was read in
+        /// ([`ToolCallFormat::call_syntax`]), to show the model how to retry.
+        call_syntax: String,
     },
     /// The endpoint could not be reached.
     #[error("cannot reach the model endpoint {url}: {reason}")]
@@ -175,6 +178,7 @@ pub struct HttpLlm {
     model: String,
     api_key: Option<String>,
     agent: ureq::Agent,
+    tool_parser: Option<ToolParser>,
 }
 
 impl HttpLlm {
@@ -204,7 +208,15 @@ impl HttpLlm {
             model: model.to_string(),
             api_key: std::env::var("OPENAI_API_KEY").ok().filter(|k| !k.is_empty()),
             agent: ureq::AgentBuilder::new().timeout(timeout).build(),
+            tool_parser: None,
         })
+    }
+
+    /// Reads tool calls a server leaves in the reply's content with `parser` (default: the
+    /// format the text's markers show, see [`completion_from_openai`]).
+    pub fn with_tool_parser(mut self, parser: Option<ToolParser>) -> Self {
+        self.tool_parser = parser;
+        self
     }
 
     /// The request body for `request` (public for tests and `--dry-run` style tooling).
@@ -267,7 +279,7 @@ impl Llm for HttpLlm {
         let text = resp.into_string().map_err(|e| LlmError::Other(format!("reading the response: {e}")))?;
         let value: Value = serde_json::from_str(&text)
             .map_err(|e| LlmError::Other(format!("the endpoint's answer is not JSON ({e}): {text:.300}")))?;
-        completion_from_openai(&value, request.tools)
+        completion_from_openai(&value, request.tools, self.tool_parser)
     }
 
     fn describe(&self) -> String {
@@ -276,9 +288,15 @@ impl Llm for HttpLlm {
 }
 
 /// Reads an OpenAI chat-completion response. Tool calls a server left unparsed in the
-/// content (Qwen XML) are parsed with [`QwenXml`]; if that fails, the reply is
+/// content (servers without a tool parser for the model do) are read with `parser`, or when
+/// it is `None` with the format the text's markers show ([`ToolParser::for_reply`]); only
+/// when the reply offered tools and was not cut. A reply whose calls are all malformed is
 /// [`LlmError::Malformed`].
-pub fn completion_from_openai(value: &Value, tools: &[Value]) -> Result<Completion, LlmError> {
+pub fn completion_from_openai(
+    value: &Value,
+    tools: &[Value],
+    parser: Option<ToolParser>,
+) -> Result<Completion, LlmError> {
     let choice = value
         .get("choices")
         .and_then(|c| c.get(0))
@@ -308,17 +326,22 @@ pub fn completion_from_openai(value: &Value, tools: &[Value]) -> Result<Completi
     };
     let finish_reason = FinishReason::parse(choice["finish_reason"].as_str().unwrap_or("stop"));
     let raw = content.clone().unwrap_or_default();
-    if calls.is_empty()
-        && (raw.contains("<tool_call>") || raw.contains("<function="))
-        && finish_reason != FinishReason::Length
-    {
-        let parsed = QwenXml
-            .parse_reply(&raw, false, tools)
-            .map_err(|error| LlmError::Malformed { text: raw.clone(), error })?;
-        calls = parsed.tool_calls;
-        content = Some(parsed.content).filter(|c| !c.is_empty());
-        if reasoning.is_none() {
-            reasoning = parsed.reasoning;
+    if calls.is_empty() && !tools.is_empty() && finish_reason != FinishReason::Length {
+        let parser = parser.unwrap_or_else(|| ToolParser::for_reply(&raw));
+        let parsed = parser.parse_reply(&raw, false, tools);
+        if let Some(bad) = parsed.failed_call() {
+            return Err(LlmError::Malformed {
+                text: raw.clone(),
+                error: bad.error.clone(),
+                call_syntax: parser.call_syntax().to_string(),
+            });
+        }
+        if !parsed.tool_calls.is_empty() {
+            calls = parsed.tool_calls;
+            content = Some(parsed.content).filter(|c| !c.is_empty());
+            if reasoning.is_none() {
+                reasoning = parsed.reasoning;
+            }
         }
     }
     let usage = value.get("usage").and_then(|u| {
@@ -341,7 +364,7 @@ mod tests {
             "reasoning_content": "think", "tool_calls": [{"id": "call_1", "type": "function",
             "function": {"name": "Bash", "arguments": "{\"command\": \"ls\"}"}}]},
             "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 10, "completion_tokens": 5}});
-        let c = completion_from_openai(&v, &tool_schemas()).unwrap();
+        let c = completion_from_openai(&v, &tool_schemas(), None).unwrap();
         assert_eq!(c.message.calls()[0].id, "call_1");
         assert_eq!(c.message.reasoning_content.as_deref(), Some("think"));
         assert_eq!(c.finish_reason, FinishReason::ToolCalls);
@@ -349,15 +372,37 @@ mod tests {
     }
 
     #[test]
-    fn parses_xml_a_server_left_in_the_content() {
-        let v = json!({"choices": [{"message": {"content": "<tool_call>\n<function=Bash>\n<parameter=command>\nls\n</parameter>\n</function>\n</tool_call>"}, "finish_reason": "stop"}]});
-        let c = completion_from_openai(&v, &tool_schemas()).unwrap();
+    fn parses_calls_a_server_left_in_the_content() {
+        let reply = |content: &str| json!({"choices": [{"message": {"content": content}, "finish_reason": "stop"}]});
+        let xml =
+            reply("<tool_call>\n<function=Bash>\n<parameter=command>\nls\n</parameter>\n</function>\n</tool_call>");
+        let c = completion_from_openai(&xml, &tool_schemas(), None).unwrap();
         assert_eq!(c.message.calls()[0].function.arguments, r#"{"command":"ls"}"#);
         assert_eq!(c.message.content, None);
         assert_eq!(c.finish_reason, FinishReason::Stop);
-        let bad =
-            json!({"choices": [{"message": {"content": "<tool_call>\n<function=Bash>\n"}, "finish_reason": "stop"}]});
-        assert!(matches!(completion_from_openai(&bad, &tool_schemas()), Err(LlmError::Malformed { .. })));
+        // Hermes JSON, Mistral and a fenced JSON call are found by their markers.
+        for text in [
+            "Listing.\n<tool_call>\n{\"name\": \"Bash\", \"arguments\": {\"command\": \"ls\"}}\n</tool_call>",
+            "Listing.[TOOL_CALLS][{\"name\": \"Bash\", \"arguments\": {\"command\": \"ls\"}}]",
+            "Listing.\n```json\n{\"name\": \"Bash\", \"arguments\": {\"command\": \"ls\"}}\n```",
+        ] {
+            let c = completion_from_openai(&reply(text), &tool_schemas(), None).unwrap();
+            assert_eq!(c.message.calls()[0].function.arguments, r#"{"command":"ls"}"#, "{text}");
+            assert_eq!(c.message.text(), "Listing.");
+        }
+        // Without tools in the request, the content is left alone.
+        let c = completion_from_openai(&xml, &[], None).unwrap();
+        assert!(c.message.calls().is_empty());
+        let bad = reply("<tool_call>\n<function=Bash>\n");
+        match completion_from_openai(&bad, &tool_schemas(), None) {
+            Err(LlmError::Malformed { call_syntax, .. }) => assert!(call_syntax.contains("<function=NAME>")),
+            other => panic!("{other:?}"),
+        }
+        // A parser given by name is used.
+        match completion_from_openai(&bad, &tool_schemas(), Some(ToolParser::Hermes)) {
+            Err(LlmError::Malformed { call_syntax, .. }) => assert!(call_syntax.starts_with("<tool_call>\n{\"name\"")),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -132,7 +132,7 @@ fn a_rollout_on_the_fixture_task_is_recorded_and_scored() {
     let model = Arc::new(Scheduler::start(model, SchedulerConfig::default()).unwrap());
     let greedy = RolloutConfig {
         temperature: 0.0,
-        max_tokens_per_turn: 24,
+        max_tokens_per_turn: 160,
         max_steps: 2,
         max_context_tokens: 4096,
         max_time: Some(Duration::from_secs(120)),
@@ -145,13 +145,15 @@ fn a_rollout_on_the_fixture_task_is_recorded_and_scored() {
         assert!(r.sampled_tokens() > 0 && r.weights[..r.turn_starts[0]].iter().all(|&w| w == 0));
         eprintln!("seed {seed}: exit {} outcome {:?} in {:.1}s", r.exit, r.outcome, r.wall_s);
     };
-    // Greedy, the demo model answers briefly and stops by itself (exit `agent`): the empty
-    // workspace diff goes to the verifier and scores 0.
+    // Greedy, the demo model (which gets the tools described in its system prompt, its
+    // template having no tool support: docs/agent.md §7.3) repeats one sentence until the
+    // per-turn limit cuts it: a limit exit, out of the loss, and the same every time.
     let r = env.rollout(&model, "sh__greet-1", &greedy, 7).unwrap();
     check_shape(&r, 7);
-    assert_eq!(r.exit, "agent");
-    assert_eq!(r.outcome, Outcome::Scored { reward: 0.0 });
-    assert_eq!(*r.weights.last().unwrap(), 1, "the closing end-of-turn token is the policy's");
+    assert_eq!(r.exit, "max_tokens_per_turn");
+    assert_eq!(r.outcome, Outcome::Limit { reason: "max_tokens_per_turn".into() });
+    assert_eq!(*r.weights.last().unwrap(), 1, "the last sampled token is the policy's");
+    assert_eq!(env.rollout(&model, "sh__greet-1", &greedy, 7).unwrap().tokens, r.tokens);
     // Raw sampling (temperature 1) rambles: cut at 24 tokens it is a limit exit, or, when it
     // stops by itself, graded.
     let raw = RolloutConfig { temperature: 1.0, ..greedy.clone() };

@@ -36,6 +36,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use frognano_model::LoadedModel;
+use frognano_protocol::codec::ToolParser;
 use tokio::sync::oneshot;
 
 use crate::pool::EnginePool;
@@ -66,6 +67,9 @@ pub struct ServeConfig {
     pub max_body_bytes: usize,
     /// Requests allowed to wait for a free slot before new ones get a 503.
     pub max_waiting: usize,
+    /// The tool-call format replies are read in (default: the chat template's,
+    /// `frognano_model::chat::ChatTemplate::tool_parser`).
+    pub tool_parser: Option<ToolParser>,
 }
 
 impl ServeConfig {
@@ -82,6 +86,7 @@ impl ServeConfig {
             no_prefix_reuse: false,
             max_body_bytes: 32 * 1024 * 1024,
             max_waiting: 512,
+            tool_parser: None,
         }
     }
 
@@ -130,6 +135,15 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
     if loaded.eos_ids.is_empty() {
         tracing::warn!("the model declares no end-of-sequence token; replies end only at max_tokens or a stop string");
     }
+    let template_parser = loaded.chat_template.as_ref().map(|t| t.tool_parser());
+    if loaded.chat_template.as_ref().is_some_and(|t| !t.supports_tools()) {
+        tracing::warn!(
+            "{}: the chat template does not show the model its tools; requests with tools get them described in \
+             the system prompt in the Hermes form (response header x-frognano-tool-prompt: injected)",
+            args.model
+        );
+    }
+    let tool_parser = args.tool_parser.or(template_parser).unwrap_or(ToolParser::Hermes);
     let vocab_size = model.vocab_size();
     let constraints = frognano_engine::LazyConstraints::new(Arc::clone(&tokenizer), vocab_size, loaded.eos_ids.clone());
     let pool = EnginePool::start(
@@ -152,6 +166,7 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
         vocab_size,
         tokenizer,
         template: loaded.chat_template,
+        tool_parser,
         eos_ids: loaded.eos_ids,
         defaults: loaded.generation,
         pool,
@@ -190,8 +205,8 @@ pub fn run_serve(args: ServeConfig) -> anyhow::Result<()> {
     let listener = bind(&args)?;
     let addr = listener.local_addr()?;
     eprintln!(
-        "frognano serve: model `{}` on http://{addr}/v1 (context {} tokens, {} concurrent)",
-        state.model_name, state.ctx, args.max_concurrent
+        "frognano serve: model `{}` on http://{addr}/v1 (context {} tokens, {} concurrent, tool calls: {})",
+        state.model_name, state.ctx, args.max_concurrent, state.tool_parser
     );
     runtime()?.block_on(serve(listener, state, async {
         let _ = tokio::signal::ctrl_c().await;

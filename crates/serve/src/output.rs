@@ -1,12 +1,14 @@
 //! From generated token ids to what the client sees: streaming detokenization, stop strings,
 //! the reasoning / content / tool-call split of chat replies (through the shared
-//! [`frognano_protocol::codec`]), and per-token log-probabilities.
+//! [`frognano_protocol::codec`], in the model's tool-call format), and per-token
+//! log-probabilities. A malformed call reaches the client as the text the model wrote, and
+//! the calls around it still come as calls.
 
 use frognano_engine::TokenChoice;
 use std::sync::Arc;
 
 use frognano_model::tokenizer::{StreamDecoder, Tokenizer};
-use frognano_protocol::codec::{QwenXml, ReplyParser, StreamEvent, ToolCallFormat};
+use frognano_protocol::codec::{ReplyParser, StreamEvent, ToolCallFormat, ToolParser};
 use frognano_protocol::ToolCall;
 use serde_json::Value;
 
@@ -17,11 +19,13 @@ pub enum OutputMode {
     Text,
     /// `/v1/chat/completions`: reasoning, content and tool calls.
     Chat {
+        /// The tool-call format the model writes.
+        format: ToolParser,
         /// The prompt ended inside an open `<think>` block.
         thinking_prompted: bool,
         /// The request's tools (argument values are typed by their schemas).
         tools: Vec<Value>,
-        /// Parse `<tool_call>` blocks into tool calls (false for `tool_choice: "none"`).
+        /// Turn tool-call text into tool calls (false for `tool_choice: "none"`).
         parse_tool_calls: bool,
     },
 }
@@ -130,11 +134,7 @@ pub struct ReplyAssembler {
     tokenizer: Arc<Tokenizer>,
     decoder: StreamDecoder<Arc<Tokenizer>>,
     stops: StopScanner,
-    parser: Option<Box<dyn ReplyParser>>,
-    /// Raw text (after stop strings) given to the parser so far, for the fallback.
-    raw: String,
-    /// After malformed tool-call text, everything is passed through as content.
-    passthrough: bool,
+    parser: Option<(ToolParser, Box<dyn ReplyParser>)>,
     /// `tool_choice: "none"`: tool-call blocks are given back as text, not as calls.
     tool_passthrough: bool,
     eos_ids: Vec<u32>,
@@ -158,8 +158,8 @@ impl ReplyAssembler {
     ) -> Self {
         let (parser, tool_passthrough) = match mode {
             OutputMode::Text => (None, false),
-            OutputMode::Chat { thinking_prompted, tools, parse_tool_calls } => {
-                (Some(QwenXml.stream_parser(*thinking_prompted, tools)), !parse_tool_calls)
+            OutputMode::Chat { format, thinking_prompted, tools, parse_tool_calls } => {
+                (Some((*format, format.stream_parser(*thinking_prompted, tools))), !parse_tool_calls)
             }
         };
         ReplyAssembler {
@@ -167,8 +167,6 @@ impl ReplyAssembler {
             tokenizer,
             stops: StopScanner::new(stops),
             parser,
-            raw: String::new(),
-            passthrough: false,
             tool_passthrough,
             eos_ids,
             top_logprobs,
@@ -237,54 +235,47 @@ impl ReplyAssembler {
         if text.is_empty() {
             return Delta::default();
         }
-        let Some(parser) = self.parser.as_mut() else {
-            return Delta { content: text.to_string(), ..Delta::default() };
-        };
-        if self.passthrough {
-            return Delta { content: text.to_string(), ..Delta::default() };
-        }
-        self.raw.push_str(text);
-        match parser.push(text) {
-            Ok(events) => self.apply(events),
-            Err(_) => self.fall_back(),
+        match self.parser.as_mut() {
+            None => Delta { content: text.to_string(), ..Delta::default() },
+            Some((_, parser)) => {
+                let events = parser.push(text);
+                self.apply(events)
+            }
         }
     }
 
     fn flush_parser(&mut self) -> Delta {
-        if self.passthrough {
-            return Delta::default();
-        }
-        let Some(parser) = self.parser.as_mut() else { return Delta::default() };
-        match parser.finish() {
-            Ok(events) => self.apply(events),
-            Err(_) => self.fall_back(),
+        match self.parser.as_mut() {
+            None => Delta::default(),
+            Some((_, parser)) => {
+                let events = parser.finish();
+                self.apply(events)
+            }
         }
     }
 
     fn apply(&mut self, events: Vec<StreamEvent>) -> Delta {
         let mut d = Delta::default();
+        let format = self.parser.as_ref().map(|(f, _)| *f);
         for e in events {
             match e {
                 StreamEvent::Reasoning(r) => d.reasoning.push_str(&r),
                 StreamEvent::Content(c) => d.content.push_str(&c),
                 StreamEvent::ToolCall(call) if self.tool_passthrough => {
-                    d.content.push_str(&QwenXml.render_tool_calls(&[call]).unwrap_or_default())
+                    let text = format.and_then(|f| f.render_tool_calls(&[call]).ok()).unwrap_or_default();
+                    d.content.push_str(&text)
                 }
                 StreamEvent::ToolCall(call) => {
                     self.saw_tool_call = true;
                     d.tool_calls.push(call)
                 }
+                StreamEvent::Malformed(bad) => {
+                    tracing::warn!("the model wrote a malformed tool call ({}); it is sent as text", bad.error);
+                    d.content.push_str(&bad.text)
+                }
             }
         }
         d
-    }
-
-    /// Malformed tool-call text: the text of the broken call becomes content, and the rest
-    /// of the reply passes through unparsed.
-    fn fall_back(&mut self) -> Delta {
-        self.passthrough = true;
-        let start = self.raw.rfind("<tool_call>").unwrap_or(0);
-        Delta { content: self.raw[start..].to_string(), ..Delta::default() }
     }
 }
 

@@ -16,6 +16,7 @@ use frognano_engine::{GenerateRequest, SamplingParams};
 use frognano_model::chat::ChatTemplate;
 use frognano_model::config::GenerationConfig;
 use frognano_model::tokenizer::Tokenizer;
+use frognano_protocol::codec::ToolParser;
 use frognano_protocol::Message;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
@@ -47,6 +48,8 @@ pub struct AppState {
     pub tokenizer: Arc<Tokenizer>,
     /// The chat template, if the model has one.
     pub template: Option<ChatTemplate>,
+    /// The tool-call format the model's replies are read in.
+    pub tool_parser: ToolParser,
     /// Ids that end generation.
     pub eos_ids: Vec<u32>,
     /// Sampling defaults from the model's generation config.
@@ -373,10 +376,11 @@ async fn chat_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> Resul
     let stops = check_stops(req.stop.clone())?;
     let response_format = crate::structured::parse_response_format(req.response_format.as_ref())?;
     let (text, prompt) = render_chat(&app, &req.messages, &tools, true, req.chat_template_kwargs.as_ref())?;
+    let injected = app.template.as_ref().is_some_and(|t| t.injects_tool_prompt(&req.messages, Some(&tools)));
     // Structured outputs (crate::structured): the grammar is compiled before the job is
     // queued, so a schema it cannot enforce is a 400 now. A forced call is written in the
     // tool-call format the reply is parsed with (output.rs).
-    let format = frognano_protocol::codec::ToolCallFormat::name(&frognano_protocol::codec::QwenXml);
+    let format = app.tool_parser.format().name();
     let grammar =
         crate::structured::reply_grammar(&response_format, &choice, format, &tools, ends_in_open_think(&text))?;
     let constraint = match grammar {
@@ -393,6 +397,7 @@ async fn chat_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> Resul
     let plan = ChatPlan {
         prompt,
         mode: OutputMode::Chat {
+            format: app.tool_parser,
             thinking_prompted: ends_in_open_think(&text),
             tools: tools.clone(),
             parse_tool_calls: !tools.is_empty() && choice != ToolChoice::None,
@@ -423,7 +428,7 @@ async fn chat_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> Resul
     let id = app.response_id("chatcmpl");
     if req.stream.unwrap_or(false) {
         let include_usage = req.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false);
-        return Ok(stream_chat(app, id, rx, include_usage, want_logprobs));
+        return Ok(with_tool_prompt_header(stream_chat(app, id, rx, include_usage, want_logprobs), injected));
     }
     let (out, summary) = collect(rx).await?;
     let mut message = Map::new();
@@ -454,7 +459,16 @@ async fn chat_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> Resul
         }],
         "usage": usage_json(summary.prompt_tokens, summary.completion_tokens, summary.cached_tokens),
     });
-    Ok(Json(body).into_response())
+    Ok(with_tool_prompt_header(Json(body).into_response(), injected))
+}
+
+/// Marks a reply whose prompt got its tools described by FrogNano because the chat template
+/// shows the model none (`x-frognano-tool-prompt: injected`; docs/agent.md §7).
+fn with_tool_prompt_header(mut response: Response, injected: bool) -> Response {
+    if injected {
+        response.headers_mut().insert("x-frognano-tool-prompt", header::HeaderValue::from_static("injected"));
+    }
+    response
 }
 
 fn stream_chat(

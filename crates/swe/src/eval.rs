@@ -123,6 +123,8 @@ pub enum SolverConfig {
         endpoint: Option<String>,
         /// Run the agent's commands unconfined.
         no_sandbox: bool,
+        /// The tool-call format the model writes (a `--tool-parser` name; `None`: detected).
+        tool_parser: Option<String>,
     },
 }
 
@@ -140,7 +142,7 @@ impl SolverConfig {
     pub fn solver(&self) -> anyhow::Result<Box<dyn Solver>> {
         Ok(match self {
             SolverConfig::Command(cmd) => Box::new(CommandSolver { command: cmd.clone(), name: "command".into() }),
-            SolverConfig::Agent { frognano, model, endpoint, no_sandbox } => Box::new(AgentCliSolver {
+            SolverConfig::Agent { frognano, model, endpoint, no_sandbox, tool_parser } => Box::new(AgentCliSolver {
                 frognano: match frognano {
                     Some(p) => p.clone(),
                     None => std::env::current_exe()?,
@@ -148,6 +150,7 @@ impl SolverConfig {
                 model: model.clone(),
                 endpoint: endpoint.clone(),
                 no_sandbox: *no_sandbox,
+                tool_parser: tool_parser.clone(),
             }),
         })
     }

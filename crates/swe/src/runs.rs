@@ -516,6 +516,8 @@ pub struct AgentCliSolver {
     pub endpoint: Option<String>,
     /// Run the agent's commands unconfined (`frognano solve --no-sandbox`).
     pub no_sandbox: bool,
+    /// The tool-call format the model writes (`frognano solve --tool-parser NAME`).
+    pub tool_parser: Option<String>,
 }
 
 impl Solver for AgentCliSolver {
@@ -544,6 +546,9 @@ impl Solver for AgentCliSolver {
         }
         if self.no_sandbox {
             cmd.arg("--no-sandbox");
+        }
+        if let Some(p) = &self.tool_parser {
+            cmd.arg("--tool-parser").arg(p);
         }
         let out = cmd.output().map_err(|e| anyhow::anyhow!("cannot run {}: {e}", self.frognano.display()))?;
         anyhow::ensure!(out.status.success(), "frognano solve failed: {}", String::from_utf8_lossy(&out.stderr).trim());
@@ -584,7 +589,8 @@ mod tests {
         let fake = dir.path().join("frognano");
         std::fs::write(&fake, "#!/bin/sh\necho 'model exploded' >&2\nexit 0\n").unwrap();
         std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        let solver = AgentCliSolver { frognano: fake, model: "m".into(), endpoint: None, no_sandbox: true };
+        let solver =
+            AgentCliSolver { frognano: fake, model: "m".into(), endpoint: None, no_sandbox: true, tool_parser: None };
         let line = r#"{"instance_id": "a__b-1", "repo": "a/b", "base_commit": "0", "patch": "", "problem_statement": "x", "FAIL_TO_PASS": ["t"], "PASS_TO_PASS": [], "version": "1", "test_cmd": "true", "log_parser": "gotest"}"#;
         let inst = crate::instance::parse_jsonl_instances(line, "t.jsonl").unwrap().remove(0);
         let err = solver.solve(&inst, dir.path(), 0).unwrap_err().to_string();

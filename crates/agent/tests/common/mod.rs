@@ -37,14 +37,15 @@ impl Llm for ScriptedLlm {
             Some(Reply::Fail(e)) => return Err(LlmError::Other(e.to_string())),
             None => return Err(LlmError::Other("script exhausted".into())),
         };
-        let parsed = if finish_reason == FinishReason::Length {
-            // A cut reply: whatever parses; an open call is simply dropped.
-            QwenXml.parse_reply(text, true, request.tools).unwrap_or_default()
-        } else {
-            QwenXml
-                .parse_reply(text, true, request.tools)
-                .map_err(|error| LlmError::Malformed { text: text.to_string(), error })?
-        };
+        // A cut reply keeps whatever parses (an open call is simply dropped).
+        let parsed = QwenXml.parse_reply(text, true, request.tools);
+        if let (Some(bad), false) = (parsed.failed_call(), finish_reason == FinishReason::Length) {
+            return Err(LlmError::Malformed {
+                text: text.to_string(),
+                error: bad.error.clone(),
+                call_syntax: QwenXml.call_syntax().to_string(),
+            });
+        }
         let usage = (finish_reason == FinishReason::Length)
             .then_some(Usage { prompt_tokens: 100, completion_tokens: u64::from(request.sampling.max_tokens) });
         Ok(Completion {

@@ -22,12 +22,17 @@
 //! the tool's JSON schema (strings stay raw; integer/number/boolean/object/array are parsed,
 //! Python's `True`/`False` accepted; a value that does not parse as its declared type, or a
 //! parameter the schema does not know, is kept as a string). Rendering goes the other way,
-//! exactly as the Qwen3.5 chat template renders calls. [`StreamParser`] does the parse
-//! incrementally, for streaming; the whole-reply parse is built on it, so both always agree.
+//! exactly as the Qwen3.5 chat template renders calls.
+//!
+//! The `<tool_call>` tags are read as for [`HermesJson`](super::HermesJson): a JSON body
+//! inside them is read too, and a last call whose `</tool_call>` is missing counts if its
+//! `</function>` is there (some servers treat `</tool_call>` as a stop string).
 
 use serde_json::{Map, Value};
 
-use super::{parse_arguments_object, python_json, shorten, CodecError, ReplyParser, StreamEvent, ToolCallFormat};
+use super::hermes::ToolCallTags;
+use super::scan::Scanner;
+use super::{parse_arguments_object, python_json, shorten, CodecError, ReplyParser, ToolCallFormat};
 use crate::message::ToolCall;
 
 /// The Qwen XML format (`<tool_call><function=NAME><parameter=K>V</parameter>…`).
@@ -40,179 +45,21 @@ impl ToolCallFormat for QwenXml {
     }
 
     fn stream_parser(&self, thinking_prompted: bool, tools: &[Value]) -> Box<dyn ReplyParser> {
-        Box::new(StreamParser::new(thinking_prompted, tools.to_vec()))
+        Box::new(Scanner::new(ToolCallTags { xml: true }, thinking_prompted, tools))
     }
 
     fn render_tool_calls(&self, calls: &[ToolCall]) -> Result<String, CodecError> {
         render_tool_calls(calls)
     }
-}
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum State {
-    Reasoning,
-    Content,
-    InToolCall,
-}
-
-const THINK_OPEN: &str = "<think>";
-const THINK_CLOSE: &str = "</think>";
-const CALL_OPEN: &str = "<tool_call>";
-const CALL_CLOSE: &str = "</tool_call>";
-
-/// The Qwen XML [`ReplyParser`]: feed text deltas with [`ReplyParser::push`], get
-/// reasoning/content deltas as soon as they cannot be the start of a tag, and each tool call
-/// once its `</tool_call>` arrives; [`ReplyParser::finish`] flushes the rest.
-#[derive(Debug, Clone)]
-pub struct StreamParser {
-    state: State,
-    buf: String,
-    tools: Vec<Value>,
-    /// Whether we are still at the very start of the text (a leading `<think>` is dropped).
-    at_start: bool,
-    /// Whether leading newlines of content (after `</think>`) are still to be dropped.
-    skip_newlines: bool,
-}
-
-impl StreamParser {
-    /// A parser for one reply; see [`ToolCallFormat::stream_parser`] for the arguments.
-    pub fn new(thinking_prompted: bool, tools: Vec<Value>) -> Self {
-        StreamParser {
-            state: if thinking_prompted { State::Reasoning } else { State::Content },
-            buf: String::new(),
-            tools,
-            at_start: true,
-            skip_newlines: false,
-        }
-    }
-
-    fn drain(&mut self, events: &mut Vec<StreamEvent>, end: bool) -> Result<(), CodecError> {
-        loop {
-            if self.at_start {
-                let trimmed = self.buf.trim_start();
-                if trimmed.starts_with(THINK_OPEN) {
-                    let cut = self.buf.len() - trimmed.len() + THINK_OPEN.len();
-                    self.buf.drain(..cut);
-                    self.state = State::Reasoning;
-                    self.at_start = false;
-                } else if !end && THINK_OPEN.starts_with(trimmed) {
-                    return Ok(()); // could still become <think>
-                } else {
-                    self.at_start = false;
-                }
-            }
-            match self.state {
-                State::Reasoning => {
-                    let call = self.buf.find(CALL_OPEN);
-                    let close = self.buf.find(THINK_CLOSE).filter(|c| call.is_none_or(|t| *c < t));
-                    match (close, call) {
-                        (Some(c), _) => {
-                            emit(events, StreamEvent::Reasoning, &self.buf[..c]);
-                            self.buf.drain(..c + THINK_CLOSE.len());
-                            self.state = State::Content;
-                            self.skip_newlines = true;
-                        }
-                        (None, Some(t)) => {
-                            // A tool call before any </think>: the model skipped closing
-                            // its reasoning; the call still counts.
-                            emit(events, StreamEvent::Reasoning, &self.buf[..t]);
-                            self.buf.drain(..t + CALL_OPEN.len());
-                            self.state = State::InToolCall;
-                        }
-                        (None, None) => {
-                            let keep = if end { 0 } else { partial_tag_suffix(&self.buf, &[THINK_CLOSE, CALL_OPEN]) };
-                            let upto = self.buf.len() - keep;
-                            emit(events, StreamEvent::Reasoning, &self.buf[..upto]);
-                            self.buf.drain(..upto);
-                            return Ok(());
-                        }
-                    }
-                }
-                State::Content => {
-                    if self.skip_newlines {
-                        let trimmed = self.buf.trim_start_matches(['\n', '\r']);
-                        let cut = self.buf.len() - trimmed.len();
-                        self.buf.drain(..cut);
-                        if self.buf.is_empty() && !end {
-                            return Ok(());
-                        }
-                        self.skip_newlines = false;
-                    }
-                    if let Some(t) = self.buf.find(CALL_OPEN) {
-                        emit(events, StreamEvent::Content, &self.buf[..t]);
-                        self.buf.drain(..t + CALL_OPEN.len());
-                        self.state = State::InToolCall;
-                    } else {
-                        let keep = if end { 0 } else { partial_tag_suffix(&self.buf, &[CALL_OPEN]) };
-                        let upto = self.buf.len() - keep;
-                        emit(events, StreamEvent::Content, &self.buf[..upto]);
-                        self.buf.drain(..upto);
-                        return Ok(());
-                    }
-                }
-                State::InToolCall => {
-                    if let Some(c) = self.buf.find(CALL_CLOSE) {
-                        let call = parse_call_body(&self.buf[..c], &self.tools)?;
-                        events.push(StreamEvent::ToolCall(call));
-                        self.buf.drain(..c + CALL_CLOSE.len());
-                        self.state = State::Content;
-                        self.skip_newlines = true;
-                    } else if end {
-                        // Accept a last call whose </tool_call> is missing (some servers
-                        // treat it as a stop string) if its </function> is there.
-                        let body = std::mem::take(&mut self.buf);
-                        if !body.trim_end().ends_with("</function>") {
-                            return Err(CodecError::UnterminatedToolCall);
-                        }
-                        let call = parse_call_body(&body, &self.tools)?;
-                        events.push(StreamEvent::ToolCall(call));
-                        self.state = State::Content;
-                        return Ok(());
-                    } else {
-                        return Ok(());
-                    }
-                }
-            }
-        }
+    fn call_syntax(&self) -> &'static str {
+        "<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>"
     }
 }
 
-impl ReplyParser for StreamParser {
-    fn push(&mut self, delta: &str) -> Result<Vec<StreamEvent>, CodecError> {
-        self.buf.push_str(delta);
-        let mut events = Vec::new();
-        self.drain(&mut events, false)?;
-        Ok(events)
-    }
-
-    fn finish(&mut self) -> Result<Vec<StreamEvent>, CodecError> {
-        let mut events = Vec::new();
-        self.drain(&mut events, true)?;
-        Ok(events)
-    }
-}
-
-fn emit(events: &mut Vec<StreamEvent>, make: fn(String) -> StreamEvent, text: &str) {
-    if !text.is_empty() {
-        events.push(make(text.to_string()));
-    }
-}
-
-/// Length of the longest suffix of `buf` that is a proper prefix of one of `tags`.
-fn partial_tag_suffix(buf: &str, tags: &[&str]) -> usize {
-    let mut best = 0;
-    for tag in tags {
-        for n in 1..tag.len().min(buf.len() + 1) {
-            if buf.is_char_boundary(buf.len() - n) && buf.ends_with(&tag[..n]) {
-                best = best.max(n);
-            }
-        }
-    }
-    best
-}
-
-/// Parses what is between `<tool_call>` and `</tool_call>`.
-fn parse_call_body(body: &str, tools: &[Value]) -> Result<ToolCall, CodecError> {
+/// Parses what is between `<tool_call>` and `</tool_call>` (starting, after whitespace,
+/// with `<function=`).
+pub(crate) fn parse_call_body(body: &str, tools: &[Value]) -> Result<ToolCall, CodecError> {
     let rest = body.trim_start();
     let Some(after) = rest.strip_prefix("<function=") else {
         return Err(CodecError::MissingFunction(shorten(body)));
@@ -353,7 +200,8 @@ fn template_value(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::test_tools::tool_schemas;
+    use crate::codec::test_tools::{assert_split_invariant, normalized, tool_schemas};
+    use crate::codec::StreamEvent;
     use serde_json::json;
 
     fn args(call: &ToolCall) -> Value {
@@ -364,7 +212,7 @@ mod tests {
 
     #[test]
     fn parses_reasoning_content_and_typed_parallel_calls() {
-        let p = QwenXml.parse_reply(REPLY, true, &tool_schemas()).unwrap();
+        let p = QwenXml.parse_reply(REPLY, true, &tool_schemas());
         assert_eq!(p.reasoning.as_deref(), Some("I should look at the file."));
         assert_eq!(p.content, "Let me check.");
         assert_eq!(p.tool_calls.len(), 2);
@@ -377,7 +225,7 @@ mod tests {
 
     #[test]
     fn renders_back_to_the_template_text() {
-        let p = QwenXml.parse_reply(REPLY, true, &tool_schemas()).unwrap();
+        let p = QwenXml.parse_reply(REPLY, true, &tool_schemas());
         let text = QwenXml.render_assistant_content(&p.content, &p.tool_calls).unwrap();
         assert_eq!(text, REPLY.split_once("</think>\n\n").unwrap().1);
     }
@@ -385,7 +233,7 @@ mod tests {
     #[test]
     fn booleans_objects_and_unknown_parameters() {
         let text = "<tool_call>\n<function=Edit>\n<parameter=file_path>\na.py\n</parameter>\n<parameter=old_string>\n  x = 1\n\n</parameter>\n<parameter=new_string>\n</parameter>\n<parameter=replace_all>\nTrue\n</parameter>\n<parameter=extra>\n[1, 2]\n</parameter>\n</function>\n</tool_call>";
-        let p = QwenXml.parse_reply(text, false, &tool_schemas()).unwrap();
+        let p = QwenXml.parse_reply(text, false, &tool_schemas());
         assert_eq!(p.reasoning, None);
         assert_eq!(p.content, "");
         assert_eq!(
@@ -402,35 +250,32 @@ mod tests {
     #[test]
     fn a_value_that_does_not_fit_its_type_stays_a_string() {
         let text = "<tool_call>\n<function=Read>\n<parameter=file_path>\na\n</parameter>\n<parameter=limit>\nten\n</parameter>\n</function>\n</tool_call>";
-        let p = QwenXml.parse_reply(text, false, &tool_schemas()).unwrap();
+        let p = QwenXml.parse_reply(text, false, &tool_schemas());
         assert_eq!(args(&p.tool_calls[0]), json!({"file_path": "a", "limit": "ten"}));
     }
 
     #[test]
     fn no_tool_call_is_a_plain_answer() {
-        let p = QwenXml.parse_reply("Done.\n</think>\n\nThe bug is fixed.", true, &[]).unwrap();
+        let p = QwenXml.parse_reply("Done.\n</think>\n\nThe bug is fixed.", true, &[]);
         assert_eq!(p.reasoning.as_deref(), Some("Done."));
         assert_eq!(p.content, "The bug is fixed.");
         assert!(p.tool_calls.is_empty());
-        let p = QwenXml.parse_reply("<think>\nhm\n</think>\n\nok", false, &[]).unwrap();
+        let p = QwenXml.parse_reply("<think>\nhm\n</think>\n\nok", false, &[]);
         assert_eq!((p.reasoning.as_deref(), p.content.as_str()), (Some("hm"), "ok"));
     }
 
     #[test]
     fn missing_close_tool_call_at_the_end_is_accepted() {
         let text = "<tool_call>\n<function=Glob>\n<parameter=pattern>\n**/*.rs\n</parameter>\n</function>\n";
-        let p = QwenXml.parse_reply(text, false, &tool_schemas()).unwrap();
+        let p = QwenXml.parse_reply(text, false, &tool_schemas());
         assert_eq!(args(&p.tool_calls[0]), json!({"pattern": "**/*.rs"}));
     }
 
     #[test]
-    fn malformed_text_is_a_typed_error() {
+    fn malformed_text_is_a_typed_error_and_the_rest_goes_on() {
         let cases = [
             ("<tool_call>\n<function=Read>\n<parameter=file_path>\na", CodecError::UnterminatedToolCall),
-            (
-                "<tool_call>\n{\"name\": \"Read\"}\n</tool_call>",
-                CodecError::MissingFunction("{\"name\": \"Read\"}".into()),
-            ),
+            ("<tool_call>\nread the file\n</tool_call>", CodecError::MissingFunction("read the file".into())),
             ("<tool_call>\n<function=>\n</function>\n</tool_call>", CodecError::BadFunctionName("".into())),
             (
                 "<tool_call>\n<function=Read>\n<parameter=a>\nb\n</parameter>\n</tool_call>",
@@ -445,9 +290,24 @@ mod tests {
                 CodecError::BadParameter("Read".into()),
             ),
         ];
+        let good = "\n<tool_call>\n<function=Glob>\n<parameter=pattern>\n*\n</parameter>\n</function>\n</tool_call>";
         for (text, want) in cases {
-            assert_eq!(QwenXml.parse_reply(text, false, &tool_schemas()).unwrap_err(), want, "{text}");
+            let p = assert_split_invariant(&QwenXml, text, false, &tool_schemas());
+            assert_eq!(p.failed_call().map(|m| (&m.text[..], &m.error)), Some((text, &want)), "{text}");
+            // A good call after the broken one still counts (unless the broken one is
+            // left open: then the good one is inside it).
+            if want != CodecError::UnterminatedToolCall {
+                let p = assert_split_invariant(&QwenXml, &format!("{text}{good}"), false, &tool_schemas());
+                assert_eq!((p.tool_calls.len(), p.malformed.len()), (1, 1), "{text}");
+                assert_eq!(p.tool_calls[0].function.name, "Glob");
+            }
         }
+        // A JSON body inside the tags is read as Hermes writes it.
+        let p = QwenXml.parse_reply("<tool_call>\n{\"name\": \"Read\"}\n</tool_call>", false, &tool_schemas());
+        assert_eq!(
+            (p.tool_calls[0].function.name.as_str(), p.tool_calls[0].function.arguments.as_str()),
+            ("Read", "{}")
+        );
     }
 
     #[test]
@@ -460,81 +320,33 @@ mod tests {
     }
 
     #[test]
-    fn streaming_in_tiny_chunks_gives_the_same_result() {
+    fn streaming_at_every_split_gives_the_same_result() {
+        let p = assert_split_invariant(&QwenXml, REPLY, true, &tool_schemas());
+        assert_eq!(p, normalized(QwenXml.parse_reply(REPLY, true, &tool_schemas())));
+        assert_eq!(p.reasoning.as_deref(), Some("I should look at the file."));
+        assert_eq!(p.tool_calls.len(), 2);
         for chunk in [1, 2, 3, 7] {
-            let mut parser = StreamParser::new(true, tool_schemas());
-            let mut events = Vec::new();
             let chars: Vec<char> = REPLY.chars().collect();
+            let mut parser = QwenXml.stream_parser(true, &tool_schemas());
+            let mut events = Vec::new();
             for piece in chars.chunks(chunk) {
-                events.extend(parser.push(&piece.iter().collect::<String>()).unwrap());
+                events.extend(parser.push(&piece.iter().collect::<String>()));
             }
-            events.extend(parser.finish().unwrap());
-            let reasoning: String = events
-                .iter()
-                .filter_map(|e| match e {
-                    StreamEvent::Reasoning(r) => Some(r.as_str()),
-                    _ => None,
-                })
-                .collect();
-            let calls: Vec<Value> = events
-                .iter()
-                .filter_map(|e| match e {
-                    StreamEvent::ToolCall(c) => Some(args(c)),
-                    _ => None,
-                })
-                .collect();
-            assert_eq!(reasoning.trim(), "I should look at the file.");
-            assert_eq!(calls.len(), 2);
-            assert_eq!(calls[1]["timeout"], json!(30));
+            events.extend(parser.finish());
             // No event may leak part of a tag.
             assert!(events.iter().all(|e| match e {
                 StreamEvent::Reasoning(t) | StreamEvent::Content(t) => !t.contains('<') && !t.contains('>'),
-                StreamEvent::ToolCall(_) => true,
+                StreamEvent::ToolCall(_) | StreamEvent::Malformed(_) => true,
             }));
         }
     }
 
     #[test]
-    fn random_tag_soup_never_panics() {
-        use rand::{Rng, SeedableRng};
-        let pieces = [
-            "<tool_call>",
-            "</tool_call>",
-            "<function=",
-            "</function>",
-            "<parameter=",
-            "</parameter>",
-            "<think>",
-            "</think>",
-            ">",
-            "<",
-            "\n",
-            "Read",
-            "file_path",
-            "x",
-            "é",
-            " ",
-            "1",
-            "True",
-        ];
-        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        for _ in 0..3000 {
-            let n = rng.random_range(0..24);
-            let text: String = (0..n).map(|_| pieces[rng.random_range(0..pieces.len())]).collect();
-            let thinking = rng.random_bool(0.5);
-            let batch = QwenXml.parse_reply(&text, thinking, &tool_schemas());
-            let mut parser = StreamParser::new(thinking, tool_schemas());
-            let mut streamed = Ok(());
-            for ch in text.chars() {
-                if let Err(e) = parser.push(&ch.to_string()) {
-                    streamed = Err(e);
-                    break;
-                }
-            }
-            if streamed.is_ok() {
-                streamed = parser.finish().map(|_| ());
-            }
-            assert_eq!(batch.is_ok(), streamed.is_ok(), "{text:?}");
-        }
+    fn a_call_inside_the_thinking_block_counts() {
+        let text = "Let me read it first.\n<tool_call>\n<function=Read>\n<parameter=file_path>\na.py\n</parameter>\n</function>\n</tool_call>\nNow I know.\n</think>\n\nDone.";
+        let p = assert_split_invariant(&QwenXml, text, true, &tool_schemas());
+        assert_eq!(p.reasoning.as_deref(), Some("Let me read it first.\n\nNow I know."));
+        assert_eq!(p.content, "Done.");
+        assert_eq!(args(&p.tool_calls[0]), json!({"file_path": "a.py"}));
     }
 }
