@@ -123,7 +123,25 @@ pub enum SolverConfig {
         endpoint: Option<String>,
         /// Run the agent's commands unconfined.
         no_sandbox: bool,
+        /// Steps and tokens per turn of each attempt.
+        limits: AgentLimits,
     },
+}
+
+/// How far one agent attempt may go: `frognano solve --max-steps` and
+/// `--max-tokens-per-turn`, with the same defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AgentLimits {
+    /// Steps (model calls) at most.
+    pub max_steps: usize,
+    /// Tokens generated per turn at most.
+    pub max_tokens_per_turn: u32,
+}
+
+impl Default for AgentLimits {
+    fn default() -> Self {
+        AgentLimits { max_steps: 100, max_tokens_per_turn: 8192 }
+    }
 }
 
 impl SolverConfig {
@@ -131,7 +149,11 @@ impl SolverConfig {
     pub fn validate(&self) -> anyhow::Result<()> {
         match self {
             SolverConfig::Command(c) => anyhow::ensure!(!c.trim().is_empty(), "--solver-cmd must not be empty"),
-            SolverConfig::Agent { model, .. } => anyhow::ensure!(!model.trim().is_empty(), "--model must not be empty"),
+            SolverConfig::Agent { model, limits, .. } => {
+                anyhow::ensure!(!model.trim().is_empty(), "--model must not be empty");
+                anyhow::ensure!(limits.max_steps >= 1, "--max-steps must be at least 1, got 0");
+                anyhow::ensure!(limits.max_tokens_per_turn >= 1, "--max-tokens-per-turn must be at least 1, got 0");
+            }
         }
         Ok(())
     }
@@ -140,7 +162,7 @@ impl SolverConfig {
     pub fn solver(&self) -> anyhow::Result<Box<dyn Solver>> {
         Ok(match self {
             SolverConfig::Command(cmd) => Box::new(CommandSolver { command: cmd.clone(), name: "command".into() }),
-            SolverConfig::Agent { frognano, model, endpoint, no_sandbox } => Box::new(AgentCliSolver {
+            SolverConfig::Agent { frognano, model, endpoint, no_sandbox, limits } => Box::new(AgentCliSolver {
                 frognano: match frognano {
                     Some(p) => p.clone(),
                     None => std::env::current_exe()?,
@@ -148,6 +170,7 @@ impl SolverConfig {
                 model: model.clone(),
                 endpoint: endpoint.clone(),
                 no_sandbox: *no_sandbox,
+                limits: *limits,
             }),
         })
     }

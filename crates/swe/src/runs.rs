@@ -516,6 +516,8 @@ pub struct AgentCliSolver {
     pub endpoint: Option<String>,
     /// Run the agent's commands unconfined (`frognano solve --no-sandbox`).
     pub no_sandbox: bool,
+    /// `--max-steps` and `--max-tokens-per-turn` of each `frognano solve`.
+    pub limits: crate::eval::AgentLimits,
 }
 
 impl Solver for AgentCliSolver {
@@ -538,7 +540,11 @@ impl Solver for AgentCliSolver {
             .arg("--instance-id")
             .arg(format!("{}.{attempt}", instance.instance_id))
             .arg("--model")
-            .arg(&self.model);
+            .arg(&self.model)
+            .arg("--max-steps")
+            .arg(self.limits.max_steps.to_string())
+            .arg("--max-tokens-per-turn")
+            .arg(self.limits.max_tokens_per_turn.to_string());
         if let Some(e) = &self.endpoint {
             cmd.arg("--endpoint").arg(e);
         }
@@ -584,7 +590,13 @@ mod tests {
         let fake = dir.path().join("frognano");
         std::fs::write(&fake, "#!/bin/sh\necho 'model exploded' >&2\nexit 0\n").unwrap();
         std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        let solver = AgentCliSolver { frognano: fake, model: "m".into(), endpoint: None, no_sandbox: true };
+        let solver = AgentCliSolver {
+            frognano: fake,
+            model: "m".into(),
+            endpoint: None,
+            no_sandbox: true,
+            limits: Default::default(),
+        };
         let line = r#"{"instance_id": "a__b-1", "repo": "a/b", "base_commit": "0", "patch": "", "problem_statement": "x", "FAIL_TO_PASS": ["t"], "PASS_TO_PASS": [], "version": "1", "test_cmd": "true", "log_parser": "gotest"}"#;
         let inst = crate::instance::parse_jsonl_instances(line, "t.jsonl").unwrap().remove(0);
         let err = solver.solve(&inst, dir.path(), 0).unwrap_err().to_string();
