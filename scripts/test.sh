@@ -7,6 +7,12 @@ cd "$(dirname "$0")/.."
 export FROGNANO_REQUIRE_FIXTURES=1
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# fuzz/ is its own workspace (cargo-fuzz, libFuzzer): type-check its target against today's
+# frognano-model. In the same target folder it reuses what clippy just checked (fuzz/Cargo.toml
+# says how), so it takes seconds; the time is printed so that a slow one shows.
+fuzz_start=$SECONDS
+cargo check --locked --quiet --manifest-path fuzz/Cargo.toml --no-default-features --target-dir target
+echo "fuzz/ type-checked in $((SECONDS - fuzz_start)) s"
 # Every test that cannot run on this machine (a missing CPU feature) appends one
 # `SKIPPED (needs …): …` line to this file (frognano_model::test_support::report_skip); cargo
 # hides the stderr of passing tests, so the summary below reads the file.
