@@ -38,7 +38,7 @@ fn run(root: &Path, run_id: &str, solver: &[&str]) -> (String, Value) {
     let mut args = vec!["eval", "run", "--instances", inst.to_str().unwrap(), "--run-id", run_id];
     args.extend(["--output", out_dir.to_str().unwrap(), "--timeout", "60"]);
     args.extend(solver);
-    let bwrap = frognano_sandbox::Sandbox::bubblewrap_available().map_err(|e| e.to_string());
+    let bwrap = frognano_sandbox::Sandbox::bubblewrap_available();
     if !frognano_testkit::available_or_skip("bubblewrap", "eval run through the binary", bwrap) {
         args.push("--no-sandbox");
     }

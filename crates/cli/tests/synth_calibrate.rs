@@ -21,7 +21,7 @@ fn frognano(args: &[&str]) -> String {
 /// `--no-sandbox` where bubblewrap is missing (a SKIPPED line; a failure under
 /// FROGNANO_REQUIRE_FIXTURES), nothing where it runs.
 fn sandbox_flag() -> Vec<&'static str> {
-    let bwrap = frognano_sandbox::Sandbox::bubblewrap_available().map_err(|e| e.to_string());
+    let bwrap = frognano_sandbox::Sandbox::bubblewrap_available();
     if frognano_testkit::available_or_skip("bubblewrap", "synth calibrate through the binary", bwrap) {
         vec![]
     } else {
