@@ -67,7 +67,7 @@ fn a_scripted_solver_that_fixes_the_bug_resolves_the_task_and_one_that_does_not_
 fn the_demo_model_in_process_attempts_the_task_within_its_limits() {
     let Some(model) = frognano_testkit::demo_model() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let solver = ["--model", model.to_str().unwrap(), "--max-steps", "2", "--max-tokens-per-turn", "24"];
+    let solver = ["--model", model.to_str().unwrap(), "--max-steps", "2", "--max-tokens-per-turn", "4"];
     let (stdout, row) = run(dir.path(), "demo", &solver);
     // A 135M model does not fix the bug; the attempt is graded, not an error.
     assert!(stdout.contains("resolved 0/1 instances") && stdout.contains("errors 0"), "{stdout}");
@@ -80,12 +80,12 @@ fn the_demo_model_in_process_attempts_the_task_within_its_limits() {
     assert!((1..=2).contains(&steps), "--max-steps 2 ran {steps} steps: {traj}");
     let exit = traj["exit_reason"].as_str().unwrap();
     assert!(!exit.is_empty() && exit != "llm_query_error" && exit != "error", "{traj}");
-    // The 135M model rambles: its replies are cut at --max-tokens-per-turn, and the agent's
-    // notice names that limit (unless it stopped on its own, ending the attempt).
-    let cut_at_24 = traj["messages"].as_array().unwrap().iter().any(|m| {
-        m["role"] == "user" && m["content"].as_str().is_some_and(|c| c.contains("cut off at the limit of 24 tokens"))
+    // Four tokens cut nearly every reply (so without --max-steps the attempt would go on), and
+    // the agent's notice names that limit; a reply that ends on its own ends the attempt.
+    let cut_at_4 = traj["messages"].as_array().unwrap().iter().any(|m| {
+        m["role"] == "user" && m["content"].as_str().is_some_and(|c| c.contains("cut off at the limit of 4 tokens"))
     });
-    assert!(cut_at_24 || exit == "agent", "no reply was held to 24 tokens: {traj}");
+    assert!(cut_at_4 || exit == "agent", "no reply was held to 4 tokens: {traj}");
     let preds = std::fs::read_to_string(run_dir.join("preds.jsonl")).unwrap();
     let pred: Value = serde_json::from_str(preds.lines().next().unwrap()).unwrap();
     assert_eq!(pred["model_name_or_path"], json!(model.to_str().unwrap()), "{pred}");
