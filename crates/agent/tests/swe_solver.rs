@@ -25,7 +25,8 @@ const NEW_TESTS: &str = "TestGreet() { [ \"$(greet Bob)\" = \"Hello, Bob\" ]; }\
 /// Bubblewrap where it runs; without it a SKIPPED (needs bubblewrap) line and unconfined runs,
 /// or a failure under FROGNANO_REQUIRE_FIXTURES (CI), so the sandboxed path is not dropped silently.
 fn isolation() -> Isolation {
-    if frognano_testkit::available_or_skip("bubblewrap", "the in-process agent solver", Sandbox::bubblewrap_available()) {
+    let bwrap = Sandbox::bubblewrap_available();
+    if frognano_testkit::available_or_skip("bubblewrap", "the in-process agent solver", bwrap) {
         Isolation::Bubblewrap
     } else {
         Isolation::Unconfined
