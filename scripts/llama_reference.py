@@ -12,7 +12,9 @@
    through the documented escape hatch for unknown hashes, and adds the `architectures` entry
    that save_pretrained would have written to config.json (see `convert_qwen35` below).
 
-Run with the venv built by scripts/setup-llama-reference.sh:
+Run with the venv built by scripts/setup-llama-reference.sh (which also keeps the
+llama-cpp-python sdist in .venv-llama/sdist); the Qwen3.5 conversion runs llama.cpp's converter
+with the transformers venv of scripts/setup-torch-reference.sh (CONVERT_PYTHON overrides it):
     .venv-llama/bin/python scripts/llama_reference.py [--skip-smollm2] [--skip-qwen35]
 llama.cpp here was built with -DGGML_NATIVE=ON and the AMX instructions disabled (the AMX
 path crashes on this CPU; docs/peers.md).
@@ -32,8 +34,11 @@ import numpy as np
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 # The converter imports torch and transformers: run it with the transformers venv.
-CONVERT_PYTHON = os.environ.get("CONVERT_PYTHON", "/work/pyref/venv/bin/python")
-SDIST_DIR = os.environ.get("LLAMA_SDIST_DIR", "/work/llama-build/src")
+REF_VENV = os.environ.get("FROGNANO_REF_VENV", os.path.join(ROOT, ".venv-ref-torch"))
+CONVERT_PYTHON = os.environ.get("CONVERT_PYTHON", os.path.join(REF_VENV, "bin", "python"))
+# Where scripts/setup-llama-reference.sh put the sdist, and where it is unpacked.
+SDIST_TARS = os.path.join(ROOT, ".venv-llama", "sdist")
+SDIST_DIR = os.environ.get("LLAMA_SDIST_DIR", os.path.join(ROOT, ".venv-llama", "src"))
 
 PROMPTS = [
     "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
@@ -98,7 +103,7 @@ def sdist_root():
     cand = glob.glob(os.path.join(SDIST_DIR, "llama_cpp_python-*"))
     if not cand:
         os.makedirs(SDIST_DIR, exist_ok=True)
-        tars = glob.glob("/work/llama-build/sdist/llama_cpp_python-*.tar.gz")
+        tars = glob.glob(os.path.join(SDIST_TARS, "llama_cpp_python-*.tar.gz"))
         if not tars:
             sys.exit("llama-cpp-python sdist not found; run scripts/setup-llama-reference.sh")
         with tarfile.open(tars[0]) as t:
@@ -108,6 +113,8 @@ def sdist_root():
 
 
 def convert_qwen35():
+    if not os.access(CONVERT_PYTHON, os.X_OK):
+        sys.exit(f"{CONVERT_PYTHON} missing: run scripts/setup-torch-reference.sh (or set CONVERT_PYTHON)")
     src = sdist_root()
     lcpp = os.path.join(src, "vendor", "llama.cpp")
     # The converter identifies a pre-tokenizer by hashing what the tokenizer makes of a test

@@ -7,6 +7,16 @@ cd "$(dirname "$0")/.."
 export FROGNANO_REQUIRE_FIXTURES=1
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# fuzz/ is its own workspace (cargo-fuzz, libFuzzer): type-check its target against today's
+# frognano-model. In the same target folder it reuses what clippy just checked (fuzz/Cargo.toml
+# says how), so it takes seconds; the time is printed so that a slow one shows. Not --locked:
+# a new dependency of frognano-model must not fail CI here, so cargo adds it to fuzz/Cargo.lock
+# and the line below says the committed lock is behind.
+fuzz_start=$SECONDS
+cargo check --quiet --manifest-path fuzz/Cargo.toml --no-default-features --target-dir target
+echo "fuzz/ type-checked in $((SECONDS - fuzz_start)) s"
+git diff --quiet -- fuzz/Cargo.lock 2>/dev/null ||
+    echo "note: fuzz/Cargo.lock was behind fuzz/Cargo.toml and cargo updated it; commit the update"
 # Every test that cannot run on this machine (a missing CPU feature) appends one
 # `SKIPPED (needs …): …` line to this file (frognano_model::test_support::report_skip); cargo
 # hides the stderr of passing tests, so the summary below reads the file.

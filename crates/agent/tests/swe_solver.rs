@@ -22,11 +22,13 @@ const LIB_BUGGY: &str = "greet() { echo \"Helo, $1\"; }\n";
 const LIB_FIXED: &str = "greet() { echo \"Hello, $1\"; }\n";
 const NEW_TESTS: &str = "TestGreet() { [ \"$(greet Bob)\" = \"Hello, Bob\" ]; }\n";
 
+/// Bubblewrap where it runs; without it a SKIPPED (needs bubblewrap) line and unconfined runs,
+/// or a failure under FROGNANO_REQUIRE_FIXTURES (CI), so the sandboxed path is not dropped silently.
 fn isolation() -> Isolation {
-    if Sandbox::bubblewrap_available().is_ok() {
+    let bwrap = Sandbox::bubblewrap_available();
+    if frognano_testkit::available_or_skip("bubblewrap", "the in-process agent solver", bwrap) {
         Isolation::Bubblewrap
     } else {
-        eprintln!("bubblewrap unavailable: running unconfined");
         Isolation::Unconfined
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use frognano_agent::swe_solver::AgentSolver;
 use frognano_protocol::codec::ToolParser;
 use frognano_sandbox::Isolation;
-use frognano_swe::eval::{ExecConfig, GradeJob, GradeLogJob, ParseLogJob, RunJob, SolverConfig};
+use frognano_swe::eval::{AgentLimits, ExecConfig, GradeJob, GradeLogJob, ParseLogJob, RunJob, SolverConfig};
 use frognano_swe::runs::Shard;
 
 use crate::progress::Bar;
@@ -125,6 +125,12 @@ pub struct SolverArgs {
     /// mistral (default: detected from the chat template).
     #[arg(long, value_name = "NAME", conflicts_with = "solver_cmd")]
     pub tool_parser: Option<ToolParser>,
+    /// Steps (model calls) of each agent attempt at most, as `frognano solve --max-steps`.
+    #[arg(long, default_value_t = AgentLimits::default().max_steps, conflicts_with = "solver_cmd")]
+    pub max_steps: usize,
+    /// Tokens the agent generates per turn at most, as `frognano solve --max-tokens-per-turn`.
+    #[arg(long, default_value_t = AgentLimits::default().max_tokens_per_turn, conflicts_with = "solver_cmd")]
+    pub max_tokens_per_turn: u32,
 }
 
 impl SolverArgs {
@@ -138,6 +144,7 @@ impl SolverArgs {
                 endpoint: self.endpoint.clone(),
                 no_sandbox,
                 tool_parser: self.tool_parser.map(|p| p.to_string()),
+                limits: AgentLimits { max_steps: self.max_steps, max_tokens_per_turn: self.max_tokens_per_turn },
             },
             (None, None) => anyhow::bail!("pass --model (with --endpoint) or --solver-cmd"),
         })
@@ -247,12 +254,15 @@ pub fn run(cmd: EvalCommand) -> anyhow::Result<()> {
 
 /// The agent in this process when `solver` is a local model (`--model` without `--endpoint`
 /// or `--frognano-bin`): the model is loaded once, on one scheduler whose decode batches hold
-/// up to `workers` attempts. `None` for every other solver.
+/// up to `workers` attempts, each held to the solver's limits. `None` for every other solver.
 pub fn in_process_solver(solver: &SolverConfig, workers: usize) -> anyhow::Result<Option<AgentSolver>> {
-    let SolverConfig::Agent { frognano: None, model, endpoint: None, no_sandbox, tool_parser } = solver else {
+    let SolverConfig::Agent { frognano: None, model, endpoint: None, no_sandbox, tool_parser, limits } = solver else {
         return Ok(None);
     };
     let isolation = if *no_sandbox { Isolation::Unconfined } else { Isolation::Bubblewrap };
     let tool_parser = tool_parser.as_deref().map(ToolParser::from_name).transpose()?;
-    Ok(Some(AgentSolver::load(model, workers.max(1))?.with_isolation(isolation).with_tool_parser(tool_parser)))
+    let mut agent = AgentSolver::load(model, workers.max(1))?.with_isolation(isolation).with_tool_parser(tool_parser);
+    agent.config.max_steps = limits.max_steps;
+    agent.config.sampling.max_tokens = limits.max_tokens_per_turn;
+    Ok(Some(agent))
 }

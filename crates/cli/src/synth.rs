@@ -14,7 +14,7 @@ use frognano_synth::pipeline::{GenOptions, SynthOptions};
 
 use crate::progress::Bar;
 
-/// `frognano synth`: `frognano synth [REPO] [--pypi N==V | --crate N@V] --out DIR`, or
+/// `frognano synth`: `frognano synth [REPO] [--pypi N==V|FILE | --crate N@V|FILE] --out DIR`, or
 /// `frognano synth calibrate …`.
 #[derive(Debug, Clone, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -43,10 +43,12 @@ pub struct GenerateArgs {
     /// Commit of the local repository (default HEAD).
     #[arg(long, requires = "repo")]
     pub commit: Option<String>,
-    /// A PyPI source distribution, NAME==VERSION.
+    /// A PyPI source distribution: NAME==VERSION (fetched with pip), or a local sdist file
+    /// (`.tar.gz`, `.tgz`, `.zip`).
     #[arg(long, conflicts_with = "krate")]
     pub pypi: Option<String>,
-    /// A crates.io crate, NAME@VERSION.
+    /// A crates.io crate: NAME@VERSION (downloaded from static.crates.io), or a local `.crate`
+    /// file.
     #[arg(long = "crate")]
     pub krate: Option<String>,
     /// Output directory: tasks.jsonl (SWE-bench instances), tasks.git, candidates.jsonl, summary.json.

@@ -65,6 +65,11 @@ fn flag_errors_name_the_flag() {
     assert_eq!(msg.trim(), "error: --timeout must be at least 1 second, got 0");
     let msg = err(eval(&["run", "--instances", "x.jsonl"]));
     assert!(msg.contains("--model"), "{msg}");
+    let msg = err(eval(&["run", "--instances", "x.jsonl", "--model", "m", "--max-steps", "0"]));
+    assert_eq!(msg.trim(), "error: --max-steps must be at least 1, got 0");
+    // The agent's limits mean nothing to a shell command: refused, not ignored.
+    let msg = err(eval(&["run", "--instances", "x.jsonl", "--solver-cmd", "true", "--max-tokens-per-turn", "9"]));
+    assert!(msg.contains("--max-tokens-per-turn") && msg.contains("cannot be used with"), "{msg}");
 }
 
 #[test]

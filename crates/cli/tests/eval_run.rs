@@ -1,7 +1,9 @@
-//! `frognano eval run` end to end through the binary with a scripted solver (`--solver-cmd`):
+//! `frognano eval run` end to end through the binary. With a scripted solver (`--solver-cmd`)
 //! the command's edits are the patch, which is graded as swebench grades, and the results and
-//! the summary line say so. A solver that fixes the bug resolves the task; one that does
-//! nothing does not.
+//! the summary line say so: a solver that fixes the bug resolves the task; one that does
+//! nothing does not. With `--model` (the demo model, loaded in this process) the agent's
+//! attempt is held to `--max-steps` / `--max-tokens-per-turn` and its trajectory and exit
+//! reason land beside the graded result.
 
 use std::path::Path;
 use std::process::Command;
@@ -29,13 +31,15 @@ fn instances(root: &Path) -> std::path::PathBuf {
     path
 }
 
-/// Runs `eval run` with `solver`; returns stdout and the one results row.
-fn run(root: &Path, run_id: &str, solver: &str) -> (String, Value) {
+/// Runs `eval run` with the solver flags `solver`; returns stdout and the results rows.
+fn run(root: &Path, run_id: &str, solver: &[&str]) -> (String, Vec<Value>) {
     let inst = instances(&root.join(run_id));
     let out_dir = root.join(format!("{run_id}-out"));
     let mut args = vec!["eval", "run", "--instances", inst.to_str().unwrap(), "--run-id", run_id];
-    args.extend(["--output", out_dir.to_str().unwrap(), "--solver-cmd", solver, "--timeout", "60"]);
-    if frognano_sandbox::Sandbox::bubblewrap_available().is_err() {
+    args.extend(["--output", out_dir.to_str().unwrap(), "--timeout", "60"]);
+    args.extend(solver);
+    let bwrap = frognano_sandbox::Sandbox::bubblewrap_available();
+    if !frognano_testkit::available_or_skip("bubblewrap", "eval run through the binary", bwrap) {
         args.push("--no-sandbox");
     }
     let o = Command::new(env!("CARGO_BIN_EXE_frognano")).args(&args).output().unwrap();
@@ -43,18 +47,57 @@ fn run(root: &Path, run_id: &str, solver: &str) -> (String, Value) {
     let stdout = String::from_utf8(o.stdout).unwrap();
     let results = stdout.lines().find_map(|l| l.strip_prefix("results: ")).expect("a results line").to_string();
     let text = std::fs::read_to_string(&results).unwrap();
-    let rows: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(rows.len(), 1, "{text}");
-    (stdout, rows[0].clone())
+    (stdout, text.lines().map(|l| serde_json::from_str(l).unwrap()).collect())
 }
 
 #[test]
 fn a_scripted_solver_that_fixes_the_bug_resolves_the_task_and_one_that_does_not_fails_it() {
     let dir = tempfile::tempdir().unwrap();
-    let (stdout, row) = run(dir.path(), "fix", "sed -i 's/Helo/Hello/' lib.sh");
+    let (stdout, rows) = run(dir.path(), "fix", &["--solver-cmd", "sed -i 's/Helo/Hello/' lib.sh"]);
     assert!(stdout.contains("resolved 1/1 instances"), "{stdout}");
-    assert_eq!(row["resolved"], json!(true), "{row}");
-    let (stdout, row) = run(dir.path(), "nothing", "true");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["resolved"], json!(true), "{rows:?}");
+    let (stdout, rows) = run(dir.path(), "nothing", &["--solver-cmd", "true"]);
     assert!(stdout.contains("resolved 0/1 instances"), "{stdout}");
-    assert_eq!(row["resolved"], json!(false), "{row}");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["resolved"], json!(false), "{rows:?}");
+}
+
+#[test]
+fn the_demo_model_in_process_attempts_the_task_within_its_limits() {
+    let Some(model) = frognano_testkit::demo_model() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let solver = ["--model", model.to_str().unwrap(), "--max-steps", "2", "--max-tokens-per-turn", "4"];
+    let (stdout, rows) = run(dir.path(), "demo", &[&solver[..], &["--attempts", "3"]].concat());
+    // A 135M model does not fix the bug; each attempt is graded, not an error.
+    assert!(stdout.contains("resolved 0/1 instances") && stdout.contains("errors 0"), "{stdout}");
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    let run_dir = dir.path().join("demo-out/logs/run_evaluation/demo");
+    let preds = std::fs::read_to_string(run_dir.join("preds.jsonl")).unwrap();
+    let mut cut_at_4 = 0;
+    for row in &rows {
+        assert!(matches!(row["status"].as_str(), Some("empty_patch" | "unresolved")), "{row}");
+        let traj_path = run_dir.join(row["trajectory"].as_str().expect("the trajectory is stored"));
+        let traj: Value = serde_json::from_str(&std::fs::read_to_string(traj_path).unwrap()).unwrap();
+        assert_eq!(traj["trajectory_format"], "leaf-function-calling");
+        let steps = traj["n_steps"].as_u64().unwrap();
+        assert!((1..=2).contains(&steps), "--max-steps 2 ran {steps} steps: {traj}");
+        let exit = traj["exit_reason"].as_str().unwrap();
+        assert!(!exit.is_empty() && exit != "llm_query_error" && exit != "error", "{traj}");
+        // The agent's notice after a reply cut by --max-tokens-per-turn names the limit.
+        cut_at_4 += traj["messages"].as_array().unwrap().iter().any(|m| {
+            m["role"] == "user" && m["content"].as_str().is_some_and(|c| c.contains("cut off at the limit of 4 tokens"))
+        }) as usize;
+        let pred: Value = preds
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|p| p["attempt"] == row["attempt"])
+            .expect("a prediction per attempt");
+        assert_eq!(pred["model_name_or_path"], json!(model.to_str().unwrap()), "{pred}");
+        assert_eq!(pred["exit_reason"], json!(exit), "the prediction carries the trajectory's exit reason");
+    }
+    // Four tokens cut nearly every reply of this model (which, unchecked, goes on for dozens):
+    // without the limit no attempt would show the notice, and without --max-steps they would
+    // run past two steps.
+    assert!(cut_at_4 >= 1, "no reply of 3 attempts was held to 4 tokens: {rows:?}");
 }

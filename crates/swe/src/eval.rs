@@ -125,7 +125,25 @@ pub enum SolverConfig {
         no_sandbox: bool,
         /// The tool-call format the model writes (a `--tool-parser` name; `None`: detected).
         tool_parser: Option<String>,
+        /// Steps and tokens per turn of each attempt.
+        limits: AgentLimits,
     },
+}
+
+/// How far one agent attempt may go: `frognano solve --max-steps` and
+/// `--max-tokens-per-turn`, with the same defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AgentLimits {
+    /// Steps (model calls) at most.
+    pub max_steps: usize,
+    /// Tokens generated per turn at most.
+    pub max_tokens_per_turn: u32,
+}
+
+impl Default for AgentLimits {
+    fn default() -> Self {
+        AgentLimits { max_steps: 100, max_tokens_per_turn: 8192 }
+    }
 }
 
 impl SolverConfig {
@@ -133,7 +151,11 @@ impl SolverConfig {
     pub fn validate(&self) -> anyhow::Result<()> {
         match self {
             SolverConfig::Command(c) => anyhow::ensure!(!c.trim().is_empty(), "--solver-cmd must not be empty"),
-            SolverConfig::Agent { model, .. } => anyhow::ensure!(!model.trim().is_empty(), "--model must not be empty"),
+            SolverConfig::Agent { model, limits, .. } => {
+                anyhow::ensure!(!model.trim().is_empty(), "--model must not be empty");
+                anyhow::ensure!(limits.max_steps >= 1, "--max-steps must be at least 1, got 0");
+                anyhow::ensure!(limits.max_tokens_per_turn >= 1, "--max-tokens-per-turn must be at least 1, got 0");
+            }
         }
         Ok(())
     }
@@ -142,16 +164,19 @@ impl SolverConfig {
     pub fn solver(&self) -> anyhow::Result<Box<dyn Solver>> {
         Ok(match self {
             SolverConfig::Command(cmd) => Box::new(CommandSolver { command: cmd.clone(), name: "command".into() }),
-            SolverConfig::Agent { frognano, model, endpoint, no_sandbox, tool_parser } => Box::new(AgentCliSolver {
-                frognano: match frognano {
-                    Some(p) => p.clone(),
-                    None => std::env::current_exe()?,
-                },
-                model: model.clone(),
-                endpoint: endpoint.clone(),
-                no_sandbox: *no_sandbox,
-                tool_parser: tool_parser.clone(),
-            }),
+            SolverConfig::Agent { frognano, model, endpoint, no_sandbox, tool_parser, limits } => {
+                Box::new(AgentCliSolver {
+                    frognano: match frognano {
+                        Some(p) => p.clone(),
+                        None => std::env::current_exe()?,
+                    },
+                    model: model.clone(),
+                    endpoint: endpoint.clone(),
+                    no_sandbox: *no_sandbox,
+                    tool_parser: tool_parser.clone(),
+                    limits: *limits,
+                })
+            }
         })
     }
 }

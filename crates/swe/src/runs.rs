@@ -518,6 +518,8 @@ pub struct AgentCliSolver {
     pub no_sandbox: bool,
     /// The tool-call format the model writes (`frognano solve --tool-parser NAME`).
     pub tool_parser: Option<String>,
+    /// `--max-steps` and `--max-tokens-per-turn` of each `frognano solve`.
+    pub limits: crate::eval::AgentLimits,
 }
 
 impl Solver for AgentCliSolver {
@@ -540,7 +542,11 @@ impl Solver for AgentCliSolver {
             .arg("--instance-id")
             .arg(format!("{}.{attempt}", instance.instance_id))
             .arg("--model")
-            .arg(&self.model);
+            .arg(&self.model)
+            .arg("--max-steps")
+            .arg(self.limits.max_steps.to_string())
+            .arg("--max-tokens-per-turn")
+            .arg(self.limits.max_tokens_per_turn.to_string());
         if let Some(e) = &self.endpoint {
             cmd.arg("--endpoint").arg(e);
         }
@@ -589,8 +595,14 @@ mod tests {
         let fake = dir.path().join("frognano");
         std::fs::write(&fake, "#!/bin/sh\necho 'model exploded' >&2\nexit 0\n").unwrap();
         std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        let solver =
-            AgentCliSolver { frognano: fake, model: "m".into(), endpoint: None, no_sandbox: true, tool_parser: None };
+        let solver = AgentCliSolver {
+            frognano: fake,
+            model: "m".into(),
+            endpoint: None,
+            no_sandbox: true,
+            tool_parser: None,
+            limits: Default::default(),
+        };
         let line = r#"{"instance_id": "a__b-1", "repo": "a/b", "base_commit": "0", "patch": "", "problem_statement": "x", "FAIL_TO_PASS": ["t"], "PASS_TO_PASS": [], "version": "1", "test_cmd": "true", "log_parser": "gotest"}"#;
         let inst = crate::instance::parse_jsonl_instances(line, "t.jsonl").unwrap().remove(0);
         let err = solver.solve(&inst, dir.path(), 0).unwrap_err().to_string();

@@ -28,25 +28,57 @@ pub enum Source {
         /// Exact version.
         version: String,
     },
+    /// A source archive already on disk (`--pypi FILE`: an sdist, `.tar.gz`/`.tgz`/`.zip`;
+    /// `--crate FILE`: a `.crate`), unpacked and committed as a download would be, with no
+    /// network.
+    Archive {
+        /// The archive file.
+        path: PathBuf,
+        /// `pypi/<file stem>` or `crates/<file stem>`, the instances' `repo` field.
+        repo_name: String,
+    },
 }
 
+/// File endings `--pypi FILE` takes as a local source distribution.
+const SDIST_ENDINGS: [&str; 3] = [".tar.gz", ".tgz", ".zip"];
+/// File ending `--crate FILE` takes as a local crate archive.
+const CRATE_ENDINGS: [&str; 1] = [".crate"];
+
 impl Source {
-    /// Parses `--pypi NAME==VERSION`.
+    /// Parses `--pypi NAME==VERSION`, or `--pypi FILE` for a local sdist.
     pub fn pypi(spec: &str) -> anyhow::Result<Source> {
-        let (name, version) = spec
-            .split_once("==")
-            .filter(|(n, v)| !n.trim().is_empty() && !v.trim().is_empty())
-            .ok_or_else(|| anyhow::anyhow!("--pypi expects NAME==VERSION, got {spec:?}"))?;
+        if let Some(archive) = Source::archive(spec, "--pypi", "pypi", &SDIST_ENDINGS)? {
+            return Ok(archive);
+        }
+        let (name, version) =
+            spec.split_once("==").filter(|(n, v)| !n.trim().is_empty() && !v.trim().is_empty()).ok_or_else(|| {
+                anyhow::anyhow!("--pypi expects NAME==VERSION or a local sdist (.tar.gz, .tgz, .zip), got {spec:?}")
+            })?;
         Ok(Source::Pypi { name: name.trim().to_string(), version: version.trim().to_string() })
     }
 
-    /// Parses `--crate NAME@VERSION`.
+    /// Parses `--crate NAME@VERSION`, or `--crate FILE` for a local `.crate` archive.
     pub fn krate(spec: &str) -> anyhow::Result<Source> {
+        if let Some(archive) = Source::archive(spec, "--crate", "crates", &CRATE_ENDINGS)? {
+            return Ok(archive);
+        }
         let (name, version) = spec
             .split_once('@')
             .filter(|(n, v)| !n.trim().is_empty() && !v.trim().is_empty())
-            .ok_or_else(|| anyhow::anyhow!("--crate expects NAME@VERSION, got {spec:?}"))?;
+            .ok_or_else(|| anyhow::anyhow!("--crate expects NAME@VERSION or a local .crate file, got {spec:?}"))?;
         Ok(Source::Crate { name: name.trim().to_string(), version: version.trim().to_string() })
+    }
+
+    /// `spec` as a local archive when it names a file with one of `endings` (`None` when it
+    /// does not end so; an error when it does but the file is missing).
+    fn archive(spec: &str, flag: &str, registry: &str, endings: &[&str]) -> anyhow::Result<Option<Source>> {
+        let Some(ending) = endings.iter().find(|e| spec.ends_with(*e)) else { return Ok(None) };
+        let path = PathBuf::from(spec);
+        anyhow::ensure!(path.is_file(), "{flag} {spec}: no such file");
+        let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let stem = file.strip_suffix(ending).unwrap_or(&file);
+        anyhow::ensure!(!stem.is_empty(), "{flag} {spec}: the file name has no stem before {ending}");
+        Ok(Some(Source::Archive { path, repo_name: format!("{registry}/{stem}") }))
     }
 
     /// `owner/name` used as the instances' `repo` field.
@@ -62,6 +94,7 @@ impl Source {
             }
             Source::Pypi { name, version } => format!("pypi/{name}-{version}"),
             Source::Crate { name, version } => format!("crates/{name}-{version}"),
+            Source::Archive { repo_name, .. } => repo_name.clone(),
         }
     }
 }
@@ -174,6 +207,7 @@ pub fn intake(source: &Source, work: &Path) -> anyhow::Result<IntakeRepo> {
             );
             commit_archive(&file, &work.join("source"), &repo_name)
         }
+        Source::Archive { path, .. } => commit_archive(path, &work.join("source"), &repo_name),
     }
 }
 
@@ -212,7 +246,11 @@ fn commit_archive(archive: &Path, dest: &Path, repo_name: &str) -> anyhow::Resul
     // Ignore Python and Rust build outputs so test runs leave the tree clean.
     let exclude = dest.join(".git/info/exclude");
     std::fs::write(exclude, "__pycache__/\n*.pyc\n/target/\n*.egg-info/\n")?;
-    if dest.join("Cargo.toml").is_file() && !dest.join("Cargo.lock").is_file() {
+    let manifest = dest.join("Cargo.toml");
+    if manifest.is_file() {
+        own_workspace(&manifest)?;
+    }
+    if manifest.is_file() && !dest.join("Cargo.lock").is_file() {
         // Pin dependency versions in the commit so every later offline build resolves alike.
         let out = Command::new("cargo").arg("generate-lockfile").current_dir(dest).output();
         if !out.as_ref().is_ok_and(|o| o.status.success()) {
@@ -223,6 +261,25 @@ fn commit_archive(archive: &Path, dest: &Path, repo_name: &str) -> anyhow::Resul
     git(dest, &["commit", "-q", "--allow-empty", "-m", &format!("import {repo_name}")])?;
     let commit = git(dest, &["rev-parse", "HEAD"])?;
     Ok(IntakeRepo { git_dir: dest.to_path_buf(), commit, repo_name: repo_name.to_string() })
+}
+
+/// Gives an unpacked crate a workspace of its own (an empty `[workspace]` table) unless its
+/// manifest has one: without it, cargo run anywhere under an enclosing cargo workspace (an
+/// `--out` inside the user's project, as in a checkout of this repository) takes the crate
+/// for a member of that workspace and refuses to build it. crates.io archives never carry a
+/// `[workspace]` table, since `cargo package` strips it.
+fn own_workspace(manifest: &Path) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(manifest).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", manifest.display()))?;
+    if text.lines().any(|l| l.trim_start().starts_with("[workspace")) {
+        return Ok(());
+    }
+    let sep = if text.ends_with('\n') || text.is_empty() { "" } else { "\n" };
+    std::fs::write(
+        manifest,
+        format!("{text}{sep}\n# Added by frognano synth: this crate is its own workspace.\n[workspace]\n"),
+    )
+    .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", manifest.display()))
 }
 
 /// Exports the tree of `commit` into `dest` (no `.git`).
@@ -266,4 +323,45 @@ pub fn read_file_at(repo: &Path, commit: &str, path: &str) -> anyhow::Result<Str
         .output()?;
     anyhow::ensure!(out.status.success(), "cannot read {path} at {commit}");
     String::from_utf8(out.stdout).map_err(|_| anyhow::anyhow!("{path} is not UTF-8"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_specs_and_local_archives_parse_and_bad_ones_are_named() {
+        assert_eq!(Source::pypi("six==1.16.0").unwrap(), Source::Pypi { name: "six".into(), version: "1.16.0".into() });
+        assert_eq!(Source::krate("fnv@1.0.7").unwrap(), Source::Crate { name: "fnv".into(), version: "1.0.7".into() });
+        let dir = tempfile::tempdir().unwrap();
+        let sdist = dir.path().join("tiny-0.1.0.tar.gz");
+        let krate = dir.path().join("tally-0.1.0.crate");
+        std::fs::write(&sdist, b"").unwrap();
+        std::fs::write(&krate, b"").unwrap();
+        let s = Source::pypi(sdist.to_str().unwrap()).unwrap();
+        assert_eq!(s, Source::Archive { path: sdist.clone(), repo_name: "pypi/tiny-0.1.0".into() });
+        assert_eq!(s.repo_name(), "pypi/tiny-0.1.0");
+        let c = Source::krate(krate.to_str().unwrap()).unwrap();
+        assert_eq!(c.repo_name(), "crates/tally-0.1.0");
+        let missing = dir.path().join("gone-1.0.zip");
+        let e = Source::pypi(missing.to_str().unwrap()).unwrap_err().to_string();
+        assert_eq!(e, format!("--pypi {}: no such file", missing.display()));
+        let e = Source::pypi("six").unwrap_err().to_string();
+        assert!(e.starts_with("--pypi expects NAME==VERSION or a local sdist"), "{e}");
+        // A .crate is not an sdist, nor an sdist a crate.
+        assert!(Source::pypi(krate.to_str().unwrap()).is_err());
+        assert!(Source::krate(sdist.to_str().unwrap()).is_err());
+    }
+
+    #[test]
+    fn an_unpacked_crate_gets_a_workspace_of_its_own_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = dir.path().join("Cargo.toml");
+        std::fs::write(&manifest, "[package]\nname = \"t\"\nversion = \"0.1.0\"").unwrap();
+        own_workspace(&manifest).unwrap();
+        own_workspace(&manifest).unwrap();
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        assert_eq!(text.matches("[workspace]").count(), 1, "{text}");
+        assert!(text.starts_with("[package]\nname = \"t\"\nversion = \"0.1.0\"\n"), "{text}");
+    }
 }
