@@ -59,6 +59,8 @@ fn scripted_llm(reply: &str) -> EngineLlm {
     let (_, mut chat) = ChatParts::split(loaded).unwrap();
     chat.template =
         Arc::new(ChatTemplate::from_file(root().join("fixtures/tokenizer/qwen35/chat_template.jinja")).unwrap());
+    // Replies are read (and the grammar written) in the new template's format, Qwen XML.
+    chat.tool_parser = chat.template.tool_parser();
     let mut script = chat.tokenizer.encode_with(reply, false).unwrap();
     script.push(chat.eos_ids[0]);
     EngineLlm::from_parts("scripted", Arc::new(Scripted { vocab, script }), chat)

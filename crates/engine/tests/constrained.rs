@@ -153,7 +153,8 @@ fn a_forced_tool_call_always_parses_into_that_tool() {
     for (seed, g) in demo.replies(&prompt, Some(&grammar), 120).iter().enumerate() {
         let text = demo.text(g);
         assert_eq!(g.finish, FinishReason::Stop, "seed {seed}: {text:?}");
-        let reply = QwenXml.parse_reply(&text, false, &tools).unwrap_or_else(|e| panic!("seed {seed}: {e}: {text:?}"));
+        let reply = QwenXml.parse_reply(&text, false, &tools);
+        assert!(reply.malformed.is_empty(), "seed {seed}: malformed calls {:?} in {text:?}", reply.malformed);
         assert_eq!(reply.tool_calls.len(), 1, "seed {seed}: {text:?}");
         let call = &reply.tool_calls[0];
         assert_eq!(call.function.name, "get_weather");
