@@ -107,6 +107,19 @@ pub fn tool_call_grammar(
     Ok(Grammar::Lark(start))
 }
 
+/// A tool's parameter schema with only its listed properties allowed (unless it says
+/// otherwise), as the Qwen XML grammar allows only them: a call's arguments are the tool's
+/// parameters, and an open object lets a sampled reply add keys without end.
+fn closed(parameters: &Value) -> Value {
+    let mut p = parameters.clone();
+    if let Some(obj) = p.as_object_mut() {
+        if obj.get("properties").and_then(Value::as_object).is_some_and(|m| !m.is_empty()) {
+            obj.entry("additionalProperties").or_insert(Value::Bool(false));
+        }
+    }
+    p
+}
+
 /// A Lark string literal holding `s` exactly.
 fn lit(s: &str) -> String {
     serde_json::to_string(s).expect("a string serializes")
@@ -137,7 +150,7 @@ fn hermes(tools: &[&Tool], rule: &CallRule) -> String {
     let calls: Vec<Value> = tools
         .iter()
         .map(|t| {
-            json!({"type": "object", "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+            json!({"type": "object", "properties": {"name": {"const": t.name}, "arguments": closed(&t.parameters)},
                    "required": ["name", "arguments"], "additionalProperties": false})
         })
         .collect();
@@ -149,7 +162,7 @@ fn llama3_json(tools: &[&Tool], rule: &CallRule) -> String {
     let calls: Vec<Value> = tools
         .iter()
         .map(|t| {
-            json!({"type": "object", "properties": {"name": {"const": t.name}, "parameters": t.parameters},
+            json!({"type": "object", "properties": {"name": {"const": t.name}, "parameters": closed(&t.parameters)},
                    "required": ["name", "parameters"], "additionalProperties": false})
         })
         .collect();
@@ -177,7 +190,7 @@ fn qwen_xml(tools: &[&Tool], rule: &CallRule) -> String {
         for (j, (key, schema)) in props.iter().enumerate() {
             let value = format!("v_{i}_{j}");
             let (body, lazy) = xml_value(schema);
-            // A raw string value is lazy: it ends at the first `\n</parameter>`.
+            // A raw string value is lazy: it ends at the first `</parameter>`.
             rules.push_str(&format!("{value}{}: {body}\n", if lazy { "[lazy]" } else { "" }));
             let p = format!("p_{i}_{j}");
             // `value` ends with the closing `\n</parameter>` (see `xml_value`).
@@ -198,7 +211,7 @@ fn qwen_xml(tools: &[&Tool], rule: &CallRule) -> String {
     }
     rules.push_str(
         "any_param: \"<parameter=\" PARAM_NAME \">\\n\" raw_value \"\\n\"\nPARAM_NAME: /[A-Za-z0-9_.-]{1,64}/\n\
-         raw_value[lazy]: /(?s:.*)\\n<\\/parameter>/\n",
+         raw_value[lazy]: /(?s:.*)<\\/parameter>/\n",
     );
     let body = format!("\"\\n\" ({}) \"</tool_call>\"", functions.join(" | "));
     format!("{}{rules}", tagged_calls(rule, &body))
@@ -225,10 +238,12 @@ fn xml_value(schema: &Value) -> (String, bool) {
     match typed {
         Some(value) => (format!("{value} {close}"), false),
         // Strings, and anything the codec keeps as a string: raw text up to the first
-        // `\n</parameter>`, at most `maxLength` characters when set.
+        // `</parameter>` (the parser closes a value there, newline before it or not, so the
+        // value may not contain the tag), at most `maxLength` characters when set.
         None => match schema.get("maxLength").and_then(Value::as_u64) {
-            Some(n) => (format!("/(?s:.{{0,{n}}})\\n<\\/parameter>/"), true),
-            None => ("/(?s:.*)\\n<\\/parameter>/".to_string(), true),
+            // The newline before the closing tag is not part of the value.
+            Some(n) => (format!("/(?s:.{{0,{n}}})\\n?<\\/parameter>/"), true),
+            None => ("/(?s:.*)<\\/parameter>/".to_string(), true),
         },
     }
 }
