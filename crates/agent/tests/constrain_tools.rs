@@ -7,48 +7,12 @@
 use std::sync::Arc;
 
 use frognano_engine::{ChatParts, EngineLlm};
-use frognano_model::cache::{Cache, LayerCache};
 use frognano_model::chat::ChatTemplate;
-use frognano_model::CausalLm;
 use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Sampling};
+use frognano_testkit::ScriptedLm;
 
 fn root() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// A network that writes `script` (then end of turn): after the longest tail of the history
-/// that is a prefix of the script, the script's next token gets logit 30 and every other
-/// token 0, so unconstrained sampling at temperature 1 follows the script, and a grammar that
-/// forbids its token leaves a uniform choice among the allowed ones.
-struct Scripted {
-    vocab: usize,
-    script: Vec<u32>,
-}
-
-impl CausalLm for Scripted {
-    fn vocab_size(&self) -> usize {
-        self.vocab
-    }
-    fn max_context(&self) -> usize {
-        8192
-    }
-    fn new_cache(&self) -> Cache {
-        Cache { layers: vec![LayerCache::Attention { k: Vec::new(), v: Vec::new() }], pos: 0 }
-    }
-    fn forward(&self, ids: &[u32], cache: &mut Cache, _all: bool) -> frognano_model::Result<Vec<f32>> {
-        let LayerCache::Attention { k, v } = &mut cache.layers[0] else { unreachable!() };
-        k.extend(ids.iter().map(|&id| id as f32));
-        v.extend(ids.iter().map(|_| 0.0));
-        cache.pos += ids.len();
-        let history: Vec<u32> = k.iter().map(|&x| x as u32).collect();
-        let done = (1..=self.script.len().min(history.len()))
-            .rev()
-            .find(|&m| history.ends_with(&self.script[..m]))
-            .unwrap_or(0);
-        let mut logits = vec![0.0f32; self.vocab];
-        logits[self.script[done.min(self.script.len() - 1)] as usize] = 30.0;
-        Ok(logits)
-    }
 }
 
 /// The tiny Qwen3.5 checkpoint's tokenizer and ids with the Qwen3.5 chat template (tools,
@@ -63,7 +27,7 @@ fn scripted_llm(reply: &str) -> EngineLlm {
     chat.tool_parser = chat.template.tool_parser();
     let mut script = chat.tokenizer.encode_with(reply, false).unwrap();
     script.push(chat.eos_ids[0]);
-    EngineLlm::from_parts("scripted", Arc::new(Scripted { vocab, script }), chat)
+    EngineLlm::from_parts("scripted", Arc::new(ScriptedLm { vocab, script }), chat)
 }
 
 fn turns(llm: &mut EngineLlm, seeds: u64) -> Vec<Result<Completion, LlmError>> {

@@ -9,48 +9,15 @@
 use std::sync::Arc;
 
 use frognano_engine::{ChatParts, EngineLlm};
-use frognano_model::cache::{Cache, LayerCache};
 use frognano_model::chat::ChatTemplate;
 use frognano_model::tokenizer::Tokenizer;
-use frognano_model::CausalLm;
 use frognano_protocol::codec::ToolParser;
 use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Sampling};
+use frognano_testkit::ScriptedLm;
 use serde_json::{json, Value};
 
 fn root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Writes `script` (then stops) whatever the prompt.
-struct Scripted {
-    vocab: usize,
-    script: Vec<u32>,
-}
-
-impl CausalLm for Scripted {
-    fn vocab_size(&self) -> usize {
-        self.vocab
-    }
-    fn max_context(&self) -> usize {
-        4096
-    }
-    fn new_cache(&self) -> Cache {
-        Cache { layers: vec![LayerCache::Attention { k: Vec::new(), v: Vec::new() }], pos: 0 }
-    }
-    fn forward(&self, ids: &[u32], cache: &mut Cache, _all: bool) -> frognano_model::Result<Vec<f32>> {
-        let LayerCache::Attention { k, v } = &mut cache.layers[0] else { unreachable!() };
-        for &id in ids {
-            k.push(id as f32);
-            v.push(0.0);
-        }
-        cache.pos += ids.len();
-        let history: Vec<u32> = k.iter().map(|&x| x as u32).collect();
-        let done = (1..=self.script.len().min(history.len())).rev().find(|&m| history.ends_with(&self.script[..m]));
-        let next = self.script[done.unwrap_or(0).min(self.script.len() - 1)];
-        let mut logits = vec![-10.0f32; self.vocab];
-        logits[next as usize] = 10.0;
-        Ok(logits)
-    }
 }
 
 const EOS: u32 = 2;
@@ -61,7 +28,7 @@ fn engine(reply: &str) -> EngineLlm {
     let template = ChatTemplate::from_file(root().join("fixtures/tokenizer/qwen25-coder/chat_template.jinja")).unwrap();
     let mut script = tokenizer.encode_with(reply, false).unwrap();
     script.push(EOS);
-    let model = Scripted { vocab: 1024, script };
+    let model = ScriptedLm { vocab: 1024, script };
     let tool_parser = template.tool_parser();
     let chat =
         ChatParts { tokenizer: Arc::new(tokenizer), template: Arc::new(template), eos_ids: vec![EOS], tool_parser };

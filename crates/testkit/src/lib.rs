@@ -116,3 +116,51 @@ pub fn demo_model() -> Option<PathBuf> {
     );
     None
 }
+
+/// A network that writes `script` whatever the prompt: after the longest tail of the history
+/// that is a prefix of the script, the script's next token gets logit 30 and every other
+/// token 0, so sampling at temperature 1 follows the script (a gap of 30 over a 250k
+/// vocabulary leaves about 1e-8 for everything else), and a grammar that forbids its token
+/// leaves a uniform choice among the allowed ones. Its cache stores the token history (one
+/// value per position in an attention layer).
+pub struct ScriptedLm {
+    /// Logit width.
+    pub vocab: usize,
+    /// The reply, end of turn included.
+    pub script: Vec<u32>,
+}
+
+impl frognano_model::CausalLm for ScriptedLm {
+    fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+    fn max_context(&self) -> usize {
+        8192
+    }
+    fn new_cache(&self) -> frognano_model::cache::Cache {
+        use frognano_model::cache::{Cache, LayerCache};
+        Cache { layers: vec![LayerCache::Attention { k: Vec::new(), v: Vec::new() }], pos: 0 }
+    }
+    fn forward(
+        &self,
+        ids: &[u32],
+        cache: &mut frognano_model::cache::Cache,
+        all_logits: bool,
+    ) -> frognano_model::Result<Vec<f32>> {
+        assert!(!all_logits, "the scripted model gives the last position only");
+        let frognano_model::cache::LayerCache::Attention { k, v } = &mut cache.layers[0] else {
+            unreachable!("ScriptedLm's cache has one attention layer")
+        };
+        k.extend(ids.iter().map(|&id| id as f32));
+        v.extend(ids.iter().map(|_| 0.0));
+        cache.pos += ids.len();
+        let history: Vec<u32> = k.iter().map(|&x| x as u32).collect();
+        let done = (1..=self.script.len().min(history.len()))
+            .rev()
+            .find(|&m| history.ends_with(&self.script[..m]))
+            .unwrap_or(0);
+        let mut logits = vec![0.0f32; self.vocab];
+        logits[self.script[done.min(self.script.len() - 1)] as usize] = 30.0;
+        Ok(logits)
+    }
+}

@@ -6,11 +6,12 @@
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 
-use frognano_model::cache::{Cache, LayerCache};
 use frognano_model::chat::ChatTemplate;
-use frognano_model::{CausalLm, LoadedModel};
+use frognano_model::LoadedModel;
 use frognano_serve::{spawn_server, spawn_server_with_model, ServeConfig, ServerHandle};
 use serde_json::Value;
+
+pub use frognano_testkit::ScriptedLm;
 
 /// The workspace root.
 pub fn root() -> PathBuf {
@@ -60,46 +61,6 @@ pub fn scripted(mut loaded: LoadedModel, text: &str) -> LoadedModel {
     script.push(loaded.eos_ids[0]);
     loaded.model = Box::new(ScriptedLm { vocab: loaded.model.vocab_size(), script });
     loaded
-}
-
-/// A model whose next token continues `script`: after the longest tail of the history that
-/// is a prefix of the script, it puts all probability on the script's next token. Its cache
-/// stores the token history (one value per position in an attention layer).
-pub struct ScriptedLm {
-    /// Logit width.
-    pub vocab: usize,
-    /// The reply, eos included.
-    pub script: Vec<u32>,
-}
-
-impl CausalLm for ScriptedLm {
-    fn vocab_size(&self) -> usize {
-        self.vocab
-    }
-    fn max_context(&self) -> usize {
-        4096
-    }
-    fn new_cache(&self) -> Cache {
-        Cache { layers: vec![LayerCache::Attention { k: Vec::new(), v: Vec::new() }], pos: 0 }
-    }
-    fn forward(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> frognano_model::Result<Vec<f32>> {
-        assert!(!all_logits, "the scripted model gives the last position only");
-        let LayerCache::Attention { k, v } = &mut cache.layers[0] else { unreachable!() };
-        for &id in ids {
-            k.push(id as f32);
-            v.push(0.0);
-        }
-        cache.pos += ids.len();
-        let history: Vec<u32> = k.iter().map(|&x| x as u32).collect();
-        let done = (1..=self.script.len().min(history.len()))
-            .rev()
-            .find(|&m| history.ends_with(&self.script[..m]))
-            .unwrap_or(0);
-        let next = self.script[done.min(self.script.len() - 1)];
-        let mut logits = vec![-10.0f32; self.vocab];
-        logits[next as usize] = 10.0;
-        Ok(logits)
-    }
 }
 
 /// POSTs JSON text; returns the status and the parsed body.
