@@ -228,16 +228,8 @@ fn python_tag_items(text: &str) -> Vec<json::Item> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::test_tools::{assert_split_invariant, tool_schemas};
-    use crate::codec::ParsedReply;
+    use crate::codec::test_tools::{assert_split_invariant, calls, tool_schemas};
     use serde_json::json;
-
-    fn calls(p: &ParsedReply) -> Vec<(String, Value)> {
-        p.tool_calls
-            .iter()
-            .map(|c| (c.function.name.clone(), serde_json::from_str(&c.function.arguments).unwrap()))
-            .collect()
-    }
 
     const GOLDEN: &str = "{\"name\": \"Read\", \"parameters\": {\"file_path\": \"hello.txt\"}}; {\"name\": \"Bash\", \"parameters\": {\"command\": \"ls\"}}";
 

@@ -187,16 +187,8 @@ fn args_call(name: &str, id: Option<&str>, args: &str, raw: &str) -> Item {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::test_tools::{assert_split_invariant, tool_schemas};
-    use crate::codec::ParsedReply;
+    use crate::codec::test_tools::{assert_split_invariant, calls, tool_schemas};
     use serde_json::json;
-
-    fn calls(p: &ParsedReply) -> Vec<(String, Value)> {
-        p.tool_calls
-            .iter()
-            .map(|c| (c.function.name.clone(), serde_json::from_str(&c.function.arguments).unwrap()))
-            .collect()
-    }
 
     const LIST: &str = "Checking.[TOOL_CALLS][{\"name\": \"Read\", \"arguments\": {\"file_path\": \"hello.txt\"}, \"id\": \"abcDEF123\"}, {\"name\": \"Bash\", \"arguments\": {\"command\": \"ls\"}, \"id\": \"xyz987ABC\"}]";
     const ARGS_TAG: &str = "Checking.[TOOL_CALLS]Read[ARGS]{\"file_path\": \"hello.txt\"}[TOOL_CALLS]Bash[CALL_ID]xyz987ABC[ARGS]{\"command\": \"ls\"}";

@@ -270,6 +270,14 @@ pub(crate) mod test_tools {
 
     use super::{ParsedReply, ReplyParser, StreamEvent, ToolCallFormat};
 
+    /// A reply's calls as (name, parsed arguments), for comparing with expected calls.
+    pub fn calls(p: &ParsedReply) -> Vec<(String, Value)> {
+        p.tool_calls
+            .iter()
+            .map(|c| (c.function.name.clone(), serde_json::from_str(&c.function.arguments).unwrap()))
+            .collect()
+    }
+
     /// The five Leaf tools' names and parameter types (the agent crate owns the full
     /// schemas; the codec only reads `properties.*.type`).
     pub fn tool_schemas() -> Vec<Value> {
