@@ -13,6 +13,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use anyhow::Context;
+use frognano_engine::constraint::LazyConstraints;
 use frognano_engine::{ChatParts, EngineLlm, Scheduler, SchedulerConfig};
 use frognano_sandbox::Isolation;
 use frognano_swe::runs::{Solution, Solver};
@@ -30,6 +31,11 @@ pub struct AgentSolver {
     name: String,
     scheduler: Arc<Scheduler>,
     chat: ChatParts,
+    /// The checkpoint's architecture, when loaded by [`AgentSolver::load`].
+    architecture: Option<String>,
+    /// Tool calls sampled under a grammar ([`AgentSolver::with_constrained_tools`]): one
+    /// factory for every attempt.
+    tool_constraints: Option<Arc<LazyConstraints>>,
     /// Limits and sampling of each attempt (`instance_id` is set per attempt).
     pub config: AgentConfig,
     /// Confinement of the agent's commands.
@@ -47,13 +53,16 @@ impl AgentSolver {
         let loaded = frognano_model::load(spec).with_context(|| {
             format!("no model to ask: loading {spec} in this process failed (pass --model MODEL, or --endpoint URL --model NAME)")
         })?;
+        let architecture = loaded.architecture.clone();
         let (model, chat) =
             ChatParts::split(loaded).with_context(|| format!("{spec}: the model cannot be used by the agent"))?;
         let max_batch = max_batch.max(1);
         let defaults = SchedulerConfig::default();
         let config = SchedulerConfig { max_batch, sessions: defaults.sessions.max(max_batch), ..defaults };
         let scheduler = Scheduler::start(model, config).context("cannot start the model's scheduler")?;
-        Ok(Self::on_scheduler(spec, Arc::new(scheduler), chat))
+        let mut solver = Self::on_scheduler(spec, Arc::new(scheduler), chat);
+        solver.architecture = Some(architecture);
+        Ok(solver)
     }
 
     /// A solver on an already-started scheduler; `name` is the model name recorded in the
@@ -63,6 +72,8 @@ impl AgentSolver {
             name: name.into(),
             scheduler,
             chat,
+            architecture: None,
+            tool_constraints: None,
             config: AgentConfig::default(),
             isolation: Isolation::Bubblewrap,
             sandbox: SandboxLimits::default(),
@@ -80,6 +91,23 @@ impl AgentSolver {
     pub fn with_tool_parser(mut self, parser: Option<frognano_protocol::codec::ToolParser>) -> Self {
         self.chat = self.chat.with_tool_parser(parser);
         self
+    }
+
+    /// This solver with every attempt's replies sampled under a grammar of the tool calls
+    /// (`Some(true)`), free (`Some(false)`), or — `None`, as `frognano solve` decides —
+    /// constrained unless the model is a Qwen3.5/FrogNano one (whose own format it was
+    /// trained on). See `EngineLlm::constrain_tools`.
+    pub fn with_constrained_tools(mut self, constrain: Option<bool>) -> Self {
+        let qwen35 = self.architecture.as_deref().is_some_and(frognano_model::load::is_qwen35_architecture);
+        self.tool_constraints = constrain
+            .unwrap_or(!qwen35)
+            .then(|| Arc::new(self.chat.lazy_constraints(self.scheduler.model().vocab_size())));
+        self
+    }
+
+    /// Whether attempts sample tool calls under a grammar.
+    pub fn constrains_tools(&self) -> bool {
+        self.tool_constraints.is_some()
     }
 
     /// This solver with the agent's commands confined by `isolation`.
@@ -103,6 +131,9 @@ impl Solver for AgentSolver {
         require_sandbox(self.isolation)?;
         let mut tools = ToolBox::new(agent_sandbox(workspace, self.isolation, &self.sandbox)?);
         let mut llm = EngineLlm::on_scheduler(self.name.clone(), Arc::clone(&self.scheduler), self.chat.clone());
+        if let Some(c) = &self.tool_constraints {
+            llm = llm.constrain_tools_with(Arc::clone(c));
+        }
         let config = AgentConfig { instance_id: format!("{}.{attempt}", instance.instance_id), ..self.config.clone() };
         let mut no_checkpoint = |_: &crate::trajectory::Trajectory| {};
         let mut t = agent::run(

@@ -100,3 +100,72 @@ fn eval_run_with_the_in_process_agent_writes_predictions_and_results_with_exit_r
     let stats = solver.scheduler().stats();
     assert!(stats.completed.load(Ordering::Relaxed) >= 2, "{stats:?}");
 }
+
+/// The tiny Qwen3.5 checkpoint's tokenizer with the Qwen3.5 chat template (tools) over a
+/// network that always writes a tool call the codec cannot read (the command straight inside
+/// `<tool_call>`), on a scheduler of its own.
+fn malformed_call_solver() -> AgentSolver {
+    use frognano_engine::{ChatParts, Scheduler, SchedulerConfig};
+    use std::sync::Arc;
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let loaded = frognano_model::load(root.join("fixtures/qwen35-tiny").to_str().unwrap()).unwrap();
+    let vocab = loaded.model.vocab_size();
+    let (_, mut chat) = ChatParts::split(loaded).unwrap();
+    chat.template = Arc::new(
+        frognano_model::chat::ChatTemplate::from_file(root.join("fixtures/tokenizer/qwen35/chat_template.jinja"))
+            .unwrap(),
+    );
+    chat.tool_parser = chat.template.tool_parser();
+    let reply = "Let me look.\n</think>\n\n<tool_call>\ncat lib.sh\n</tool_call>";
+    let mut script = chat.tokenizer.encode_with(reply, false).unwrap();
+    script.push(chat.eos_ids[0]);
+    let model = Arc::new(frognano_testkit::ScriptedLm { vocab, script });
+    let scheduler = Scheduler::start(model, SchedulerConfig::default()).unwrap();
+    let config = AgentConfig {
+        sampling: Sampling {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            max_tokens: 80,
+            seed: Some(3),
+            ..Sampling::default()
+        },
+        max_steps: 1,
+        max_context_tokens: 4096,
+        ..AgentConfig::default()
+    };
+    AgentSolver::on_scheduler("scripted", Arc::new(scheduler), chat).with_config(config)
+}
+
+/// `eval run` / `synth calibrate` with a local model sample the agent's tool calls under the
+/// grammar, as `frognano solve` does (default on for a model that is not Qwen3.5): a model
+/// that only writes malformed calls cannot even start an attempt without it, and with it
+/// every attempt runs.
+#[test]
+fn in_process_attempts_sample_tool_calls_under_the_grammar() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("greet");
+    let base = bash_project(&repo, LIB_BUGGY);
+    let line = json!({
+        "instance_id": "sh__greet-2", "repo": "sh/greet", "base_commit": base,
+        "patch": diff_for(&repo, "lib.sh", LIB_FIXED), "problem_statement": "greet misspells Hello.",
+        "version": "0.1", "log_parser": "gotest", "test_cmd": "bash run_tests.sh",
+        "FAIL_TO_PASS": ["TestGreet"], "PASS_TO_PASS": [],
+    });
+    let instance = parse_jsonl_instances(&format!("{line}\n"), "fixture.jsonl").unwrap().remove(0);
+    let isolation = isolation();
+
+    let free = malformed_call_solver().with_constrained_tools(Some(false)).with_isolation(isolation);
+    assert!(!free.constrains_tools());
+    let err = free.solve(&instance, &repo, 0).unwrap_err().to_string();
+    assert!(err.contains("could not be queried"), "{err}");
+
+    // No architecture known (not Qwen3.5): constrained by default.
+    let constrained = malformed_call_solver().with_constrained_tools(None).with_isolation(isolation);
+    assert!(constrained.constrains_tools());
+    for attempt in 0..3 {
+        let solution =
+            constrained.solve(&instance, &repo, attempt).unwrap_or_else(|e| panic!("attempt {attempt}: {e}"));
+        assert_ne!(solution.exit_reason, "llm_query_error", "attempt {attempt}: {:?}", solution.trajectory);
+    }
+}

@@ -131,6 +131,14 @@ pub struct SolverArgs {
     /// Tokens the agent generates per turn at most, as `frognano solve --max-tokens-per-turn`.
     #[arg(long, default_value_t = AgentLimits::default().max_tokens_per_turn, conflicts_with = "solver_cmd")]
     pub max_tokens_per_turn: u32,
+    /// Sample the agent's replies under a grammar of the tool calls, as `frognano solve
+    /// --constrain-tools` (default: on, unless the model is Qwen3.5/FrogNano; needs a model
+    /// run in this process, not --endpoint).
+    #[arg(long, conflicts_with_all = ["no_constrain_tools", "solver_cmd", "endpoint"])]
+    pub constrain_tools: bool,
+    /// Turn grammar-constrained tool calls off (see --constrain-tools).
+    #[arg(long, conflicts_with = "solver_cmd")]
+    pub no_constrain_tools: bool,
 }
 
 impl SolverArgs {
@@ -145,6 +153,11 @@ impl SolverArgs {
                 no_sandbox,
                 tool_parser: self.tool_parser.map(|p| p.to_string()),
                 limits: AgentLimits { max_steps: self.max_steps, max_tokens_per_turn: self.max_tokens_per_turn },
+                constrain_tools: match (self.constrain_tools, self.no_constrain_tools) {
+                    (true, _) => Some(true),
+                    (_, true) => Some(false),
+                    _ => None,
+                },
             },
             (None, None) => anyhow::bail!("pass --model (with --endpoint) or --solver-cmd"),
         })
@@ -256,12 +269,17 @@ pub fn run(cmd: EvalCommand) -> anyhow::Result<()> {
 /// or `--frognano-bin`): the model is loaded once, on one scheduler whose decode batches hold
 /// up to `workers` attempts, each held to the solver's limits. `None` for every other solver.
 pub fn in_process_solver(solver: &SolverConfig, workers: usize) -> anyhow::Result<Option<AgentSolver>> {
-    let SolverConfig::Agent { frognano: None, model, endpoint: None, no_sandbox, tool_parser, limits } = solver else {
+    let SolverConfig::Agent { frognano: None, model, endpoint: None, no_sandbox, tool_parser, limits, constrain_tools } =
+        solver
+    else {
         return Ok(None);
     };
     let isolation = if *no_sandbox { Isolation::Unconfined } else { Isolation::Bubblewrap };
     let tool_parser = tool_parser.as_deref().map(ToolParser::from_name).transpose()?;
-    let mut agent = AgentSolver::load(model, workers.max(1))?.with_isolation(isolation).with_tool_parser(tool_parser);
+    let mut agent = AgentSolver::load(model, workers.max(1))?
+        .with_isolation(isolation)
+        .with_tool_parser(tool_parser)
+        .with_constrained_tools(*constrain_tools);
     agent.config.max_steps = limits.max_steps;
     agent.config.sampling.max_tokens = limits.max_tokens_per_turn;
     Ok(Some(agent))

@@ -123,6 +123,12 @@ impl ChatParts {
         Ok((Arc::from(model), parts))
     }
 
+    /// The grammar-constraint factory for this tokenizer and its end-of-turn ids, over a
+    /// model of `vocab_size` logits (built when first used).
+    pub fn lazy_constraints(&self, vocab_size: usize) -> LazyConstraints {
+        LazyConstraints::new(Arc::clone(&self.tokenizer), vocab_size, self.eos_ids.clone())
+    }
+
     /// These parts with replies read in `parser` instead of the template's format (`None`
     /// keeps it).
     pub fn with_tool_parser(mut self, parser: Option<ToolParser>) -> Self {
@@ -149,7 +155,7 @@ pub struct EngineLlm {
 
 /// What [`EngineLlm::constrain_tools`] keeps between turns.
 struct ToolConstraint {
-    constraints: LazyConstraints,
+    constraints: Arc<LazyConstraints>,
     /// (the tools as JSON text, thinking prompted) → their compiled grammar.
     last: Option<((String, bool), CompiledGrammar)>,
 }
@@ -176,9 +182,14 @@ impl EngineLlm {
     /// the module docs), so a malformed call cannot be produced. The grammar's token masks
     /// are computed on a helper thread while the model runs. Not for RL recording: masked
     /// tokens are not drawn from the model's own distribution.
-    pub fn constrain_tools(mut self) -> Self {
-        let vocab = self.runner.model().vocab_size();
-        let constraints = LazyConstraints::new(Arc::clone(&self.chat.tokenizer), vocab, self.chat.eos_ids.clone());
+    pub fn constrain_tools(self) -> Self {
+        let constraints = self.chat.lazy_constraints(self.runner.model().vocab_size());
+        self.constrain_tools_with(Arc::new(constraints))
+    }
+
+    /// [`EngineLlm::constrain_tools`] with a factory shared by other conversations on the
+    /// same model (built once, on the first constrained turn of any of them).
+    pub fn constrain_tools_with(mut self, constraints: Arc<LazyConstraints>) -> Self {
         self.tool_constraint = Some(ToolConstraint { constraints, last: None });
         self
     }

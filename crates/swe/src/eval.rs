@@ -127,6 +127,10 @@ pub enum SolverConfig {
         tool_parser: Option<String>,
         /// Steps and tokens per turn of each attempt.
         limits: AgentLimits,
+        /// Grammar-constrained tool calls (`--constrain-tools` / `--no-constrain-tools`;
+        /// `None`: on unless the model is a Qwen3.5/FrogNano one). Needs a model run in
+        /// process, not an endpoint.
+        constrain_tools: Option<bool>,
     },
 }
 
@@ -151,8 +155,13 @@ impl SolverConfig {
     pub fn validate(&self) -> anyhow::Result<()> {
         match self {
             SolverConfig::Command(c) => anyhow::ensure!(!c.trim().is_empty(), "--solver-cmd must not be empty"),
-            SolverConfig::Agent { model, limits, .. } => {
+            SolverConfig::Agent { model, limits, endpoint, constrain_tools, .. } => {
                 anyhow::ensure!(!model.trim().is_empty(), "--model must not be empty");
+                anyhow::ensure!(
+                    !(endpoint.is_some() && *constrain_tools == Some(true)),
+                    "--constrain-tools needs a model run in this process, not --endpoint (the server constrains \
+                     its own replies: `frognano serve --constrain-tools`)"
+                );
                 anyhow::ensure!(limits.max_steps >= 1, "--max-steps must be at least 1, got 0");
                 anyhow::ensure!(limits.max_tokens_per_turn >= 1, "--max-tokens-per-turn must be at least 1, got 0");
             }
@@ -164,7 +173,7 @@ impl SolverConfig {
     pub fn solver(&self) -> anyhow::Result<Box<dyn Solver>> {
         Ok(match self {
             SolverConfig::Command(cmd) => Box::new(CommandSolver { command: cmd.clone(), name: "command".into() }),
-            SolverConfig::Agent { frognano, model, endpoint, no_sandbox, tool_parser, limits } => {
+            SolverConfig::Agent { frognano, model, endpoint, no_sandbox, tool_parser, limits, constrain_tools } => {
                 Box::new(AgentCliSolver {
                     frognano: match frognano {
                         Some(p) => p.clone(),
@@ -175,6 +184,7 @@ impl SolverConfig {
                     no_sandbox: *no_sandbox,
                     tool_parser: tool_parser.clone(),
                     limits: *limits,
+                    constrain_tools: *constrain_tools,
                 })
             }
         })
@@ -290,5 +300,57 @@ mod tests {
         assert_eq!(exec.validate().unwrap_err().to_string(), "--timeout must be at least 1 second, got 0");
         let job = RunJob { exec: ExecConfig::new("set.jsonl"), solver: SolverConfig::Command(" ".into()), attempts: 1 };
         assert_eq!(job.validate().unwrap_err().to_string(), "--solver-cmd must not be empty");
+        let agent = |endpoint: Option<&str>, constrain_tools| SolverConfig::Agent {
+            frognano: None,
+            model: "m".into(),
+            endpoint: endpoint.map(String::from),
+            no_sandbox: false,
+            tool_parser: None,
+            limits: AgentLimits::default(),
+            constrain_tools,
+        };
+        agent(None, Some(true)).validate().unwrap();
+        agent(Some("http://h:1/v1"), Some(false)).validate().unwrap();
+        let err = agent(Some("http://h:1/v1"), Some(true)).validate().unwrap_err().to_string();
+        assert!(err.contains("--constrain-tools") && err.contains("--endpoint"), "{err}");
+    }
+
+    #[test]
+    fn the_cli_solver_passes_the_constraint_choice_on_to_frognano_solve() {
+        // A fake `frognano` that records its arguments and leaves an empty patch.
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("frognano");
+        let log = dir.path().join("args");
+        std::fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\necho \"$@\" >> {}\nwhile [ $# -gt 0 ]; do [ \"$1\" = --output ] && mkdir -p \"$2\" && : > \"$2/patch.diff\"; shift; done\n",
+                log.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let line = r#"{"instance_id": "a__b-1", "repo": "a/b", "base_commit": "0", "patch": "", "problem_statement": "x", "FAIL_TO_PASS": ["t"], "PASS_TO_PASS": [], "version": "1", "test_cmd": "true", "log_parser": "gotest"}"#;
+        let inst = crate::instance::parse_jsonl_instances(line, "t.jsonl").unwrap().remove(0);
+        for (choice, flag) in
+            [(Some(true), Some("--constrain-tools")), (Some(false), Some("--no-constrain-tools")), (None, None)]
+        {
+            std::fs::write(&log, "").unwrap();
+            let config = SolverConfig::Agent {
+                frognano: Some(fake.clone()),
+                model: "m".into(),
+                endpoint: None,
+                no_sandbox: true,
+                tool_parser: None,
+                limits: AgentLimits::default(),
+                constrain_tools: choice,
+            };
+            config.solver().unwrap().solve(&inst, dir.path(), 0).unwrap();
+            let args = std::fs::read_to_string(&log).unwrap();
+            let words: Vec<&str> = args.split_whitespace().collect();
+            for f in ["--constrain-tools", "--no-constrain-tools"] {
+                assert_eq!(words.contains(&f), flag == Some(f), "{choice:?}: {args}");
+            }
+        }
     }
 }

@@ -520,6 +520,9 @@ pub struct AgentCliSolver {
     pub tool_parser: Option<String>,
     /// `--max-steps` and `--max-tokens-per-turn` of each `frognano solve`.
     pub limits: crate::eval::AgentLimits,
+    /// `--constrain-tools` (`Some(true)`) or `--no-constrain-tools` (`Some(false)`); `None`
+    /// leaves `frognano solve` its default.
+    pub constrain_tools: Option<bool>,
 }
 
 impl Solver for AgentCliSolver {
@@ -555,6 +558,15 @@ impl Solver for AgentCliSolver {
         }
         if let Some(p) = &self.tool_parser {
             cmd.arg("--tool-parser").arg(p);
+        }
+        match self.constrain_tools {
+            Some(true) => {
+                cmd.arg("--constrain-tools");
+            }
+            Some(false) => {
+                cmd.arg("--no-constrain-tools");
+            }
+            None => {}
         }
         let out = cmd.output().map_err(|e| anyhow::anyhow!("cannot run {}: {e}", self.frognano.display()))?;
         anyhow::ensure!(out.status.success(), "frognano solve failed: {}", String::from_utf8_lossy(&out.stderr).trim());
@@ -602,6 +614,7 @@ mod tests {
             no_sandbox: true,
             tool_parser: None,
             limits: Default::default(),
+            constrain_tools: None,
         };
         let line = r#"{"instance_id": "a__b-1", "repo": "a/b", "base_commit": "0", "patch": "", "problem_statement": "x", "FAIL_TO_PASS": ["t"], "PASS_TO_PASS": [], "version": "1", "test_cmd": "true", "log_parser": "gotest"}"#;
         let inst = crate::instance::parse_jsonl_instances(line, "t.jsonl").unwrap().remove(0);
