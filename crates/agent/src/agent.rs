@@ -25,6 +25,10 @@ pub struct Guards {
     pub head_tail_truncation: bool,
     /// In the last steps, the observation says how many steps remain.
     pub steps_left_notice: bool,
+    /// A reply without a tool call before any Edit, Write or Bash call has run (a small
+    /// model's essay with the fix in a code block, nothing applied) earns a notice asking it
+    /// to do the work with the tools, at most twice a run, instead of ending the run.
+    pub act_notice: bool,
 }
 
 impl Guards {
@@ -36,6 +40,7 @@ impl Guards {
             repeat_notice: false,
             head_tail_truncation: false,
             steps_left_notice: false,
+            act_notice: false,
         }
     }
 }
@@ -48,6 +53,7 @@ impl Default for Guards {
             repeat_notice: true,
             head_tail_truncation: true,
             steps_left_notice: true,
+            act_notice: true,
         }
     }
 }
@@ -94,6 +100,9 @@ pub const MALFORMED_NOTICE: &str = "Your last reply contained a malformed tool c
 pub const CUT_NOTICE: &str = "Your last reply was cut off";
 /// Notice appended to repeated identical actions.
 pub const REPEAT_NOTICE: &str = "[Notice: you made exactly the same call";
+
+/// Start of the notice that answers a reply without a tool call when nothing was done yet.
+pub const ACT_NOTICE: &str = "You replied without a tool call, but no Edit, Write or Bash call has run yet";
 
 /// What the loop reports while it works, in order, for a live display (`frognano solve`
 /// prints each to stderr). Everything here also ends up in the trajectory.
@@ -199,6 +208,11 @@ pub fn run_with_events(
                 t.steps.push(Step { step, assistant, observations: vec![] });
                 continue;
             }
+            if !cut && assistant.calls().is_empty() && drift.may_send_act_notice(config) {
+                t.messages.extend([assistant.clone(), act_notice()]);
+                t.steps.push(Step { step, assistant, observations: vec![] });
+                continue;
+            }
             t.messages.push(assistant.clone());
             if cut || assistant.calls().is_empty() {
                 t.final_message = assistant.text().to_string();
@@ -266,12 +280,24 @@ fn cut_notice(config: &AgentConfig) -> Message {
     ))
 }
 
-/// What the cut-reply and repeated-action guards remember between steps.
+fn act_notice() -> Message {
+    Message::user(format!(
+        "{ACT_NOTICE}: nothing in the repository has changed. Do the work with the tools: \
+         Read the relevant files, change them with Edit or Write, and check with Bash (for \
+         example by running the tests). Make one tool call now. Reply without a tool call only \
+         when the task is done."
+    ))
+}
+
+/// What the cut-reply, repeated-action and act guards remember between steps.
 #[derive(Default)]
 struct DriftState {
     cuts_in_a_row: u32,
     last_calls: String,
     repeats: u32,
+    /// An Edit, Write or Bash call has run.
+    acted: bool,
+    act_notices: u32,
 }
 
 impl DriftState {
@@ -283,9 +309,18 @@ impl DriftState {
         ok
     }
 
+    /// A reply without a tool call earns the act notice (instead of ending the run) while no
+    /// Edit, Write or Bash call has run, at most twice a run.
+    fn may_send_act_notice(&mut self, config: &AgentConfig) -> bool {
+        let ok = config.guards.act_notice && !self.acted && self.act_notices < 2;
+        self.act_notices += u32::from(ok);
+        ok
+    }
+
     /// Appends the repeated-action and steps-left notices to the step's last observation.
     fn annotate(&mut self, observations: &mut [Observation], assistant: &Message, config: &AgentConfig, step: usize) {
         self.cuts_in_a_row = 0;
+        self.acted |= assistant.calls().iter().any(|c| matches!(c.function.name.as_str(), "Edit" | "Write" | "Bash"));
         let calls: Vec<_> = assistant.calls().iter().map(|c| (&c.function.name, &c.function.arguments)).collect();
         let signature = serde_json::to_string(&calls).unwrap_or_default();
         self.repeats = if signature == self.last_calls { self.repeats + 1 } else { 0 };

@@ -3,7 +3,7 @@
 mod common;
 
 use common::{Reply, ScriptedLlm};
-use frognano_agent::agent::{self, AgentConfig, Guards, CUT_NOTICE, MALFORMED_NOTICE, REPEAT_NOTICE};
+use frognano_agent::agent::{self, AgentConfig, Guards, ACT_NOTICE, CUT_NOTICE, MALFORMED_NOTICE, REPEAT_NOTICE};
 use frognano_agent::tools::ToolBox;
 use frognano_agent::trajectory::{ExitReason, Trajectory};
 use frognano_sandbox::{Sandbox, SandboxSpec};
@@ -110,6 +110,34 @@ fn leaf_exact_takes_a_malformed_reply_as_the_final_answer() {
     assert_eq!(llm.requests.len(), 1);
     assert_eq!(t.exit_reason, ExitReason::Agent);
     assert!(t.final_message.contains("command: echo hi"));
+}
+
+/// What a small instruction model writes first: the fix in a code block, nothing applied.
+const ESSAY: &str = "To fix median, change it to:\n```python\ndef median(xs): ...\n```";
+
+#[test]
+fn an_answer_before_any_work_gets_a_notice_to_use_the_tools() {
+    // Essay, notice, then the model works and finishes.
+    let (t, llm, _) = run_with(vec![Reply::Text(ESSAY), Reply::Text(ECHO), Reply::Text(DONE)], AgentConfig::default());
+    assert_eq!((t.exit_reason, t.n_steps), (ExitReason::Agent, 3));
+    assert_eq!(t.final_message, "Done: nothing to change.");
+    let notice = llm.requests[1].last().unwrap();
+    assert_eq!(notice.role, "user");
+    assert!(notice.text().starts_with(ACT_NOTICE), "{}", notice.text());
+    let essay = |m: &frognano_protocol::Message| {
+        format!("{}{}", m.text(), m.reasoning_content.as_deref().unwrap_or("")).contains("def median")
+    };
+    assert!(llm.requests[1].iter().any(essay), "the essay stays in the history");
+    // At most twice a run: the third essay is the final answer.
+    let (t, llm, _) = run_with(vec![Reply::Text(ESSAY); 4], AgentConfig::default());
+    assert_eq!((t.exit_reason, t.n_steps, llm.requests.len()), (ExitReason::Agent, 3, 3));
+    // Once a Bash (or Edit, Write) call has run, an answer ends the run at once.
+    let (t, _, _) = run_with(vec![Reply::Text(ECHO), Reply::Text(ESSAY)], AgentConfig::default());
+    assert_eq!((t.exit_reason, t.n_steps), (ExitReason::Agent, 2));
+    // Leaf rules: the first answer ends the run.
+    let config = AgentConfig { guards: Guards::leaf_exact(), ..AgentConfig::default() };
+    let (t, _, _) = run_with(vec![Reply::Text(ESSAY), Reply::Text(DONE)], config);
+    assert_eq!((t.exit_reason, t.n_steps), (ExitReason::Agent, 1));
 }
 
 #[test]

@@ -122,6 +122,10 @@ pub struct SolveArgs {
     /// Drift guard off: the remaining-steps notice near the end.
     #[arg(long)]
     pub no_steps_left: bool,
+    /// Drift guard off: the notice that answers a reply without a tool call while no Edit,
+    /// Write or Bash call has run yet.
+    #[arg(long)]
+    pub no_act_notice: bool,
     /// Do not show the agent's steps as it works (each model reply, tool call and a one-line
     /// summary of its result, on stderr). stdout carries only the final summary either way.
     #[arg(long, short)]
@@ -149,6 +153,7 @@ impl SolveArgs {
             repeat_notice: !self.no_repeat_notice,
             head_tail_truncation: !self.no_head_tail,
             steps_left_notice: !self.no_steps_left,
+            act_notice: !self.no_act_notice,
         }
     }
 }
