@@ -5,7 +5,9 @@
 
 use crate::tools::{self, ToolBox, Truncation};
 use crate::trajectory::{ExitReason, Observation, Step, Trajectory, FORMAT};
-use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Sampling, ToolCall};
+use frognano_protocol::{
+    ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Sampling, ToolCall, ToolChoice,
+};
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -27,7 +29,8 @@ pub struct Guards {
     pub steps_left_notice: bool,
     /// A reply without a tool call before any Edit, Write or Bash call has run (a small
     /// model's essay with the fix in a code block, nothing applied) earns a notice asking it
-    /// to do the work with the tools, at most twice a run, instead of ending the run.
+    /// to do the work with the tools, at most twice a run, instead of ending the run; the
+    /// reply to the notice is asked with `tool_choice: required`.
     pub act_notice: bool,
 }
 
@@ -144,6 +147,15 @@ pub enum AgentEvent<'a> {
         /// How long it ran.
         took: Duration,
     },
+    /// A drift guard answered the reply of step `step` with a notice instead of running or
+    /// ending (a malformed call retried, a cut reply, an answer before any work): the
+    /// notice's text, as the model will read it.
+    Notice {
+        /// The step.
+        step: usize,
+        /// The notice.
+        notice: &'a str,
+    },
 }
 
 /// Runs the loop on `task` and returns the trajectory (its `output_patch` is left empty:
@@ -187,7 +199,13 @@ pub fn run_with_events(
             t.n_steps += 1;
             on_event(AgentEvent::Asking { step });
             let asked = Instant::now();
-            let reply = match query(llm, &t.messages, config) {
+            // Right after the act notice the reply must call a tool (enforced where replies are
+            // sampled under the tools' grammar).
+            let choice = if drift.act_notice_pending { ToolChoice::Required } else { ToolChoice::Auto };
+            drift.act_notice_pending = false;
+            let reply = match query(llm, &t.messages, config, choice, &mut |notice| {
+                on_event(AgentEvent::Notice { step, notice })
+            }) {
                 Ok(reply) => reply,
                 Err(LlmError::ContextOverflow(_)) => break 'run ExitReason::MaxContextLen,
                 Err(e) => {
@@ -204,12 +222,16 @@ pub fn run_with_events(
             on_event(AgentEvent::Replied { step, message: &assistant, cut, took: asked.elapsed() });
             if cut && drift.may_send_cut_notice(config, &reply) {
                 assistant.tool_calls = None; // incomplete calls never run
-                t.messages.extend([assistant.clone(), cut_notice(config)]);
+                let notice = cut_notice(config);
+                on_event(AgentEvent::Notice { step, notice: &notice.text() });
+                t.messages.extend([assistant.clone(), notice]);
                 t.steps.push(Step { step, assistant, observations: vec![] });
                 continue;
             }
             if !cut && assistant.calls().is_empty() && drift.may_send_act_notice(config) {
-                t.messages.extend([assistant.clone(), act_notice()]);
+                let notice = act_notice();
+                on_event(AgentEvent::Notice { step, notice: &notice.text() });
+                t.messages.extend([assistant.clone(), notice]);
                 t.steps.push(Step { step, assistant, observations: vec![] });
                 continue;
             }
@@ -298,6 +320,8 @@ struct DriftState {
     /// An Edit, Write or Bash call has run.
     acted: bool,
     act_notices: u32,
+    /// The act notice was just sent: the next reply must call a tool.
+    act_notice_pending: bool,
 }
 
 impl DriftState {
@@ -314,6 +338,7 @@ impl DriftState {
     fn may_send_act_notice(&mut self, config: &AgentConfig) -> bool {
         let ok = config.guards.act_notice && !self.acted && self.act_notices < 2;
         self.act_notices += u32::from(ok);
+        self.act_notice_pending = ok;
         ok
     }
 
@@ -344,13 +369,19 @@ impl DriftState {
 /// shows the model its broken reply and what was wrong, so the broken turn never enters the
 /// real history. Under Leaf rules (no retries) the raw text becomes a plain answer, as an
 /// OpenAI server without a tool parser would return it.
-fn query(llm: &mut dyn Llm, messages: &[Message], config: &AgentConfig) -> Result<Completion, LlmError> {
+fn query(
+    llm: &mut dyn Llm,
+    messages: &[Message],
+    config: &AgentConfig,
+    tool_choice: ToolChoice,
+    on_notice: &mut dyn FnMut(&str),
+) -> Result<Completion, LlmError> {
     let retries = config.guards.malformed_retries;
     let mut scratch: Option<Vec<Message>> = None;
     let mut attempt = 0;
     loop {
         let msgs = scratch.as_deref().unwrap_or(messages);
-        let request = ChatRequest { messages: msgs, tools: &config.tools, sampling: &config.sampling };
+        let request = ChatRequest { messages: msgs, tools: &config.tools, sampling: &config.sampling, tool_choice };
         match llm.complete(&request) {
             Err(LlmError::Malformed { text, .. }) if retries == 0 => {
                 return Ok(Completion {
@@ -363,9 +394,10 @@ fn query(llm: &mut dyn Llm, messages: &[Message], config: &AgentConfig) -> Resul
                 attempt += 1;
                 let mut copy = messages.to_vec();
                 copy.push(Message::assistant(text));
-                copy.push(Message::user(format!(
-                    "{MALFORMED_NOTICE} ({error}). Reply again; write each call exactly as {call_syntax}"
-                )));
+                let notice =
+                    format!("{MALFORMED_NOTICE} ({error}). Reply again; write each call exactly as {call_syntax}");
+                on_notice(&notice);
+                copy.push(Message::user(notice));
                 scratch = Some(copy);
             }
             Err(LlmError::Malformed { error, .. }) => {

@@ -128,6 +128,9 @@ fn an_answer_before_any_work_gets_a_notice_to_use_the_tools() {
         format!("{}{}", m.text(), m.reasoning_content.as_deref().unwrap_or("")).contains("def median")
     };
     assert!(llm.requests[1].iter().any(essay), "the essay stays in the history");
+    // The reply to the notice must call a tool; the others may answer.
+    use frognano_protocol::ToolChoice::{Auto, Required};
+    assert_eq!(llm.tool_choices, [Auto, Required, Auto]);
     // At most twice a run: the third essay is the final answer.
     let (t, llm, _) = run_with(vec![Reply::Text(ESSAY); 4], AgentConfig::default());
     assert_eq!((t.exit_reason, t.n_steps, llm.requests.len()), (ExitReason::Agent, 3, 3));
@@ -231,4 +234,34 @@ fn parallel_calls_run_in_order_with_their_ids() {
     let calls = t.messages[2].calls();
     assert_eq!(t.messages[3].tool_call_id.as_deref(), Some(calls[0].id.as_str()));
     assert_eq!(t.messages[4].tool_call_id.as_deref(), Some(calls[1].id.as_str()));
+}
+
+#[test]
+fn every_notice_to_the_model_is_reported_as_an_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut tools = ToolBox::new(Sandbox::new(SandboxSpec::new(dir.path())).unwrap());
+    let mut llm = ScriptedLlm::new(vec![
+        Reply::Text(ESSAY),
+        Reply::Text(MALFORMED),
+        Reply::Cut("long"),
+        Reply::Text(ECHO),
+        Reply::Text(DONE),
+    ]);
+    let mut notices = Vec::new();
+    let t = agent::run_with_events(
+        &mut llm,
+        &mut tools,
+        "Fix it.",
+        &AgentConfig::default(),
+        &AtomicBool::new(false),
+        &mut |_| {},
+        &mut |e| {
+            if let agent::AgentEvent::Notice { step, notice } = e {
+                notices.push((step, notice.to_string()));
+            }
+        },
+    );
+    assert_eq!(t.exit_reason, ExitReason::Agent);
+    let got: Vec<(usize, &str)> = notices.iter().map(|(s, n)| (*s, &n[..12])).collect();
+    assert_eq!(got, [(0, &ACT_NOTICE[..12]), (1, &MALFORMED_NOTICE[..12]), (1, &CUT_NOTICE[..12])], "{notices:?}");
 }

@@ -32,7 +32,7 @@ fn qwen25_coder_calls_read_for_a_simple_request() {
     let sampling =
         Sampling { temperature: 0.0, max_tokens: 64, enable_thinking: false, seed: Some(0), ..Sampling::default() };
     let started = std::time::Instant::now();
-    let reply = llm.complete(&ChatRequest { messages: &messages, tools: &tools, sampling: &sampling }).unwrap();
+    let reply = llm.complete(&ChatRequest::new(&messages, &tools, &sampling)).unwrap();
     eprintln!("reply in {:.1}s: {:?}", started.elapsed().as_secs_f64(), reply.message);
     assert_eq!(reply.finish_reason, FinishReason::ToolCalls, "{:?}", reply.message);
     let call = &reply.message.calls()[0];

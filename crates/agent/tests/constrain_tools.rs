@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use frognano_engine::{ChatParts, EngineLlm};
 use frognano_model::chat::ChatTemplate;
-use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Sampling};
+use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Sampling, ToolChoice};
 use frognano_testkit::ScriptedLm;
 
 fn root() -> std::path::PathBuf {
@@ -31,6 +31,10 @@ fn scripted_llm(reply: &str) -> EngineLlm {
 }
 
 fn turns(llm: &mut EngineLlm, seeds: u64) -> Vec<Result<Completion, LlmError>> {
+    turns_with(llm, seeds, ToolChoice::Auto)
+}
+
+fn turns_with(llm: &mut EngineLlm, seeds: u64, tool_choice: ToolChoice) -> Vec<Result<Completion, LlmError>> {
     let tools = frognano_agent::tools::tool_schemas();
     let messages = [
         Message::system(frognano_agent::tools::SYSTEM_PROMPT),
@@ -46,7 +50,7 @@ fn turns(llm: &mut EngineLlm, seeds: u64) -> Vec<Result<Completion, LlmError>> {
                 seed: Some(seed),
                 ..Sampling::default()
             };
-            llm.complete(&ChatRequest { messages: &messages, tools: &tools, sampling: &sampling })
+            llm.complete(&ChatRequest { tool_choice, ..ChatRequest::new(&messages, &tools, &sampling) })
         })
         .collect()
 }
@@ -102,5 +106,35 @@ fn qwen35_models_are_told_apart() {
         let demo = EngineLlm::load(demo.to_str().unwrap()).unwrap();
         assert_eq!(demo.architecture(), Some("llama"));
         assert!(!demo.is_qwen35());
+    }
+}
+
+/// `tool_choice: required` (what the agent asks after its act notice): a model that wants to
+/// answer in prose is steered into a call of one of the tools.
+#[test]
+fn a_required_call_turns_a_prose_answer_into_a_call() {
+    let prose = "The fix is simple.\n</think>\n\nChange median to average the two middle values.";
+    let mut llm = scripted_llm(prose).constrain_tools();
+    for (seed, r) in turns(&mut llm, 2).into_iter().enumerate() {
+        let c = r.unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert!(c.message.tool_calls.is_none(), "seed {seed}: auto keeps the prose answer: {c:?}");
+    }
+    let names = ["Read", "Write", "Edit", "Glob", "Bash"];
+    for (seed, r) in turns_with(&mut llm, 6, ToolChoice::Required).into_iter().enumerate() {
+        let c = r.unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        match &c.finish_reason {
+            FinishReason::ToolCalls => {
+                let calls = c.message.tool_calls.clone().unwrap();
+                assert!(
+                    calls.iter().all(|call| names.contains(&call.function.name.as_str())),
+                    "seed {seed}: {calls:?}"
+                );
+            }
+            // Still inside a call's raw value when the token limit came.
+            FinishReason::Length => {
+                assert!(c.message.text().contains("<tool_call>"), "seed {seed}: {c:?}")
+            }
+            _ => panic!("seed {seed}: a required call ended with {:?}: {c:?}", c.finish_reason),
+        }
     }
 }

@@ -308,7 +308,7 @@ pub fn describe_event(event: &AgentEvent<'_>, max_steps: usize) -> Option<String
             if *cut {
                 format!("  reply cut at the per-turn token limit ({took:.1} s)")
             } else if calls == 0 {
-                format!("  final answer ({took:.1} s): {said}")
+                format!("  answer ({took:.1} s): {said}")
             } else if !said.is_empty() {
                 format!("  {said} ({took:.1} s)")
             } else if !thought.is_empty() {
@@ -325,6 +325,7 @@ pub fn describe_event(event: &AgentEvent<'_>, max_steps: usize) -> Option<String
             let took = if secs >= 1.0 { format!(" ({secs:.1} s)") } else { String::new() };
             format!("  ← {}{took}", observation_summary(tool, observation))
         }
+        AgentEvent::Notice { notice, .. } => format!("  ! {}", one_line(notice)),
         _ => return None,
     })
 }
@@ -426,7 +427,7 @@ mod tests {
         let took = Duration::from_millis(2500);
         let answer = Message::assistant("Fixed median().\nAll tests pass.");
         let replied = AgentEvent::Replied { step: 4, message: &answer, cut: false, took };
-        assert_eq!(describe_event(&replied, 100).unwrap(), "  final answer (2.5 s): Fixed median().…");
+        assert_eq!(describe_event(&replied, 100).unwrap(), "  answer (2.5 s): Fixed median().…");
         let calls = Message::assistant_reply(None, None, vec![call.clone(), read.clone()]);
         let replied = AgentEvent::Replied { step: 0, message: &calls, cut: false, took };
         assert_eq!(describe_event(&replied, 100).unwrap(), "  2 tool calls (2.5 s)");

@@ -141,7 +141,7 @@ fn solve_shows_each_tool_call_and_its_result_as_it_goes() {
         "  ← Edited stats.py (1 replacement).",
         "  ← exit 0: OK",
         "step 5/100: asking the model",
-        "  final answer (",
+        "  answer (",
     ];
     let mut at = 0;
     for line in expected {

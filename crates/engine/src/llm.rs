@@ -40,7 +40,7 @@ use frognano_model::chat::ChatTemplate;
 use frognano_model::tokenizer::Tokenizer;
 use frognano_model::CausalLm;
 use frognano_protocol::codec::{ToolCallFormat, ToolParser};
-use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Usage};
+use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, ToolChoice, Usage};
 use serde_json::Value;
 
 use crate::constraint::{CompiledGrammar, Constraint, LazyConstraints};
@@ -156,8 +156,9 @@ pub struct EngineLlm {
 /// What [`EngineLlm::constrain_tools`] keeps between turns.
 struct ToolConstraint {
     constraints: Arc<LazyConstraints>,
-    /// (the tools as JSON text, thinking prompted) → their compiled grammar.
-    last: Option<((String, bool), CompiledGrammar)>,
+    /// (the tools as JSON text, thinking prompted, a call required) → their compiled
+    /// grammar, for the last few tool lists and rules.
+    compiled: Vec<((String, bool, bool), CompiledGrammar)>,
 }
 
 impl EngineLlm {
@@ -190,7 +191,7 @@ impl EngineLlm {
     /// [`EngineLlm::constrain_tools`] with a factory shared by other conversations on the
     /// same model (built once, on the first constrained turn of any of them).
     pub fn constrain_tools_with(mut self, constraints: Arc<LazyConstraints>) -> Self {
-        self.tool_constraint = Some(ToolConstraint { constraints, last: None });
+        self.tool_constraint = Some(ToolConstraint { constraints, compiled: Vec::new() });
         self
     }
 
@@ -316,22 +317,29 @@ impl EngineLlm {
         if request.tools.is_empty() {
             return Ok(None);
         }
-        let key = (Value::Array(request.tools.to_vec()).to_string(), thinking_prompted);
-        if tc.last.as_ref().is_none_or(|(k, _)| *k != key) {
-            // The grammar is written in the format the reply is parsed with (below).
-            let grammar = tool_call_grammar(
-                self.chat.tool_parser.format().name(),
-                request.tools,
-                &CallRule::Optional,
-                thinking_prompted,
-            )
-            .and_then(|g| tc.constraints.compile(&g))
-            .map_err(|e| {
-                LlmError::Other(format!("constrained tool calls: {e} (run without constraining tool calls)"))
-            })?;
-            tc.last = Some((key, grammar));
-        }
-        Ok(tc.last.as_ref().map(|(_, g)| g.start()))
+        let required = request.tool_choice == ToolChoice::Required;
+        let key = (Value::Array(request.tools.to_vec()).to_string(), thinking_prompted, required);
+        let at = match tc.compiled.iter().position(|(k, _)| *k == key) {
+            Some(at) => at,
+            None => {
+                let rule = if required { CallRule::Required } else { CallRule::Optional };
+                // The grammar is written in the format the reply is parsed with (below).
+                let grammar =
+                    tool_call_grammar(self.chat.tool_parser.format().name(), request.tools, &rule, thinking_prompted)
+                        .and_then(|g| tc.constraints.compile(&g))
+                        .map_err(|e| {
+                            LlmError::Other(format!(
+                                "constrained tool calls: {e} (run without constraining tool calls)"
+                            ))
+                        })?;
+                if tc.compiled.len() == 4 {
+                    tc.compiled.remove(0);
+                }
+                tc.compiled.push((key, grammar));
+                tc.compiled.len() - 1
+            }
+        };
+        Ok(Some(tc.compiled[at].1.start()))
     }
 
     fn render(&self, request: &ChatRequest<'_>) -> Result<String, LlmError> {

@@ -40,7 +40,7 @@ fn ask(llm: &mut EngineLlm) -> Result<Completion, LlmError> {
         "parameters": {"type": "object", "properties": {"file_path": {"type": "string"}}}}})];
     let sampling = Sampling { temperature: 0.0, max_tokens: 200, enable_thinking: false, ..Sampling::default() };
     let messages = [Message::user("Read hello.txt.")];
-    llm.complete(&ChatRequest { messages: &messages, tools: &tools, sampling: &sampling })
+    llm.complete(&ChatRequest::new(&messages, &tools, &sampling))
 }
 
 fn args(c: &Completion, i: usize) -> Value {

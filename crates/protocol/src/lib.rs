@@ -18,7 +18,9 @@ pub mod codec;
 mod llm;
 mod message;
 
-pub use llm::{completion_from_openai, ChatRequest, Completion, FinishReason, HttpLlm, Llm, LlmError, Sampling, Usage};
+pub use llm::{
+    completion_from_openai, ChatRequest, Completion, FinishReason, HttpLlm, Llm, LlmError, Sampling, ToolChoice, Usage,
+};
 pub use message::{
     new_call_id, text_only_messages, ContentError, ContentPart, FunctionCall, Message, MessageContent, ToolCall,
 };

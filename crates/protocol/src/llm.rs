@@ -119,6 +119,37 @@ pub struct ChatRequest<'a> {
     pub tools: &'a [Value],
     /// Sampling settings.
     pub sampling: &'a Sampling,
+    /// Whether the reply may be text only or must call a tool.
+    pub tool_choice: ToolChoice,
+}
+
+impl<'a> ChatRequest<'a> {
+    /// A request that lets the model choose between text and tool calls.
+    pub fn new(messages: &'a [Message], tools: &'a [Value], sampling: &'a Sampling) -> Self {
+        ChatRequest { messages, tools, sampling, tool_choice: ToolChoice::Auto }
+    }
+}
+
+/// OpenAI's `tool_choice` for a request with tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ToolChoice {
+    /// Text, tool calls, or both (`"auto"`).
+    #[default]
+    Auto,
+    /// At least one tool call (`"required"`): enforced where the reply is sampled under a
+    /// grammar of the tool calls (`frognano serve`, an in-process model with
+    /// `--constrain-tools`); elsewhere a request the model may not honour.
+    Required,
+}
+
+impl ToolChoice {
+    /// The OpenAI wire value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolChoice::Auto => "auto",
+            ToolChoice::Required => "required",
+        }
+    }
 }
 
 /// Why a model request failed.
@@ -226,7 +257,7 @@ impl HttpLlm {
             "model": self.model,
             "messages": request.messages,
             "tools": request.tools,
-            "tool_choice": "auto",
+            "tool_choice": request.tool_choice.as_str(),
             "parallel_tool_calls": true,
             "temperature": s.temperature,
             "top_p": s.top_p,
@@ -409,7 +440,7 @@ mod tests {
     fn an_unreachable_endpoint_is_a_clear_error() {
         let mut llm = HttpLlm::new("http://127.0.0.1:9", "m", Duration::from_secs(5)).unwrap();
         let sampling = Sampling::default();
-        let err = llm.complete(&ChatRequest { messages: &[], tools: &[], sampling: &sampling }).unwrap_err();
+        let err = llm.complete(&ChatRequest::new(&[], &[], &sampling)).unwrap_err();
         assert!(matches!(err, LlmError::Unreachable { .. }), "{err}");
         assert!(err.to_string().starts_with("cannot reach the model endpoint http://127.0.0.1:9/v1/chat/completions"));
         let err = HttpLlm::new("ftp://x", "m", Duration::from_secs(1)).unwrap_err();
@@ -421,7 +452,10 @@ mod tests {
     fn request_body_carries_the_card_defaults() {
         let llm = HttpLlm::new("http://h:1/v1", "frog", Duration::from_secs(1)).unwrap();
         let sampling = Sampling::default();
-        let body = llm.body(&ChatRequest { messages: &[Message::user("hi")], tools: &[], sampling: &sampling });
+        let body = llm.body(&ChatRequest::new(&[Message::user("hi")], &[], &sampling));
+        assert_eq!(body["tool_choice"], json!("auto"));
+        let required = ChatRequest { tool_choice: ToolChoice::Required, ..ChatRequest::new(&[], &[], &sampling) };
+        assert_eq!(llm.body(&required)["tool_choice"], json!("required"));
         assert_eq!(body["temperature"], json!(0.6f32));
         assert_eq!(body["top_k"], json!(20));
         assert_eq!(body["max_tokens"], json!(8192));
@@ -438,7 +472,7 @@ mod tests {
             logit_bias: BTreeMap::from([(7, 100.0), (42, -5.5)]),
             ..Sampling::default()
         };
-        let body = llm.body(&ChatRequest { messages: &[Message::user("hi")], tools: &[], sampling: &sampling });
+        let body = llm.body(&ChatRequest::new(&[Message::user("hi")], &[], &sampling));
         assert_eq!(body["presence_penalty"], json!(0.5));
         assert_eq!(body["frequency_penalty"], json!(-0.25));
         assert_eq!(body["logit_bias"], json!({"7": 100.0, "42": -5.5}));

@@ -131,7 +131,7 @@ fn a_qwen35_rollout_rescores_within_1e_3_in_one_pass() {
     // the delta rule while the recording decoded them one token at a time.
     for (i, max_tokens) in [(0u64, 48u32), (1, 40)] {
         let sampling = raw_sampling(max_tokens, 7 + i);
-        let c = llm.complete(&ChatRequest { messages: &messages, tools: &[], sampling: &sampling }).unwrap();
+        let c = llm.complete(&ChatRequest::new(&messages, &[], &sampling)).unwrap();
         messages.push(c.message);
         messages.push(Message::user("Now say goodbye."));
     }
@@ -204,7 +204,7 @@ fn turns_closed_by_the_end_token_continue_with_the_template_glue() {
     let mut stopped_once = false;
     for (i, max_tokens) in [(0u64, 24u32), (1, 6)] {
         let sampling = raw_sampling(max_tokens, 40 + i);
-        let c = llm.complete(&ChatRequest { messages: &messages, tools: &[], sampling: &sampling }).unwrap();
+        let c = llm.complete(&ChatRequest::new(&messages, &[], &sampling)).unwrap();
         messages.push(c.message);
         messages.push(Message::user("Now say goodbye."));
         stopped_once |= llm.turns()[0].stopped;

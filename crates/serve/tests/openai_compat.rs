@@ -423,7 +423,7 @@ fn the_in_process_model_and_the_server_agree_on_shapes_and_parameters() {
         logit_bias: BTreeMap::from([(frog, 100.0)]),
         ..Sampling::default()
     };
-    let request = ChatRequest { messages: &history, tools: &[], sampling: &sampling };
+    let request = ChatRequest::new(&history, &[], &sampling);
     let mut local = EngineLlm::load(&path).unwrap();
     let mut remote = HttpLlm::new(&s.url(), "smol", Duration::from_secs(60)).unwrap();
     let a = local.complete(&request).unwrap();
@@ -433,7 +433,8 @@ fn the_in_process_model_and_the_server_agree_on_shapes_and_parameters() {
 
     let penalised = Sampling { logit_bias: BTreeMap::new(), frequency_penalty: 1.5, presence_penalty: 0.5, ..sampling };
     let asks = [Message::user("Say frog frog frog frog frog frog frog frog")];
-    let request = ChatRequest { messages: &asks, tools: &[], sampling: &Sampling { max_tokens: 20, ..penalised } };
+    let short = Sampling { max_tokens: 20, ..penalised };
+    let request = ChatRequest::new(&asks, &[], &short);
     let a = local.complete(&request).unwrap();
     let b = remote.complete(&request).unwrap();
     assert_eq!(b.message.text(), a.message.text());

@@ -141,7 +141,7 @@ pub fn write_issue(
     let sampling = Sampling { enable_thinking: false, max_tokens: 400, ..Sampling::default() };
     let mut rejections: Vec<Value> = Vec::new();
     for attempt in 1..=attempts.max(1) {
-        let request = ChatRequest { messages: &messages, tools: &[], sampling: &sampling };
+        let request = ChatRequest::new(&messages, &[], &sampling);
         let problems = match llm.complete(&request) {
             Err(e) => vec![format!("request failed: {e}")],
             Ok(c) => {

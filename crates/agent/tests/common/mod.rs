@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use frognano_protocol::codec::{QwenXml, ToolCallFormat};
-use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Usage};
+use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, ToolChoice, Usage};
 
 /// One scripted reply.
 #[derive(Clone)]
@@ -20,17 +20,20 @@ pub enum Reply {
 pub struct ScriptedLlm {
     pub replies: std::collections::VecDeque<Reply>,
     pub requests: Vec<Vec<Message>>,
+    /// Each request's `tool_choice`.
+    pub tool_choices: Vec<ToolChoice>,
 }
 
 impl ScriptedLlm {
     pub fn new(replies: Vec<Reply>) -> Self {
-        ScriptedLlm { replies: replies.into(), requests: Vec::new() }
+        ScriptedLlm { replies: replies.into(), requests: Vec::new(), tool_choices: Vec::new() }
     }
 }
 
 impl Llm for ScriptedLlm {
     fn complete(&mut self, request: &ChatRequest<'_>) -> Result<Completion, LlmError> {
         self.requests.push(request.messages.to_vec());
+        self.tool_choices.push(request.tool_choice);
         let (text, finish_reason) = match self.replies.pop_front() {
             Some(Reply::Text(t)) => (t, FinishReason::Stop),
             Some(Reply::Cut(t)) => (t, FinishReason::Length),
