@@ -70,6 +70,10 @@ pub struct ServeConfig {
     /// The tool-call format replies are read in (default: the chat template's,
     /// `frognano_model::chat::ChatTemplate::tool_parser`).
     pub tool_parser: Option<ToolParser>,
+    /// Sample `tool_choice: "auto"` replies to requests with tools under a grammar of the
+    /// tools' calls, so a reply is free text or well-formed calls (`Some(true)`), or leave
+    /// them free (`Some(false)`); `None`: on unless the model is a Qwen3.5/FrogNano one.
+    pub constrain_tools: Option<bool>,
 }
 
 impl ServeConfig {
@@ -87,6 +91,7 @@ impl ServeConfig {
             max_body_bytes: 32 * 1024 * 1024,
             max_waiting: 512,
             tool_parser: None,
+            constrain_tools: None,
         }
     }
 
@@ -144,6 +149,11 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
         );
     }
     let tool_parser = args.tool_parser.or(template_parser).unwrap_or(ToolParser::Hermes);
+    let constrain_tools =
+        args.constrain_tools.unwrap_or(!frognano_model::load::is_qwen35_architecture(&loaded.architecture));
+    if constrain_tools {
+        tracing::info!("tool calls of tool_choice \"auto\" replies are constrained by a grammar (--no-constrain-tools to turn off)");
+    }
     let vocab_size = model.vocab_size();
     let constraints = frognano_engine::LazyConstraints::new(Arc::clone(&tokenizer), vocab_size, loaded.eos_ids.clone());
     let pool = EnginePool::start(
@@ -175,6 +185,7 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
         next_id: AtomicU64::new(0),
         scrubber,
         constraints,
+        constrain_tools,
     }))
 }
 

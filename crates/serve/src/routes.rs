@@ -66,6 +66,9 @@ pub struct AppState {
     pub scrubber: PathScrubber,
     /// Grammar compilation for structured outputs and forced tool calls (built on first use).
     pub constraints: frognano_engine::LazyConstraints,
+    /// `tool_choice: "auto"` replies are sampled under the tools' grammar (free text or
+    /// well-formed calls), `ServeConfig::constrain_tools`.
+    pub constrain_tools: bool,
 }
 
 impl AppState {
@@ -381,8 +384,14 @@ async fn chat_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> Resul
     // queued, so a schema it cannot enforce is a 400 now. A forced call is written in the
     // tool-call format the reply is parsed with (output.rs).
     let format = app.tool_parser.format().name();
-    let grammar =
-        crate::structured::reply_grammar(&response_format, &choice, format, &tools, ends_in_open_think(&text))?;
+    let grammar = crate::structured::reply_grammar(
+        &response_format,
+        &choice,
+        format,
+        &tools,
+        ends_in_open_think(&text),
+        app.constrain_tools,
+    )?;
     let constraint = match grammar {
         None => None,
         Some((grammar, param)) => {

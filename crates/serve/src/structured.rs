@@ -122,17 +122,25 @@ fn parse_json_schema(value: Option<&Value>) -> Result<ResponseFormat, ApiError> 
 
 /// The grammar a chat reply must follow, if any: from `response_format`, or from a forced
 /// `tool_choice` written in `format` (the tool-call format the reply is parsed with).
-/// `thinking_prompted`: the prompt ends inside an open `<think>` block.
+/// `thinking_prompted`: the prompt ends inside an open `<think>` block. `constrain_auto`
+/// (`frognano serve --constrain-tools`): a `tool_choice: "auto"` reply to a request with tools
+/// is free text or well-formed calls of those tools (`CallRule::Optional`).
 pub fn reply_grammar(
     response_format: &ResponseFormat,
     choice: &ToolChoice,
     format: &str,
     tools: &[Value],
     thinking_prompted: bool,
+    constrain_auto: bool,
 ) -> Result<Option<(Grammar, &'static str)>, ApiError> {
     let forced = match choice {
         ToolChoice::Required(None) => Some(CallRule::Required),
         ToolChoice::Required(Some(name)) => Some(CallRule::Named(name.clone())),
+        ToolChoice::Auto if constrain_auto && !tools.is_empty() && *response_format == ResponseFormat::Text => {
+            let g = tool_call_grammar(format, tools, &CallRule::Optional, thinking_prompted)
+                .map_err(|e| ApiError::invalid_param("tools", format!("tool calls cannot be constrained: {e}")))?;
+            return Ok(Some((g, "tools")));
+        }
         ToolChoice::Auto | ToolChoice::None => None,
     };
     match (response_format, forced) {
@@ -214,13 +222,28 @@ mod tests {
     #[test]
     fn json_and_a_forced_call_cannot_be_combined() {
         let tools = [json!({"type": "function", "function": {"name": "f"}})];
-        let e = reply_grammar(&ResponseFormat::JsonObject, &ToolChoice::Required(None), "hermes", &tools, false)
+        let e = reply_grammar(&ResponseFormat::JsonObject, &ToolChoice::Required(None), "hermes", &tools, false, false)
             .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("response_format"));
-        assert!(reply_grammar(&ResponseFormat::Text, &ToolChoice::Auto, "hermes", &tools, false).unwrap().is_none());
-        let (_, param) = reply_grammar(&ResponseFormat::Text, &ToolChoice::Required(None), "hermes", &tools, false)
+        assert!(reply_grammar(&ResponseFormat::Text, &ToolChoice::Auto, "hermes", &tools, false, false)
+            .unwrap()
+            .is_none());
+        // --constrain-tools: auto replies follow the optional-call grammar; none and JSON do not.
+        let (_, param) =
+            reply_grammar(&ResponseFormat::Text, &ToolChoice::Auto, "hermes", &tools, false, true).unwrap().unwrap();
+        assert_eq!(param, "tools");
+        assert!(reply_grammar(&ResponseFormat::Text, &ToolChoice::None, "hermes", &tools, false, true)
+            .unwrap()
+            .is_none());
+        assert!(reply_grammar(&ResponseFormat::Text, &ToolChoice::Auto, "hermes", &[], false, true).unwrap().is_none());
+        let (_, param) = reply_grammar(&ResponseFormat::JsonObject, &ToolChoice::Auto, "hermes", &tools, false, true)
             .unwrap()
             .unwrap();
+        assert_eq!(param, "response_format");
+        let (_, param) =
+            reply_grammar(&ResponseFormat::Text, &ToolChoice::Required(None), "hermes", &tools, false, false)
+                .unwrap()
+                .unwrap();
         assert_eq!(param, "tool_choice");
     }
 }

@@ -132,3 +132,37 @@ fn a_template_without_tool_support_gets_the_tools_described() {
     let plain = json!({"messages": [{"role": "user", "content": "hi"}]});
     assert_eq!(post_with_header(&url, &plain).1, None);
 }
+
+/// `frognano serve --constrain-tools`: a `tool_choice: "auto"` reply is sampled under the
+/// tools' grammar, so the malformed call the model wants to write (`"limit": }`) cannot come
+/// out; whatever it writes instead is free text or calls whose arguments parse.
+#[test]
+fn constrained_auto_replies_carry_no_malformed_call() {
+    let mut loaded = frognano_model::load(tiny()).expect("tiny model loads");
+    loaded.chat_template = Some(qwen25_template());
+    let loaded = scripted(loaded, HERMES_REPLY);
+    let mut a = args("tiny");
+    a.constrain_tools = Some(true);
+    let s = frognano_serve::spawn_server_with_model(loaded, a).expect("server starts");
+    let url = format!("{}/v1/chat/completions", s.url());
+    for seed in 0..4 {
+        let mut body = request(false);
+        body["seed"] = json!(seed);
+        body["temperature"] = json!(1.0);
+        body["max_tokens"] = json!(120);
+        let (st, _, r) = post_with_header(&url, &body);
+        assert_eq!(st, 200, "{r}");
+        let msg = &r["choices"][0]["message"];
+        let content = msg["content"].as_str().unwrap_or("");
+        assert!(!content.contains("\"limit\": }"), "seed {seed}: the malformed call came out: {msg}");
+        for call in msg["tool_calls"].as_array().into_iter().flatten() {
+            assert_eq!(call["function"]["name"], "Read", "seed {seed}: {call}");
+            let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+            assert!(args["file_path"].is_string(), "seed {seed}: {args}");
+            assert!(args.get("limit").is_none_or(Value::is_i64), "seed {seed}: {args}");
+        }
+        if r["choices"][0]["finish_reason"] == "stop" {
+            assert!(!content.contains("<tool_call>"), "seed {seed}: a finished reply with an unparsed call: {msg}");
+        }
+    }
+}
