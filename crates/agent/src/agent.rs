@@ -27,8 +27,9 @@ pub struct Guards {
     pub head_tail_truncation: bool,
     /// In the last steps, the observation says how many steps remain.
     pub steps_left_notice: bool,
-    /// A reply without a tool call before any Edit, Write or Bash call has run (a small
-    /// model's essay with the fix in a code block, nothing applied) earns a notice asking it
+    /// A reply without a tool call before any file has changed (no Edit or Write succeeded and
+    /// `git status` shows nothing: a small model's essay with the fix in a code block, nothing
+    /// applied) earns a notice asking it
     /// to do the work with the tools, at most twice a run, instead of ending the run; the
     /// reply to the notice is asked with `tool_choice: required`.
     pub act_notice: bool,
@@ -105,7 +106,7 @@ pub const CUT_NOTICE: &str = "Your last reply was cut off";
 pub const REPEAT_NOTICE: &str = "[Notice: you made exactly the same call";
 
 /// Start of the notice that answers a reply without a tool call when nothing was done yet.
-pub const ACT_NOTICE: &str = "You replied without a tool call, but no Edit, Write or Bash call has run yet";
+pub const ACT_NOTICE: &str = "You replied without a tool call, but no file in the repository has changed yet";
 
 /// What the loop reports while it works, in order, for a live display (`frognano solve`
 /// prints each to stderr). Everything here also ends up in the trajectory.
@@ -228,7 +229,7 @@ pub fn run_with_events(
                 t.steps.push(Step { step, assistant, observations: vec![] });
                 continue;
             }
-            if !cut && assistant.calls().is_empty() && drift.may_send_act_notice(config) {
+            if !cut && assistant.calls().is_empty() && drift.may_send_act_notice(config, tools) {
                 let notice = act_notice();
                 on_event(AgentEvent::Notice { step, notice: &notice.text() });
                 t.messages.extend([assistant.clone(), notice]);
@@ -304,10 +305,9 @@ fn cut_notice(config: &AgentConfig) -> Message {
 
 fn act_notice() -> Message {
     Message::user(format!(
-        "{ACT_NOTICE}: nothing in the repository has changed. Do the work with the tools: \
-         Read the relevant files, change them with Edit or Write, and check with Bash (for \
-         example by running the tests). Make one tool call now. Reply without a tool call only \
-         when the task is done."
+        "{ACT_NOTICE}. Do the work with the tools: Read the relevant files, change them with \
+         Edit or Write, and check with Bash (for example by running the tests). Make one tool \
+         call now. Reply without a tool call only when the task is done."
     ))
 }
 
@@ -317,7 +317,7 @@ struct DriftState {
     cuts_in_a_row: u32,
     last_calls: String,
     repeats: u32,
-    /// An Edit, Write or Bash call has run.
+    /// An Edit or Write has changed a file.
     acted: bool,
     act_notices: u32,
     /// The act notice was just sent: the next reply must call a tool.
@@ -334,9 +334,15 @@ impl DriftState {
     }
 
     /// A reply without a tool call earns the act notice (instead of ending the run) while no
-    /// Edit, Write or Bash call has run, at most twice a run.
-    fn may_send_act_notice(&mut self, config: &AgentConfig) -> bool {
-        let ok = config.guards.act_notice && !self.acted && self.act_notices < 2;
+    /// Edit or Write has changed a file and the workspace shows no change, at most twice a run.
+    fn may_send_act_notice(&mut self, config: &AgentConfig, tools: &mut ToolBox) -> bool {
+        if !config.guards.act_notice || self.acted || self.act_notices >= 2 {
+            return false;
+        }
+        // A change made some other way (a Bash `sed -i`), or a workspace that cannot be
+        // inspected, gets no notice.
+        self.acted = tools.workspace_changed() != Some(false);
+        let ok = !self.acted;
         self.act_notices += u32::from(ok);
         self.act_notice_pending = ok;
         ok
@@ -345,7 +351,11 @@ impl DriftState {
     /// Appends the repeated-action and steps-left notices to the step's last observation.
     fn annotate(&mut self, observations: &mut [Observation], assistant: &Message, config: &AgentConfig, step: usize) {
         self.cuts_in_a_row = 0;
-        self.acted |= assistant.calls().iter().any(|c| matches!(c.function.name.as_str(), "Edit" | "Write" | "Bash"));
+        // Changed a file: an Edit or Write that succeeded (their success lines, tools.rs).
+        self.acted |= observations.iter().any(|o| {
+            (o.tool == "Edit" && o.observation.starts_with("Edited "))
+                || (o.tool == "Write" && o.observation.starts_with("Wrote "))
+        });
         let calls: Vec<_> = assistant.calls().iter().map(|c| (&c.function.name, &c.function.arguments)).collect();
         let signature = serde_json::to_string(&calls).unwrap_or_default();
         self.repeats = if signature == self.last_calls { self.repeats + 1 } else { 0 };

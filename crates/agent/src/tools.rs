@@ -455,6 +455,14 @@ impl ToolBox {
         Ok(out)
     }
 
+    /// Whether the workspace differs from its last commit (tracked changes or new files, by
+    /// `git status --porcelain` in the sandbox); `None` when that cannot be told (not a git
+    /// repository, git missing). Not shown to the model, and no confirmation is asked.
+    pub fn workspace_changed(&mut self) -> Option<bool> {
+        let out = self.sandbox.run(&Command::bash("git status --porcelain").timeout(Duration::from_secs(30))).ok()?;
+        (!out.timed_out && out.returncode() == 0).then(|| !out.stdout.trim().is_empty())
+    }
+
     fn bash(&mut self, args: &Map<String, Value>) -> Result<String, ToolError> {
         let command = args.get("command").map(py_str).unwrap_or_default();
         if command.is_empty() {

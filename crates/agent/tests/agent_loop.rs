@@ -15,8 +15,27 @@ const DONE: &str = "All good.\n</think>\n\nDone: nothing to change.";
 const MALFORMED: &str =
     "Let me look.\n</think>\n\n<tool_call>\n<function=Bash>\ncommand: echo hi\n</function>\n</tool_call>";
 
-fn run_with(replies: Vec<Reply>, config: AgentConfig) -> (Trajectory, ScriptedLlm, tempfile::TempDir) {
+/// An empty git repository with one commit (the act notice reads `git status`).
+fn git_repo() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+            .status
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["commit", "-q", "--allow-empty", "-m", "start"]);
+    dir
+}
+
+fn run_with(replies: Vec<Reply>, config: AgentConfig) -> (Trajectory, ScriptedLlm, tempfile::TempDir) {
+    let dir = git_repo();
     let mut tools = ToolBox::new(Sandbox::new(SandboxSpec::new(dir.path())).unwrap());
     let mut llm = ScriptedLlm::new(replies);
     let mut checkpoints = 0;
@@ -28,13 +47,18 @@ fn run_with(replies: Vec<Reply>, config: AgentConfig) -> (Trajectory, ScriptedLl
     (t, llm, dir)
 }
 
+/// The default guards without the act notice, for runs that answer after a Bash call only.
+fn config() -> AgentConfig {
+    AgentConfig { guards: Guards { act_notice: false, ..Guards::default() }, ..AgentConfig::default() }
+}
+
 fn history_text(t: &Trajectory) -> String {
     serde_json::to_string(&t.messages).unwrap()
 }
 
 #[test]
 fn a_plain_run_records_a_leaf_trajectory() {
-    let (t, _, _) = run_with(vec![Reply::Text(ECHO), Reply::Text(DONE)], AgentConfig::default());
+    let (t, _, _) = run_with(vec![Reply::Text(ECHO), Reply::Text(DONE)], config());
     assert_eq!(t.trajectory_format, "leaf-function-calling");
     assert_eq!(t.exit_reason, ExitReason::Agent);
     assert_eq!(t.n_steps, 2);
@@ -72,10 +96,8 @@ fn a_plain_run_records_a_leaf_trajectory() {
 
 #[test]
 fn a_malformed_reply_is_retried_and_never_enters_the_history() {
-    let (t, llm, _) = run_with(
-        vec![Reply::Text(MALFORMED), Reply::Text(MALFORMED), Reply::Text(ECHO), Reply::Text(DONE)],
-        AgentConfig::default(),
-    );
+    let (t, llm, _) =
+        run_with(vec![Reply::Text(MALFORMED), Reply::Text(MALFORMED), Reply::Text(ECHO), Reply::Text(DONE)], config());
     assert_eq!(t.exit_reason, ExitReason::Agent);
     assert_eq!(t.n_steps, 2);
     let history = history_text(&t);
@@ -112,13 +134,19 @@ fn leaf_exact_takes_a_malformed_reply_as_the_final_answer() {
     assert!(t.final_message.contains("command: echo hi"));
 }
 
+/// A Bash call that changes the workspace.
+const SED: &str = "Patching.\n</think>\n\n<tool_call>\n<function=Bash>\n<parameter=command>\necho fixed > notes.txt\n</parameter>\n</function>\n</tool_call>";
+
+/// A Write that succeeds.
+const WRITE: &str = "Writing it.\n</think>\n\n<tool_call>\n<function=Write>\n<parameter=file_path>\nnotes.txt\n</parameter>\n<parameter=content>\nfixed\n</parameter>\n</function>\n</tool_call>";
+
 /// What a small instruction model writes first: the fix in a code block, nothing applied.
 const ESSAY: &str = "To fix median, change it to:\n```python\ndef median(xs): ...\n```";
 
 #[test]
 fn an_answer_before_any_work_gets_a_notice_to_use_the_tools() {
     // Essay, notice, then the model works and finishes.
-    let (t, llm, _) = run_with(vec![Reply::Text(ESSAY), Reply::Text(ECHO), Reply::Text(DONE)], AgentConfig::default());
+    let (t, llm, _) = run_with(vec![Reply::Text(ESSAY), Reply::Text(WRITE), Reply::Text(DONE)], AgentConfig::default());
     assert_eq!((t.exit_reason, t.n_steps), (ExitReason::Agent, 3));
     assert_eq!(t.final_message, "Done: nothing to change.");
     let notice = llm.requests[1].last().unwrap();
@@ -134,8 +162,17 @@ fn an_answer_before_any_work_gets_a_notice_to_use_the_tools() {
     // At most twice a run: the third essay is the final answer.
     let (t, llm, _) = run_with(vec![Reply::Text(ESSAY); 4], AgentConfig::default());
     assert_eq!((t.exit_reason, t.n_steps, llm.requests.len()), (ExitReason::Agent, 3, 3));
-    // Once a Bash (or Edit, Write) call has run, an answer ends the run at once.
-    let (t, _, _) = run_with(vec![Reply::Text(ECHO), Reply::Text(ESSAY)], AgentConfig::default());
+    // Once a Write (or Edit) has changed a file, an answer ends the run at once; a Bash
+    // call that changed nothing does not count.
+    let (t, _, _) = run_with(vec![Reply::Text(WRITE), Reply::Text(ESSAY)], AgentConfig::default());
+    assert_eq!((t.exit_reason, t.n_steps), (ExitReason::Agent, 2));
+    let (t, llm, _) = run_with(
+        vec![Reply::Text(ECHO), Reply::Text(ESSAY), Reply::Text(ESSAY), Reply::Text(DONE)],
+        AgentConfig::default(),
+    );
+    assert_eq!((t.exit_reason, t.n_steps, llm.requests.len()), (ExitReason::Agent, 4, 4));
+    // A file changed through Bash counts too (git status sees it).
+    let (t, _, _) = run_with(vec![Reply::Text(SED), Reply::Text(ESSAY)], AgentConfig::default());
     assert_eq!((t.exit_reason, t.n_steps), (ExitReason::Agent, 2));
     // Leaf rules: the first answer ends the run.
     let config = AgentConfig { guards: Guards::leaf_exact(), ..AgentConfig::default() };
@@ -152,13 +189,12 @@ fn a_cut_reply_ends_a_leaf_run() {
 
 #[test]
 fn a_cut_reply_gets_a_notice_with_guards_on() {
-    let (t, llm, _) =
-        run_with(vec![Reply::Cut("thinking forever"), Reply::Text(ECHO), Reply::Text(DONE)], AgentConfig::default());
+    let (t, llm, _) = run_with(vec![Reply::Cut("thinking forever"), Reply::Text(ECHO), Reply::Text(DONE)], config());
     assert_eq!(t.exit_reason, ExitReason::Agent);
     assert_eq!(t.n_steps, 3);
     assert!(llm.requests[1].last().unwrap().text().starts_with(CUT_NOTICE));
     // Cut three times in a row: give up as Leaf would.
-    let (t, _, _) = run_with(vec![Reply::Cut("a"), Reply::Cut("b"), Reply::Cut("c")], AgentConfig::default());
+    let (t, _, _) = run_with(vec![Reply::Cut("a"), Reply::Cut("b"), Reply::Cut("c")], config());
     assert_eq!(t.exit_reason, ExitReason::MaxTokensPerTurn);
     assert_eq!(t.n_steps, 3);
 }
@@ -238,13 +274,14 @@ fn parallel_calls_run_in_order_with_their_ids() {
 
 #[test]
 fn every_notice_to_the_model_is_reported_as_an_event() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = git_repo();
     let mut tools = ToolBox::new(Sandbox::new(SandboxSpec::new(dir.path())).unwrap());
     let mut llm = ScriptedLlm::new(vec![
         Reply::Text(ESSAY),
         Reply::Text(MALFORMED),
         Reply::Cut("long"),
         Reply::Text(ECHO),
+        Reply::Text(DONE),
         Reply::Text(DONE),
     ]);
     let mut notices = Vec::new();
@@ -263,5 +300,8 @@ fn every_notice_to_the_model_is_reported_as_an_event() {
     );
     assert_eq!(t.exit_reason, ExitReason::Agent);
     let got: Vec<(usize, &str)> = notices.iter().map(|(s, n)| (*s, &n[..12])).collect();
-    assert_eq!(got, [(0, &ACT_NOTICE[..12]), (1, &MALFORMED_NOTICE[..12]), (1, &CUT_NOTICE[..12])], "{notices:?}");
+    // The answer after a Bash call that changed nothing gets the second act notice.
+    let expected =
+        [(0, &ACT_NOTICE[..12]), (1, &MALFORMED_NOTICE[..12]), (1, &CUT_NOTICE[..12]), (3, &ACT_NOTICE[..12])];
+    assert_eq!(got, expected, "{notices:?}");
 }

@@ -122,8 +122,8 @@ pub struct SolveArgs {
     /// Drift guard off: the remaining-steps notice near the end.
     #[arg(long)]
     pub no_steps_left: bool,
-    /// Drift guard off: the notice that answers a reply without a tool call while no Edit,
-    /// Write or Bash call has run yet.
+    /// Drift guard off: the notice that answers a reply without a tool call while no file in
+    /// the repository has changed yet.
     #[arg(long)]
     pub no_act_notice: bool,
     /// Do not show the agent's steps as it works (each model reply, tool call and a one-line
