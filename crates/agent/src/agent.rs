@@ -31,7 +31,7 @@ pub struct Guards {
     /// `git status` shows nothing: a small model's essay with the fix in a code block, nothing
     /// applied) earns a notice asking it
     /// to do the work with the tools, at most twice a run, instead of ending the run; the
-    /// reply to the notice is asked with `tool_choice: required`.
+    /// reply to the notice is asked for exactly one tool call ([`ToolChoice::One`]).
     pub act_notice: bool,
 }
 
@@ -200,9 +200,9 @@ pub fn run_with_events(
             t.n_steps += 1;
             on_event(AgentEvent::Asking { step });
             let asked = Instant::now();
-            // Right after the act notice the reply must call a tool (enforced where replies are
-            // sampled under the tools' grammar).
-            let choice = if drift.act_notice_pending { ToolChoice::Required } else { ToolChoice::Auto };
+            // Right after the act notice the reply must be one tool call (enforced where replies
+            // are sampled under the tools' grammar).
+            let choice = if drift.act_notice_pending { ToolChoice::One } else { ToolChoice::Auto };
             drift.act_notice_pending = false;
             let reply = match query(llm, &t.messages, config, choice, &mut |notice| {
                 on_event(AgentEvent::Notice { step, notice })
@@ -320,7 +320,7 @@ struct DriftState {
     /// An Edit or Write has changed a file.
     acted: bool,
     act_notices: u32,
-    /// The act notice was just sent: the next reply must call a tool.
+    /// The act notice was just sent: the next reply must be one tool call.
     act_notice_pending: bool,
 }
 

@@ -156,9 +156,9 @@ fn an_answer_before_any_work_gets_a_notice_to_use_the_tools() {
         format!("{}{}", m.text(), m.reasoning_content.as_deref().unwrap_or("")).contains("def median")
     };
     assert!(llm.requests[1].iter().any(essay), "the essay stays in the history");
-    // The reply to the notice must call a tool; the others may answer.
-    use frognano_protocol::ToolChoice::{Auto, Required};
-    assert_eq!(llm.tool_choices, [Auto, Required, Auto]);
+    // The reply to the notice must be one tool call; the others may answer.
+    use frognano_protocol::ToolChoice::{Auto, One};
+    assert_eq!(llm.tool_choices, [Auto, One, Auto]);
     // At most twice a run: the third essay is the final answer.
     let (t, llm, _) = run_with(vec![Reply::Text(ESSAY); 4], AgentConfig::default());
     assert_eq!((t.exit_reason, t.n_steps, llm.requests.len()), (ExitReason::Agent, 3, 3));

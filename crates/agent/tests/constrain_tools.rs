@@ -46,7 +46,7 @@ fn turns_with(llm: &mut EngineLlm, seeds: u64, tool_choice: ToolChoice) -> Vec<R
                 temperature: 1.0,
                 top_p: 1.0,
                 top_k: 0,
-                max_tokens: 120,
+                max_tokens: 200,
                 seed: Some(seed),
                 ..Sampling::default()
             };
@@ -136,5 +136,22 @@ fn a_required_call_turns_a_prose_answer_into_a_call() {
             }
             _ => panic!("seed {seed}: a required call ended with {:?}: {c:?}", c.finish_reason),
         }
+    }
+}
+
+/// `ToolChoice::One` (the agent's reply to its act notice): a model that wants to write a
+/// whole plan of calls gets exactly one, and the reply ends there.
+#[test]
+fn one_required_call_is_exactly_one_call() {
+    let plan = "Plan.\n</think>\n\n<tool_call>\n<function=Read>\n<parameter=file_path>\nstats.py\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=Bash>\n<parameter=command>\nls\n</parameter>\n</function>\n</tool_call>";
+    let mut llm = scripted_llm(plan).constrain_tools();
+    let free = turns(&mut llm, 1).remove(0).unwrap();
+    assert_eq!(free.message.tool_calls.as_ref().map(|c| c.len()), Some(2), "auto keeps both calls: {free:?}");
+    for (seed, r) in turns_with(&mut llm, 3, ToolChoice::One).into_iter().enumerate() {
+        let c = r.unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert_eq!(c.finish_reason, FinishReason::ToolCalls, "seed {seed}: {c:?}");
+        let calls = c.message.tool_calls.unwrap();
+        assert_eq!(calls.len(), 1, "seed {seed}: {calls:?}");
+        assert_eq!(calls[0].function.name, "Read");
     }
 }

@@ -156,9 +156,9 @@ pub struct EngineLlm {
 /// What [`EngineLlm::constrain_tools`] keeps between turns.
 struct ToolConstraint {
     constraints: Arc<LazyConstraints>,
-    /// (the tools as JSON text, thinking prompted, a call required) → their compiled
+    /// (the tools as JSON text, thinking prompted, the tool choice) → their compiled
     /// grammar, for the last few tool lists and rules.
-    compiled: Vec<((String, bool, bool), CompiledGrammar)>,
+    compiled: Vec<((String, bool, ToolChoice), CompiledGrammar)>,
 }
 
 impl EngineLlm {
@@ -317,12 +317,15 @@ impl EngineLlm {
         if request.tools.is_empty() {
             return Ok(None);
         }
-        let required = request.tool_choice == ToolChoice::Required;
-        let key = (Value::Array(request.tools.to_vec()).to_string(), thinking_prompted, required);
+        let key = (Value::Array(request.tools.to_vec()).to_string(), thinking_prompted, request.tool_choice);
         let at = match tc.compiled.iter().position(|(k, _)| *k == key) {
             Some(at) => at,
             None => {
-                let rule = if required { CallRule::Required } else { CallRule::Optional };
+                let rule = match request.tool_choice {
+                    ToolChoice::Auto => CallRule::Optional,
+                    ToolChoice::Required => CallRule::Required,
+                    ToolChoice::One => CallRule::One,
+                };
                 // The grammar is written in the format the reply is parsed with (below).
                 let grammar =
                     tool_call_grammar(self.chat.tool_parser.format().name(), request.tools, &rule, thinking_prompted)

@@ -37,6 +37,10 @@ pub enum CallRule {
     Optional,
     /// One or more calls of any of the tools, and nothing else.
     Required,
+    /// Exactly one call of any of the tools, and nothing else (`tool_choice: "required"` with
+    /// `parallel_tool_calls: false`): a small model made to act writes one step and sees its
+    /// result, instead of a whole plan of calls made blind.
+    One,
     /// Exactly one call, of the tool with this name.
     Named(String),
 }
@@ -141,7 +145,7 @@ fn tagged_calls(rule: &CallRule, call_body: &str) -> String {
              text_then_open[lazy]: /(?s:.*)<tool_call>/\n"
             .to_string(),
         CallRule::Required => "reply: BLANK? \"<tool_call>\" call_body more_calls\n".to_string(),
-        CallRule::Named(_) => "reply: BLANK? \"<tool_call>\" call_body\n".to_string(),
+        CallRule::One | CallRule::Named(_) => "reply: BLANK? \"<tool_call>\" call_body\n".to_string(),
     };
     format!("{reply}more_calls: (\"\\n<tool_call>\" call_body)*\nBLANK: /[ \\n]{{1,4}}/\ncall_body: {call_body}\n")
 }

@@ -140,15 +140,23 @@ pub enum ToolChoice {
     /// grammar of the tool calls (`frognano serve`, an in-process model with
     /// `--constrain-tools`); elsewhere a request the model may not honour.
     Required,
+    /// Exactly one tool call (`"required"` with `parallel_tool_calls: false`), enforced as
+    /// `Required` is.
+    One,
 }
 
 impl ToolChoice {
-    /// The OpenAI wire value.
+    /// The OpenAI wire value of `tool_choice`.
     pub fn as_str(self) -> &'static str {
         match self {
             ToolChoice::Auto => "auto",
-            ToolChoice::Required => "required",
+            ToolChoice::Required | ToolChoice::One => "required",
         }
+    }
+
+    /// The OpenAI `parallel_tool_calls` that goes with it.
+    pub fn parallel_calls(self) -> bool {
+        self != ToolChoice::One
     }
 }
 
@@ -258,7 +266,7 @@ impl HttpLlm {
             "messages": request.messages,
             "tools": request.tools,
             "tool_choice": request.tool_choice.as_str(),
-            "parallel_tool_calls": true,
+            "parallel_tool_calls": request.tool_choice.parallel_calls(),
             "temperature": s.temperature,
             "top_p": s.top_p,
             "top_k": s.top_k,
@@ -456,6 +464,12 @@ mod tests {
         assert_eq!(body["tool_choice"], json!("auto"));
         let required = ChatRequest { tool_choice: ToolChoice::Required, ..ChatRequest::new(&[], &[], &sampling) };
         assert_eq!(llm.body(&required)["tool_choice"], json!("required"));
+        let one = ChatRequest { tool_choice: ToolChoice::One, ..ChatRequest::new(&[], &[], &sampling) };
+        assert_eq!(
+            (llm.body(&one)["tool_choice"].clone(), llm.body(&one)["parallel_tool_calls"].clone()),
+            (json!("required"), json!(false))
+        );
+        assert_eq!(body["parallel_tool_calls"], json!(true));
         assert_eq!(body["temperature"], json!(0.6f32));
         assert_eq!(body["top_k"], json!(20));
         assert_eq!(body["max_tokens"], json!(8192));
