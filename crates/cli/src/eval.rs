@@ -131,6 +131,9 @@ pub struct SolverArgs {
     /// Tokens the agent generates per turn at most, as `frognano solve --max-tokens-per-turn`.
     #[arg(long, default_value_t = AgentLimits::default().max_tokens_per_turn, conflicts_with = "solver_cmd")]
     pub max_tokens_per_turn: u32,
+    /// Threads of the agent's in-process model (`-t/--threads`).
+    #[command(flatten)]
+    pub threads: crate::threads::ThreadArgs,
 }
 
 impl SolverArgs {
