@@ -145,3 +145,61 @@ fn mistral_sliding_window_caps_the_context() {
     let dir = load(repo("fixtures/arch/mistral-tiny").to_str().unwrap()).unwrap();
     assert_eq!(dir.model.max_context(), 4096, "sliding_window 4096 of max_position_embeddings 32768");
 }
+
+/// A private copy of a fixture folder with its `config.json` edited by `f`; the load error.
+fn load_err_with(name: &str, f: impl FnOnce(&mut serde_json::Value)) -> String {
+    let d = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(repo(&format!("fixtures/arch/{name}"))).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, d.path().join(p.file_name().unwrap())).unwrap();
+    }
+    let cfg = d.path().join("config.json");
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+    f(&mut v);
+    std::fs::write(&cfg, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    match load(d.path().to_str().unwrap()) {
+        Ok(_) => panic!("{name} loaded with a broken config"),
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(msg.contains("config.json") && !msg.contains('\n'), "{msg}");
+            msg
+        }
+    }
+}
+
+#[test]
+fn unsupported_settings_are_named_not_ignored() {
+    let e = load_err_with("llama3-tiny", |v| v["rope_scaling"] = serde_json::json!({"rope_type": "yarn", "factor": 4.0}));
+    assert!(e.contains("RoPE scaling \"yarn\" is not supported"), "{e}");
+    let e = load_err_with("llama3-tiny", |v| v["rope_scaling"]["low_freq_factor"] = 8.0.into());
+    assert!(e.contains("`rope_scaling.high_freq_factor`: 4 must be above low_freq_factor 8"), "{e}");
+    let e = load_err_with("llama3-tiny", |v| v["rope_scaling"]["factor"] = (-2.0).into());
+    assert!(e.contains("`rope_scaling.factor`: -2 must be positive"), "{e}");
+    let e = load_err_with("qwen2-tiny", |v| v["use_sliding_window"] = true.into());
+    assert!(e.contains("`use_sliding_window`: sliding-window attention is not supported"), "{e}");
+    let e = load_err_with("qwen3-tiny", |v| v["attention_bias"] = true.into());
+    assert!(e.contains("`attention_bias`: biases are not supported"), "{e}");
+    let e = load_err_with("mistral-tiny", |v| v["sliding_window"] = "wide".into());
+    assert!(e.contains("`sliding_window`: expected a positive integer, found \"wide\""), "{e}");
+    let e = load_err_with("qwen3-tiny", |v| v["model_type"] = "qwen3_moe".into());
+    assert!(e.contains("unknown model_type \"qwen3_moe\""), "{e}");
+}
+
+/// A Qwen3 file without its q/k norms is refused, naming the tensor, rather than run as Qwen2.
+#[test]
+fn a_qwen3_gguf_without_its_qk_norms_names_the_tensor() {
+    let src = std::fs::read(repo("fixtures/arch/qwen3-tiny.gguf")).unwrap();
+    // Rename the first q-norm tensor in place (same length, so the file stays valid).
+    let (from, to) = (b"blk.0.attn_q_norm.weight", b"blk.0.attn_q_nrrm.weight");
+    let at = src.windows(from.len()).position(|w| w == from).unwrap();
+    let mut bytes = src.clone();
+    bytes[at..at + to.len()].copy_from_slice(to);
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("broken.gguf");
+    std::fs::write(&p, bytes).unwrap();
+    let e = match load(p.to_str().unwrap()) {
+        Ok(_) => panic!("loaded without blk.0.attn_q_norm.weight"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("blk.0.attn_q_norm.weight") && e.contains("broken.gguf"), "{e}");
+}
