@@ -97,8 +97,7 @@ fn chat_reads_its_system_message_from_a_file() {
     };
     let (plain, _) = ok(&chat(&[]));
     let (with_file, _) = ok(&chat(&["-f", system.to_str().unwrap()]));
-    let (with_flag, _) =
-        ok(&chat(&["--system", &std::fs::read_to_string(&system).unwrap()]));
+    let (with_flag, _) = ok(&chat(&["--system", &std::fs::read_to_string(&system).unwrap()]));
     assert_eq!(with_file, with_flag, "-f gives the same system message as --system");
     assert_ne!(with_file, plain, "the system message from the file reached the model");
     let err = failed(&chat(&["-f", dir.path().join("gone.txt").to_str().unwrap()]));
@@ -150,7 +149,10 @@ fn threads_size_the_pool_the_model_runs_on() {
         &["train", "--toy"],
     ] {
         let err = failed(&run(&[cmd, &["-t", "0"]].concat()));
-        assert!(err.contains("invalid value '0' for '--threads <N>': the thread count must be at least 1"), "{cmd:?}: {err}");
+        assert!(
+            err.contains("invalid value '0' for '--threads <N>': the thread count must be at least 1"),
+            "{cmd:?}: {err}"
+        );
     }
 }
 

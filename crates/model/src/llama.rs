@@ -341,7 +341,9 @@ impl Llama {
                 _ => {
                     return Err(ModelError::format(
                         f.path(),
-                        format!("rope.scaling.type {kind:?} is not supported (only none, linear and Llama 3's rope_freqs)"),
+                        format!(
+                            "rope.scaling.type {kind:?} is not supported (only none, linear and Llama 3's rope_freqs)"
+                        ),
                     ))
                 }
             }

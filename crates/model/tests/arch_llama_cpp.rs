@@ -11,7 +11,7 @@
 
 use std::path::PathBuf;
 
-use frognano_model::{load, CausalLm, LoadedModel};
+use frognano_model::{load, LoadedModel};
 use safetensors::SafeTensors;
 
 fn repo(rel: &str) -> PathBuf {
@@ -97,7 +97,11 @@ fn check(what: &str, m: &LoadedModel, r: &Reference, arch: &str) {
     // f32 noise at that level.
     let tol = 1.05 * r.spread + 1e-6;
     assert!(d_batch <= tol, "{what}: batch logits differ from llama.cpp's by {d_batch} > its spread {}", r.spread);
-    assert!(d_single <= tol, "{what}: one-token logits differ from llama.cpp's by {d_single} > its spread {}", r.spread);
+    assert!(
+        d_single <= tol,
+        "{what}: one-token logits differ from llama.cpp's by {d_single} > its spread {}",
+        r.spread
+    );
 
     // Greedy, one decode step at a time from the batch prefill.
     let mut next = argmax(&batch[(t - 1) * vocab..]);
@@ -169,7 +173,8 @@ fn load_err_with(name: &str, f: impl FnOnce(&mut serde_json::Value)) -> String {
 
 #[test]
 fn unsupported_settings_are_named_not_ignored() {
-    let e = load_err_with("llama3-tiny", |v| v["rope_scaling"] = serde_json::json!({"rope_type": "yarn", "factor": 4.0}));
+    let e =
+        load_err_with("llama3-tiny", |v| v["rope_scaling"] = serde_json::json!({"rope_type": "yarn", "factor": 4.0}));
     assert!(e.contains("RoPE scaling \"yarn\" is not supported"), "{e}");
     let e = load_err_with("llama3-tiny", |v| v["rope_scaling"]["low_freq_factor"] = 8.0.into());
     assert!(e.contains("`rope_scaling.high_freq_factor`: 4 must be above low_freq_factor 8"), "{e}");
