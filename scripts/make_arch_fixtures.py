@@ -15,6 +15,9 @@ The architectures (docs/model.md §8):
   llama3-tiny   model_type llama with rope_scaling llama3, GGUF llama + rope_freqs.weight, untied
   mistral-tiny  model_type mistral with a sliding window, GGUF llama (llama.cpp's converter
                 takes MistralForCausalLM as LlamaModel), untied
+  ministral3-tiny  model_type ministral3 (Ministral 3), GGUF mistral3: the llama graph with YaRN
+                RoPE and Llama 4's attention temperature; the original context is 16 tokens so
+                that the temperature changes from position 16 on, within the prompt
 
 The GGUF files are written with gguf-py, the package that ships inside llama.cpp, following
 what llama.cpp's convert_hf_to_gguf.py does for these classes (read in the vendored
@@ -69,6 +72,12 @@ ARCHS = {
         BASE, architectures=["MistralForCausalLM"], model_type="mistral", tie_word_embeddings=False,
         num_attention_heads=4, num_key_value_heads=1, head_dim=8, max_position_embeddings=32768,
         sliding_window=4096)),
+    "ministral3-tiny": dict(gguf_arch="mistral3", seed=61, config=dict(
+        BASE, architectures=["Ministral3ForCausalLM"], model_type="ministral3", tie_word_embeddings=True,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048, rope_theta=None,
+        rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=16,
+                             beta_fast=32.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=0.5,
+                             llama_4_scaling_beta=0.1))),
 }
 
 
@@ -188,12 +197,22 @@ def write_gguf(gguf, path, name, arch, cfg, weights):
     w.add_feed_forward_length(cfg["intermediate_size"])
     w.add_head_count(cfg["num_attention_heads"])
     w.add_head_count_kv(cfg["num_key_value_heads"])
-    w.add_rope_freq_base(cfg["rope_theta"])
+    rope = cfg.get("rope_parameters", {})
+    w.add_rope_freq_base(rope.get("rope_theta", cfg.get("rope_theta")))
+    if rope.get("rope_type") == "yarn":
+        # conversion/base.py's yarn branch, and Mistral3Model's two extra keys.
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(rope["factor"])
+        w.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+        w.add_rope_scaling_yarn_beta_fast(rope["beta_fast"])
+        w.add_rope_scaling_yarn_beta_slow(rope["beta_slow"])
+        w.add_rope_scaling_yarn_log_mul(rope["mscale_all_dim"])
+        w.add_attn_temperature_scale(rope["llama_4_scaling_beta"])
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_key_length(cfg["head_dim"])
     w.add_value_length(cfg["head_dim"])
     w.add_rope_dimension_count(cfg["head_dim"])
-    if arch == "llama":
+    if arch in ("llama", "mistral3"):
         w.add_vocab_size(cfg["vocab_size"])
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     # The tokenizer, chat template and stop ids of the Qwen3.5 tiny fixture, as they are.
@@ -218,9 +237,9 @@ def write_gguf(gguf, path, name, arch, cfg, weights):
         else:
             _, _, layer, suffix = hf.split(".", 3)
             g = f"blk.{layer}.{GGUF_LAYER[suffix]}"
-            if arch == "llama" and suffix == "self_attn.q_proj.weight":
+            if arch in ("llama", "mistral3") and suffix == "self_attn.q_proj.weight":
                 a = permute(a, heads, heads)
-            elif arch == "llama" and suffix == "self_attn.k_proj.weight":
+            elif arch in ("llama", "mistral3") and suffix == "self_attn.k_proj.weight":
                 a = permute(a, heads, kv_heads)
         w.add_tensor(g, np.ascontiguousarray(a))
     if "rope_scaling" in cfg:
@@ -236,7 +255,10 @@ def reference(gguf_path):
     greedy tokens decoded one at a time."""
     from llama_cpp import Llama
 
-    llm = Llama(model_path=gguf_path, n_ctx=256, n_threads=2, n_batch=256, logits_all=True, verbose=False, seed=0)
+    # yarn_beta_* = -1: take the file's values, as llama-cli does (llama-cpp-python's defaults,
+    # 32 and 1, would override them).
+    llm = Llama(model_path=gguf_path, n_ctx=256, n_threads=2, n_batch=256, logits_all=True, verbose=False, seed=0,
+                yarn_beta_fast=-1.0, yarn_beta_slow=-1.0)
     ids = llm.tokenize(PROMPT.encode(), add_bos=False, special=True)
     llm.reset()
     llm.eval(ids)

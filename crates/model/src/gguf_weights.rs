@@ -26,7 +26,8 @@ use crate::weights::{HeadOrder, Layout, Role, RopeStyle, TensorSource, WeightSpe
 pub enum GgufArch {
     /// `qwen35`.
     Qwen35,
-    /// `llama`, `mistral`, `granite` (q/k rows permuted for adjacent-pair RoPE).
+    /// `llama`, `mistral`, `mistral3` (Ministral 3: llama with YaRN and an attention
+    /// temperature), `granite` (q/k rows permuted for adjacent-pair RoPE).
     Llama,
     /// `qwen2` (llama layout with q/k/v biases, q/k rows in Hugging Face order).
     Qwen2,
@@ -40,7 +41,7 @@ impl GgufArch {
     pub fn from_name(arch: &str) -> Option<Self> {
         match arch {
             "qwen35" => Some(GgufArch::Qwen35),
-            "llama" | "mistral" | "granite" => Some(GgufArch::Llama),
+            "llama" | "mistral" | "mistral3" | "granite" => Some(GgufArch::Llama),
             "qwen2" => Some(GgufArch::Qwen2),
             "qwen3" => Some(GgufArch::Qwen3),
             _ => None,
@@ -121,7 +122,7 @@ impl<'f> GgufWeights<'f> {
             ModelError::format(
                 file.path(),
                 format!(
-                    "general.architecture {name:?} is not supported; supported: llama, mistral, granite, qwen2, qwen3, qwen35"
+                    "general.architecture {name:?} is not supported; supported: llama, mistral, mistral3, granite, qwen2, qwen3, qwen35"
                 ),
             )
         })?;

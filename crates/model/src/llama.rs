@@ -1,7 +1,7 @@
 //! The llama architecture and its close relatives (docs/model.md §8): Llama 2/3.x (with
-//! Llama 3 RoPE scaling), SmolLM/SmolLM2, Mistral, Qwen2 (q/k/v biases) and Qwen3 (per-head
-//! q/k RMSNorms): pre-norm decoder layers of grouped-query attention with RoPE and a SwiGLU
-//! MLP.
+//! Llama 3 RoPE scaling), SmolLM/SmolLM2, Mistral, Ministral 3 (YaRN, attention temperature),
+//! Qwen2 (q/k/v biases) and Qwen3 (per-head q/k RMSNorms): pre-norm decoder layers of
+//! grouped-query attention with RoPE and a SwiGLU MLP.
 //!
 //! ```text
 //! h = embed[ids]
@@ -72,8 +72,64 @@ pub struct LlamaConfig {
     /// Llama 3 RoPE scaling from a `config.json` (GGUF files carry the factors it gives as
     /// `rope_freqs.weight` instead).
     pub llama3_scaling: Option<Llama3RopeScaling>,
-    /// Linear RoPE scaling: every angle times this (`1 / factor`; 1 for none).
+    /// Linear RoPE scaling: every angle times this (`1 / factor`; 1 for none). With YaRN,
+    /// the interpolated angle.
     pub rope_freq_scale: f32,
+    /// YaRN RoPE scaling (Qwen2.5 long-context, Ministral 3).
+    pub yarn: Option<YarnRope>,
+    /// Llama 4 attention temperature (Ministral 3): queries at position `p` are scaled by
+    /// `1 + beta · ln(1 + ⌊p / floor⌋)`, as `(beta, floor)`.
+    pub attn_temperature: Option<(f32, f32)>,
+}
+
+/// YaRN RoPE scaling as ggml computes it (`rope_yarn` in ggml-cpu's ops.cpp): pair `i` turns
+/// by a blend of the interpolated angle (`freq_scale ·` the plain one) and the plain one, the
+/// plain share ramping from 1 below pair `corr_dims[0]` to 0 above `corr_dims[1]`, and cos/sin
+/// are scaled by `attn_factor · (1 + 0.1 · ln(1 / freq_scale))`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct YarnRope {
+    /// How much of the ramp applies (llama.cpp's `yarn_ext_factor`; 1 for YaRN).
+    pub ext_factor: f32,
+    /// The pairs where the ramp starts and ends (`ggml_rope_yarn_corr_dims`).
+    pub corr_dims: [f32; 2],
+    /// llama.cpp's `yarn_attn_factor` (the magnitude correction before ggml's own
+    /// `1 + 0.1 · ln(factor)`).
+    pub attn_factor: f32,
+}
+
+impl YarnRope {
+    /// YaRN for `factor` over `original_context` positions, as llama.cpp sets it up: the ramp
+    /// ends from `beta_fast`/`beta_slow` rotations (`ggml_rope_yarn_corr_dims`), and the
+    /// attention factor from `mscale_all_dim` (`rope.scaling.yarn_log_multiplier`, 0 when
+    /// absent) cancelling ggml's own correction (llama-context.cpp), times `attn_factor`
+    /// (`rope.scaling.attn_factor`, 1 when absent).
+    pub fn new(
+        factor: f32,
+        original_context: f32,
+        beta: [f32; 2],
+        mscale_all_dim: f32,
+        attn_factor: f32,
+        rope_dim: usize,
+        theta: f32,
+    ) -> Self {
+        let corr_dim = |rot: f32| {
+            rope_dim as f32 * (original_context / (rot * 2.0 * std::f32::consts::PI)).ln() / (2.0 * theta.ln())
+        };
+        let start = corr_dim(beta[0]).floor();
+        let end = corr_dim(beta[1]).ceil();
+        let get_mscale = |scale: f32, m: f32| if scale <= 1.0 { 1.0 } else { 0.1 * m * scale.ln() + 1.0 };
+        let mut a = if mscale_all_dim != 0.0 {
+            get_mscale(factor, 1.0) / get_mscale(factor, mscale_all_dim)
+        } else {
+            get_mscale(factor, 1.0)
+        };
+        a *= 1.0 / (1.0 + 0.1 * factor.ln());
+        YarnRope {
+            ext_factor: 1.0,
+            corr_dims: [start.max(0.0), end.min(rope_dim as f32 - 1.0)],
+            attn_factor: a * attn_factor,
+        }
+    }
 }
 
 /// Llama 3.x RoPE scaling (`rope_scaling` with `rope_type: "llama3"`): long wavelengths are
@@ -329,25 +385,53 @@ impl Llama {
                 format!("rope.dimension_count {rope_dim} vs head size {head_dim}"),
             ));
         }
-        let mut rope_freq_scale = 1.0;
-        if let Some(kind) = f.get_str(&key("rope.scaling.type"))? {
-            let factor = f.get_f64(&key("rope.scaling.factor"))?;
-            match (kind, factor) {
-                ("none", _) | ("linear", None) => {}
-                ("linear", Some(x)) if x > 0.0 => rope_freq_scale = (1.0 / x) as f32,
-                ("linear", Some(x)) => {
-                    return Err(ModelError::format(f.path(), format!("rope.scaling.factor {x} must be positive")))
+        let rope_theta = f.get_f64(&key("rope.freq_base"))?.unwrap_or(10000.0) as f32;
+        let max_context = f.get_u64(&key("context_length"))?.map_or(4096, |v| v as usize);
+        let (mut rope_freq_scale, mut yarn) = (1.0, None);
+        // As llama.cpp: no type means linear, no factor means none.
+        let kind = f.get_str(&key("rope.scaling.type"))?.unwrap_or("linear");
+        let factor = f.get_f64(&key("rope.scaling.factor"))?.filter(|&x| x != 0.0);
+        if let Some(x) = factor.filter(|_| kind != "none") {
+            if x < 0.0 {
+                return Err(ModelError::format(f.path(), format!("rope.scaling.factor {x} must be positive")));
+            }
+            rope_freq_scale = (1.0 / x) as f32;
+        }
+        let original_context =
+            f.get_u64(&key("rope.scaling.original_context_length"))?.map_or(max_context, |v| v as usize);
+        match kind {
+            "none" | "linear" => {}
+            "yarn" => {
+                let num = |k: &str, default: f64| -> Result<f32> { Ok(f.get_f64(&key(k))?.unwrap_or(default) as f32) };
+                let mut y = YarnRope::new(
+                    1.0 / rope_freq_scale,
+                    original_context as f32,
+                    [num("rope.scaling.yarn_beta_fast", 32.0)?, num("rope.scaling.yarn_beta_slow", 1.0)?],
+                    num("rope.scaling.yarn_log_multiplier", 0.0)?,
+                    num("rope.scaling.attn_factor", 1.0)?,
+                    rope_dim,
+                    rope_theta,
+                );
+                if let Some(e) = f.get_f64(&key("rope.scaling.yarn_ext_factor"))?.filter(|&e| e >= 0.0) {
+                    y.ext_factor = e as f32;
                 }
-                _ => {
-                    return Err(ModelError::format(
-                        f.path(),
-                        format!(
-                            "rope.scaling.type {kind:?} is not supported (only none, linear and Llama 3's rope_freqs)"
-                        ),
-                    ))
-                }
+                yarn = Some(y);
+            }
+            _ => {
+                return Err(ModelError::format(
+                    f.path(),
+                    format!(
+                        "rope.scaling.type {kind:?} is not supported (only none, linear, yarn and Llama 3's rope_freqs)"
+                    ),
+                ))
             }
         }
+        // llama.cpp reads the attention temperature for mistral3 (and llama4) only; its floor
+        // is the original context.
+        let attn_temperature = match f.get_f64(&key("attention.temperature_scale"))? {
+            Some(beta) if beta != 0.0 && arch == "mistral3" => Some((beta as f32, original_context as f32)),
+            _ => None,
+        };
         Ok(LlamaConfig {
             arch: arch.clone(),
             hidden_size: d,
@@ -358,16 +442,18 @@ impl Llama {
             intermediate_size: f.req_usize(&key("feed_forward_length"))?,
             vocab_size: vocab,
             rms_norm_eps: f.get_f64(&key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5) as f32,
-            rope_theta: f.get_f64(&key("rope.freq_base"))?.unwrap_or(10000.0) as f32,
+            rope_theta,
             rope_dim,
             rope_style: gguf_arch.layout().rope,
-            max_context: f.get_u64(&key("context_length"))?.map_or(4096, |v| v as usize),
+            max_context,
             qkv_bias: f.contains("blk.0.attn_q.bias"),
             rope_freqs: f.contains("rope_freqs.weight"),
             // Qwen3 always has them (a file without is an error naming the tensor).
             qk_norm: gguf_arch == GgufArch::Qwen3 || f.contains("blk.0.attn_q_norm.weight"),
             llama3_scaling: None,
             rope_freq_scale,
+            yarn,
+            attn_temperature,
         })
     }
 
@@ -381,9 +467,10 @@ impl Llama {
     pub fn config_from_json(v: &serde_json::Value) -> std::result::Result<(LlamaConfig, bool), String> {
         use serde_json::Value;
         let model_type = v.get("model_type").and_then(Value::as_str).unwrap_or("");
-        if !matches!(model_type, "llama" | "mistral" | "qwen2" | "qwen3") {
+        if !matches!(model_type, "llama" | "mistral" | "ministral3" | "qwen2" | "qwen3") {
             return Err(format!(
-                "unknown model_type {model_type:?}; expected \"llama\", \"mistral\", \"qwen2\" or \"qwen3\""
+                "unknown model_type {model_type:?}; expected \"llama\", \"mistral\", \"ministral3\", \"qwen2\" or \
+                 \"qwen3\""
             ));
         }
         let int = |key: &str, default: Option<usize>| -> std::result::Result<usize, String> {
@@ -448,6 +535,7 @@ impl Llama {
             _ => float(v, "rope_theta", 10000.0)?,
         };
         let (mut llama3_scaling, mut rope_freq_scale) = (None, 1.0f32);
+        let (mut yarn, mut attn_temperature) = (None, None);
         for scaling in [v.get("rope_scaling"), rope] {
             let Some(s) = scaling.filter(|s| s.is_object()) else { continue };
             let kind = s.get("rope_type").or_else(|| s.get("type")).and_then(Value::as_str).unwrap_or("default");
@@ -477,13 +565,41 @@ impl Llama {
                     }
                     llama3_scaling = Some(sc);
                 }
-                other => {
-                    return Err(format!(
-                        "RoPE scaling {other:?} is not supported (only \"default\", \"linear\" and \"llama3\")"
-                    ))
+                "yarn" => {
+                    if s.get("factor").is_none_or(Value::is_null) {
+                        return Err("field `rope_scaling.factor`: missing (YaRN needs it)".into());
+                    }
+                    let factor = positive("factor", 1.0)?;
+                    rope_freq_scale = 1.0 / factor;
+                    for (key, ok) in [("mscale", 1.0), ("truncate", 1.0)] {
+                        let found = s.get(key).filter(|x| !x.is_null());
+                        if let Some(x) = found.filter(|x| x.as_f64().or(x.as_bool().map(f64::from)) != Some(ok)) {
+                            return Err(format!("field `rope_scaling.{key}`: {x} is not supported (only {ok})"));
+                        }
+                    }
+                    if let Some(x) = s.get("attention_factor").filter(|x| !x.is_null()) {
+                        return Err(format!("field `rope_scaling.attention_factor`: {x} is not supported"));
+                    }
+                    let original = positive("original_max_position_embeddings", max_context as f64)?;
+                    let beta = [positive("beta_fast", 32.0)?, positive("beta_slow", 1.0)?];
+                    let mscale_all_dim = float(s, "mscale_all_dim", 0.0)? as f32;
+                    yarn = Some((factor, original, beta, mscale_all_dim));
+                    // Ministral 3's Llama 4 attention temperature.
+                    if let Some(b) = s.get("llama_4_scaling_beta").filter(|x| !x.is_null()) {
+                        let b = b.as_f64().ok_or_else(|| {
+                            format!("field `rope_scaling.llama_4_scaling_beta`: expected a number, found {b}")
+                        })?;
+                        attn_temperature = Some((b as f32, original));
+                    }
                 }
+                other => return Err(format!(
+                    "RoPE scaling {other:?} is not supported (only \"default\", \"linear\", \"llama3\" and \"yarn\")"
+                )),
             }
         }
+        let yarn = yarn.map(|(factor, original, beta, mscale_all_dim)| {
+            YarnRope::new(factor, original, beta, mscale_all_dim, 1.0, head_dim, rope_theta as f32)
+        });
         let cfg = LlamaConfig {
             arch: model_type.into(),
             hidden_size: d,
@@ -503,6 +619,8 @@ impl Llama {
             qk_norm: model_type == "qwen3",
             llama3_scaling,
             rope_freq_scale,
+            yarn,
+            attn_temperature,
         };
         let tied = v.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false);
         Ok((cfg, tied))
@@ -614,9 +732,20 @@ impl Llama {
         (0..self.cfg.rope_dim / 2)
             .map(|i| {
                 let ff = self.freq_factors.as_ref().and_then(|v| v.get(i)).copied().unwrap_or(1.0);
-                let a = scale * (theta / ff);
+                let extrap = theta / ff;
                 theta *= self.theta_scale;
-                (a.cos(), a.sin())
+                let interp = scale * extrap;
+                match &self.cfg.yarn {
+                    None => (interp.cos(), interp.sin()),
+                    Some(y) => {
+                        let [low, high] = y.corr_dims;
+                        let ramp = 1.0 - ((i as f32 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
+                        let mix = ramp * y.ext_factor;
+                        let a = interp * (1.0 - mix) + extrap * mix;
+                        let mscale = y.attn_factor * (1.0 + 0.1 * (1.0 / scale).ln());
+                        (a.cos() * mscale, a.sin() * mscale)
+                    }
+                }
             })
             .collect()
     }
@@ -668,9 +797,18 @@ impl Llama {
         let c = &self.cfg;
         let (hq, hkv, dh) = (c.num_heads, c.num_kv_heads, c.head_dim);
         let angles: Vec<Vec<(f32, f32)>> = (0..t).map(|i| self.rope_angles(pos0 + i)).collect();
+        // Llama 4's attention temperature (Ministral 3), computed in f64 as llama.cpp does.
+        let temperature = |pos: usize| match c.attn_temperature {
+            Some((beta, floor)) => ((pos as f64 / floor as f64).floor() + 1.0).ln() * beta as f64 + 1.0,
+            None => 1.0,
+        } as f32;
         crate::kernels::for_each_row(&mut q, hq * dh, |i, row| {
+            let temp = temperature(pos0 + i);
             for head in row.chunks_exact_mut(dh) {
                 self.rope(head, &angles[i]);
+                if temp != 1.0 {
+                    head.iter_mut().for_each(|e| *e *= temp);
+                }
                 head.iter_mut().for_each(|e| *e = round_f16(*e));
             }
         });

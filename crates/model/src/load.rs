@@ -125,7 +125,7 @@ pub fn load_quantized(spec: impl AsRef<str>, quant: Option<QuantType>) -> Result
             }
             (Box::new(m), eos, bytes)
         }
-        "llama" | "mistral" | "qwen2" | "qwen3" => {
+        "llama" | "mistral" | "ministral3" | "qwen2" | "qwen3" => {
             let st = SafetensorsDir::open(&path)?;
             let (cfg, tied) = Llama::config_from_json(&v).map_err(|msg| ModelError::format(&cfg_path, msg))?;
             let mut bytes = st.byte_len();
@@ -142,7 +142,7 @@ pub fn load_quantized(spec: impl AsRef<str>, quant: Option<QuantType>) -> Result
                 &cfg_path,
                 format!(
                     "unknown model_type {other:?}; supported: \"qwen3_5\", \"qwen3_5_text\", \"llama\", \"mistral\", \
-                     \"qwen2\", \"qwen3\""
+                     \"ministral3\", \"qwen2\", \"qwen3\""
                 ),
             ))
         }

@@ -1,5 +1,6 @@
 //! The llama-family architectures people run as agents — Qwen2 (q/k/v biases), Qwen3
-//! (per-head q/k norms), Llama 3 (RoPE scaling) and Mistral — against llama.cpp, each loaded
+//! (per-head q/k norms), Llama 3 (RoPE scaling), Mistral and Ministral 3 (YaRN, attention
+//! temperature) — against llama.cpp, each loaded
 //! from GGUF and from a Hugging Face folder: tiny random-weight checkpoints and llama.cpp's
 //! logits on them (fixtures/arch/, written by scripts/make_arch_fixtures.py).
 //!
@@ -142,6 +143,13 @@ fn mistral_matches_llama_cpp() {
     both_sources("mistral-tiny", "llama", "mistral");
 }
 
+/// Ministral 3: YaRN RoPE and Llama 4's attention temperature on the llama graph (the
+/// fixture's original context is 16 tokens, so the temperature changes inside the prompt).
+#[test]
+fn ministral3_with_yarn_and_attention_temperature_matches_llama_cpp() {
+    both_sources("ministral3-tiny", "mistral3", "ministral3");
+}
+
 /// Mistral's sliding window caps the context of a checkpoint folder: within the window,
 /// windowed attention is full attention, which is what the model computes.
 #[test]
@@ -173,9 +181,16 @@ fn load_err_with(name: &str, f: impl FnOnce(&mut serde_json::Value)) -> String {
 
 #[test]
 fn unsupported_settings_are_named_not_ignored() {
-    let e =
-        load_err_with("llama3-tiny", |v| v["rope_scaling"] = serde_json::json!({"rope_type": "yarn", "factor": 4.0}));
-    assert!(e.contains("RoPE scaling \"yarn\" is not supported"), "{e}");
+    let e = load_err_with("llama3-tiny", |v| {
+        v["rope_scaling"] = serde_json::json!({"rope_type": "dynamic", "factor": 4.0})
+    });
+    assert!(e.contains("RoPE scaling \"dynamic\" is not supported"), "{e}");
+    let e = load_err_with("llama3-tiny", |v| v["rope_scaling"] = serde_json::json!({"rope_type": "yarn"}));
+    assert!(e.contains("`rope_scaling.factor`: missing (YaRN needs it)"), "{e}");
+    let e = load_err_with("llama3-tiny", |v| {
+        v["rope_scaling"] = serde_json::json!({"rope_type": "yarn", "factor": 4.0, "mscale": 0.7})
+    });
+    assert!(e.contains("`rope_scaling.mscale`: 0.7 is not supported (only 1)"), "{e}");
     let e = load_err_with("llama3-tiny", |v| v["rope_scaling"]["low_freq_factor"] = 8.0.into());
     assert!(e.contains("`rope_scaling.high_freq_factor`: 4 must be above low_freq_factor 8"), "{e}");
     let e = load_err_with("llama3-tiny", |v| v["rope_scaling"]["factor"] = (-2.0).into());

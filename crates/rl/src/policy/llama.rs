@@ -136,6 +136,8 @@ impl LlamaSpec {
             qk_norm: false,
             llama3_scaling: None,
             rope_freq_scale: 1.0,
+            yarn: None,
+            attn_temperature: None,
         }
     }
 
