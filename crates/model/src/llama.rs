@@ -592,9 +592,11 @@ impl Llama {
                         attn_temperature = Some((b as f32, original));
                     }
                 }
-                other => return Err(format!(
+                other => {
+                    return Err(format!(
                     "RoPE scaling {other:?} is not supported (only \"default\", \"linear\", \"llama3\" and \"yarn\")"
-                )),
+                ))
+                }
             }
         }
         let yarn = yarn.map(|(factor, original, beta, mscale_all_dim)| {
