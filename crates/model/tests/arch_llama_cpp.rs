@@ -88,14 +88,29 @@ fn check(what: &str, m: &LoadedModel, r: &Reference, arch: &str) {
     let mut c1 = m.model.new_cache();
     let single: Vec<f32> = r.ids.iter().flat_map(|&id| m.model.forward(&[id], &mut c1, false).unwrap()).collect();
     let d_single = max_abs_diff(&single, &r.single);
+    // At every position, each of our paths is within f32 noise of one of llama.cpp's two:
+    // llama.cpp's paths agree to ~1e-6 except at a few positions where an f16 rounding (of a
+    // query or an attention weight) falls the other way and the difference grows to the
+    // spread; we then follow one of them.
+    let nearest = |ours: &[f32]| -> f32 {
+        (0..t)
+            .map(|p| {
+                let row = |v: &[f32]| v[p * vocab..(p + 1) * vocab].to_vec();
+                max_abs_diff(&row(ours), &row(&r.batch)).min(max_abs_diff(&row(ours), &row(&r.single)))
+            })
+            .fold(0.0, f32::max)
+    };
+    let (n_batch, n_single) = (nearest(&batch), nearest(&single));
     eprintln!(
         "{what}: max |Δ| vs llama.cpp batch {d_batch:.2e}, one token at a time {d_single:.2e}; \
-         llama.cpp's own batch-vs-one-token spread {:.2e}",
+         llama.cpp's own batch-vs-one-token spread {:.2e}; per position, to the nearer of llama.cpp's \
+         two: {n_batch:.1e} / {n_single:.1e}",
         r.spread
     );
-    // Our two paths each land on one of llama.cpp's (measured: within 6e-6 of one, and at
-    // most 1.001 × the spread from the other), so the bar is the spread, with 5 % of it for
-    // f32 noise at that level.
+    // The bar: the spread (with 5 % of it for f32 noise at that level) overall, and 5e-5 to the
+    // nearer llama.cpp path at each position (measured on logits up to 14: at most 5e-6, and
+    // 3.5e-5 on Ministral 3's GGUF path, whose YaRN-scaled attention sums in the permuted
+    // order).
     let tol = 1.05 * r.spread + 1e-6;
     assert!(d_batch <= tol, "{what}: batch logits differ from llama.cpp's by {d_batch} > its spread {}", r.spread);
     assert!(
@@ -103,6 +118,9 @@ fn check(what: &str, m: &LoadedModel, r: &Reference, arch: &str) {
         "{what}: one-token logits differ from llama.cpp's by {d_single} > its spread {}",
         r.spread
     );
+    const NEAREST_TOL: f32 = 5e-5;
+    assert!(n_batch <= NEAREST_TOL, "{what}: batch logits are {n_batch} from both of llama.cpp's paths at a position");
+    assert!(n_single <= NEAREST_TOL, "{what}: one-token logits are {n_single} from both of llama.cpp's paths");
 
     // Greedy, one decode step at a time from the batch prefill.
     let mut next = argmax(&batch[(t - 1) * vocab..]);
