@@ -28,8 +28,7 @@ numpy. The tokenizer (1024-token byte-level BPE, Qwen3.5 pre-tokenizer) is the Q
 fixture's, in both forms: fixtures/qwen35-tiny/tokenizer.json and its GGUF metadata.
 
 llama.cpp runs from the venv of scripts/setup-llama-reference.sh (llama-cpp-python 0.3.36, 2
-threads, f16 KV cache). Usage:
-    .venv-llama/bin/pip install pyyaml          # gguf-py imports it
+threads, f16 KV cache; the script also installs the pyyaml gguf-py imports). Usage:
     .venv-llama/bin/python scripts/make_arch_fixtures.py
 """
 import glob
