@@ -8,6 +8,9 @@ as a Hugging Face folder and as a GGUF file, with llama.cpp's outputs on the GGU
                                                  greedy tokens and text, the batch-vs-one-token
                                                  spread
     fixtures/arch/<name>.llama_cpp.safetensors   llama.cpp's logits, batch and one token at a time
+    fixtures/arch/<name>-q8_0.gguf (+ its .llama_cpp.*)  for qwen3-tiny and llama3-tiny: the same
+                                     weights with every matrix in Q8_0 (gguf-py's quantizer), as
+                                     real files are quantized
 
 The architectures (docs/model.md §8):
   qwen2-tiny    model_type qwen2, GGUF qwen2: q/k/v biases, tied head
@@ -51,6 +54,8 @@ TOKENIZER_GGUF = os.path.join(ROOT, "fixtures", "qwen35-tiny.gguf")
 
 PROMPT = "def add(a, b):\n    return a + b\n\nThe quick brown fox jumps over the lazy dog."
 N_GREEDY = 16
+# The fixtures also written with Q8_0 matrices.
+QUANTIZED = ["qwen3-tiny", "llama3-tiny"]
 
 BASE = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
             num_key_value_heads=1, head_dim=16, vocab_size=1024, rms_norm_eps=1e-6, rope_theta=10000.0,
@@ -185,7 +190,7 @@ GGUF_LAYER = {
 }
 
 
-def write_gguf(gguf, path, name, arch, cfg, weights):
+def write_gguf(gguf, path, name, arch, cfg, weights, qtype=None):
     tok = gguf.GGUFReader(TOKENIZER_GGUF)
     w = gguf.GGUFWriter(path, arch=arch)
     w.add_type("model")
@@ -213,7 +218,7 @@ def write_gguf(gguf, path, name, arch, cfg, weights):
     w.add_rope_dimension_count(cfg["head_dim"])
     if arch in ("llama", "mistral3"):
         w.add_vocab_size(cfg["vocab_size"])
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if qtype else gguf.LlamaFileType.ALL_F32)
     # The tokenizer, chat template and stop ids of the Qwen3.5 tiny fixture, as they are.
     for key in ["tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
                 "tokenizer.ggml.merges", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.padding_token_id",
@@ -240,7 +245,10 @@ def write_gguf(gguf, path, name, arch, cfg, weights):
                 a = permute(a, heads, heads)
             elif arch in ("llama", "mistral3") and suffix == "self_attn.k_proj.weight":
                 a = permute(a, heads, kv_heads)
-        w.add_tensor(g, np.ascontiguousarray(a))
+        if qtype is not None and a.ndim == 2:
+            w.add_tensor(g, gguf.quants.quantize(np.ascontiguousarray(a), qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(g, np.ascontiguousarray(a))
     if "rope_scaling" in cfg:
         w.add_tensor("rope_freqs.weight", llama3_factors(cfg))
     w.write_header_to_file()
@@ -277,8 +285,12 @@ def reference(gguf_path):
         llm.eval([nxt])
         step = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
     import llama_cpp
+    with open("/proc/cpuinfo") as f:
+        flags = next((line for line in f if line.startswith("flags")), "").split()
     meta = {
         "llama_cpp_python": llama_cpp.__version__,
+        # llama.cpp's kernels, and ours, sum in an order that depends on the SIMD level.
+        "cpu_simd": "avx512" if "avx512f" in flags else "avx2",
         "build": "GGML_NATIVE=ON, -mno-amx-tile -mno-amx-int8 -mno-amx-bf16; 2 threads; f16 KV cache",
         "prompt": PROMPT,
         "ids": ids,
@@ -310,15 +322,20 @@ def main():
         write_safetensors(os.path.join(d, "model.safetensors"), weights)
         for t in ["tokenizer.json", "tokenizer_config.json"]:
             shutil.copy(os.path.join(TOKENIZER_DIR, t), d)
-        gguf_path = os.path.join(OUT, name + ".gguf")
-        write_gguf(gguf, gguf_path, name, spec["gguf_arch"], cfg, weights)
-        meta, logits = reference(gguf_path)
-        with open(os.path.join(OUT, name + ".llama_cpp.json"), "w") as f:
-            json.dump(meta, f, indent=1)
-            f.write("\n")
-        write_safetensors(os.path.join(OUT, name + ".llama_cpp.safetensors"), logits)
-        print(f"{name}: {len(meta['ids'])} prompt tokens, batch-vs-single spread {meta['batch_vs_single_max_abs']:.3g}, "
-              f"min top-2 margin {min(meta['argmax_margin']):.3g}, greedy {meta['greedy_text']!r}", file=sys.stderr)
+        variants = [(name, None)]
+        if name in QUANTIZED:
+            variants.append((name + "-q8_0", gguf.GGMLQuantizationType.Q8_0))
+        for out_name, qtype in variants:
+            gguf_path = os.path.join(OUT, out_name + ".gguf")
+            write_gguf(gguf, gguf_path, out_name, spec["gguf_arch"], cfg, weights, qtype)
+            meta, logits = reference(gguf_path)
+            with open(os.path.join(OUT, out_name + ".llama_cpp.json"), "w") as f:
+                json.dump(meta, f, indent=1)
+                f.write("\n")
+            write_safetensors(os.path.join(OUT, out_name + ".llama_cpp.safetensors"), logits)
+            print(f"{out_name}: {len(meta['ids'])} prompt tokens, batch-vs-single spread "
+                  f"{meta['batch_vs_single_max_abs']:.3g}, min top-2 margin {min(meta['argmax_margin']):.3g}, "
+                  f"greedy {meta['greedy_text']!r}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,18 @@ struct Reference {
     batch: Vec<f32>,
     /// `[T, vocab]`, the prompt one token at a time.
     single: Vec<f32>,
+    /// Whether this CPU has the SIMD level of the one that made the reference (`avx2` or
+    /// `avx512`): llama.cpp's kernels, and ours, sum in an order that depends on it.
+    same_simd: bool,
+}
+
+/// This CPU's SIMD level, as the fixture script names it.
+fn cpu_simd() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        return "avx512";
+    }
+    "avx2"
 }
 
 fn reference(name: &str) -> Reference {
@@ -60,6 +72,7 @@ fn reference(name: &str) -> Reference {
         greedy_text: v["greedy_text"].as_str().unwrap().to_string(),
         batch: f32s("batch"),
         single: f32s("single"),
+        same_simd: v["cpu_simd"].as_str() == Some(cpu_simd()),
     }
 }
 
@@ -110,8 +123,11 @@ fn check(what: &str, m: &LoadedModel, r: &Reference, arch: &str) {
     // The bar: the spread (with 5 % of it for f32 noise at that level) overall, and 5e-5 to the
     // nearer llama.cpp path at each position (measured on logits up to 14: at most 5e-6, and
     // 3.5e-5 on Ministral 3's GGUF path, whose YaRN-scaled attention sums in the permuted
-    // order).
-    let tol = 1.05 * r.spread + 1e-6;
+    // order). On a CPU of another SIMD level than the reference's, both implementations sum
+    // differently and an f16 rounding may fall the other way at other positions: there the
+    // overall bar gets the 2e-4 of the SmolLM2 test and the per-position one is not applied.
+    let floor = if r.same_simd { 1e-6 } else { 2e-4 };
+    let tol = 1.05 * r.spread + floor;
     assert!(d_batch <= tol, "{what}: batch logits differ from llama.cpp's by {d_batch} > its spread {}", r.spread);
     assert!(
         d_single <= tol,
@@ -119,8 +135,15 @@ fn check(what: &str, m: &LoadedModel, r: &Reference, arch: &str) {
         r.spread
     );
     const NEAREST_TOL: f32 = 5e-5;
-    assert!(n_batch <= NEAREST_TOL, "{what}: batch logits are {n_batch} from both of llama.cpp's paths at a position");
-    assert!(n_single <= NEAREST_TOL, "{what}: one-token logits are {n_single} from both of llama.cpp's paths");
+    if r.same_simd {
+        assert!(
+            n_batch <= NEAREST_TOL,
+            "{what}: batch logits are {n_batch} from both of llama.cpp's paths at a position"
+        );
+        assert!(n_single <= NEAREST_TOL, "{what}: one-token logits are {n_single} from both of llama.cpp's paths");
+    } else {
+        eprintln!("{what}: the reference comes from a CPU of another SIMD level; per-position check not applied");
+    }
 
     // Greedy, one decode step at a time from the batch prefill.
     let mut next = argmax(&batch[(t - 1) * vocab..]);
@@ -139,6 +162,21 @@ fn both_sources(name: &str, gguf_arch: &str, model_type: &str) {
     check(&format!("{name}.gguf"), &gguf, &r, gguf_arch);
     let dir = load(repo(&format!("fixtures/arch/{name}")).to_str().unwrap()).unwrap();
     check(&format!("{name}/ (safetensors)"), &dir, &r, model_type);
+}
+
+/// The same weights with every matrix in Q8_0, GGUF only (a folder holds float weights): here
+/// llama.cpp's batch and one-token paths agree exactly, and ours equal them to the bit
+/// (measured), so the bar is 1e-6 on a CPU of the reference's SIMD level.
+fn quantized(name: &str, gguf_arch: &str) {
+    let r = reference(name);
+    let gguf = load(repo(&format!("fixtures/arch/{name}.gguf")).to_str().unwrap()).unwrap();
+    check(&format!("{name}.gguf"), &gguf, &r, gguf_arch);
+}
+
+#[test]
+fn qwen3_and_llama3_in_q8_0_match_llama_cpp() {
+    quantized("qwen3-tiny-q8_0", "qwen3");
+    quantized("llama3-tiny-q8_0", "llama");
 }
 
 #[test]
