@@ -139,6 +139,9 @@ pub struct SolverArgs {
     /// Turn grammar-constrained tool calls off (see --constrain-tools).
     #[arg(long, conflicts_with = "solver_cmd")]
     pub no_constrain_tools: bool,
+    /// Threads of the agent's in-process model (`-t/--threads`).
+    #[command(flatten)]
+    pub threads: crate::threads::ThreadArgs,
 }
 
 impl SolverArgs {

@@ -7,6 +7,7 @@ mod run;
 mod serve;
 mod solve;
 mod synth;
+mod threads;
 mod train;
 
 use clap::{Parser, Subcommand};
@@ -44,6 +45,27 @@ enum Command {
     Train(Box<train::TrainArgs>),
 }
 
+impl Command {
+    /// The `-t/--threads` count of a command that runs a model, if given.
+    fn threads(&self) -> Option<usize> {
+        let flags = match self {
+            Command::Run(a) => a.gen.threads,
+            Command::Chat(a) => a.gen.threads,
+            Command::Serve(a) => a.threads,
+            Command::Solve(a) => a.threads,
+            Command::Eval(eval::EvalCommand::Run(a)) => a.solver.threads,
+            Command::Synth(s) => match &s.sub {
+                Some(synth::SynthSub::Calibrate(a)) => a.solver.threads,
+                None => return None,
+            },
+            Command::Train(a) => a.threads,
+            Command::Logits(a) => a.threads,
+            Command::Pull(_) | Command::Eval(_) => return None,
+        };
+        flags.threads
+    }
+}
+
 fn main() {
     // Rust ignores SIGPIPE, so printing to a closed pipe (`frognano eval … | grep -q`) panics;
     // restore the default so the process ends quietly, as other command-line tools do.
@@ -58,6 +80,10 @@ fn main() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).without_time().init();
     let cli = Cli::parse();
+    if let Err(e) = threads::size_pool(cli.command.threads()) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
     let result = match cli.command {
         Command::Run(a) => run::run(a),
         Command::Chat(a) => run::chat(a),
@@ -72,5 +98,33 @@ fn main() {
     if let Err(e) = result {
         eprintln!("error: {e:#}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Cli;
+
+    /// `-t N` reaches the pool sizing from every command that runs a model.
+    #[test]
+    fn every_model_command_hands_its_thread_count_to_the_pool() {
+        for line in [
+            "run m -t 3",
+            "chat m --threads 3",
+            "logits m --ids 1 -t 3",
+            "serve m -t 3",
+            "solve --model m -t 3",
+            "eval run --instances i.jsonl --run-id r --model m -t 3",
+            "synth calibrate --tasks t.jsonl --model m -t 3",
+            "train --toy -t 3",
+        ] {
+            let cli = Cli::try_parse_from(std::iter::once("frognano").chain(line.split(' ')))
+                .unwrap_or_else(|e| panic!("{line}: {e}"));
+            assert_eq!(cli.command.threads(), Some(3), "{line}");
+        }
+        let cli = Cli::try_parse_from(["frognano", "run", "m"]).unwrap();
+        assert_eq!(cli.command.threads(), None, "no -t: rayon's default (RAYON_NUM_THREADS or one per core)");
     }
 }

@@ -2,25 +2,36 @@
 
 use std::io::Write;
 use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use frognano_engine::{GenerateRequest, SamplingParams, Session};
+use frognano_engine::{FinishReason, GenerateRequest, SamplingParams, Session};
 use frognano_protocol::Message;
 
 use frognano_model::load::DEMO_MODEL;
 use frognano_model::quant::QuantType;
 
-/// Sampling, length and loading flags shared by `run` and `chat`.
+/// Sampling, length and loading flags shared by `run` and `chat`. The short forms and aliases
+/// are llama.cpp's (`-n`/`--n-predict`, `--temp`, `--repeat-penalty`, `-s`, `-c`, `-t`).
 #[derive(Args, Clone)]
 pub struct GenFlags {
     /// Most tokens to generate (per reply).
-    #[arg(long, default_value_t = 512)]
+    #[arg(short = 'n', long, visible_alias = "n-predict", default_value_t = 512)]
     pub max_tokens: usize,
+    /// Keep generating to -n/--max-tokens: the end-of-sequence tokens are never drawn (as
+    /// llama.cpp's --ignore-eos bans them).
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Context size in tokens (prompt + reply, the whole conversation in `chat`): a longer
+    /// prompt is an error, and generation stops when the context is full [default and
+    /// maximum: the model's].
+    #[arg(short = 'c', long = "ctx-size", value_name = "N")]
+    pub ctx_size: Option<usize>,
     /// Sampling temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.7)]
+    #[arg(long, visible_alias = "temp", default_value_t = 0.7)]
     pub temperature: f32,
     /// Nucleus sampling mass.
     #[arg(long, default_value_t = 0.95)]
@@ -32,10 +43,10 @@ pub struct GenFlags {
     #[arg(long, default_value_t = 0.0)]
     pub min_p: f32,
     /// Penalty on tokens already seen (1 = none).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, visible_alias = "repeat-penalty", default_value_t = 1.0)]
     pub repetition_penalty: f32,
     /// Seed for reproducible sampling.
-    #[arg(long)]
+    #[arg(short = 's', long)]
     pub seed: Option<u64>,
     /// Print timing (prefill and decode tokens/s) to stderr.
     #[arg(long)]
@@ -43,6 +54,8 @@ pub struct GenFlags {
     /// Quantize the weights on load (q8_0 or q4_k); for f32/bf16 checkpoints and GGUF files.
     #[arg(long, value_parser = parse_quant)]
     pub quant: Option<QuantType>,
+    #[command(flatten)]
+    pub threads: crate::threads::ThreadArgs,
 }
 
 /// Arguments of `frognano run`.
@@ -50,9 +63,12 @@ pub struct GenFlags {
 pub struct RunArgs {
     /// Checkpoint folder, .gguf file or hub id in the local cache [default: the demo model].
     pub model: Option<String>,
-    /// The prompt.
-    #[arg(short, long, default_value = "Write a haiku about frogs.")]
-    pub prompt: String,
+    /// The prompt [default: "Write a haiku about frogs."].
+    #[arg(short, long, conflicts_with = "file")]
+    pub prompt: Option<String>,
+    /// Read the prompt from this file (one trailing newline dropped, as llama.cpp's -f does).
+    #[arg(short = 'f', long, value_name = "PATH")]
+    pub file: Option<PathBuf>,
     /// Apply the model's chat template (a user message, then the assistant's turn).
     #[arg(long)]
     pub chat: bool,
@@ -72,8 +88,12 @@ pub struct ChatArgs {
     /// Checkpoint folder, .gguf file or hub id in the local cache [default: the demo model].
     pub model: Option<String>,
     /// System message.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "file")]
     pub system: Option<String>,
+    /// Read the system message from this file (llama-cli's conversation mode takes -f as
+    /// the system prompt; one trailing newline dropped).
+    #[arg(short = 'f', long, value_name = "PATH")]
+    pub file: Option<PathBuf>,
     /// Ask a thinking model to think first (`enable_thinking`).
     #[arg(long)]
     pub think: bool,
@@ -101,6 +121,26 @@ pub struct LogitsArgs {
     /// Quantize the weights on load (q8_0 or q4_k), as `run --quant` does.
     #[arg(long, value_parser = parse_quant)]
     pub quant: Option<QuantType>,
+    #[command(flatten)]
+    pub threads: crate::threads::ThreadArgs,
+}
+
+/// The text of a prompt file given with `-f`: an error names the path; one trailing newline
+/// (what an editor leaves) is dropped, as llama.cpp does.
+pub fn read_prompt_file(path: &Path) -> anyhow::Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading the prompt file {} (-f)", path.display()))?;
+    let mut text = String::from_utf8(bytes)
+        .map_err(|e| anyhow::anyhow!("the prompt file {} (-f) is not UTF-8 text: {e}", path.display()))?;
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    if text.is_empty() {
+        bail!("the prompt file {} (-f) is empty", path.display());
+    }
+    Ok(text)
 }
 
 fn model_spec(m: Option<String>) -> anyhow::Result<String> {
@@ -118,6 +158,8 @@ struct Talker {
     template: Option<frognano_model::chat::ChatTemplate>,
     eos_ids: Vec<u32>,
     req: GenerateRequest,
+    /// The context cap (`-c/--ctx-size`, or the model's own length).
+    ctx: usize,
     stats: bool,
 }
 
@@ -126,7 +168,16 @@ impl Talker {
         let spec = model_spec(model)?;
         let lm = frognano_model::load::load_quantized(&spec, gen.quant).with_context(|| format!("loading {spec}"))?;
         lm.tokenizer()?;
-        let sampling = SamplingParams {
+        let model_max = lm.model.max_context();
+        let ctx = match gen.ctx_size {
+            None => model_max,
+            Some(0) => bail!("-c/--ctx-size must be at least 1 token"),
+            Some(n) if n > model_max => {
+                bail!("-c/--ctx-size {n} is larger than the model's context of {model_max} tokens")
+            }
+            Some(n) => n,
+        };
+        let mut sampling = SamplingParams {
             temperature: gen.temperature,
             top_p: gen.top_p,
             top_k: gen.top_k,
@@ -137,13 +188,23 @@ impl Talker {
         };
         sampling.validate().map_err(anyhow::Error::msg)?;
         let frognano_model::LoadedModel { model, tokenizer, chat_template, eos_ids, .. } = lm;
-        let req = GenerateRequest { sampling, max_tokens: gen.max_tokens, stop_ids: eos_ids.clone(), top_logprobs: 0 };
+        let stop_ids = if gen.ignore_eos {
+            // As llama.cpp's --ignore-eos: every end-of-generation token gets the lowest bias
+            // there is (OpenAI's −100, in effect a ban: e^−100 underflows next to any other
+            // token), so the reply runs to -n instead of continuing past an end marker.
+            sampling.logit_bias.extend(eos_ids.iter().map(|&id| (id, -100.0)));
+            Vec::new()
+        } else {
+            eos_ids.clone()
+        };
+        let req = GenerateRequest { sampling, max_tokens: gen.max_tokens, stop_ids, top_logprobs: 0 };
         Ok(Talker {
             session: Session::new(Arc::from(model)),
             tok: tokenizer.expect("checked above"),
             template: chat_template,
             eos_ids,
             req,
+            ctx,
             stats: gen.stats,
         })
     }
@@ -160,6 +221,17 @@ impl Talker {
     fn reply(&mut self, text: &str, templated: bool) -> anyhow::Result<String> {
         // A rendered chat template already holds its special tokens (as transformers encodes it).
         let prompt = self.tok.encode_with(text, !templated)?;
+        // As llama.cpp: a prompt that leaves no room in the context is an error; a reply
+        // that fills it stops there.
+        if prompt.len() >= self.ctx {
+            bail!(
+                "the prompt is {} tokens, but the context holds {} (-c/--ctx-size): no room to generate",
+                prompt.len(),
+                self.ctx
+            );
+        }
+        let room = self.ctx - prompt.len();
+        let req = GenerateRequest { max_tokens: self.req.max_tokens.min(room), ..self.req.clone() };
         let mut dec = self.tok.stream_decoder(true);
         let mut out = std::io::stdout().lock();
         let mut reply = String::new();
@@ -167,7 +239,7 @@ impl Talker {
         let mut first: Option<f64> = None;
         let mut err = None;
         let eos = &self.eos_ids;
-        let g = self.session.generate(&prompt, &self.req, |c| {
+        let g = self.session.generate(&prompt, &req, |c| {
             first.get_or_insert_with(|| t0.elapsed().as_secs_f64());
             if eos.contains(&c.id) {
                 return ControlFlow::Continue(());
@@ -196,18 +268,25 @@ impl Talker {
             let _ = write!(out, "{rest}");
         }
         let _ = writeln!(out);
+        let context_full = g.finish == FinishReason::ContextFull
+            || (g.finish == FinishReason::Length && g.tokens.len() == room && room < self.req.max_tokens);
+        if context_full {
+            eprintln!("[context full: {} tokens (-c/--ctx-size); generation stopped]", self.ctx);
+        }
         if self.stats {
             let total = t0.elapsed().as_secs_f64();
             let prefill = first.unwrap_or(total);
             let n = g.tokens.len().saturating_sub(1).max(1);
+            let threads = crate::threads::pool_size();
             eprintln!(
-                "prefill {} tokens ({} reused) {:.1} tok/s | decode {} tokens {:.1} tok/s | finish {:?}",
+                "prefill {} tokens ({} reused) {:.1} tok/s | decode {} tokens {:.1} tok/s | finish {:?} | {threads} thread{}",
                 g.prompt_tokens - g.cached_tokens,
                 g.cached_tokens,
                 (g.prompt_tokens - g.cached_tokens) as f64 / prefill,
                 g.tokens.len(),
                 n as f64 / (total - prefill).max(1e-9),
-                g.finish
+                g.finish,
+                if threads == 1 { "" } else { "s" }
             );
         }
         Ok(reply)
@@ -216,28 +295,38 @@ impl Talker {
 
 /// Generates and streams text.
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
+    // The prompt file is read before the model loads, so a wrong path fails at once.
+    let prompt = match (&a.prompt, &a.file) {
+        (_, Some(path)) => read_prompt_file(path)?,
+        (Some(p), None) => p.clone(),
+        (None, None) => "Write a haiku about frogs.".to_string(),
+    };
     let mut t = Talker::load(a.model.clone(), &a.gen)?;
     if a.chat {
         let mut msgs = Vec::new();
         if let Some(s) = &a.system {
             msgs.push(Message::system(s.clone()));
         }
-        msgs.push(Message::user(a.prompt.clone()));
+        msgs.push(Message::user(prompt));
         let text = t.render(&msgs, a.think)?;
         t.reply(&text, true)?;
     } else {
-        t.reply(&a.prompt, false)?;
+        t.reply(&prompt, false)?;
     }
     Ok(())
 }
 
 /// An interactive conversation on the terminal; each turn only prefills what is new.
 pub fn chat(a: ChatArgs) -> anyhow::Result<()> {
+    let system = match (&a.system, &a.file) {
+        (_, Some(path)) => Some(read_prompt_file(path)?),
+        (s, None) => s.clone(),
+    };
     let mut t = Talker::load(a.model.clone(), &a.gen)?;
     t.template.as_ref().context("this model has no chat template; use `frognano run` instead")?;
     let mut msgs = Vec::new();
-    if let Some(s) = &a.system {
-        msgs.push(Message::system(s.clone()));
+    if let Some(s) = system {
+        msgs.push(Message::system(s));
     }
     eprintln!("chatting; an empty line or end of input quits");
     let stdin = std::io::stdin();

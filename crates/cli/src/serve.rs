@@ -21,7 +21,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 4)]
     pub max_concurrent: usize,
     /// Context length in tokens (prompt + completion); default and maximum: the model's.
-    #[arg(long)]
+    #[arg(short = 'c', long = "ctx-size", visible_alias = "ctx", value_name = "N")]
     pub ctx: Option<usize>,
     /// The model name clients send in `model` (default: the file or folder name of MODEL).
     #[arg(long)]
@@ -50,6 +50,9 @@ pub struct ServeArgs {
     /// Leave `tool_choice: "auto"` replies unconstrained (see --constrain-tools).
     #[arg(long)]
     pub no_constrain_tools: bool,
+    /// Threads of the model (`-t/--threads`).
+    #[command(flatten)]
+    pub threads: crate::threads::ThreadArgs,
 }
 
 impl From<ServeArgs> for ServeConfig {

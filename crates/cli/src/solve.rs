@@ -78,7 +78,7 @@ pub struct SolveArgs {
     #[arg(long, default_value_t = 8192)]
     pub max_tokens_per_turn: u32,
     /// Context limit in tokens (0: none).
-    #[arg(long, default_value_t = 65536)]
+    #[arg(short = 'c', long, visible_alias = "ctx-size", default_value_t = 65536)]
     pub max_context: u64,
     /// Time budget in seconds.
     #[arg(long)]
@@ -138,6 +138,9 @@ pub struct SolveArgs {
     /// Turn grammar-constrained tool calls off (see --constrain-tools).
     #[arg(long)]
     pub no_constrain_tools: bool,
+    /// Threads of the in-process model (`-t/--threads`).
+    #[command(flatten)]
+    pub threads: crate::threads::ThreadArgs,
 }
 
 impl SolveArgs {

@@ -237,6 +237,10 @@ pub struct TrainArgs {
     /// The server's name of the base model (default: `--model` as given).
     #[arg(long)]
     pub base_model: Option<String>,
+    /// Threads of the model's work outside the rollout workers, which run their own
+    /// `--parallel-rollouts` threads (`-t/--threads`).
+    #[command(flatten)]
+    pub threads: crate::threads::ThreadArgs,
 }
 
 impl TrainArgs {

@@ -273,6 +273,11 @@ impl ChatTemplate {
     /// template has no tool support, the tools, calls and tool results are written into the
     /// messages in the Hermes form instead (see the module docs and
     /// [`injects_tool_prompt`](Self::injects_tool_prompt)).
+    ///
+    /// An assistant turn of tool calls without text (as OpenAI clients send it) reaches the
+    /// template without `content`, as transformers hands it over; a template that cannot
+    /// render that (Qwen3's concatenates `content`) gets `""` instead, as llama.cpp gives
+    /// templates that need non-null content.
     pub fn render(
         &self,
         messages: &[Message],
@@ -286,8 +291,20 @@ impl ChatTemplate {
             let values = inlined.iter().enumerate().map(|(i, m)| template_input(i, m)).collect::<Result<Vec<_>>>()?;
             return self.render_json(&values, None, add_generation_prompt, kwargs);
         }
-        let values = messages.iter().enumerate().map(|(i, m)| template_input(i, m)).collect::<Result<Vec<_>>>()?;
-        self.render_json(&values, tools, add_generation_prompt, kwargs)
+        let mut values = messages.iter().enumerate().map(|(i, m)| template_input(i, m)).collect::<Result<Vec<_>>>()?;
+        let first = self.render_json(&values, tools, add_generation_prompt, kwargs);
+        let mut patched = false;
+        for v in values.iter_mut() {
+            if v.get("role").and_then(Value::as_str) == Some("assistant") && v.get("content").is_none_or(Value::is_null)
+            {
+                v["content"] = Value::String(String::new());
+                patched = true;
+            }
+        }
+        match first {
+            Err(e) if patched => self.render_json(&values, tools, add_generation_prompt, kwargs).map_err(|_| e),
+            other => other,
+        }
     }
 
     /// Renders messages given as JSON objects, exactly as transformers'

@@ -11,7 +11,8 @@
 //! * `llama` / `mistral` / `granite`: the q/k rows of each head are permuted for ggml's
 //!   adjacent-pair RoPE. Inference reads them as stored ([`RopeStyle::Interleaved`]);
 //!   [`GgufWeights::in_hf_layout`] puts them back into Hugging Face order (the trainer does,
-//!   so its checkpoints are Hugging Face ones). `qwen2` files keep Hugging Face order.
+//!   so its checkpoints are Hugging Face ones). `qwen2` and `qwen3` files keep Hugging Face
+//!   order (llama.cpp rotates them in halves, its NEOX RoPE).
 
 use std::path::Path;
 
@@ -25,10 +26,14 @@ use crate::weights::{HeadOrder, Layout, Role, RopeStyle, TensorSource, WeightSpe
 pub enum GgufArch {
     /// `qwen35`.
     Qwen35,
-    /// `llama`, `mistral`, `granite` (q/k rows permuted for adjacent-pair RoPE).
+    /// `llama`, `mistral`, `mistral3` (Ministral 3: llama with YaRN and an attention
+    /// temperature), `granite` (q/k rows permuted for adjacent-pair RoPE).
     Llama,
     /// `qwen2` (llama layout with q/k/v biases, q/k rows in Hugging Face order).
     Qwen2,
+    /// `qwen3` (llama layout with per-head q/k RMSNorms `attn_q_norm`/`attn_k_norm`, no
+    /// biases, q/k rows in Hugging Face order).
+    Qwen3,
 }
 
 impl GgufArch {
@@ -36,8 +41,9 @@ impl GgufArch {
     pub fn from_name(arch: &str) -> Option<Self> {
         match arch {
             "qwen35" => Some(GgufArch::Qwen35),
-            "llama" | "mistral" | "granite" => Some(GgufArch::Llama),
+            "llama" | "mistral" | "mistral3" | "granite" => Some(GgufArch::Llama),
             "qwen2" => Some(GgufArch::Qwen2),
+            "qwen3" => Some(GgufArch::Qwen3),
             _ => None,
         }
     }
@@ -47,7 +53,7 @@ impl GgufArch {
         match self {
             GgufArch::Qwen35 => Layout { value_heads: HeadOrder::Tiled, rope: RopeStyle::Halves },
             GgufArch::Llama => Layout { value_heads: HeadOrder::Grouped, rope: RopeStyle::Interleaved },
-            GgufArch::Qwen2 => Layout::HUGGING_FACE,
+            GgufArch::Qwen2 | GgufArch::Qwen3 => Layout::HUGGING_FACE,
         }
     }
 }
@@ -116,7 +122,7 @@ impl<'f> GgufWeights<'f> {
             ModelError::format(
                 file.path(),
                 format!(
-                    "general.architecture {name:?} is not supported; supported: llama, mistral, granite, qwen2, qwen35"
+                    "general.architecture {name:?} is not supported; supported: llama, mistral, mistral3, granite, qwen2, qwen3, qwen35"
                 ),
             )
         })?;

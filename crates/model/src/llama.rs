@@ -1,10 +1,14 @@
-//! The llama architecture (Llama 2/3, SmolLM/SmolLM2, Mistral-style and Qwen2-style files):
-//! pre-norm decoder layers of grouped-query attention with RoPE and a SwiGLU MLP.
+//! The llama architecture and its close relatives (docs/model.md §8): Llama 2/3.x (with
+//! Llama 3 RoPE scaling), SmolLM/SmolLM2, Mistral, Ministral 3 (YaRN, attention temperature),
+//! Qwen2 (q/k/v biases) and Qwen3 (per-head q/k RMSNorms): pre-norm decoder layers of
+//! grouped-query attention with RoPE and a SwiGLU MLP.
 //!
 //! ```text
 //! h = embed[ids]
 //! per layer:  x = rms_norm(h)·attn_norm
-//!             q, k, v = x·Wqᵀ (+bq), x·Wkᵀ (+bk), x·Wvᵀ (+bv);  RoPE on q and k
+//!             q, k, v = x·Wqᵀ (+bq), x·Wkᵀ (+bk), x·Wvᵀ (+bv)
+//!             q, k = rms_norm_per_head(q)·q_norm, rms_norm_per_head(k)·k_norm   (Qwen3)
+//!             RoPE on q and k (pair i turns by pos·θ^(−2i/dr) / freq_factor_i · freq_scale)
 //!             h += softmax(q·kᵀ/√dh, causal)·v · Woᵀ
 //!             x = rms_norm(h)·ffn_norm
 //!             h += (silu(x·Wgᵀ) ⊙ x·Wuᵀ)·Wdᵀ
@@ -63,6 +67,108 @@ pub struct LlamaConfig {
     pub qkv_bias: bool,
     /// Whether the file carries Llama 3.1 RoPE frequency factors (`rope_freqs.weight`).
     pub rope_freqs: bool,
+    /// Whether q and k are RMS-normed per head before RoPE (Qwen3's `q_norm`/`k_norm`).
+    pub qk_norm: bool,
+    /// Llama 3 RoPE scaling from a `config.json` (GGUF files carry the factors it gives as
+    /// `rope_freqs.weight` instead).
+    pub llama3_scaling: Option<Llama3RopeScaling>,
+    /// Linear RoPE scaling: every angle times this (`1 / factor`; 1 for none). With YaRN,
+    /// the interpolated angle.
+    pub rope_freq_scale: f32,
+    /// YaRN RoPE scaling (Qwen2.5 long-context, Ministral 3).
+    pub yarn: Option<YarnRope>,
+    /// Llama 4 attention temperature (Ministral 3): queries at position `p` are scaled by
+    /// `1 + beta · ln(1 + ⌊p / floor⌋)`, as `(beta, floor)`.
+    pub attn_temperature: Option<(f32, f32)>,
+}
+
+/// YaRN RoPE scaling as ggml computes it (`rope_yarn` in ggml-cpu's ops.cpp): pair `i` turns
+/// by a blend of the interpolated angle (`freq_scale ·` the plain one) and the plain one, the
+/// plain share ramping from 1 below pair `corr_dims[0]` to 0 above `corr_dims[1]`, and cos/sin
+/// are scaled by `attn_factor · (1 + 0.1 · ln(1 / freq_scale))`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct YarnRope {
+    /// How much of the ramp applies (llama.cpp's `yarn_ext_factor`; 1 for YaRN).
+    pub ext_factor: f32,
+    /// The pairs where the ramp starts and ends (`ggml_rope_yarn_corr_dims`).
+    pub corr_dims: [f32; 2],
+    /// llama.cpp's `yarn_attn_factor` (the magnitude correction before ggml's own
+    /// `1 + 0.1 · ln(factor)`).
+    pub attn_factor: f32,
+}
+
+impl YarnRope {
+    /// YaRN for `factor` over `original_context` positions, as llama.cpp sets it up: the ramp
+    /// ends from `beta_fast`/`beta_slow` rotations (`ggml_rope_yarn_corr_dims`), and the
+    /// attention factor from `mscale_all_dim` (`rope.scaling.yarn_log_multiplier`, 0 when
+    /// absent) cancelling ggml's own correction (llama-context.cpp), times `attn_factor`
+    /// (`rope.scaling.attn_factor`, 1 when absent).
+    pub fn new(
+        factor: f32,
+        original_context: f32,
+        beta: [f32; 2],
+        mscale_all_dim: f32,
+        attn_factor: f32,
+        rope_dim: usize,
+        theta: f32,
+    ) -> Self {
+        let corr_dim = |rot: f32| {
+            rope_dim as f32 * (original_context / (rot * 2.0 * std::f32::consts::PI)).ln() / (2.0 * theta.ln())
+        };
+        let start = corr_dim(beta[0]).floor();
+        let end = corr_dim(beta[1]).ceil();
+        let get_mscale = |scale: f32, m: f32| if scale <= 1.0 { 1.0 } else { 0.1 * m * scale.ln() + 1.0 };
+        let mut a = if mscale_all_dim != 0.0 {
+            get_mscale(factor, 1.0) / get_mscale(factor, mscale_all_dim)
+        } else {
+            get_mscale(factor, 1.0)
+        };
+        a *= 1.0 / (1.0 + 0.1 * factor.ln());
+        YarnRope {
+            ext_factor: 1.0,
+            corr_dims: [start.max(0.0), end.min(rope_dim as f32 - 1.0)],
+            attn_factor: a * attn_factor,
+        }
+    }
+}
+
+/// Llama 3.x RoPE scaling (`rope_scaling` with `rope_type: "llama3"`): long wavelengths are
+/// slowed down by `factor`, short ones kept, the band between blended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Llama3RopeScaling {
+    /// How much the long wavelengths are stretched.
+    pub factor: f32,
+    /// Wavelengths above `original_max_position_embeddings / low_freq_factor` get `factor`.
+    pub low_freq_factor: f32,
+    /// Wavelengths below `original_max_position_embeddings / high_freq_factor` are kept.
+    pub high_freq_factor: f32,
+    /// The context the model was first trained on.
+    pub original_max_position_embeddings: f32,
+}
+
+impl Llama3RopeScaling {
+    /// The per-pair divisors of the RoPE angle, as llama.cpp's converter writes them into
+    /// `rope_freqs.weight` (in f32, pair `i` of `dim` rotated dimensions at base `theta`), so
+    /// that a checkpoint folder and the GGUF converted from it turn by the same angles.
+    pub fn freq_factors(&self, theta: f32, dim: usize) -> Vec<f32> {
+        let low_wavelen = self.original_max_position_embeddings / self.low_freq_factor;
+        let high_wavelen = self.original_max_position_embeddings / self.high_freq_factor;
+        (0..dim / 2)
+            .map(|i| {
+                let freq = 1.0 / theta.powf((2 * i) as f32 / dim as f32);
+                let wavelen = 2.0 * std::f32::consts::PI / freq;
+                if wavelen < high_wavelen {
+                    1.0
+                } else if wavelen > low_wavelen {
+                    self.factor
+                } else {
+                    let smooth = (self.original_max_position_embeddings / wavelen - self.low_freq_factor)
+                        / (self.high_freq_factor - self.low_freq_factor);
+                    1.0 / ((1.0 - smooth) / self.factor + smooth)
+                }
+            })
+            .collect()
+    }
 }
 
 /// Every weight of a llama model: Hugging Face name, shape and role, per layer, in
@@ -97,6 +203,8 @@ pub struct LlamaLayerMap {
     pub o_proj: WeightSpec,
     /// q/k/v biases (Qwen2-style).
     pub qkv_bias: Option<[WeightSpec; 3]>,
+    /// Per-head q and k norms `[dh]` (Qwen3).
+    pub qk_norm: Option<[WeightSpec; 2]>,
     /// Pre-MLP norm.
     pub ffn_norm: WeightSpec,
     /// `[ffn, d]`.
@@ -126,6 +234,12 @@ impl LlamaMap {
                             w("self_attn.q_proj.bias", &[q], Role::Vector),
                             w("self_attn.k_proj.bias", &[kv], Role::Vector),
                             w("self_attn.v_proj.bias", &[kv], Role::Vector),
+                        ]
+                    }),
+                    qk_norm: cfg.qk_norm.then(|| {
+                        [
+                            w("self_attn.q_norm.weight", &[cfg.head_dim], Role::Norm),
+                            w("self_attn.k_norm.weight", &[cfg.head_dim], Role::Norm),
                         ]
                     }),
                     ffn_norm: w("post_attention_layernorm.weight", &[d], Role::Norm),
@@ -161,6 +275,7 @@ impl LlamaLayerMap {
     pub fn specs(&self) -> Vec<&WeightSpec> {
         let mut v = vec![&self.attn_norm, &self.q_proj, &self.k_proj, &self.v_proj, &self.o_proj];
         v.extend(self.qkv_bias.iter().flatten());
+        v.extend(self.qk_norm.iter().flatten());
         v.extend([&self.ffn_norm, &self.gate, &self.up, &self.down]);
         v
     }
@@ -181,6 +296,8 @@ pub struct LlamaLayer {
     pub wo: Matrix,
     /// Optional q/k/v biases (Qwen2-style).
     pub bias_qkv: Option<[Vec<f32>; 3]>,
+    /// Optional per-head q and k norm scales (Qwen3).
+    pub qk_norm: Option<[Vec<f32>; 2]>,
     /// Pre-MLP norm scale.
     pub ffn_norm: Vec<f32>,
     /// `[ffn, d]`.
@@ -225,17 +342,19 @@ impl Llama {
         Llama { cfg, embed, output, layers, norm, theta_scale, freq_factors }
     }
 
-    /// Loads a `llama` or `qwen2` GGUF file: [`Llama::config_from_gguf`], then the weights
+    /// Loads a `llama`, `qwen2` or `qwen3` GGUF file: [`Llama::config_from_gguf`], then the weights
     /// through [`GgufWeights`] (memory-mapped; the head is tied when the file has none).
     pub fn from_gguf(f: &GgufFile) -> Result<Self> {
         Self::load(Self::config_from_gguf(f)?, &GgufWeights::new(f)?, true)
     }
 
-    /// Reads the hyper-parameters of a `llama`, `mistral`, `granite` or `qwen2` GGUF file.
+    /// Reads the hyper-parameters of a `llama`, `mistral`, `granite`, `qwen2` or `qwen3` GGUF
+    /// file. Llama 3 RoPE scaling comes as the `rope_freqs.weight` tensor; linear scaling
+    /// (`rope.scaling.type` `linear`) as `rope.scaling.factor`; other scalings are refused.
     pub fn config_from_gguf(f: &GgufFile) -> Result<LlamaConfig> {
         let arch = f.get_str("general.architecture")?.unwrap_or("").to_string();
-        let rope_style = match GgufArch::from_name(&arch) {
-            Some(a @ (GgufArch::Llama | GgufArch::Qwen2)) => a.layout().rope,
+        let gguf_arch = match GgufArch::from_name(&arch) {
+            Some(a @ (GgufArch::Llama | GgufArch::Qwen2 | GgufArch::Qwen3)) => a,
             _ => {
                 return Err(ModelError::format(
                     f.path(),
@@ -266,11 +385,53 @@ impl Llama {
                 format!("rope.dimension_count {rope_dim} vs head size {head_dim}"),
             ));
         }
-        if let Some(kind) = f.get_str(&key("rope.scaling.type"))? {
-            if kind != "none" && !(kind == "linear" && f.get_f64(&key("rope.scaling.factor"))? == Some(1.0)) {
-                return Err(ModelError::format(f.path(), format!("rope.scaling.type {kind:?} is not supported")));
+        let rope_theta = f.get_f64(&key("rope.freq_base"))?.unwrap_or(10000.0) as f32;
+        let max_context = f.get_u64(&key("context_length"))?.map_or(4096, |v| v as usize);
+        let (mut rope_freq_scale, mut yarn) = (1.0, None);
+        // As llama.cpp: no type means linear, no factor means none.
+        let kind = f.get_str(&key("rope.scaling.type"))?.unwrap_or("linear");
+        let factor = f.get_f64(&key("rope.scaling.factor"))?.filter(|&x| x != 0.0);
+        if let Some(x) = factor.filter(|_| kind != "none") {
+            if x < 0.0 {
+                return Err(ModelError::format(f.path(), format!("rope.scaling.factor {x} must be positive")));
+            }
+            rope_freq_scale = (1.0 / x) as f32;
+        }
+        let original_context =
+            f.get_u64(&key("rope.scaling.original_context_length"))?.map_or(max_context, |v| v as usize);
+        match kind {
+            "none" | "linear" => {}
+            "yarn" => {
+                let num = |k: &str, default: f64| -> Result<f32> { Ok(f.get_f64(&key(k))?.unwrap_or(default) as f32) };
+                let mut y = YarnRope::new(
+                    1.0 / rope_freq_scale,
+                    original_context as f32,
+                    [num("rope.scaling.yarn_beta_fast", 32.0)?, num("rope.scaling.yarn_beta_slow", 1.0)?],
+                    num("rope.scaling.yarn_log_multiplier", 0.0)?,
+                    num("rope.scaling.attn_factor", 1.0)?,
+                    rope_dim,
+                    rope_theta,
+                );
+                if let Some(e) = f.get_f64(&key("rope.scaling.yarn_ext_factor"))?.filter(|&e| e >= 0.0) {
+                    y.ext_factor = e as f32;
+                }
+                yarn = Some(y);
+            }
+            _ => {
+                return Err(ModelError::format(
+                    f.path(),
+                    format!(
+                        "rope.scaling.type {kind:?} is not supported (only none, linear, yarn and Llama 3's rope_freqs)"
+                    ),
+                ))
             }
         }
+        // llama.cpp reads the attention temperature for mistral3 (and llama4) only; its floor
+        // is the original context.
+        let attn_temperature = match f.get_f64(&key("attention.temperature_scale"))? {
+            Some(beta) if beta != 0.0 && arch == "mistral3" => Some((beta as f32, original_context as f32)),
+            _ => None,
+        };
         Ok(LlamaConfig {
             arch: arch.clone(),
             hidden_size: d,
@@ -281,23 +442,36 @@ impl Llama {
             intermediate_size: f.req_usize(&key("feed_forward_length"))?,
             vocab_size: vocab,
             rms_norm_eps: f.get_f64(&key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5) as f32,
-            rope_theta: f.get_f64(&key("rope.freq_base"))?.unwrap_or(10000.0) as f32,
+            rope_theta,
             rope_dim,
-            rope_style,
-            max_context: f.get_u64(&key("context_length"))?.map_or(4096, |v| v as usize),
+            rope_style: gguf_arch.layout().rope,
+            max_context,
             qkv_bias: f.contains("blk.0.attn_q.bias"),
             rope_freqs: f.contains("rope_freqs.weight"),
+            // Qwen3 always has them (a file without is an error naming the tensor).
+            qk_norm: gguf_arch == GgufArch::Qwen3 || f.contains("blk.0.attn_q_norm.weight"),
+            llama3_scaling: None,
+            rope_freq_scale,
+            yarn,
+            attn_temperature,
         })
     }
 
-    /// Reads a Hugging Face `LlamaForCausalLM` `config.json` (model_type `"llama"`); the error
-    /// names the field. RoPE pairs are [`RopeStyle::Halves`] (HF `rotate_half`). Returns the
-    /// config and whether the output head is tied to the embedding.
+    /// Reads a Hugging Face `config.json` of model_type `"llama"` (`LlamaForCausalLM`),
+    /// `"mistral"`, `"qwen2"` or `"qwen3"`; the error names the field. RoPE pairs are
+    /// [`RopeStyle::Halves`] (HF `rotate_half`). Qwen2 has q/k/v biases, Qwen3 per-head q/k
+    /// norms; Llama 3 (`rope_type: "llama3"`) and linear RoPE scaling are read; a Mistral
+    /// `sliding_window` caps the context at the window (within it, windowed attention is
+    /// full attention). Returns the config and whether the output head is tied to the
+    /// embedding.
     pub fn config_from_json(v: &serde_json::Value) -> std::result::Result<(LlamaConfig, bool), String> {
         use serde_json::Value;
         let model_type = v.get("model_type").and_then(Value::as_str).unwrap_or("");
-        if model_type != "llama" {
-            return Err(format!("unknown model_type {model_type:?}; expected \"llama\""));
+        if !matches!(model_type, "llama" | "mistral" | "ministral3" | "qwen2" | "qwen3") {
+            return Err(format!(
+                "unknown model_type {model_type:?}; expected \"llama\", \"mistral\", \"ministral3\", \"qwen2\" or \
+                 \"qwen3\""
+            ));
         }
         let int = |key: &str, default: Option<usize>| -> std::result::Result<usize, String> {
             match v.get(key) {
@@ -314,6 +488,7 @@ impl Llama {
                 Some(x) => x.as_f64().ok_or_else(|| format!("field `{key}`: expected a number, found {x}")),
             }
         };
+        let flag = |key: &str| v.get(key).and_then(Value::as_bool) == Some(true);
         let d = int("hidden_size", None)?;
         let heads = int("num_attention_heads", None)?;
         let kv_heads = int("num_key_value_heads", Some(heads))?;
@@ -332,9 +507,24 @@ impl Llama {
                 return Err(format!("field `hidden_act`: {act:?} is not supported (only \"silu\")"));
             }
         }
-        for flag in ["attention_bias", "mlp_bias"] {
-            if v.get(flag).and_then(Value::as_bool) == Some(true) {
-                return Err(format!("field `{flag}`: biases are not supported"));
+        // Qwen2's q/k/v biases are not a config field: the architecture always has them.
+        // Llama's and Qwen3's `attention_bias` would bias the output projection too.
+        for key in ["attention_bias", "mlp_bias"] {
+            if flag(key) {
+                return Err(format!("field `{key}`: biases are not supported"));
+            }
+        }
+        if flag("use_sliding_window") {
+            return Err("field `use_sliding_window`: sliding-window attention is not supported".into());
+        }
+        let mut max_context = int("max_position_embeddings", Some(2048))?;
+        if model_type == "mistral" {
+            if let Some(window) = v.get("sliding_window").filter(|w| !w.is_null()) {
+                let window = window
+                    .as_u64()
+                    .filter(|&w| w > 0)
+                    .ok_or_else(|| format!("field `sliding_window`: expected a positive integer, found {window}"))?;
+                max_context = max_context.min(window as usize);
             }
         }
         // transformers 5 moved RoPE settings into `rope_parameters`; older files use
@@ -344,16 +534,76 @@ impl Llama {
             Some(r) if r.get("rope_theta").is_some() => float(r, "rope_theta", 10000.0)?,
             _ => float(v, "rope_theta", 10000.0)?,
         };
+        let (mut llama3_scaling, mut rope_freq_scale) = (None, 1.0f32);
+        let (mut yarn, mut attn_temperature) = (None, None);
         for scaling in [v.get("rope_scaling"), rope] {
             let Some(s) = scaling.filter(|s| s.is_object()) else { continue };
             let kind = s.get("rope_type").or_else(|| s.get("type")).and_then(Value::as_str).unwrap_or("default");
-            let factor_one = s.get("factor").and_then(Value::as_f64).is_none_or(|f| f == 1.0);
-            if !(kind == "default" || (kind == "linear" && factor_one)) {
-                return Err(format!("RoPE scaling {kind:?} is not supported"));
+            let positive = |key: &str, default: f64| -> std::result::Result<f32, String> {
+                let x = float(s, key, default)?;
+                if x > 0.0 {
+                    Ok(x as f32)
+                } else {
+                    Err(format!("field `rope_scaling.{key}`: {x} must be positive"))
+                }
+            };
+            match kind {
+                "default" => {}
+                "linear" => rope_freq_scale = 1.0 / positive("factor", 1.0)?,
+                "llama3" => {
+                    let sc = Llama3RopeScaling {
+                        factor: positive("factor", 8.0)?,
+                        low_freq_factor: positive("low_freq_factor", 1.0)?,
+                        high_freq_factor: positive("high_freq_factor", 4.0)?,
+                        original_max_position_embeddings: positive("original_max_position_embeddings", 8192.0)?,
+                    };
+                    if sc.high_freq_factor <= sc.low_freq_factor {
+                        return Err(format!(
+                            "field `rope_scaling.high_freq_factor`: {} must be above low_freq_factor {}",
+                            sc.high_freq_factor, sc.low_freq_factor
+                        ));
+                    }
+                    llama3_scaling = Some(sc);
+                }
+                "yarn" => {
+                    if s.get("factor").is_none_or(Value::is_null) {
+                        return Err("field `rope_scaling.factor`: missing (YaRN needs it)".into());
+                    }
+                    let factor = positive("factor", 1.0)?;
+                    rope_freq_scale = 1.0 / factor;
+                    for (key, ok) in [("mscale", 1.0), ("truncate", 1.0)] {
+                        let found = s.get(key).filter(|x| !x.is_null());
+                        if let Some(x) = found.filter(|x| x.as_f64().or(x.as_bool().map(f64::from)) != Some(ok)) {
+                            return Err(format!("field `rope_scaling.{key}`: {x} is not supported (only {ok})"));
+                        }
+                    }
+                    if let Some(x) = s.get("attention_factor").filter(|x| !x.is_null()) {
+                        return Err(format!("field `rope_scaling.attention_factor`: {x} is not supported"));
+                    }
+                    let original = positive("original_max_position_embeddings", max_context as f64)?;
+                    let beta = [positive("beta_fast", 32.0)?, positive("beta_slow", 1.0)?];
+                    let mscale_all_dim = float(s, "mscale_all_dim", 0.0)? as f32;
+                    yarn = Some((factor, original, beta, mscale_all_dim));
+                    // Ministral 3's Llama 4 attention temperature.
+                    if let Some(b) = s.get("llama_4_scaling_beta").filter(|x| !x.is_null()) {
+                        let b = b.as_f64().ok_or_else(|| {
+                            format!("field `rope_scaling.llama_4_scaling_beta`: expected a number, found {b}")
+                        })?;
+                        attn_temperature = Some((b as f32, original));
+                    }
+                }
+                other => {
+                    return Err(format!(
+                    "RoPE scaling {other:?} is not supported (only \"default\", \"linear\", \"llama3\" and \"yarn\")"
+                ))
+                }
             }
         }
+        let yarn = yarn.map(|(factor, original, beta, mscale_all_dim)| {
+            YarnRope::new(factor, original, beta, mscale_all_dim, 1.0, head_dim, rope_theta as f32)
+        });
         let cfg = LlamaConfig {
-            arch: "llama".into(),
+            arch: model_type.into(),
             hidden_size: d,
             num_layers: int("num_hidden_layers", None)?,
             num_heads: heads,
@@ -365,16 +615,22 @@ impl Llama {
             rope_theta: rope_theta as f32,
             rope_dim: head_dim,
             rope_style: RopeStyle::Halves,
-            max_context: int("max_position_embeddings", Some(2048))?,
-            qkv_bias: false,
+            max_context,
+            qkv_bias: model_type == "qwen2",
             rope_freqs: false,
+            qk_norm: model_type == "qwen3",
+            llama3_scaling,
+            rope_freq_scale,
+            yarn,
+            attn_temperature,
         };
         let tied = v.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false);
         Ok((cfg, tied))
     }
 
-    /// Loads a Hugging Face `LlamaForCausalLM` checkpoint folder (`config.json` with
-    /// model_type `"llama"` + safetensors, HF tensor names and q/k row layout).
+    /// Loads a Hugging Face checkpoint folder of the llama family (`config.json` with
+    /// model_type `"llama"`, `"mistral"`, `"qwen2"` or `"qwen3"` + safetensors, HF tensor
+    /// names and q/k row layout).
     pub fn from_safetensors(dir: &std::path::Path) -> Result<Self> {
         let cfg_path = dir.join("config.json");
         let text = std::fs::read_to_string(&cfg_path).map_err(|e| ModelError::io(&cfg_path, e))?;
@@ -402,6 +658,10 @@ impl Llama {
                     Some([q, k, v]) => Some([src.vector(q)?, src.vector(k)?, src.vector(v)?]),
                     None => None,
                 };
+                let qk_norm = match &l.qk_norm {
+                    Some([q, k]) => Some([src.vector(q)?, src.vector(k)?]),
+                    None => None,
+                };
                 Ok(LlamaLayer {
                     attn_norm: src.vector(&l.attn_norm)?,
                     wq: src.matrix(&l.q_proj)?,
@@ -409,6 +669,7 @@ impl Llama {
                     wv: src.matrix(&l.v_proj)?,
                     wo: src.matrix(&l.o_proj)?,
                     bias_qkv,
+                    qk_norm,
                     ffn_norm: src.vector(&l.ffn_norm)?,
                     gate: src.matrix(&l.gate)?,
                     up: src.matrix(&l.up)?,
@@ -417,7 +678,11 @@ impl Llama {
             })
             .collect::<Result<Vec<_>>>()?;
         let norm = src.vector(&map.norm)?;
-        let freq_factors = map.rope_freqs.as_ref().map(|w| src.vector(w)).transpose()?;
+        let freq_factors = match (&map.rope_freqs, &cfg.llama3_scaling) {
+            (Some(w), _) => Some(src.vector(w)?),
+            (None, Some(s)) => Some(s.freq_factors(cfg.rope_theta, cfg.rope_dim)),
+            (None, None) => None,
+        };
         Ok(Llama::new(cfg, embed, output, layers, norm, freq_factors))
     }
 
@@ -461,15 +726,28 @@ impl Llama {
     }
 
     /// `(cos, sin)` of every rotated pair at position `pos`, computed as ggml's rope cache does:
-    /// the angle starts at `pos` and is multiplied by `theta_scale` once per pair, in f32.
+    /// the angle starts at `pos` and is multiplied by `theta_scale` once per pair, in f32; it
+    /// is divided by the pair's frequency factor, then scaled by the linear `freq_scale`.
     fn rope_angles(&self, pos: usize) -> Vec<(f32, f32)> {
         let mut theta = pos as f32;
+        let scale = self.cfg.rope_freq_scale;
         (0..self.cfg.rope_dim / 2)
             .map(|i| {
                 let ff = self.freq_factors.as_ref().and_then(|v| v.get(i)).copied().unwrap_or(1.0);
-                let a = theta / ff;
+                let extrap = theta / ff;
                 theta *= self.theta_scale;
-                (a.cos(), a.sin())
+                let interp = scale * extrap;
+                match &self.cfg.yarn {
+                    None => (interp.cos(), interp.sin()),
+                    Some(y) => {
+                        let [low, high] = y.corr_dims;
+                        let ramp = 1.0 - ((i as f32 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
+                        let mix = ramp * y.ext_factor;
+                        let a = interp * (1.0 - mix) + extrap * mix;
+                        let mscale = y.attn_factor * (1.0 + 0.1 * (1.0 / scale).ln());
+                        (a.cos() * mscale, a.sin() * mscale)
+                    }
+                }
             })
             .collect()
     }
@@ -521,9 +799,18 @@ impl Llama {
         let c = &self.cfg;
         let (hq, hkv, dh) = (c.num_heads, c.num_kv_heads, c.head_dim);
         let angles: Vec<Vec<(f32, f32)>> = (0..t).map(|i| self.rope_angles(pos0 + i)).collect();
+        // Llama 4's attention temperature (Ministral 3), computed in f64 as llama.cpp does.
+        let temperature = |pos: usize| match c.attn_temperature {
+            Some((beta, floor)) => ((pos as f64 / floor as f64).floor() + 1.0).ln() * beta as f64 + 1.0,
+            None => 1.0,
+        } as f32;
         crate::kernels::for_each_row(&mut q, hq * dh, |i, row| {
+            let temp = temperature(pos0 + i);
             for head in row.chunks_exact_mut(dh) {
                 self.rope(head, &angles[i]);
+                if temp != 1.0 {
+                    head.iter_mut().for_each(|e| *e *= temp);
+                }
                 head.iter_mut().for_each(|e| *e = round_f16(*e));
             }
         });
@@ -605,7 +892,12 @@ impl LayerStack for Llama {
         }
         for (li, l) in self.layers.iter().enumerate() {
             let x = rms_norm(&h, &l.attn_norm, c.rms_norm_eps);
-            let (q, k, v) = Self::project_qkv(l, &x, t);
+            let (mut q, mut k, v) = Self::project_qkv(l, &x, t);
+            if let Some([qn, kn]) = &l.qk_norm {
+                // Each head's dh values normed on their own (the scales are dh wide).
+                q = rms_norm(&q, qn, c.rms_norm_eps);
+                k = rms_norm(&k, kn, c.rms_norm_eps);
+            }
             let mut r0 = 0;
             let mut work = Vec::with_capacity(segs.len());
             for (rows, cache) in segs.iter_mut() {

@@ -125,7 +125,7 @@ pub fn load_quantized(spec: impl AsRef<str>, quant: Option<QuantType>) -> Result
             }
             (Box::new(m), eos, bytes)
         }
-        "llama" => {
+        "llama" | "mistral" | "ministral3" | "qwen2" | "qwen3" => {
             let st = SafetensorsDir::open(&path)?;
             let (cfg, tied) = Llama::config_from_json(&v).map_err(|msg| ModelError::format(&cfg_path, msg))?;
             let mut bytes = st.byte_len();
@@ -140,7 +140,10 @@ pub fn load_quantized(spec: impl AsRef<str>, quant: Option<QuantType>) -> Result
         other => {
             return Err(ModelError::format(
                 &cfg_path,
-                format!("unknown model_type {other:?}; supported: \"qwen3_5\", \"qwen3_5_text\", \"llama\""),
+                format!(
+                    "unknown model_type {other:?}; supported: \"qwen3_5\", \"qwen3_5_text\", \"llama\", \"mistral\", \
+                     \"ministral3\", \"qwen2\", \"qwen3\""
+                ),
             ))
         }
     };
@@ -192,7 +195,7 @@ fn load_gguf(path: &Path, quant: Option<QuantType>) -> Result<LoadedModel> {
             m.pack_for_matmul();
             Box::new(m)
         }
-        GgufArch::Llama | GgufArch::Qwen2 => {
+        GgufArch::Llama | GgufArch::Qwen2 | GgufArch::Qwen3 => {
             let mut m = Llama::load(Llama::config_from_gguf(&f)?, &weights, true)?;
             if let Some(q) = quant {
                 m.quantize_weights(q);

@@ -132,8 +132,10 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
     let model_max = model.max_context();
     let ctx = match args.ctx {
         None => model_max,
-        Some(0) => anyhow::bail!("--ctx must be at least 1"),
-        Some(n) if n > model_max => anyhow::bail!("--ctx {n} is larger than the model's context of {model_max} tokens"),
+        Some(0) => anyhow::bail!("-c/--ctx-size must be at least 1"),
+        Some(n) if n > model_max => {
+            anyhow::bail!("-c/--ctx-size {n} is larger than the model's context of {model_max} tokens")
+        }
         Some(n) => n,
     };
     args.validate()?;
@@ -216,8 +218,12 @@ pub fn run_serve(args: ServeConfig) -> anyhow::Result<()> {
     let listener = bind(&args)?;
     let addr = listener.local_addr()?;
     eprintln!(
-        "frognano serve: model `{}` on http://{addr}/v1 (context {} tokens, {} concurrent, tool calls: {})",
-        state.model_name, state.ctx, args.max_concurrent, state.tool_parser
+        "frognano serve: model `{}` on http://{addr}/v1 (context {} tokens, {} concurrent, {} threads, tool calls: {})",
+        state.model_name,
+        state.ctx,
+        args.max_concurrent,
+        rayon::current_num_threads(),
+        state.tool_parser
     );
     runtime()?.block_on(serve(listener, state, async {
         let _ = tokio::signal::ctrl_c().await;

@@ -148,6 +148,9 @@ pub(crate) fn read_llama_gguf(path: &Path) -> anyhow::Result<(super::LlamaSpec, 
         bail!("{}: tensor `blk.0.attn_q.bias`: attention biases are not supported for training", path.display());
     }
     let c = frognano_model::llama::Llama::config_from_gguf(&f)?;
+    if c.rope_freq_scale != 1.0 || c.yarn.is_some() || c.attn_temperature.is_some() {
+        bail!("{}: RoPE scaling (rope.scaling.type) is not supported for training", path.display());
+    }
     if c.rope_dim != c.head_dim {
         bail!("{}: rope.dimension_count {} differs from the head size {}", path.display(), c.rope_dim, c.head_dim);
     }

@@ -133,6 +133,11 @@ impl LlamaSpec {
             max_context: self.max_context,
             qkv_bias: false,
             rope_freqs: false,
+            qk_norm: false,
+            llama3_scaling: None,
+            rope_freq_scale: 1.0,
+            yarn: None,
+            attn_temperature: None,
         }
     }
 

@@ -151,6 +151,9 @@ impl Policy {
             "llama" => {
                 let (c, tied) = frognano_model::llama::Llama::config_from_json(&config)
                     .map_err(|m| anyhow!("{}: {m}", cfg_path.display()))?;
+                if c.llama3_scaling.is_some() || c.rope_freq_scale != 1.0 {
+                    bail!("{}: field `rope_scaling`: RoPE scaling is not supported for training", cfg_path.display());
+                }
                 let mut spec = LlamaSpec::from_config(&c, tied && !st.contains(LM_HEAD));
                 spec.bos_token_id = config.get("bos_token_id").and_then(|v| v.as_u64()).map(|v| v as u32);
                 spec.eos_token_ids = eos_ids(&config);
