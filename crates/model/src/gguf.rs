@@ -417,7 +417,7 @@ impl GgufFile {
             let dtype = dtype_from_ggml(ty).ok_or_else(|| {
                 bad(format!(
                     "type {} (ggml id {ty}) is not supported; supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, \
-                     Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K",
+                     Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS",
                     ggml_type_name(ty)
                 ))
             })?;
