@@ -10,8 +10,8 @@
 
 use std::arch::x86_64::*;
 
-use super::legacy::iq4_table;
-use super::{f16c, f16x2, hsum_ps, load_bsums, prefetch_ahead, q4k_accumulate, q4k_mins16, q4k_scales_mins_vec};
+use super::legacy::{f16_broadcast, iq4_table};
+use super::{f16x2, hsum_ps, load_bsums, prefetch_ahead, q4k_accumulate, q4k_mins16, q4k_scales_mins_vec};
 use crate::quant::{ActRow, QK_K};
 
 /// Checks (in debug builds) that every token covers `nb` super-blocks.
@@ -29,12 +29,48 @@ unsafe fn act32(a: &ActRow, ib: usize, e: usize) -> __m256i {
     _mm256_loadu_si256((a.qs.as_ptr() as *const u8).add(ib * QK_K + e) as *const __m256i)
 }
 
-/// Words `s0` in the lower 128 bits and `s1` in the upper: the scales of two consecutive
-/// groups of 16 elements, for `madd` against 32 elements' pair sums.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scale_pair(s0: i16, s1: i16) -> __m256i {
-    _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0))
+/// The scales of the sixteen groups of 16 of a super-block as words (`sc16`, groups 0..8 in
+/// the lower 128 bits) rearranged for the 32 elements `128n + 32j ..`: group `8n + 2j` in
+/// every word of the lower half and `8n + 2j + 1` in the upper (the layout of a `madd`
+/// against those elements' pair sums). One byte shuffle per 32 elements instead of two
+/// scalar broadcasts.
+struct ScalePairs {
+    /// Byte shuffles picking word `2j` in the lower half and `2j + 1` in the upper.
+    pick: [__m256i; 4],
+}
+
+impl ScalePairs {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn new() -> Self {
+        ScalePairs {
+            pick: std::array::from_fn(|j| {
+                let c: [u8; 32] = std::array::from_fn(|i| {
+                    let word = 2 * j + i / 16;
+                    (2 * word + i % 2) as u8
+                });
+                _mm256_loadu_si256(c.as_ptr() as *const __m256i)
+            }),
+        }
+    }
+
+    /// Both halves of `sc16` set to its half `n` (groups `8n .. 8n + 8`).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn half(sc16: __m256i, n: usize) -> __m256i {
+        if n == 0 {
+            _mm256_permute2x128_si256::<0x00>(sc16, sc16)
+        } else {
+            _mm256_permute2x128_si256::<0x11>(sc16, sc16)
+        }
+    }
+
+    /// The scales of elements `128n + 32j ..` from [`ScalePairs::half`]`(sc16, n)`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn get(&self, half: __m256i, j: usize) -> __m256i {
+        _mm256_shuffle_epi8(half, self.pick[j])
+    }
 }
 
 /// `q·y` for signed weight bytes `q` (|q| ≤ 127) given as `|q|` (`aq`) with `q` itself for the
@@ -99,6 +135,7 @@ pub(super) unsafe fn dot_q2_k<const N: usize>(w: &[u8], a: &[ActRow; N]) -> [f32
     let nb = w.len() / 84;
     check_act(a, nb);
     let (m2, m4) = (_mm256_set1_epi8(3), _mm_set1_epi8(0x0F));
+    let pairs = ScalePairs::new();
     let mut acc = [_mm256_setzero_ps(); N];
     for ib in 0..nb {
         let b = w.as_ptr().add(ib * 84);
@@ -108,18 +145,18 @@ pub(super) unsafe fn dot_q2_k<const N: usize>(w: &[u8], a: &[ActRow; N]) -> [f32
         // The last four bytes of the block: d, dmin.
         let (d, dmin) = f16x2(b.add(80));
         let scv = _mm_loadu_si128(b as *const __m128i);
-        let sc: [u8; 16] = std::mem::transmute(_mm_and_si128(scv, m4));
+        let sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(scv, m4));
         let mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scv, 4), m4));
         let mut sumi = [_mm256_setzero_si256(); N];
         for n in 0..2 {
             let bits = _mm256_loadu_si256(b.add(16 + 32 * n) as *const __m256i);
+            let half = ScalePairs::half(sc16, n);
             // Element 128n + 32j + l is bits 2j, 2j + 1 of byte l; its group 8n + 2j + l / 16.
             let mut shifted = bits;
             for j in 0..4 {
                 let q = _mm256_and_si256(shifted, m2);
                 shifted = _mm256_srli_epi16(shifted, 2);
-                let g = 8 * n + 2 * j;
-                let scale = scale_pair(sc[g] as i16, sc[g + 1] as i16);
+                let scale = pairs.get(half, j);
                 for k in 0..N {
                     let y = act32(&a[k], ib, 128 * n + 32 * j);
                     sumi[k] = _mm256_add_epi32(sumi[k], _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), scale));
@@ -161,19 +198,20 @@ pub(super) unsafe fn dot_q3_k<const N: usize>(w: &[u8], a: &[ActRow; N]) -> [f32
     let nb = w.len() / 110;
     check_act(a, nb);
     let (m2, four, zero) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4), _mm256_setzero_si256());
+    let pairs = ScalePairs::new();
     let mut acc = [_mm256_setzero_ps(); N];
     for ib in 0..nb {
         let b = w.as_ptr().add(ib * 110);
         if N == 1 {
             prefetch_ahead::<110>(b, 0);
         }
-        // The last four bytes of the block: the end of the scales, then d.
-        let d = f16x2(b.add(106)).1;
-        let sc: [i8; 16] = std::mem::transmute(q3k_scales_vec(b.add(96)));
+        let d = f16_broadcast(b.add(108));
+        let sc16 = _mm256_cvtepi8_epi16(q3k_scales_vec(b.add(96)));
         let hmask = _mm256_loadu_si256(b as *const __m256i);
         let mut sumi = [_mm256_setzero_si256(); N];
         for n in 0..2 {
             let bits = _mm256_loadu_si256(b.add(32 + 32 * n) as *const __m256i);
+            let half = ScalePairs::half(sc16, n);
             let mut shifted = bits;
             for j in 0..4 {
                 let low = _mm256_and_si256(shifted, m2);
@@ -183,8 +221,7 @@ pub(super) unsafe fn dot_q3_k<const N: usize>(w: &[u8], a: &[ActRow; N]) -> [f32
                 let clear = _mm256_cmpeq_epi8(_mm256_and_si256(hmask, bit), zero);
                 let q = _mm256_sub_epi8(low, _mm256_and_si256(clear, four));
                 let aq = _mm256_sign_epi8(q, q);
-                let g = 8 * n + 2 * j;
-                let scale = scale_pair(sc[g] as i16, sc[g + 1] as i16);
+                let scale = pairs.get(half, j);
                 for k in 0..N {
                     let y = act32(&a[k], ib, 128 * n + 32 * j);
                     sumi[k] = _mm256_add_epi32(sumi[k], signed_scaled(aq, q, y, scale));
@@ -192,7 +229,7 @@ pub(super) unsafe fn dot_q3_k<const N: usize>(w: &[u8], a: &[ActRow; N]) -> [f32
             }
         }
         for k in 0..N {
-            let dd = _mm256_set1_ps(d * *a[k].d.get_unchecked(ib));
+            let dd = _mm256_mul_ps(d, _mm256_broadcast_ss(a[k].d.get_unchecked(ib)));
             acc[k] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(sumi[k]), acc[k]);
         }
     }
@@ -212,7 +249,7 @@ pub(super) unsafe fn dot_iq4_xs<const N: usize>(w: &[u8], a: &[ActRow; N]) -> [f
         if N == 1 {
             prefetch_ahead::<136>(b, 0);
         }
-        let d = f16c(b);
+        let d = f16_broadcast(b);
         let sh = u16::from_le_bytes([*b.add(2), *b.add(3)]) as u32;
         let sl = (b.add(4) as *const u32).read_unaligned();
         let mut sumi = [_mm256_setzero_si256(); N];
@@ -228,7 +265,7 @@ pub(super) unsafe fn dot_iq4_xs<const N: usize>(w: &[u8], a: &[ActRow; N]) -> [f
             }
         }
         for k in 0..N {
-            let dd = _mm256_set1_ps(d * *a[k].d.get_unchecked(ib));
+            let dd = _mm256_mul_ps(d, _mm256_broadcast_ss(a[k].d.get_unchecked(ib)));
             acc[k] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(sumi[k]), acc[k]);
         }
     }
