@@ -71,9 +71,15 @@ pub fn matmul(w: &WeightRef<'_>, x: &[f32], t: usize) -> Vec<f32> {
         match w.dtype {
             DType::F32 => gemm(Rows::F32(wb), nr, cols, x, t, out),
             DType::BF16 => gemm(Rows::BF16(wb), nr, cols, x, t, out),
-            // One token: stream each f16 row against it (no widened copy); same bits.
+            // One token: stream the f16 rows against it, four at a time (no widened copy);
+            // same bits as the widen-and-dot below.
             DType::F16 if t == 1 => {
-                for (i, o) in out.iter_mut().enumerate() {
+                let mut i = 0;
+                while i + 4 <= nr {
+                    out[i..i + 4].copy_from_slice(&super::f16_rows::dot_rows4(&wb[i * row_bytes..], x));
+                    i += 4;
+                }
+                for (i, o) in out.iter_mut().enumerate().skip(i) {
                     *o = super::f16_rows::dot_row(&wb[i * row_bytes..(i + 1) * row_bytes], x);
                 }
             }
