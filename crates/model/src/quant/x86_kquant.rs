@@ -192,12 +192,13 @@ unsafe fn q3k_scales_vec(p: *const u8) -> __m128i {
 }
 
 /// Q3_K (110 bytes: 32 bytes of high bits, 64 bytes of 2-bit low parts, 12 bytes of 6-bit
-/// scales, d): one row × `N` tokens. Values are `low − 4` where the high bit is clear.
+/// scales, d): one row × `N` tokens. Values are `low − 4` where the high bit is clear, i.e.
+/// `(low + 4·high) − 4`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn dot_q3_k<const N: usize>(w: &[u8], a: &[ActRow; N]) -> [f32; N] {
     let nb = w.len() / 110;
     check_act(a, nb);
-    let (m2, four, zero) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4), _mm256_setzero_si256());
+    let (m2, four) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
     let pairs = ScalePairs::new();
     let mut acc = [_mm256_setzero_ps(); N];
     for ib in 0..nb {
@@ -216,21 +217,23 @@ pub(super) unsafe fn dot_q3_k<const N: usize>(w: &[u8], a: &[ActRow; N]) -> [f32
             for j in 0..4 {
                 let low = _mm256_and_si256(shifted, m2);
                 shifted = _mm256_srli_epi16(shifted, 2);
-                // Element 128n + 32j + l has its high bit at bit 4n + j of hmask byte l.
+                // Element 128n + 32j + l has its high bit at bit 4n + j of hmask byte l. The
+                // value plus 4 (0..7, unsigned: no sign fix-up per token); the 4·Σy this adds
+                // comes off once per super-block, from the block sums.
                 let bit = _mm256_set1_epi8(1 << (4 * n + j));
-                let clear = _mm256_cmpeq_epi8(_mm256_and_si256(hmask, bit), zero);
-                let q = _mm256_sub_epi8(low, _mm256_and_si256(clear, four));
-                let aq = _mm256_sign_epi8(q, q);
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(hmask, bit), bit);
+                let q = _mm256_or_si256(low, _mm256_and_si256(set, four));
                 let scale = pairs.get(half, j);
                 for k in 0..N {
                     let y = act32(&a[k], ib, 128 * n + 32 * j);
-                    sumi[k] = _mm256_add_epi32(sumi[k], signed_scaled(aq, q, y, scale));
+                    sumi[k] = _mm256_add_epi32(sumi[k], _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), scale));
                 }
             }
         }
         for k in 0..N {
+            let offset = _mm256_slli_epi32::<2>(_mm256_madd_epi16(load_bsums(&a[k], ib), sc16));
             let dd = _mm256_mul_ps(d, _mm256_broadcast_ss(a[k].d.get_unchecked(ib)));
-            acc[k] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(sumi[k]), acc[k]);
+            acc[k] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[k], offset)), acc[k]);
         }
     }
     acc.map(|v| hsum_ps(v))
