@@ -109,6 +109,13 @@ mod x86 {
         let mut acc = [_mm256_setzero_ps(); 4];
         let mut k = 0;
         while k < body {
+            if k % 32 == 0 {
+                // Each row is its own stream: one cache line of each, a page ahead (the
+                // hardware prefetchers stop at page boundaries; see `quant::x86`).
+                for r in 0..4 {
+                    _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(2 * (r * n + k) + 4096) as *const i8);
+                }
+            }
             let xv = _mm256_loadu_ps(xp.add(k));
             for (r, a) in acc.iter_mut().enumerate() {
                 *a = _mm256_add_ps(*a, _mm256_mul_ps(load8(wp.add(2 * (r * n + k))), xv));
