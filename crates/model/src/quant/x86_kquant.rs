@@ -286,10 +286,11 @@ mod tests {
         is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
     }
 
+    type Dot1 = unsafe fn(&[u8], &[ActRow; 1]) -> [f32; 1];
+    type Dot4 = unsafe fn(&[u8], &[ActRow; 4]) -> [f32; 4];
+
     /// The form of `ty` for one token and for four.
-    fn forms(
-        ty: QuantType,
-    ) -> (unsafe fn(&[u8], &[ActRow; 1]) -> [f32; 1], unsafe fn(&[u8], &[ActRow; 4]) -> [f32; 4]) {
+    fn forms(ty: QuantType) -> (Dot1, Dot4) {
         match ty {
             QuantType::Q2_K => (dot_q2_k::<1>, dot_q2_k::<4>),
             QuantType::Q3_K => (dot_q3_k::<1>, dot_q3_k::<4>),
@@ -314,7 +315,7 @@ mod tests {
             let x: Vec<f32> = (0..4 * cols)
                 .map(|i| {
                     let v = ((i * 7919 + seed as usize * 31) % 1013) as f32 / 37.0 - 13.7;
-                    v * if (i / cols) % 2 == 0 { 1.0 } else { 1e-3 } * if i % 97 == 0 { 50.0 } else { 1.0 }
+                    v * if (i / cols).is_multiple_of(2) { 1.0 } else { 1e-3 } * if i % 97 == 0 { 50.0 } else { 1.0 }
                 })
                 .collect();
             let acts = QuantizedActs::new(ActFormat::Q8_K, &x, 4);

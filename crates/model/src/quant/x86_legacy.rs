@@ -268,7 +268,7 @@ mod tests {
                 .map(|i| {
                     let v = ((i * 7919 + seed as usize * 13) % 1013) as f32 / 37.0 - 13.7;
                     // Tokens of very different magnitudes, and a large outlier now and then.
-                    v * if (i / cols) % 2 == 0 { 1.0 } else { 1e-3 } * if i % 97 == 0 { 50.0 } else { 1.0 }
+                    v * if (i / cols).is_multiple_of(2) { 1.0 } else { 1e-3 } * if i % 97 == 0 { 50.0 } else { 1.0 }
                 })
                 .collect();
             for ty in
