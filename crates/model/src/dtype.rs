@@ -35,9 +35,10 @@ impl DType {
         }
     }
 
-    /// Bytes of `n` consecutive elements, or `None` when `n` is not a whole number of blocks.
+    /// Bytes of `n` consecutive elements, or `None` when `n` is not a whole number of blocks
+    /// or the byte count does not fit a `usize` (a corrupt header's row length).
     pub fn row_bytes(self, n: usize) -> Option<usize> {
-        n.is_multiple_of(self.block_size()).then(|| n / self.block_size() * self.size())
+        n.is_multiple_of(self.block_size()).then(|| (n / self.block_size()).checked_mul(self.size())).flatten()
     }
 
     /// Display name (`F32`, `BF16`, `Q4_K`, …).

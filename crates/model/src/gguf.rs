@@ -434,7 +434,10 @@ impl GgufFile {
                     dtype.block_size()
                 )));
             }
-            let row = dtype.row_bytes(dims[0] as usize).unwrap_or(0) as u64;
+            let Some(row) = dtype.row_bytes(dims[0] as usize) else {
+                return Err(bad(format!("row length {} of {} is too large", dims[0], dtype.name())));
+            };
+            let row = row as u64;
             let len = dims[1..].iter().try_fold(row, |a, &d| a.checked_mul(d));
             if !offset.is_multiple_of(alignment) {
                 return Err(bad(format!("offset {offset} is not a multiple of the alignment {alignment}")));

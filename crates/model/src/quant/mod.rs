@@ -176,9 +176,10 @@ impl QuantType {
         }
     }
 
-    /// Bytes of a row of `n` elements, or `None` when `n` is not a whole number of blocks.
+    /// Bytes of a row of `n` elements, or `None` when `n` is not a whole number of blocks or
+    /// the byte count does not fit a `usize`.
     pub fn row_bytes(self, n: usize) -> Option<usize> {
-        n.is_multiple_of(self.block_size()).then(|| n / self.block_size() * self.block_bytes())
+        n.is_multiple_of(self.block_size()).then(|| (n / self.block_size()).checked_mul(self.block_bytes())).flatten()
     }
 }
 
