@@ -44,17 +44,22 @@ pub(super) fn kernel_x4(ty: QuantType) -> Option<super::Dot4Fn> {
 }
 
 /// An 8-token kernel for `ty` (one weight row against eight activation rows), where one is
-/// written for `ty` and this CPU has AVX-512 BW: the k-quant tiles, whose weight unpacking
-/// then serves twice as many tokens. Each result bit-identical to [`kernel`]'s single dot.
+/// written for `ty`: the k-quant tiles, whose weight unpacking then serves twice as many
+/// tokens (Q4_K and Q6_K with AVX-512 BW; Q2_K, Q3_K, Q5_K and IQ4_XS with AVX2). Each result
+/// bit-identical to [`kernel`]'s single dot.
 pub(super) fn kernel_x8(ty: QuantType) -> Option<super::Dot8Fn> {
     let have = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
-    if !have || !avx512bw() || crate::kernels::plain_kernels() {
+    if !have || crate::kernels::plain_kernels() {
         return None;
     }
     // SAFETY: only returned after the features it needs were detected above.
     let f: super::Dot8Fn = match ty {
-        QuantType::Q4_K => |w, a| unsafe { dot_q4_k_xn_512(w, a) },
-        QuantType::Q6_K => |w, a| unsafe { dot_q6_k_xn_512(w, a) },
+        QuantType::Q4_K if avx512bw() => |w, a| unsafe { dot_q4_k_xn_512(w, a) },
+        QuantType::Q6_K if avx512bw() => |w, a| unsafe { dot_q6_k_xn_512(w, a) },
+        QuantType::Q2_K => |w, a| unsafe { kquant::dot_q2_k::<8>(w, a) },
+        QuantType::Q3_K => |w, a| unsafe { kquant::dot_q3_k::<8>(w, a) },
+        QuantType::Q5_K => |w, a| unsafe { kquant::dot_q5_k::<8>(w, a) },
+        QuantType::IQ4_XS => |w, a| unsafe { kquant::dot_iq4_xs::<8>(w, a) },
         _ => return None,
     };
     Some(f)

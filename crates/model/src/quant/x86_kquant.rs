@@ -1,6 +1,6 @@
 //! AVX2 + FMA + F16C kernels for the 256-element super-block formats that `x86` does not cover
 //! (Q2_K, Q3_K, Q5_K, IQ4_XS) against Q8_K activations: one weight row against `N` tokens,
-//! `N = 1` for decode and `N = 4` for the prefill tiles.
+//! `N = 1` for decode and `N = 8`, then 4, for the prefill tiles.
 //!
 //! A super-block is unpacked once for all `N` tokens, and every token's sums and float steps
 //! are the same whatever `N` is, so each result of the 4-token form is bit-identical to the
@@ -302,8 +302,8 @@ mod tests {
 
     /// On ragged super-block counts and tokens of very different magnitudes: the single dot
     /// equals the scalar reference (same integer sums, f32 additions in another order), the
-    /// dispatched single dot is this one, and the 4-token form gives every token the single
-    /// dot's bits.
+    /// dispatched single dot is this one, and the 4- and 8-token forms give every token the
+    /// single dot's bits.
     #[test]
     fn k_quant_dots_equal_the_reference_and_tiles_the_single_dots() {
         if !avx2() {
@@ -343,6 +343,11 @@ mod tests {
                         "{ty} x4, {nsb} super-blocks"
                     );
                     assert_eq!(tile(&w, &toks).map(f32::to_bits).to_vec(), want, "{ty} dispatched x4");
+                    // Eight tokens: the four, then the same four in reverse order.
+                    let toks8 = [toks[0], toks[1], toks[2], toks[3], toks[3], toks[2], toks[1], toks[0]];
+                    let want8: Vec<u32> = want.iter().chain(want.iter().rev()).copied().collect();
+                    let tile8 = crate::quant::dot_kernel_x8(ty).expect("an 8-token kernel where AVX2 runs");
+                    assert_eq!(tile8(&w, &toks8).map(f32::to_bits).to_vec(), want8, "{ty} dispatched x8");
                 }
             }
         }
