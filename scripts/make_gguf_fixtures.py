@@ -1,11 +1,12 @@
 """Writes fixtures/gguf/quant-reference.gguf with the reference `gguf` Python package (the
 gguf-py that ships with llama.cpp): one metadata entry of every GGUF value type (scalars,
 arrays, a nested array), a non-default alignment, and for every block format FrogNano reads
-(Q4_0 … Q6_K) random blocks `q.<TYPE>` next to `deq.<TYPE>`, their dequantization by
+(Q4_0 … Q6_K, IQ4_NL, IQ4_XS) random blocks `q.<TYPE>` next to `deq.<TYPE>`, their dequantization by
 gguf.quants (which mirrors ggml's dequantize_row_*). Also `q8_0.src` (f32) and `q8_0.ref`,
 gguf.quants' Q8_0 quantization of it.
 
-Usage: python scripts/make_gguf_fixtures.py   (needs `pip install gguf numpy`)
+Usage: python scripts/make_gguf_fixtures.py   (needs `pip install gguf numpy`;
+the committed file was written with gguf 0.19.0)
 """
 import os
 import sys
@@ -22,6 +23,7 @@ rng = np.random.default_rng(1234)
 F16_FIELDS = {
     T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
     T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
+    T.IQ4_NL: [0], T.IQ4_XS: [0],
 }
 ROWS, COLS = 3, 512
 

@@ -1,8 +1,6 @@
 //! Storage types of weights (float formats and ggml block formats) and their widening to
 //! f32. Sits right above [`crate::quant`], below the kernels' dispatch and the tensor type.
 
-use half::f16;
-
 use crate::quant::{dequantize, QuantType};
 
 /// Storage type of a weight matrix.
@@ -37,9 +35,10 @@ impl DType {
         }
     }
 
-    /// Bytes of `n` consecutive elements, or `None` when `n` is not a whole number of blocks.
+    /// Bytes of `n` consecutive elements, or `None` when `n` is not a whole number of blocks
+    /// or the byte count does not fit a `usize` (a corrupt header's row length).
     pub fn row_bytes(self, n: usize) -> Option<usize> {
-        n.is_multiple_of(self.block_size()).then(|| n / self.block_size() * self.size())
+        n.is_multiple_of(self.block_size()).then(|| (n / self.block_size()).checked_mul(self.size())).flatten()
     }
 
     /// Display name (`F32`, `BF16`, `Q4_K`, …).
@@ -73,11 +72,7 @@ pub fn widen(bytes: &[u8], dtype: DType, out: &mut [f32]) {
                 *o = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
             }
         }
-        DType::F16 => {
-            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                *o = f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
-            }
-        }
+        DType::F16 => crate::kernels::f16_rows::widen(bytes, out),
         DType::Quant(q) => dequantize(q, bytes, out),
     }
 }

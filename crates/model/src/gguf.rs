@@ -417,7 +417,7 @@ impl GgufFile {
             let dtype = dtype_from_ggml(ty).ok_or_else(|| {
                 bad(format!(
                     "type {} (ggml id {ty}) is not supported; supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, \
-                     Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K",
+                     Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS",
                     ggml_type_name(ty)
                 ))
             })?;
@@ -434,7 +434,10 @@ impl GgufFile {
                     dtype.block_size()
                 )));
             }
-            let row = dtype.row_bytes(dims[0] as usize).unwrap_or(0) as u64;
+            let Some(row) = dtype.row_bytes(dims[0] as usize) else {
+                return Err(bad(format!("row length {} of {} is too large", dims[0], dtype.name())));
+            };
+            let row = row as u64;
             let len = dims[1..].iter().try_fold(row, |a, &d| a.checked_mul(d));
             if !offset.is_multiple_of(alignment) {
                 return Err(bad(format!("offset {offset} is not a multiple of the alignment {alignment}")));

@@ -30,7 +30,7 @@ fn random_blocks(ty: QuantType, n: usize, seed: u64) -> Vec<u8> {
     };
     let mut b: Vec<u8> = (0..n * ty.block_bytes()).map(|_| next() as u8).collect();
     let f16s: &[usize] = match ty {
-        QuantType::Q4_0 | QuantType::Q5_0 | QuantType::Q8_0 => &[0],
+        QuantType::Q4_0 | QuantType::Q5_0 | QuantType::Q8_0 | QuantType::IQ4_NL | QuantType::IQ4_XS => &[0],
         QuantType::Q4_1 | QuantType::Q5_1 | QuantType::Q4_K | QuantType::Q5_K => &[0, 2],
         QuantType::Q2_K => &[80, 82],
         QuantType::Q3_K => &[108],
@@ -53,6 +53,13 @@ fn every_token_of_a_tiled_matmul_equals_its_one_token_matmul() {
         (QuantType::Q4_1, 96),
         (QuantType::Q8_0, 160),
         (QuantType::Q5_K, 256),
+        (QuantType::Q4_0, 64),
+        (QuantType::Q5_0, 96),
+        (QuantType::Q5_1, 128),
+        (QuantType::IQ4_NL, 64),
+        (QuantType::Q2_K, 512),
+        (QuantType::Q3_K, 256),
+        (QuantType::IQ4_XS, 512),
     ] {
         for rows in [1usize, 5, 37] {
             let w = random_blocks(ty, rows * cols / ty.block_size(), rows as u64);

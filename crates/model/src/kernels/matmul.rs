@@ -1,7 +1,8 @@
 //! The one dispatch point of `y = x · Wᵀ`: given a weight as stored (its dtype, bytes and any
 //! packed copy) it picks the kernel — the ggml block-format kernels of [`crate::quant`] (SIMD
 //! picked at run time, the eight-row Q4_K packing of [`crate::quant::q4k_x8`]), the f32/bf16
-//! tiles of [`super::gemm`], or a plain widen-and-dot for f16. The tensor type above calls
+//! tiles of [`super::gemm`], or for f16 a widen-and-dot ([`super::f16_rows`]: streamed rows for
+//! one token). The tensor type above calls
 //! only this; a GPU backend is one more arm here, chosen once per call and never per row.
 
 use rayon::prelude::*;
@@ -70,6 +71,18 @@ pub fn matmul(w: &WeightRef<'_>, x: &[f32], t: usize) -> Vec<f32> {
         match w.dtype {
             DType::F32 => gemm(Rows::F32(wb), nr, cols, x, t, out),
             DType::BF16 => gemm(Rows::BF16(wb), nr, cols, x, t, out),
+            // One token: stream the f16 rows against it, four at a time (no widened copy);
+            // same bits as the widen-and-dot below.
+            DType::F16 if t == 1 => {
+                let mut i = 0;
+                while i + 4 <= nr {
+                    out[i..i + 4].copy_from_slice(&super::f16_rows::dot_rows4(&wb[i * row_bytes..], x));
+                    i += 4;
+                }
+                for (i, o) in out.iter_mut().enumerate().skip(i) {
+                    *o = super::f16_rows::dot_row(&wb[i * row_bytes..(i + 1) * row_bytes], x);
+                }
+            }
             _ => {
                 let mut wbuf = vec![0.0f32; nr * cols];
                 for (i, dst) in wbuf.chunks_exact_mut(cols).enumerate() {

@@ -15,12 +15,16 @@
 //! | Q4_K | 256 | 144 | `d·s·q − dmin·m`, 8 groups of 32, s/m 6-bit |
 //! | Q5_K | 256 | 176 | as Q4_K with a fifth bit |
 //! | Q6_K | 256 | 210 | `d·s·(q − 32)`, 16 groups of 16, s int8 |
+//! | IQ4_NL | 32 | 18 | `d·K[q]`, q a 4-bit index into the 16-entry table K ([`KVALUES_IQ4NL`]) |
+//! | IQ4_XS | 256 | 136 | `d·(s − 32)·K[q]`, 8 groups of 32, s 6-bit |
 //!
 //! Matmul follows llama.cpp: each activation row is quantized to 8-bit blocks ([`ActFormat`]:
-//! Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for the k-quants) and every weight row is
-//! dotted with it in integer arithmetic, so our logits track llama.cpp's, not an f32
-//! dequantized product. [`dot_reference`] is the plain version of every dot; on x86-64 with
-//! AVX2 the hot formats use the SIMD kernels in `x86`, picked at run time.
+//! Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL, Q8_1 for Q4_1/Q5_1, Q8_K for the k-quants and IQ4_XS) and
+//! every weight row is dotted with it in integer arithmetic, so our logits track llama.cpp's,
+//! not an f32 dequantized product. [`dot_reference`] is the plain version of every dot; on
+//! x86-64 with AVX2, FMA and F16C every format has SIMD kernels (`x86`, `x86_legacy` for the
+//! 32-element blocks, `x86_kquant` for the k-quants and IQ4_XS), picked at run time: a single
+//! dot, a 4-token tile for prefill, and for the 32-element blocks a 4-row form for decode.
 
 pub mod ggml;
 pub mod q4k_x8;
@@ -55,7 +59,14 @@ pub enum QuantType {
     Q5_K,
     /// 256-element super-block, 6-bit values, int8 scales.
     Q6_K,
+    /// 32 × 4-bit indices into the non-linear table [`KVALUES_IQ4NL`], one f16 scale.
+    IQ4_NL,
+    /// 256-element super-block of IQ4_NL indices, 6-bit scales per 32.
+    IQ4_XS,
 }
+
+/// The sixteen values a 4-bit IQ4_NL/IQ4_XS index selects (ggml's `kvalues_iq4nl`).
+pub const KVALUES_IQ4NL: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
 
 /// How activations are quantized to meet a weight format in an integer dot.
 #[allow(non_camel_case_types)]
@@ -74,7 +85,7 @@ pub const QK_K: usize = 256;
 
 impl QuantType {
     /// Every format, in ggml type-id order.
-    pub const ALL: [QuantType; 10] = [
+    pub const ALL: [QuantType; 12] = [
         QuantType::Q4_0,
         QuantType::Q4_1,
         QuantType::Q5_0,
@@ -85,12 +96,19 @@ impl QuantType {
         QuantType::Q4_K,
         QuantType::Q5_K,
         QuantType::Q6_K,
+        QuantType::IQ4_NL,
+        QuantType::IQ4_XS,
     ];
 
     /// Elements per block.
     pub fn block_size(self) -> usize {
         match self {
-            QuantType::Q4_0 | QuantType::Q4_1 | QuantType::Q5_0 | QuantType::Q5_1 | QuantType::Q8_0 => 32,
+            QuantType::Q4_0
+            | QuantType::Q4_1
+            | QuantType::Q5_0
+            | QuantType::Q5_1
+            | QuantType::Q8_0
+            | QuantType::IQ4_NL => 32,
             _ => QK_K,
         }
     }
@@ -108,6 +126,8 @@ impl QuantType {
             QuantType::Q4_K => 144,
             QuantType::Q5_K => 176,
             QuantType::Q6_K => 210,
+            QuantType::IQ4_NL => 18,
+            QuantType::IQ4_XS => 136,
         }
     }
 
@@ -124,6 +144,8 @@ impl QuantType {
             QuantType::Q4_K => "Q4_K",
             QuantType::Q5_K => "Q5_K",
             QuantType::Q6_K => "Q6_K",
+            QuantType::IQ4_NL => "IQ4_NL",
+            QuantType::IQ4_XS => "IQ4_XS",
         }
     }
 
@@ -140,21 +162,24 @@ impl QuantType {
             QuantType::Q4_K => 12,
             QuantType::Q5_K => 13,
             QuantType::Q6_K => 14,
+            QuantType::IQ4_NL => 20,
+            QuantType::IQ4_XS => 23,
         }
     }
 
     /// The activation format llama.cpp pairs with this weight format.
     pub fn act_format(self) -> ActFormat {
         match self {
-            QuantType::Q4_0 | QuantType::Q5_0 | QuantType::Q8_0 => ActFormat::Q8_0,
+            QuantType::Q4_0 | QuantType::Q5_0 | QuantType::Q8_0 | QuantType::IQ4_NL => ActFormat::Q8_0,
             QuantType::Q4_1 | QuantType::Q5_1 => ActFormat::Q8_1,
             _ => ActFormat::Q8_K,
         }
     }
 
-    /// Bytes of a row of `n` elements, or `None` when `n` is not a whole number of blocks.
+    /// Bytes of a row of `n` elements, or `None` when `n` is not a whole number of blocks or
+    /// the byte count does not fit a `usize`.
     pub fn row_bytes(self, n: usize) -> Option<usize> {
-        n.is_multiple_of(self.block_size()).then(|| n / self.block_size() * self.block_bytes())
+        n.is_multiple_of(self.block_size()).then(|| (n / self.block_size()).checked_mul(self.block_bytes())).flatten()
     }
 }
 
@@ -180,11 +205,12 @@ fn round_f16(x: f32) -> f32 {
 /// One k-quant super-block as integers: element `e` is `d·scale[e/16]·q[e] − dmin·min[e/16]`.
 #[derive(Debug, Clone)]
 pub struct UnpackedK {
-    /// Values (Q2_K 0..3, Q3_K −4..3, Q4_K 0..15, Q5_K 0..31, Q6_K −32..31).
+    /// Values (Q2_K 0..3, Q3_K −4..3, Q4_K 0..15, Q5_K 0..31, Q6_K −32..31, IQ4_XS the
+    /// table's −127..113).
     pub q: [i8; QK_K],
-    /// Scale per group of 16.
+    /// Scale per group of 16 (IQ4_XS: its scale per 32 twice, less its offset of 32).
     pub scale: [i32; 16],
-    /// Minimum per group of 16 (zero for Q3_K and Q6_K).
+    /// Minimum per group of 16 (zero for Q3_K, Q6_K and IQ4_XS).
     pub min: [i32; 16],
     /// Super-block scale.
     pub d: f32,
@@ -282,6 +308,23 @@ pub fn unpack_k(ty: QuantType, b: &[u8]) -> UnpackedK {
                 u.scale[g] = *s as i8 as i32;
             }
         }
+        QuantType::IQ4_XS => {
+            u.d = f16_at(b, 0);
+            let scales_h = u16::from_le_bytes([b[2], b[3]]);
+            let (scales_l, qs) = (&b[4..8], &b[8..136]);
+            for sb in 0..8 {
+                let low = (scales_l[sb / 2] >> (4 * (sb % 2))) & 0xF;
+                let high = ((scales_h >> (2 * sb)) & 3) as u8;
+                let s = (low | (high << 4)) as i32 - 32;
+                u.scale[2 * sb] = s;
+                u.scale[2 * sb + 1] = s;
+                for j in 0..16 {
+                    let q = qs[16 * sb + j];
+                    u.q[32 * sb + j] = KVALUES_IQ4NL[(q & 0xF) as usize];
+                    u.q[32 * sb + 16 + j] = KVALUES_IQ4NL[(q >> 4) as usize];
+                }
+            }
+        }
         _ => unreachable!("unpack_k called with {ty}"),
     }
     u
@@ -333,6 +376,13 @@ pub fn dequantize(ty: QuantType, bytes: &[u8], out: &mut [f32]) {
                 let d = f16_at(b, 0);
                 for j in 0..32 {
                     y[j] = b[2 + j] as i8 as f32 * d;
+                }
+            }
+            QuantType::IQ4_NL => {
+                let d = f16_at(b, 0);
+                for j in 0..16 {
+                    y[j] = d * KVALUES_IQ4NL[(b[2 + j] & 0xF) as usize] as f32;
+                    y[j + 16] = d * KVALUES_IQ4NL[(b[2 + j] >> 4) as usize] as f32;
                 }
             }
             _ => {
@@ -563,7 +613,12 @@ pub fn dot_reference(ty: QuantType, w: &[u8], a: &ActRow) -> f32 {
     let mut sum = 0.0f32;
     for (ib, b) in w.chunks_exact(bb).enumerate() {
         match ty {
-            QuantType::Q4_0 | QuantType::Q4_1 | QuantType::Q5_0 | QuantType::Q5_1 | QuantType::Q8_0 => {
+            QuantType::Q4_0
+            | QuantType::Q4_1
+            | QuantType::Q5_0
+            | QuantType::Q5_1
+            | QuantType::Q8_0
+            | QuantType::IQ4_NL => {
                 let y = &a.qs[ib * 32..(ib + 1) * 32];
                 let mut vals = [0i32; 32];
                 let (d, m) = match ty {
@@ -591,6 +646,13 @@ pub fn dot_reference(ty: QuantType, w: &[u8], a: &ActRow) -> f32 {
                             vals[j + 16] = ((q >> 4) as u32 | (((qh >> (j + 16)) & 1) << 4)) as i32 - off;
                         }
                         (f16_at(b, 0), if ty == QuantType::Q5_1 { f16_at(b, 2) } else { 0.0 })
+                    }
+                    QuantType::IQ4_NL => {
+                        for j in 0..16 {
+                            vals[j] = KVALUES_IQ4NL[(b[2 + j] & 0xF) as usize] as i32;
+                            vals[j + 16] = KVALUES_IQ4NL[(b[2 + j] >> 4) as usize] as i32;
+                        }
+                        (f16_at(b, 0), 0.0)
                     }
                     _ => {
                         for j in 0..32 {
@@ -642,6 +704,8 @@ pub fn dot_kernel(ty: QuantType) -> DotFn {
         QuantType::Q4_K => |w, a| dot_reference(QuantType::Q4_K, w, a),
         QuantType::Q5_K => |w, a| dot_reference(QuantType::Q5_K, w, a),
         QuantType::Q6_K => |w, a| dot_reference(QuantType::Q6_K, w, a),
+        QuantType::IQ4_NL => |w, a| dot_reference(QuantType::IQ4_NL, w, a),
+        QuantType::IQ4_XS => |w, a| dot_reference(QuantType::IQ4_XS, w, a),
     }
 }
 
@@ -899,7 +963,7 @@ pub(crate) mod tests {
         let mut s = seed;
         let mut b: Vec<u8> = (0..n * ty.block_bytes()).map(|_| lcg(&mut s) as u8).collect();
         let f16s: &[usize] = match ty {
-            QuantType::Q4_0 | QuantType::Q5_0 | QuantType::Q8_0 => &[0],
+            QuantType::Q4_0 | QuantType::Q5_0 | QuantType::Q8_0 | QuantType::IQ4_NL | QuantType::IQ4_XS => &[0],
             QuantType::Q4_1 | QuantType::Q5_1 | QuantType::Q4_K | QuantType::Q5_K => &[0, 2],
             QuantType::Q2_K => &[80, 82],
             QuantType::Q3_K => &[108],
@@ -912,6 +976,36 @@ pub(crate) mod tests {
             }
         }
         b
+    }
+
+    /// The size of the terms of `dot_reference(ty, w, a)`: `Σ |weight part|·|y|·d_y` over every
+    /// element, each weight split into its scaled value and its minimum so that cancelling
+    /// parts count fully. A sum of these terms in another f32 order differs from the
+    /// reference by a few ulps of this, however small the dot itself is.
+    pub(crate) fn dot_magnitude(ty: QuantType, w: &[u8], a: &ActRow) -> f32 {
+        let (bs, bb) = (ty.block_size(), ty.block_bytes());
+        let mut total = 0.0f64;
+        for (ib, b) in w.chunks_exact(bb).enumerate() {
+            let y = &a.qs[ib * bs..(ib + 1) * bs];
+            if bs == 32 {
+                let mut deq = [0.0f32; 32];
+                dequantize(ty, b, &mut deq);
+                let m = if matches!(ty, QuantType::Q4_1 | QuantType::Q5_1) { f16_at(b, 2).abs() } else { 0.0 };
+                let s: f64 = deq.iter().zip(y).map(|(v, q)| ((v.abs() + m) * (*q as f32).abs()) as f64).sum();
+                total += s * a.d[ib].abs() as f64;
+            } else {
+                let u = unpack_k(ty, b);
+                let s: f64 = (0..QK_K)
+                    .map(|e| {
+                        let g = e / 16;
+                        let part = (u.d * u.scale[g] as f32 * u.q[e] as f32).abs() + (u.dmin * u.min[g] as f32).abs();
+                        (part * (y[e] as f32).abs()) as f64
+                    })
+                    .sum();
+                total += s * a.d[ib].abs() as f64;
+            }
+        }
+        total as f32
     }
 
     #[test]

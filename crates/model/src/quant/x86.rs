@@ -1,11 +1,18 @@
 //! AVX2 + FMA + F16C dot kernels for the formats people run (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K), with
-//! AVX-512 VNNI forms of the 32-element-block ones, picked
-//! at run time. Each computes the same integer sums as [`super::dot_reference`] (exact), then
+//! AVX-512 VNNI forms of the 32-element-block ones, picked at run time, and the dispatch to
+//! the AVX2 kernels of every other format (`x86_legacy.rs`: Q5_0, Q5_1, IQ4_NL and the
+//! 4-token/4-row forms of Q4_0 and Q8_0; `x86_kquant.rs`: Q2_K, Q3_K, Q5_K, IQ4_XS). Each computes the same integer sums as [`super::dot_reference`] (exact), then
 //! scales them in f32; tests hold them to the reference.
 
 use std::arch::x86_64::*;
 
 use super::{ActRow, DotFn, QuantType, QK_K};
+
+// The kernels of the other formats, as child modules so they share this module's helpers.
+#[path = "x86_kquant.rs"]
+mod kquant;
+#[path = "x86_legacy.rs"]
+mod legacy;
 
 /// A 4-token kernel for `ty` (one weight row against four activation rows, the weight blocks
 /// unpacked once), if this CPU has AVX2, FMA and F16C and one is written for `ty`. Each of its
@@ -18,28 +25,41 @@ pub(super) fn kernel_x4(ty: QuantType) -> Option<super::Dot4Fn> {
     let f: super::Dot4Fn = match ty {
         QuantType::Q4_1 if vnni() => |w, a| unsafe { dot_q4_1_x4_vnni(w, a) },
         QuantType::Q4_1 => |w, a| unsafe { dot_q4_1_x4(w, a) },
+        QuantType::Q4_0 => |w, a| unsafe { legacy::dot_x4::<{ legacy::Q4_0 }>(w, a) },
+        QuantType::Q5_0 => |w, a| unsafe { legacy::dot_x4::<{ legacy::Q5_0 }>(w, a) },
+        QuantType::Q5_1 => |w, a| unsafe { legacy::dot_x4::<{ legacy::Q5_1 }>(w, a) },
+        QuantType::Q8_0 => |w, a| unsafe { legacy::dot_x4::<{ legacy::Q8_0 }>(w, a) },
+        QuantType::IQ4_NL => |w, a| unsafe { legacy::dot_x4::<{ legacy::IQ4_NL }>(w, a) },
+        QuantType::Q2_K => |w, a| unsafe { kquant::dot_q2_k::<4>(w, a) },
+        QuantType::Q3_K => |w, a| unsafe { kquant::dot_q3_k::<4>(w, a) },
+        QuantType::Q5_K => |w, a| unsafe { kquant::dot_q5_k::<4>(w, a) },
+        QuantType::IQ4_XS => |w, a| unsafe { kquant::dot_iq4_xs::<4>(w, a) },
         QuantType::Q4_K | QuantType::Q6_K if crate::kernels::plain_kernels() => return None,
         QuantType::Q4_K if avx512bw() => |w, a| unsafe { dot_q4_k_xn_512(w, a) },
         QuantType::Q4_K => |w, a| unsafe { dot_q4_k_x4(w, a) },
         QuantType::Q6_K if avx512bw() => |w, a| unsafe { dot_q6_k_xn_512(w, a) },
         QuantType::Q6_K => |w, a| unsafe { dot_q6_k_x4(w, a) },
-        _ => return None,
     };
     Some(f)
 }
 
 /// An 8-token kernel for `ty` (one weight row against eight activation rows), where one is
-/// written for `ty` and this CPU has AVX-512 BW: the k-quant tiles, whose weight unpacking
-/// then serves twice as many tokens. Each result bit-identical to [`kernel`]'s single dot.
+/// written for `ty`: the k-quant tiles, whose weight unpacking then serves twice as many
+/// tokens (Q4_K and Q6_K with AVX-512 BW; Q2_K, Q3_K, Q5_K and IQ4_XS with AVX2). Each result
+/// bit-identical to [`kernel`]'s single dot.
 pub(super) fn kernel_x8(ty: QuantType) -> Option<super::Dot8Fn> {
     let have = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
-    if !have || !avx512bw() || crate::kernels::plain_kernels() {
+    if !have || crate::kernels::plain_kernels() {
         return None;
     }
     // SAFETY: only returned after the features it needs were detected above.
     let f: super::Dot8Fn = match ty {
-        QuantType::Q4_K => |w, a| unsafe { dot_q4_k_xn_512(w, a) },
-        QuantType::Q6_K => |w, a| unsafe { dot_q6_k_xn_512(w, a) },
+        QuantType::Q4_K if avx512bw() => |w, a| unsafe { dot_q4_k_xn_512(w, a) },
+        QuantType::Q6_K if avx512bw() => |w, a| unsafe { dot_q6_k_xn_512(w, a) },
+        QuantType::Q2_K => |w, a| unsafe { kquant::dot_q2_k::<8>(w, a) },
+        QuantType::Q3_K => |w, a| unsafe { kquant::dot_q3_k::<8>(w, a) },
+        QuantType::Q5_K => |w, a| unsafe { kquant::dot_q5_k::<8>(w, a) },
+        QuantType::IQ4_XS => |w, a| unsafe { kquant::dot_iq4_xs::<8>(w, a) },
         _ => return None,
     };
     Some(f)
@@ -109,6 +129,10 @@ pub(super) fn kernel_rows4(ty: QuantType) -> Option<super::DotRows4Fn> {
         QuantType::Q4_1 => |w, a| unsafe { dot_q4_1_r4(w, a) },
         QuantType::Q8_0 if vnni() => |w, a| unsafe { dot_q8_0_r4_vnni(w, a) },
         QuantType::Q8_0 => |w, a| unsafe { dot_q8_0_r4(w, a) },
+        QuantType::Q4_0 => |w, a| unsafe { legacy::dot_rows4::<{ legacy::Q4_0 }>(w, a) },
+        QuantType::Q5_0 => |w, a| unsafe { legacy::dot_rows4::<{ legacy::Q5_0 }>(w, a) },
+        QuantType::Q5_1 => |w, a| unsafe { legacy::dot_rows4::<{ legacy::Q5_1 }>(w, a) },
+        QuantType::IQ4_NL => |w, a| unsafe { legacy::dot_rows4::<{ legacy::IQ4_NL }>(w, a) },
         _ => return None,
     };
     Some(f)
@@ -129,7 +153,13 @@ pub(super) fn kernel(ty: QuantType) -> Option<DotFn> {
         QuantType::Q8_0 => |w, a| unsafe { dot_q8_0(w, a) },
         QuantType::Q4_K => |w, a| unsafe { dot_q4_k(w, a) },
         QuantType::Q6_K => |w, a| unsafe { dot_q6_k(w, a) },
-        _ => return None,
+        QuantType::Q5_0 => |w, a| unsafe { legacy::dot::<{ legacy::Q5_0 }>(w, a) },
+        QuantType::Q5_1 => |w, a| unsafe { legacy::dot::<{ legacy::Q5_1 }>(w, a) },
+        QuantType::IQ4_NL => |w, a| unsafe { legacy::dot::<{ legacy::IQ4_NL }>(w, a) },
+        QuantType::Q2_K => |w, a| unsafe { kquant::dot_q2_k::<1>(w, &[*a])[0] },
+        QuantType::Q3_K => |w, a| unsafe { kquant::dot_q3_k::<1>(w, &[*a])[0] },
+        QuantType::Q5_K => |w, a| unsafe { kquant::dot_q5_k::<1>(w, &[*a])[0] },
+        QuantType::IQ4_XS => |w, a| unsafe { kquant::dot_iq4_xs::<1>(w, &[*a])[0] },
     };
     Some(f)
 }
