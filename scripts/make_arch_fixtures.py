@@ -34,21 +34,17 @@ llama.cpp runs from the venv of scripts/setup-llama-reference.sh (llama-cpp-pyth
 threads, f16 KV cache; the script also installs the pyyaml gguf-py imports). Usage:
     .venv-llama/bin/python scripts/make_arch_fixtures.py
 """
-import glob
 import json
 import math
 import os
 import shutil
 import struct
 import sys
-import tarfile
 
 import numpy as np
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 OUT = os.path.join(ROOT, "fixtures", "arch")
-SDIST_TARS = os.path.join(ROOT, ".venv-llama", "sdist")
-SDIST_DIR = os.environ.get("LLAMA_SDIST_DIR", os.path.join(ROOT, ".venv-llama", "src"))
 TOKENIZER_DIR = os.path.join(ROOT, "fixtures", "qwen35-tiny")
 TOKENIZER_GGUF = os.path.join(ROOT, "fixtures", "qwen35-tiny.gguf")
 
@@ -86,16 +82,11 @@ ARCHS = {
 
 
 def sdist_root():
-    cand = glob.glob(os.path.join(SDIST_DIR, "llama_cpp_python-*"))
-    if not cand:
-        os.makedirs(SDIST_DIR, exist_ok=True)
-        tars = glob.glob(os.path.join(SDIST_TARS, "llama_cpp_python-*.tar.gz"))
-        if not tars:
-            sys.exit("llama-cpp-python sdist not found; run scripts/setup-llama-reference.sh")
-        with tarfile.open(tars[0]) as t:
-            t.extractall(SDIST_DIR)
-        cand = glob.glob(os.path.join(SDIST_DIR, "llama_cpp_python-*"))
-    return os.path.join(cand[0], "vendor", "llama.cpp")
+    """llama.cpp's tree inside the llama-cpp-python sdist (unpacked by llama_reference.py)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import llama_reference
+
+    return os.path.join(llama_reference.sdist_root(), "vendor", "llama.cpp")
 
 
 def random_weights(cfg, seed):

@@ -131,14 +131,9 @@ pub struct SolverArgs {
     /// Tokens the agent generates per turn at most, as `frognano solve --max-tokens-per-turn`.
     #[arg(long, default_value_t = AgentLimits::default().max_tokens_per_turn, conflicts_with = "solver_cmd")]
     pub max_tokens_per_turn: u32,
-    /// Sample the agent's replies under a grammar of the tool calls, as `frognano solve
-    /// --constrain-tools` (default: on, unless the model is Qwen3.5/FrogNano; needs a model
-    /// run in this process, not --endpoint).
-    #[arg(long, conflicts_with_all = ["no_constrain_tools", "solver_cmd", "endpoint"])]
-    pub constrain_tools: bool,
-    /// Turn grammar-constrained tool calls off (see --constrain-tools).
-    #[arg(long, conflicts_with = "solver_cmd")]
-    pub no_constrain_tools: bool,
+    /// The agent's tool calls under a grammar, as `frognano solve --constrain-tools`.
+    #[command(flatten)]
+    pub constrain: crate::constrain::ConstrainToolsArgs,
     /// Threads of the agent's in-process model (`-t/--threads`).
     #[command(flatten)]
     pub threads: crate::threads::ThreadArgs,
@@ -148,6 +143,9 @@ impl SolverArgs {
     /// The solver these flags ask for; `no_sandbox` runs the agent's commands unconfined.
     pub fn config(&self, no_sandbox: bool) -> anyhow::Result<SolverConfig> {
         Ok(match (&self.solver_cmd, &self.model) {
+            (Some(_), _) if self.constrain.choice().is_some() => {
+                anyhow::bail!("--constrain-tools / --no-constrain-tools go with --model, not --solver-cmd")
+            }
             (Some(cmd), _) => SolverConfig::Command(cmd.clone()),
             (None, Some(model)) => SolverConfig::Agent {
                 frognano: self.frognano_bin.clone(),
@@ -156,11 +154,7 @@ impl SolverArgs {
                 no_sandbox,
                 tool_parser: self.tool_parser.map(|p| p.to_string()),
                 limits: AgentLimits { max_steps: self.max_steps, max_tokens_per_turn: self.max_tokens_per_turn },
-                constrain_tools: match (self.constrain_tools, self.no_constrain_tools) {
-                    (true, _) => Some(true),
-                    (_, true) => Some(false),
-                    _ => None,
-                },
+                constrain_tools: self.constrain.choice(),
             },
             (None, None) => anyhow::bail!("pass --model (with --endpoint) or --solver-cmd"),
         })

@@ -1,5 +1,6 @@
 //! `frognano`: the binary. One module per subcommand, wiring only; the work is in the crates.
 
+mod constrain;
 mod eval;
 mod progress;
 mod pull;

@@ -42,14 +42,9 @@ pub struct ServeArgs {
     /// (default: detected from the chat template).
     #[arg(long, value_name = "NAME")]
     pub tool_parser: Option<ToolParser>,
-    /// Sample `tool_choice: "auto"` replies to requests with tools under a grammar of the
-    /// tools' calls: free text, or calls with arguments under their schemas, so a malformed
-    /// call cannot be produced. Default: on, unless the model is Qwen3.5/FrogNano.
-    #[arg(long, conflicts_with = "no_constrain_tools")]
-    pub constrain_tools: bool,
-    /// Leave `tool_choice: "auto"` replies unconstrained (see --constrain-tools).
-    #[arg(long)]
-    pub no_constrain_tools: bool,
+    /// Tool calls of `tool_choice: "auto"` replies under a grammar.
+    #[command(flatten)]
+    pub constrain: crate::constrain::ConstrainToolsArgs,
     /// Threads of the model (`-t/--threads`).
     #[command(flatten)]
     pub threads: crate::threads::ThreadArgs,
@@ -69,11 +64,7 @@ impl From<ServeArgs> for ServeConfig {
             max_body_bytes: a.max_body_bytes,
             max_waiting: a.max_waiting,
             tool_parser: a.tool_parser,
-            constrain_tools: match (a.constrain_tools, a.no_constrain_tools) {
-                (true, _) => Some(true),
-                (_, true) => Some(false),
-                _ => None,
-            },
+            constrain_tools: a.constrain.choice(),
         }
     }
 }

@@ -130,14 +130,9 @@ pub struct SolveArgs {
     /// summary of its result, on stderr). stdout carries only the final summary either way.
     #[arg(long, short)]
     pub quiet: bool,
-    /// Sample the in-process model's replies under a grammar of the tool calls: free text, or
-    /// calls of the offered tools with arguments under their schemas, so a malformed call
-    /// cannot be produced. Default: on, unless the model is Qwen3.5/FrogNano.
-    #[arg(long, conflicts_with = "no_constrain_tools")]
-    pub constrain_tools: bool,
-    /// Turn grammar-constrained tool calls off (see --constrain-tools).
-    #[arg(long)]
-    pub no_constrain_tools: bool,
+    /// Tool calls under a grammar.
+    #[command(flatten)]
+    pub constrain: crate::constrain::ConstrainToolsArgs,
     /// Threads of the in-process model (`-t/--threads`).
     #[command(flatten)]
     pub threads: crate::threads::ThreadArgs,
@@ -251,11 +246,7 @@ impl SolveArgs {
             },
             request_timeout: Duration::from_secs(self.request_timeout),
             guards: self.guards(),
-            constrain_tools: match (self.constrain_tools, self.no_constrain_tools) {
-                (true, _) => Some(true),
-                (_, true) => Some(false),
-                _ => None,
-            },
+            constrain_tools: self.constrain.choice(),
             tool_parser: self.tool_parser,
         })
     }
