@@ -8,6 +8,21 @@
 
 use std::io::Write;
 
+/// The demo model ([`crate::load::DEMO_MODEL`], under the workspace root), or `None` with a
+/// skip line naming `what` when it has not been fetched; with `FROGNANO_REQUIRE_FIXTURES` set
+/// (CI) a missing model is a failure instead of a skip.
+pub fn demo_model(what: &str) -> Option<std::path::PathBuf> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(crate::load::DEMO_MODEL);
+    if path.exists() {
+        return Some(path);
+    }
+    if std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_some() {
+        panic!("{} is missing and FROGNANO_REQUIRE_FIXTURES is set: run scripts/fetch-demo-model.sh", path.display());
+    }
+    report_skip(&path.display().to_string(), &format!("{what} (run scripts/fetch-demo-model.sh)"));
+    None
+}
+
 /// The environment variable naming the file every skip line is appended to.
 pub const SKIP_LOG_ENV: &str = "FROGNANO_SKIP_LOG";
 

@@ -102,18 +102,7 @@ fn qwen35_template_is_qwen_xml_and_the_renderer_writes_what_it_writes() {
 /// The demo model's GGUF, or `None` (a visible skip; a failure under
 /// FROGNANO_REQUIRE_FIXTURES, as in CI).
 fn demo_gguf() -> Option<PathBuf> {
-    let path = root().join(frognano_model::load::DEMO_MODEL);
-    if path.exists() {
-        return Some(path);
-    }
-    if std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_some() {
-        panic!("{} is missing and FROGNANO_REQUIRE_FIXTURES is set: run scripts/fetch-demo-model.sh", path.display());
-    }
-    frognano_model::test_support::report_skip(
-        &path.display().to_string(),
-        "SmolLM2 template tests (run scripts/fetch-demo-model.sh)",
-    );
-    None
+    frognano_model::test_support::demo_model("SmolLM2 template tests")
 }
 
 #[test]

@@ -103,18 +103,7 @@ pub fn available_or_skip(needs: &str, context: &str, status: Result<(), String>)
 /// when it has not been fetched; with `FROGNANO_REQUIRE_FIXTURES` set (CI) a missing model is
 /// a failure instead of a skip.
 pub fn demo_model() -> Option<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(frognano_model::load::DEMO_MODEL);
-    if path.exists() {
-        return Some(path);
-    }
-    if std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_some() {
-        panic!("{} is missing and FROGNANO_REQUIRE_FIXTURES is set: run scripts/fetch-demo-model.sh", path.display());
-    }
-    frognano_model::test_support::report_skip(
-        &path.display().to_string(),
-        "a demo-model test (run scripts/fetch-demo-model.sh)",
-    );
-    None
+    frognano_model::test_support::demo_model("a demo-model test")
 }
 
 /// A network that writes `script` whatever the prompt: after the longest tail of the history
