@@ -184,18 +184,24 @@ impl ConstraintFactory {
 }
 
 /// A [`ConstraintFactory`] built on first use (so a server or agent that never constrains a
-/// reply never pays for it), or the reason it cannot be built, remembered.
+/// reply never pays for it), or the reason it cannot be built, remembered; with the last few
+/// grammars it compiled, since an agent or a client sends the same tool list every turn.
 pub struct LazyConstraints {
     tokenizer: Arc<Tokenizer>,
     vocab_size: usize,
     eos_ids: Vec<u32>,
     cell: OnceLock<Result<Arc<ConstraintFactory>, ConstraintError>>,
+    /// Recently compiled grammars, the most recently used last.
+    recent: Mutex<Vec<(Grammar, CompiledGrammar)>>,
 }
+
+/// How many compiled grammars a [`LazyConstraints`] keeps.
+const RECENT_GRAMMARS: usize = 8;
 
 impl LazyConstraints {
     /// The factory [`ConstraintFactory::new`] would build from these, built when first asked for.
     pub fn new(tokenizer: Arc<Tokenizer>, vocab_size: usize, eos_ids: Vec<u32>) -> Self {
-        LazyConstraints { tokenizer, vocab_size, eos_ids, cell: OnceLock::new() }
+        LazyConstraints { tokenizer, vocab_size, eos_ids, cell: OnceLock::new(), recent: Mutex::new(Vec::new()) }
     }
 
     /// The factory (built now if this is the first call).
@@ -208,9 +214,31 @@ impl LazyConstraints {
             .map_err(Clone::clone)
     }
 
-    /// [`ConstraintFactory::compile`] on the factory.
+    /// [`ConstraintFactory::compile`] on the factory, or the same grammar's earlier result
+    /// when it is among the last few compiled.
     pub fn compile(&self, grammar: &Grammar) -> Result<CompiledGrammar, ConstraintError> {
-        self.get()?.compile(grammar)
+        {
+            let mut recent = self.recent();
+            if let Some(i) = recent.iter().position(|(g, _)| g == grammar) {
+                let entry = recent.remove(i);
+                let compiled = entry.1.clone();
+                recent.push(entry);
+                return Ok(compiled);
+            }
+        }
+        // Compiled outside the lock: another request's grammar need not wait for this one.
+        let compiled = self.get()?.compile(grammar)?;
+        let mut recent = self.recent();
+        if recent.len() == RECENT_GRAMMARS {
+            recent.remove(0);
+        }
+        recent.push((grammar.clone(), compiled.clone()));
+        Ok(compiled)
+    }
+
+    fn recent(&self) -> MutexGuard<'_, Vec<(Grammar, CompiledGrammar)>> {
+        // The list is only ever whole: a panic elsewhere while it was held leaves it usable.
+        self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -514,6 +542,29 @@ pub(crate) mod test_vocab {
 mod tests {
     use super::test_vocab::{factory, id, tiny_tokenizer};
     use super::*;
+
+    /// An agent's every turn asks for the same tool grammar: it is compiled once and shared
+    /// until RECENT_GRAMMARS other grammars have been compiled since it was last used.
+    #[test]
+    fn the_lazy_factory_reuses_recent_grammars() {
+        let (tok, end) = tiny_tokenizer();
+        let lazy = LazyConstraints::new(Arc::clone(&tok), tok.vocab_size(), vec![end]);
+        let grammar = |i: usize| Grammar::Lark(format!("start: \"a\"{}", " \"b\"".repeat(i)));
+        let first = lazy.compile(&grammar(0)).unwrap();
+        assert!(Arc::ptr_eq(&first.prototype, &lazy.compile(&grammar(0)).unwrap().prototype));
+        let other = lazy.compile(&grammar(1)).unwrap();
+        assert!(!Arc::ptr_eq(&first.prototype, &other.prototype));
+        for i in 1..RECENT_GRAMMARS {
+            lazy.compile(&grammar(i)).unwrap();
+        }
+        // grammar(0) was used before the other RECENT_GRAMMARS - 1 and is still kept…
+        assert!(Arc::ptr_eq(&first.prototype, &lazy.compile(&grammar(0)).unwrap().prototype));
+        for i in RECENT_GRAMMARS..2 * RECENT_GRAMMARS {
+            lazy.compile(&grammar(i)).unwrap();
+        }
+        // …until RECENT_GRAMMARS newer ones push it out.
+        assert!(!Arc::ptr_eq(&first.prototype, &lazy.compile(&grammar(0)).unwrap().prototype));
+    }
 
     /// The mask follows the grammar token by token: after `a` only `b` or `c`, end-of-turn
     /// exactly where the grammar may end, and the reply completes when nothing can follow.

@@ -43,7 +43,7 @@ use frognano_protocol::codec::{ToolCallFormat, ToolParser};
 use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Message, ToolChoice, Usage};
 use serde_json::Value;
 
-use crate::constraint::{CompiledGrammar, Constraint, LazyConstraints};
+use crate::constraint::{Constraint, LazyConstraints};
 use crate::sampler::SamplingParams;
 use crate::scheduler::Scheduler;
 use crate::session::{EngineError, FinishReason as EngineFinish, GenerateRequest, Generation, Session};
@@ -148,17 +148,9 @@ pub struct EngineLlm {
     recorder: Option<Recorder>,
     /// The checkpoint's architecture (`qwen35`, `llama`, …), when loaded by [`EngineLlm::load`].
     architecture: Option<String>,
-    /// Tool calls constrained by a grammar ([`EngineLlm::constrain_tools`]): the factory, and
-    /// the grammar of the last tool list (with its key) so each turn reuses it.
-    tool_constraint: Option<ToolConstraint>,
-}
-
-/// What [`EngineLlm::constrain_tools`] keeps between turns.
-struct ToolConstraint {
-    constraints: Arc<LazyConstraints>,
-    /// (the tools as JSON text, thinking prompted, the tool choice) → their compiled
-    /// grammar, for the last few tool lists and rules.
-    compiled: Vec<((String, bool, ToolChoice), CompiledGrammar)>,
+    /// Tool calls constrained by a grammar ([`EngineLlm::constrain_tools`]): the factory,
+    /// which keeps the grammars of the last tool lists compiled.
+    tool_constraint: Option<Arc<LazyConstraints>>,
 }
 
 impl EngineLlm {
@@ -191,7 +183,7 @@ impl EngineLlm {
     /// [`EngineLlm::constrain_tools`] with a factory shared by other conversations on the
     /// same model (built once, on the first constrained turn of any of them).
     pub fn constrain_tools_with(mut self, constraints: Arc<LazyConstraints>) -> Self {
-        self.tool_constraint = Some(ToolConstraint { constraints, compiled: Vec::new() });
+        self.tool_constraint = Some(constraints);
         self
     }
 
@@ -307,42 +299,29 @@ impl EngineLlm {
     }
 
     /// The tool-call constraint for this turn, when tools are constrained and offered: a new
-    /// reply's state of the tools' grammar, compiled on the first turn with these tools.
+    /// reply's state of the tools' grammar (compiled once per tool list and rule, by the factory).
     fn tool_constraint(
-        &mut self,
+        &self,
         request: &ChatRequest<'_>,
         thinking_prompted: bool,
     ) -> Result<Option<Constraint>, LlmError> {
-        let Some(tc) = &mut self.tool_constraint else { return Ok(None) };
+        let Some(constraints) = &self.tool_constraint else { return Ok(None) };
         if request.tools.is_empty() {
             return Ok(None);
         }
-        let key = (Value::Array(request.tools.to_vec()).to_string(), thinking_prompted, request.tool_choice);
-        let at = match tc.compiled.iter().position(|(k, _)| *k == key) {
-            Some(at) => at,
-            None => {
-                let rule = match request.tool_choice {
-                    ToolChoice::Auto => CallRule::Optional,
-                    ToolChoice::Required => CallRule::Required,
-                    ToolChoice::One => CallRule::One,
-                };
-                // The grammar is written in the format the reply is parsed with (below).
-                let grammar =
-                    tool_call_grammar(self.chat.tool_parser.format().name(), request.tools, &rule, thinking_prompted)
-                        .and_then(|g| tc.constraints.compile(&g))
-                        .map_err(|e| {
-                            LlmError::Other(format!(
-                                "constrained tool calls: {e} (run without constraining tool calls)"
-                            ))
-                        })?;
-                if tc.compiled.len() == 4 {
-                    tc.compiled.remove(0);
-                }
-                tc.compiled.push((key, grammar));
-                tc.compiled.len() - 1
-            }
+        let rule = match request.tool_choice {
+            ToolChoice::Auto => CallRule::Optional,
+            ToolChoice::Required => CallRule::Required,
+            ToolChoice::One => CallRule::One,
         };
-        Ok(Some(tc.compiled[at].1.start()))
+        // The grammar is written in the format the reply is parsed with (below); the factory
+        // keeps it compiled for the next turn with the same tools.
+        let grammar = tool_call_grammar(self.chat.tool_parser.format().name(), request.tools, &rule, thinking_prompted)
+            .and_then(|g| constraints.compile(&g))
+            .map_err(|e| {
+                LlmError::Other(format!("constrained tool calls: {e} (run without constraining tool calls)"))
+            })?;
+        Ok(Some(grammar.start()))
     }
 
     fn render(&self, request: &ChatRequest<'_>) -> Result<String, LlmError> {
