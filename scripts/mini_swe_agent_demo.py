@@ -77,27 +77,20 @@ def main() -> int:
     except Exception as e:  # a protocol error surfaces here
         result = {"exit_status": f"exception: {type(e).__name__}: {e}"}
 
-    calls = valid = format_errors = 0
+    # A reply whose tool call did not parse never becomes an assistant message: mini-swe-agent
+    # answers it with a FormatError user message and keeps the raw reply inside that.
+    valid = format_errors = 0
     for m in agent.messages:
         if m.get("role") == "assistant":
-            calls += 1
             actions = m.get("extra", {}).get("actions", [])
-            if actions:
-                valid += 1
-                for act in actions:
-                    print(f"  call {calls}: bash: {act['command'].splitlines()[0][:100]}")
+            valid += bool(actions)
+            for act in actions:
+                print(f"  call {valid}: bash: {act['command'].splitlines()[0][:100]}")
         elif m.get("role") == "user" and m.get("extra", {}).get("interrupt_type") == "FormatError":
             format_errors += 1
             print(f"  format error: {m['content'].splitlines()[0][:100]}")
-    # A reply whose tool call did not parse never becomes an assistant message with actions:
-    # mini-swe-agent records the raw reply only inside the FormatError.
-    calls = max(calls, valid + format_errors)
-    tests = subprocess.run(
-        [sys.executable if shutil.which("python3") is None else "python3", "-m", "unittest", "test_stats"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-    )
+    calls = valid + format_errors
+    tests = subprocess.run(["python3", "-m", "unittest", "test_stats"], cwd=repo, capture_output=True, text=True)
     diff = subprocess.run(["git", "-C", str(repo), "diff"], capture_output=True, text=True).stdout
     summary = {
         "model": a.model,
