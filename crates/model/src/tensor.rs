@@ -100,7 +100,7 @@ pub struct Matrix {
     /// Stored element type.
     pub dtype: DType,
     bytes: Bytes,
-    /// The same Q4_K weights repacked for the eight-row kernel ([`crate::quant::q4k_x8`]),
+    /// The same weights repacked for an eight-row kernel ([`crate::quant::pack_rows8`]),
     /// when [`Matrix::pack_for_matmul`] made them; matmuls then read only these.
     packed: Option<Arc<Vec<u8>>>,
     /// `bytes` was an owned buffer and was dropped once packed: rows come from `packed`.
@@ -116,10 +116,10 @@ impl Matrix {
         Matrix { rows, cols, dtype, bytes, packed: None, only_packed: false }
     }
 
-    /// Repacks a Q4_K matrix for the eight-row AVX-512 VNNI kernel when this CPU has it and
-    /// the rows come in eights (a one-time copy of the weights, made at load); anything else
-    /// is left as it is. Results stay within the Q4_K dot's rounding, and one token and a
-    /// tile of tokens keep giving the same bits. `FROGNANO_PLAIN_KERNELS=1` skips it.
+    /// Repacks a Q4_K or Q6_K matrix for its eight-row kernel when this CPU has one and the
+    /// rows come in eights (a one-time copy of the weights, made at load); anything else is
+    /// left as it is. Results stay within the row dot's rounding, and one token and a tile of
+    /// tokens keep giving the same bits. `FROGNANO_PLAIN_KERNELS=1` skips it.
     pub fn pack_for_matmul(&mut self) {
         if self.packed.is_some() {
             return;
@@ -191,7 +191,7 @@ impl Matrix {
     /// Row `r` widened to f32 into `out` (length `cols`).
     pub fn row_into(&self, r: usize, out: &mut [f32]) {
         if let (true, Some(p)) = (self.only_packed, &self.packed) {
-            return matmul::unpack_row(p, self.rows, r, out);
+            return matmul::unpack_row(self.dtype, p, self.rows, r, out);
         }
         let w = self.dtype.row_bytes(self.cols).expect("checked in Matrix::new");
         widen(&self.bytes.as_slice()[r * w..(r + 1) * w], self.dtype, out);
@@ -262,38 +262,40 @@ mod tests {
 
     #[test]
     fn packed_matmul_agrees_with_the_row_kernels_and_is_batch_invariant() {
-        use crate::quant::q4k_x8::available;
         use crate::quant::tests::random_blocks;
         use crate::quant::QK_K;
-        if !available() {
-            crate::test_support::report_skip("avx512vnni", "tensor packed Q4_K matmul vs the row kernels");
-            return;
-        }
         if crate::kernels::plain_kernels() {
             crate::test_support::report_skip(
                 "FROGNANO_PLAIN_KERNELS unset",
-                "tensor packed Q4_K matmul vs the row kernels",
+                "tensor packed Q4_K/Q6_K matmul vs the row kernels",
             );
             return;
         }
         let (rows, cols, t) = (40, 512, 13);
-        let w = random_blocks(QuantType::Q4_K, rows * cols / QK_K, 9);
-        let plain = Matrix::new(rows, cols, DType::Quant(QuantType::Q4_K), Bytes::from_vec(w));
-        let mut packed = plain.clone();
-        packed.pack_for_matmul();
-        // An owned matrix keeps only the packed copy, and still answers for its rows.
-        assert!(packed.bytes().is_empty());
-        assert_eq!(packed.to_f32(), plain.to_f32());
-        assert_eq!(packed.row(17), plain.row(17));
-        let x: Vec<f32> = (0..t * cols).map(|i| ((i * 31 % 97) as f32 - 48.0) / 13.0).collect();
-        let (yp, yr) = (packed.matmul(&x, t), plain.matmul(&x, t));
-        for (i, (a, b)) in yp.iter().zip(&yr).enumerate() {
-            assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "element {i}: packed {a} vs rows {b}");
-        }
-        // Prefill tiles (8 + 4 + 1 tokens here) and decode give the same bits per token.
-        for tt in 0..t {
-            let one = packed.matmul(&x[tt * cols..(tt + 1) * cols], 1);
-            assert_eq!(&yp[tt * rows..(tt + 1) * rows], &one[..], "token {tt}");
+        for ty in [QuantType::Q4_K, QuantType::Q6_K] {
+            if !crate::quant::packs(ty, rows) {
+                let why = if ty == QuantType::Q4_K { "avx2" } else { "avx2 and no avx512bw" };
+                crate::test_support::report_skip(why, &format!("tensor packed {ty} matmul vs the row kernels"));
+                continue;
+            }
+            let w = random_blocks(ty, rows * cols / QK_K, 9);
+            let plain = Matrix::new(rows, cols, DType::Quant(ty), Bytes::from_vec(w));
+            let mut packed = plain.clone();
+            packed.pack_for_matmul();
+            // An owned matrix keeps only the packed copy, and still answers for its rows.
+            assert!(packed.bytes().is_empty(), "{ty}");
+            assert_eq!(packed.to_f32(), plain.to_f32(), "{ty}");
+            assert_eq!(packed.row(17), plain.row(17), "{ty}");
+            let x: Vec<f32> = (0..t * cols).map(|i| ((i * 31 % 97) as f32 - 48.0) / 13.0).collect();
+            let (yp, yr) = (packed.matmul(&x, t), plain.matmul(&x, t));
+            for (i, (a, b)) in yp.iter().zip(&yr).enumerate() {
+                assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "{ty} element {i}: packed {a} vs rows {b}");
+            }
+            // Prefill tiles (8 + 4 + 1 tokens here) and decode give the same bits per token.
+            for tt in 0..t {
+                let one = packed.matmul(&x[tt * cols..(tt + 1) * cols], 1);
+                assert_eq!(&yp[tt * rows..(tt + 1) * rows], &one[..], "{ty} token {tt}");
+            }
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The one dispatch point of `y = x · Wᵀ`: given a weight as stored (its dtype, bytes and any
 //! packed copy) it picks the kernel — the ggml block-format kernels of [`crate::quant`] (SIMD
-//! picked at run time, the eight-row Q4_K packing of [`crate::quant::q4k_x8`]), the f32/bf16
+//! picked at run time, the eight-row Q4_K/Q6_K packings of [`crate::quant::q4k_x8`] and [`crate::quant::q6k_x8`]), the f32/bf16
 //! tiles of [`super::gemm`], or for f16 a widen-and-dot ([`super::f16_rows`]: streamed rows for
 //! one token). The tensor type above calls
 //! only this; a GPU backend is one more arm here, chosen once per call and never per row.
@@ -9,7 +9,7 @@ use rayon::prelude::*;
 
 use super::gemm::{dot, gemm, Rows};
 use crate::dtype::{widen, DType};
-use crate::quant::{self, q4k_x8, QuantMat, QuantType};
+use crate::quant::{self, QuantMat};
 
 /// A weight matrix as the kernels see it: `[rows, cols]` of `dtype`, row-major in `bytes`,
 /// and the packed copy [`pack`] made of it, if any (then the block kernels read only that).
@@ -109,19 +109,18 @@ pub fn matmul(w: &WeightRef<'_>, x: &[f32], t: usize) -> Vec<f32> {
 }
 
 /// The packed copy of a weight the fastest kernel on this CPU wants, made once at load: the
-/// eight-row AVX-512 VNNI layout for Q4_K matrices whose rows come in eights. `None` when
-/// the weight is best read as stored (or `FROGNANO_PLAIN_KERNELS=1`).
+/// eight-row layouts of [`quant::pack_rows8`] (Q4_K with AVX-512 VNNI or AVX2, Q6_K with AVX2)
+/// for matrices whose rows come in eights. `None` when the weight is best read as stored (or
+/// `FROGNANO_PLAIN_KERNELS=1`).
 pub fn pack(dtype: DType, bytes: &[u8], rows: usize, cols: usize) -> Option<Vec<u8>> {
-    (dtype == DType::Quant(QuantType::Q4_K)
-        && rows.is_multiple_of(q4k_x8::GROUP)
-        && q4k_x8::available()
-        && !super::plain_kernels())
-    .then(|| q4k_x8::pack(bytes, rows, cols))
+    match dtype {
+        DType::Quant(ty) if !super::plain_kernels() => quant::pack_rows8(ty, bytes, rows, cols),
+        _ => None,
+    }
 }
 
 /// Row `r` (of `rows`) of a weight kept only in [`pack`]ed form, widened to f32 into `out`.
-pub fn unpack_row(packed: &[u8], rows: usize, r: usize, out: &mut [f32]) {
-    let group_bytes = packed.len() / (rows / q4k_x8::GROUP);
-    let g = r / q4k_x8::GROUP;
-    q4k_x8::dequantize_row(&packed[g * group_bytes..(g + 1) * group_bytes], r % q4k_x8::GROUP, out);
+pub fn unpack_row(dtype: DType, packed: &[u8], rows: usize, r: usize, out: &mut [f32]) {
+    let DType::Quant(ty) = dtype else { unreachable!("only block-quantized weights are packed") };
+    quant::unpack_row8(ty, packed, rows, r, out);
 }

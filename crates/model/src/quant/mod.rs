@@ -28,6 +28,7 @@
 
 pub mod ggml;
 pub mod q4k_x8;
+pub mod q6k_x8;
 pub mod quantize;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -760,6 +761,53 @@ pub fn dot_kernel_rows4(ty: QuantType) -> Option<DotRows4Fn> {
     }
 }
 
+/// Eight rows (one packed group, `nb` super-blocks) against `N` tokens: `out[k][r]`, the
+/// kernel of an eight-row packing ([`q4k_x8`], [`q6k_x8`]).
+pub type GroupKernel<const N: usize> = fn(&[u8], &[ActRow; N]) -> [[f32; 8]; N];
+
+/// Rows interleaved by every eight-row packing.
+pub const PACK_GROUP: usize = 8;
+
+/// The eight-row packing of `ty` this CPU has a kernel for: its bytes per packed super-block
+/// (eight rows' worth) and its 1-, 4- and 8-token kernels.
+#[allow(clippy::type_complexity)]
+fn packing(ty: QuantType) -> Option<(usize, (GroupKernel<1>, GroupKernel<4>, GroupKernel<8>))> {
+    match ty {
+        QuantType::Q4_K => Some((q4k_x8::BLOCK_BYTES, (q4k_x8::kernel()?, q4k_x8::kernel()?, q4k_x8::kernel()?))),
+        QuantType::Q6_K => Some((q6k_x8::BLOCK_BYTES, (q6k_x8::kernel()?, q6k_x8::kernel()?, q6k_x8::kernel()?))),
+        _ => None,
+    }
+}
+
+/// Whether a `rows`-row matrix of `ty` is repacked eight rows at a time on this CPU.
+pub fn packs(ty: QuantType, rows: usize) -> bool {
+    rows.is_multiple_of(PACK_GROUP) && packing(ty).is_some()
+}
+
+/// The eight-row packed copy of a row-major `[rows, cols]` matrix of `ty`, when [`packs`].
+pub fn pack_rows8(ty: QuantType, w: &[u8], rows: usize, cols: usize) -> Option<Vec<u8>> {
+    if !packs(ty, rows) {
+        return None;
+    }
+    match ty {
+        QuantType::Q4_K => Some(q4k_x8::pack(w, rows, cols)),
+        QuantType::Q6_K => Some(q6k_x8::pack(w, rows, cols)),
+        _ => None,
+    }
+}
+
+/// Row `r` of a [`pack_rows8`] copy (`rows` rows) widened to f32 into `out`: the values
+/// [`dequantize`] gives for the original row.
+pub fn unpack_row8(ty: QuantType, packed: &[u8], rows: usize, r: usize, out: &mut [f32]) {
+    let group_bytes = packed.len() / (rows / PACK_GROUP);
+    let group = &packed[r / PACK_GROUP * group_bytes..][..group_bytes];
+    match ty {
+        QuantType::Q4_K => q4k_x8::dequantize_row(group, r % PACK_GROUP, out),
+        QuantType::Q6_K => q6k_x8::dequantize_row(group, r % PACK_GROUP, out),
+        _ => panic!("unpack_row8: no eight-row packing of {ty}"),
+    }
+}
+
 /// Rows of the weight matrix handled by one parallel task.
 const ROW_BLOCK: usize = 16;
 
@@ -782,7 +830,7 @@ pub struct QuantMat<'a> {
     pub w: &'a [u8],
     /// Rows (output features).
     pub rows: usize,
-    /// The same Q4_K matrix packed by [`q4k_x8::pack`], if it was (then used instead of `w`).
+    /// The same matrix packed by [`pack_rows8`], if it was (then used instead of `w`).
     pub packed: Option<&'a [u8]>,
 }
 
@@ -827,7 +875,10 @@ pub fn matmul_many(ms: &[QuantMat], cols: usize, x: &[f32], t: usize) -> Vec<Vec
     for m in ms {
         let rb = m.ty.row_bytes(cols).expect("matrix width is a whole number of blocks (checked at load)");
         match m.packed {
-            Some(p) => assert_eq!(p.len(), m.rows / q4k_x8::GROUP * cols / QK_K * q4k_x8::BLOCK_BYTES, "packed length"),
+            Some(p) => {
+                let bb = packing(m.ty).expect("a packed matrix has a kernel here (packed by pack_rows8)").0;
+                assert_eq!(p.len(), m.rows / PACK_GROUP * cols / QK_K * bb, "packed length")
+            }
             None => assert_eq!(m.w.len(), m.rows * rb, "matmul weight length"),
         }
         let fmt = m.ty.act_format();
@@ -838,29 +889,29 @@ pub fn matmul_many(ms: &[QuantMat], cols: usize, x: &[f32], t: usize) -> Vec<Vec
                 acts.len() - 1
             }
         };
-        plan.push((rb, ai, dot_kernel(m.ty), dot_kernel_x4(m.ty), dot_kernel_rows4(m.ty), dot_kernel_x8(m.ty)));
+        let packed = m.packed.and_then(|_| packing(m.ty));
+        plan.push((rb, ai, dot_kernel(m.ty), dot_kernel_x4(m.ty), dot_kernel_rows4(m.ty), dot_kernel_x8(m.ty), packed));
     }
     let act_rows: Vec<Vec<ActRow>> = acts.iter().map(|a| (0..t).map(|i| a.row(i)).collect()).collect();
     // Written in place as `[t, rows]` by the tasks (no transpose afterwards).
     let mut outs: Vec<Vec<f32>> = ms.iter().map(|m| vec![0.0f32; m.rows * t]).collect();
     let shared: Vec<SharedOut> =
         outs.iter_mut().zip(ms).map(|(o, m)| SharedOut { ptr: o.as_mut_ptr(), rows: m.rows, len: o.len() }).collect();
-    let packed_kernels = (q4k_x8::kernel::<1>(), q4k_x8::kernel::<4>(), q4k_x8::kernel::<8>());
     let run = |task: Task| {
-        let (m, (rb, ai, dot, dot4, rows4, dot8)) = (&ms[task.m], plan[task.m]);
+        let (m, (rb, ai, dot, dot4, rows4, dot8, packed)) = (&ms[task.m], plan[task.m]);
         let act_rows = &act_rows[ai];
         let (r0, nr, out) = (task.r0, task.nr, &shared[task.m]);
         // SAFETY (every `put` below): this task alone owns rows r0..r0 + nr of matrix m.
         let put = |i: usize, tt: usize, v: f32| unsafe { out.put(tt, r0 + i, v) };
-        if let (Some(p), (Some(k1), Some(k4), Some(k8))) = (m.packed, packed_kernels) {
+        if let (Some(p), Some((bb, (k1, k4, k8)))) = (m.packed, packed) {
             // Eight rows at a time (tasks start on multiples of eight rows), every token.
-            let gb = cols / QK_K * q4k_x8::BLOCK_BYTES;
-            for g in 0..nr / q4k_x8::GROUP {
-                let pg = &p[(r0 / q4k_x8::GROUP + g) * gb..][..gb];
-                let put = |tt: usize, ys: &[[f32; q4k_x8::GROUP]]| {
+            let gb = cols / QK_K * bb;
+            for g in 0..nr / PACK_GROUP {
+                let pg = &p[(r0 / PACK_GROUP + g) * gb..][..gb];
+                let put = |tt: usize, ys: &[[f32; PACK_GROUP]]| {
                     for (k, y) in ys.iter().enumerate() {
                         for (r, v) in y.iter().enumerate() {
-                            put(g * q4k_x8::GROUP + r, tt + k, *v);
+                            put(g * PACK_GROUP + r, tt + k, *v);
                         }
                     }
                 };

@@ -1,4 +1,4 @@
-//! Q4_K weights repacked eight rows at a time, and the AVX-512 VNNI matmul over them.
+//! Q4_K weights repacked eight rows at a time, and the AVX-512 VNNI and AVX2 matmuls over them.
 //!
 //! A ggml Q4_K row stores each 256-element super-block on its own (144 bytes). Dotting one row
 //! with one token leaves the partial sums of a super-block spread over a register's lanes, so
@@ -19,9 +19,11 @@
 //! Results are the same integers as [`super::dot_reference`] followed by a different (but
 //! fixed) float order, so one token (decode) and a tile of tokens (prefill) give bit-identical
 //! results for the same token. Packing happens once, at load, when the CPU has AVX-512 VNNI
-//! and the matrix has a multiple of eight rows; otherwise the row-at-a-time kernels run.
+//! or AVX2 (same bytes; the AVX2 kernel reads half of a 64-byte register pair at a time, see
+//! `group_dot_avx2`) and the matrix has a multiple of eight rows; otherwise the row-at-a-time
+//! kernels run.
 
-use super::{scale_min_k4, ActRow, QK_K};
+use super::{scale_min_k4, ActRow, GroupKernel, QK_K};
 
 /// Rows interleaved in one packed group.
 pub const GROUP: usize = 8;
@@ -35,8 +37,14 @@ const OFF_SCALES: usize = 32;
 const OFF_MINS: usize = 96;
 const OFF_QS: usize = 160;
 
-/// Whether this CPU runs the packed kernel (AVX-512 F/BW/VL with VNNI, plus F16C and FMA).
+/// Whether this CPU runs a packed kernel: AVX-512 F/BW/VL with VNNI, or AVX2 (each with F16C
+/// and FMA).
 pub fn available() -> bool {
+    avx512() || avx2()
+}
+
+/// Whether the AVX-512 VNNI kernel runs here.
+fn avx512() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         is_x86_feature_detected!("avx512f")
@@ -45,6 +53,18 @@ pub fn available() -> bool {
             && is_x86_feature_detected!("avx512vnni")
             && is_x86_feature_detected!("f16c")
             && is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether the AVX2 kernel runs here.
+fn avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c") && is_x86_feature_detected!("fma")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -112,15 +132,17 @@ pub fn dequantize_row(group: &[u8], r: usize, out: &mut [f32]) {
     }
 }
 
-/// Eight rows (one packed group, `nb` super-blocks) against `N` tokens: `out[k][r]`.
-pub type GroupKernel<const N: usize> = fn(&[u8], &[ActRow; N]) -> [[f32; GROUP]; N];
-
 /// The packed kernel for `N` tokens (1, 4 or 8), when [`available`].
 pub fn kernel<const N: usize>() -> Option<GroupKernel<N>> {
     #[cfg(target_arch = "x86_64")]
-    if available() {
-        // SAFETY: the features the kernel is compiled for were detected by `available`.
-        return Some(|p, a| unsafe { x86::group_dot::<N>(p, a) });
+    {
+        // SAFETY (both): the features each kernel is compiled for were detected just before.
+        if avx512() {
+            return Some(|p, a| unsafe { x86::group_dot::<N>(p, a) });
+        }
+        if avx2() {
+            return Some(|p, a| unsafe { x86::group_dot_avx2::<N>(p, a) });
+        }
     }
     None
 }
@@ -220,6 +242,105 @@ mod x86 {
         }
         out
     }
+
+    /// The same product with AVX2 (+ FMA, F16C), on the same packed bytes. A 256-bit register
+    /// holds one half of a 64-byte register pair: eight consecutive elements of each of four
+    /// rows, one 64-bit lane per row. `vpmaddubsw` against the token's eight activation bytes
+    /// broadcast to every 64-bit lane leaves each word two products of its own row; the four
+    /// registers of a sub-block are added as words (at most 4 · 2 · 15 · 127 = 15,240, so no
+    /// word overflows), and one `vpmaddwd` by the row's scale then turns each 64-bit lane into
+    /// two 32-bit sums — one multiply by the scale per 128 products, where the row-at-a-time
+    /// kernel needs one per 32. Lanes `(row, half)` as in the AVX-512 kernel, four rows per
+    /// register, so the float step per super-block serves four rows at once.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn group_dot_avx2<const N: usize>(p: &[u8], a: &[ActRow; N]) -> [[f32; GROUP]; N] {
+        let nb = p.len() / BLOCK_BYTES;
+        for r in a {
+            debug_assert!(r.qs.len() >= nb * QK_K && r.d.len() >= nb && r.sums32.len() >= nb * 8);
+        }
+        let mask = _mm256_set1_epi8(0x0F);
+        // Word w of half `h`'s scale register ← scale byte 4h + w / 4 (its row), zero-extended,
+        // from the eight scale bytes broadcast to both 128-bit lanes.
+        let scale_ctrl: [__m256i; 2] = std::array::from_fn(|h| {
+            let c: [i8; 32] = std::array::from_fn(|i| if i % 2 == 0 { (4 * h + i / 8) as i8 } else { -128 });
+            _mm256_loadu_si256(c.as_ptr() as *const __m256i)
+        });
+        // Lane L ← float L / 2 of four (one row's `d` or `dmin` for both of its lanes).
+        let dup = _mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0);
+        // The sums of 32 come in the order [B0, B1, B4, B5, B2, B3, B6, B7] (words); back to
+        // B0..B7.
+        let natural = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
+        let mut acc = [[_mm256_setzero_ps(); 2]; N];
+        for ib in 0..nb {
+            let blk = p.as_ptr().add(ib * BLOCK_BYTES);
+            prefetch(blk, 0);
+            prefetch(blk, 64);
+            prefetch(blk, 128);
+            // Each token's eight sums of 32, as words, in both 128-bit lanes.
+            let bsum: [__m256i; N] = std::array::from_fn(|k| {
+                let b = _mm_loadu_si128(a[k].sums32.as_ptr().add(ib * 8) as *const __m128i);
+                _mm256_broadcastsi128_si256(_mm_shuffle_epi8(b, natural))
+            });
+            for h in 0..2 {
+                let mut s = [_mm256_setzero_si256(); N];
+                for j in 0..8 {
+                    let q = blk.add(OFF_QS + 128 * j + 32 * h);
+                    if h == 0 {
+                        prefetch(q, 0);
+                        prefetch(q, 64);
+                    }
+                    let pa = _mm256_loadu_si256(q as *const __m256i);
+                    let pb = _mm256_loadu_si256(q.add(64) as *const __m256i);
+                    let r0 = _mm256_and_si256(pa, mask);
+                    let r1 = _mm256_and_si256(_mm256_srli_epi16::<4>(pa), mask);
+                    let r2 = _mm256_and_si256(pb, mask);
+                    let r3 = _mm256_and_si256(_mm256_srli_epi16::<4>(pb), mask);
+                    let sc = (blk.add(OFF_SCALES + 8 * j) as *const i64).read_unaligned();
+                    let sw = _mm256_shuffle_epi8(_mm256_set1_epi64x(sc), scale_ctrl[h]);
+                    for k in 0..N {
+                        let y = (a[k].qs.as_ptr() as *const u8).add(ib * QK_K + 32 * j);
+                        let yb = |o: usize| _mm256_set1_epi64x((y.add(o) as *const i64).read_unaligned());
+                        let t = _mm256_add_epi16(
+                            _mm256_add_epi16(_mm256_maddubs_epi16(r0, yb(0)), _mm256_maddubs_epi16(r1, yb(8))),
+                            _mm256_add_epi16(_mm256_maddubs_epi16(r2, yb(16)), _mm256_maddubs_epi16(r3, yb(24))),
+                        );
+                        s[k] = _mm256_add_epi32(s[k], _mm256_madd_epi16(t, sw));
+                    }
+                }
+                // This half's rows: d and dmin per lane, and the minimum words of rows (0, 1)
+                // and (2, 3) of the half, [row][sub-block].
+                let d8 = _mm256_permutevar8x32_ps(
+                    _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(blk.add(8 * h) as *const __m128i))),
+                    dup,
+                );
+                let dmin8 = _mm256_permutevar8x32_ps(
+                    _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(blk.add(16 + 8 * h) as *const __m128i))),
+                    dup,
+                );
+                let mins01 = _mm256_cvtepu8_epi16(_mm_loadu_si128(blk.add(OFF_MINS + 32 * h) as *const __m128i));
+                let mins23 = _mm256_cvtepu8_epi16(_mm_loadu_si128(blk.add(OFF_MINS + 32 * h + 16) as *const __m128i));
+                for k in 0..N {
+                    // Lanes [r0: j0+1, j2+3, j4+5, j6+7 | r1: ...], then pairs added: lane
+                    // (row, half) = the minimums of sub-blocks 4·half .. + 4, in row order.
+                    let m01 = _mm256_madd_epi16(mins01, bsum[k]);
+                    let m23 = _mm256_madd_epi16(mins23, bsum[k]);
+                    let m = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(m01, m23));
+                    let v = _mm256_fmsub_ps(d8, _mm256_cvtepi32_ps(s[k]), _mm256_mul_ps(dmin8, _mm256_cvtepi32_ps(m)));
+                    acc[k][h] = _mm256_fmadd_ps(_mm256_set1_ps(*a[k].d.get_unchecked(ib)), v, acc[k][h]);
+                }
+            }
+        }
+        let mut out = [[0.0f32; GROUP]; N];
+        for (o, v) in out.iter_mut().zip(acc) {
+            let mut lanes = [0.0f32; 16];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), v[0]);
+            _mm256_storeu_ps(lanes.as_mut_ptr().add(8), v[1]);
+            for (r, x) in o.iter_mut().enumerate() {
+                *x = lanes[2 * r] + lanes[2 * r + 1];
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -231,7 +352,7 @@ mod tests {
     #[test]
     fn packed_groups_match_the_reference_dot_and_each_other() {
         let Some(k1) = kernel::<1>() else {
-            crate::test_support::report_skip("avx512vnni", "quant::q4k_x8 packed Q4_K group kernels (1, 4, 8 tokens)");
+            crate::test_support::report_skip("avx2", "quant::q4k_x8 packed Q4_K group kernels (1, 4, 8 tokens)");
             return;
         };
         let (k4, k8) = (kernel::<4>().unwrap(), kernel::<8>().unwrap());

@@ -1,0 +1,298 @@
+//! Q6_K weights repacked eight rows at a time, and the AVX2 matmul over them.
+//!
+//! The same idea as [`super::q4k_x8`]: a ggml Q6_K row keeps each 256-element super-block on
+//! its own (210 bytes), so a row-at-a-time dot applies each of the sixteen scales to one
+//! register of products and ends every super-block in per-token work. Here eight rows are
+//! interleaved so that a 256-bit register holds eight consecutive elements of each of four
+//! rows, one 64-bit lane per row:
+//!
+//! * `vpmaddubsw` against the token's eight activation bytes broadcast to every 64-bit lane
+//!   leaves each word two products of its own row; the two registers of a 16-element scale
+//!   group are added as words (at most 2 · 2 · 63 · 127 = 32,004: no overflow), and one
+//!   `vpmaddwd` by the row's signed scale turns each 64-bit lane into two 32-bit sums;
+//! * the stored values are `q + 32` (0..63, as `vpmaddubsw` wants them unsigned); the
+//!   `32 · Σ_g scale_g · Σ_{group g} y` this adds is taken off once per super-block and token
+//!   from the activation's block sums, exactly, in integers;
+//! * the float step per super-block (`ad · d · S`) serves four rows at once.
+//!
+//! A packed super-block takes exactly the bytes of the eight rows' ggml blocks (8 · 210). The
+//! integers are [`super::dot_reference`]'s; only the float order differs (fixed, so one token
+//! and a tile of tokens give bit-identical results for the same token). Packing happens once,
+//! at load, on a CPU with AVX2 but not AVX-512 BW (whose row kernels already unpack each
+//! super-block once for eight tokens), for matrices whose rows come in eights.
+
+use super::{unpack_k, ActRow, GroupKernel, QuantType, QK_K};
+
+/// Rows interleaved in one packed group.
+pub const GROUP: usize = 8;
+
+/// Bytes of one packed super-block of eight rows: `d` ×8 (f16), the scales (i8) as
+/// `[group pair][row][2]`, then per 32-element sub-block 192 bytes of values (see [`pack`]).
+pub const BLOCK_BYTES: usize = 16 + 128 + 8 * 192;
+
+const OFF_SCALES: usize = 16;
+const OFF_QS: usize = 144;
+
+/// Whether this CPU runs the packed kernel: AVX2, FMA and F16C, and no AVX-512 BW.
+pub fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+            && !(is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vl"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Packs a row-major Q6_K matrix (`rows` a multiple of [`GROUP`], `cols` of 256): group `g`'s
+/// super-block `ib` lands at `(g · nb + ib) · BLOCK_BYTES`. Sub-block `j` (elements
+/// `32j..32j + 32`, scale groups `2j` and `2j + 1`) takes 192 bytes: 64 whose byte `8r + b`
+/// holds value `32j + b` of row `r` in its low nibble and `32j + 8 + b` in its high one, 64
+/// the same for `32j + 16 + b` and `32j + 24 + b`, then 64 whose byte `8r + b` holds the top
+/// two bits of those four values in bits 0–1, 2–3, 4–5 and 6–7.
+pub fn pack(w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+    use rayon::prelude::*;
+    assert!(rows.is_multiple_of(GROUP) && cols.is_multiple_of(QK_K), "pack: {rows} × {cols} does not tile");
+    let nb = cols / QK_K;
+    let row_bytes = nb * 210;
+    assert_eq!(w.len(), rows * row_bytes, "pack: weight length");
+    let mut out = vec![0u8; rows / GROUP * nb * BLOCK_BYTES];
+    out.par_chunks_mut(nb * BLOCK_BYTES).enumerate().for_each(|(g, dst)| {
+        for (ib, blk) in dst.chunks_exact_mut(BLOCK_BYTES).enumerate() {
+            for r in 0..GROUP {
+                let b = &w[(g * GROUP + r) * row_bytes + ib * 210..][..210];
+                blk[2 * r..2 * r + 2].copy_from_slice(&b[208..210]);
+                let u = unpack_k(QuantType::Q6_K, b);
+                for (s, &v) in u.scale.iter().enumerate() {
+                    blk[OFF_SCALES + 16 * (s / 2) + 2 * r + s % 2] = v as i8 as u8;
+                }
+                let q = |e: usize| (u.q[e] + 32) as u8;
+                for j in 0..8 {
+                    let sub = &mut blk[OFF_QS + 192 * j..][..192];
+                    for i in 0..8 {
+                        let e = 32 * j + i;
+                        sub[8 * r + i] = (q(e) & 0xF) | ((q(e + 8) & 0xF) << 4);
+                        sub[64 + 8 * r + i] = (q(e + 16) & 0xF) | ((q(e + 24) & 0xF) << 4);
+                        sub[128 + 8 * r + i] =
+                            (q(e) >> 4) | ((q(e + 8) >> 4) << 2) | ((q(e + 16) >> 4) << 4) | ((q(e + 24) >> 4) << 6);
+                    }
+                }
+            }
+        }
+    });
+    out
+}
+
+/// Row `r` (0..8) of one packed group (`nb` blocks) dequantized into `out` (`nb · 256`
+/// values), with the float operations of [`super::dequantize`] (so the same values).
+pub fn dequantize_row(group: &[u8], r: usize, out: &mut [f32]) {
+    for (blk, y) in group.chunks_exact(BLOCK_BYTES).zip(out.chunks_exact_mut(QK_K)) {
+        let d = super::f16_at(blk, 2 * r);
+        for (e, o) in y.iter_mut().enumerate() {
+            let (j, i) = (e / 32, e % 32);
+            let sub = &blk[OFF_QS + 192 * j..];
+            let (lo_byte, shift) = (sub[64 * (i / 16) + 8 * r + i % 8], 4 * ((i / 8) % 2));
+            let high = (sub[128 + 8 * r + i % 8] >> (2 * (i / 8))) & 3;
+            let q = (((lo_byte >> shift) & 0xF) | (high << 4)) as i32 - 32;
+            let g = e / 16;
+            let s = blk[OFF_SCALES + 16 * (g / 2) + 2 * r + g % 2] as i8 as i32;
+            *o = (d * s as f32) * q as f32 - 0.0 * 0.0;
+        }
+    }
+}
+
+/// The packed kernel for `N` tokens (1, 4 or 8), when [`available`].
+pub fn kernel<const N: usize>() -> Option<GroupKernel<N>> {
+    #[cfg(target_arch = "x86_64")]
+    if available() {
+        // SAFETY: the features the kernel is compiled for were detected by `available`.
+        return Some(|p, a| unsafe { x86::group_dot::<N>(p, a) });
+    }
+    None
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{ActRow, BLOCK_BYTES, GROUP, OFF_QS, OFF_SCALES, QK_K};
+
+    /// How far ahead of the packed stream to prefetch (one-token matmuls stream the weights
+    /// once; see `PREFETCH_AHEAD` of the row kernels).
+    const AHEAD: usize = 4096;
+
+    #[inline(always)]
+    unsafe fn prefetch(p: *const u8, off: usize) {
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(AHEAD + off) as *const i8);
+    }
+
+    /// The loop the module docs describe. Lanes `(row, half)` of a register serve four rows
+    /// (half `h` of the group: rows `4h..4h + 4`); the halves run one after the other so that
+    /// a tile's accumulators stay in registers.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[allow(clippy::needless_range_loop)] // `h` picks the rows' bytes as well as the accumulator
+    pub(super) unsafe fn group_dot<const N: usize>(p: &[u8], a: &[ActRow; N]) -> [[f32; GROUP]; N] {
+        let nb = p.len() / BLOCK_BYTES;
+        for r in a {
+            debug_assert!(r.qs.len() >= nb * QK_K && r.d.len() >= nb && r.bsums.len() >= nb * 16);
+        }
+        let m4 = _mm256_set1_epi8(0x0F);
+        let (m_03, m_0c, m_30) = (_mm256_set1_epi8(0x03), _mm256_set1_epi8(0x0C), _mm256_set1_epi8(0x30));
+        // From the four rows' (scale 2j, scale 2j + 1) words in both 128-bit lanes: every word
+        // of row i's 64-bit lane ← that row's scale `e` (lanes 0, 1 are rows 0, 1 of the low
+        // half, lanes 2, 3 rows 2, 3 of the high one).
+        let scale_ctrl: [__m256i; 2] = std::array::from_fn(|e| {
+            let c: [i8; 32] = std::array::from_fn(|i| (4 * (i / 8) + 2 * e + i % 2) as i8);
+            _mm256_loadu_si256(c.as_ptr() as *const __m256i)
+        });
+        // Lane L ← float L / 2 of four.
+        let dup = _mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0);
+        let mut acc = [[_mm256_setzero_ps(); 2]; N];
+        for ib in 0..nb {
+            let blk = p.as_ptr().add(ib * BLOCK_BYTES);
+            prefetch(blk, 0);
+            prefetch(blk, 64);
+            prefetch(blk, 128);
+            // 32 · Σ_g scale[r][g] · bsum_g per row (lane r of eight), one pair of groups per
+            // `vpmaddwd`.
+            let offset: [__m256i; N] = std::array::from_fn(|k| {
+                let bs = a[k].bsums.as_ptr().add(ib * 16) as *const i32;
+                let mut c = _mm256_setzero_si256();
+                for pair in 0..8 {
+                    let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(OFF_SCALES + 16 * pair) as *const __m128i));
+                    c = _mm256_add_epi32(c, _mm256_madd_epi16(sc, _mm256_set1_epi32(bs.add(pair).read_unaligned())));
+                }
+                _mm256_slli_epi32::<5>(c)
+            });
+            for h in 0..2 {
+                let mut s = [_mm256_setzero_si256(); N];
+                for j in 0..8 {
+                    let q = blk.add(OFF_QS + 192 * j);
+                    if h == 0 {
+                        prefetch(q, 0);
+                        prefetch(q, 64);
+                        prefetch(q, 128);
+                    }
+                    let lo_a = _mm256_loadu_si256(q.add(32 * h) as *const __m256i);
+                    let lo_b = _mm256_loadu_si256(q.add(64 + 32 * h) as *const __m256i);
+                    let hi = _mm256_loadu_si256(q.add(128 + 32 * h) as *const __m256i);
+                    let w0 =
+                        _mm256_or_si256(_mm256_and_si256(lo_a, m4), _mm256_slli_epi16::<4>(_mm256_and_si256(hi, m_03)));
+                    let w1 = _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(lo_a), m4),
+                        _mm256_slli_epi16::<2>(_mm256_and_si256(hi, m_0c)),
+                    );
+                    let w2 = _mm256_or_si256(_mm256_and_si256(lo_b, m4), _mm256_and_si256(hi, m_30));
+                    let w3 = _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(lo_b), m4),
+                        _mm256_and_si256(_mm256_srli_epi16::<2>(hi), m_30),
+                    );
+                    // The four rows' scales of groups 2j and 2j + 1, sign-extended.
+                    let pair =
+                        _mm_cvtepi8_epi16(_mm_loadl_epi64(blk.add(OFF_SCALES + 16 * j + 8 * h) as *const __m128i));
+                    let pair = _mm256_broadcastsi128_si256(pair);
+                    let (sw0, sw1) =
+                        (_mm256_shuffle_epi8(pair, scale_ctrl[0]), _mm256_shuffle_epi8(pair, scale_ctrl[1]));
+                    for k in 0..N {
+                        let y = (a[k].qs.as_ptr() as *const u8).add(ib * QK_K + 32 * j);
+                        let yb = |o: usize| _mm256_set1_epi64x((y.add(o) as *const i64).read_unaligned());
+                        let t0 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, yb(0)), _mm256_maddubs_epi16(w1, yb(8)));
+                        let t1 = _mm256_add_epi16(_mm256_maddubs_epi16(w2, yb(16)), _mm256_maddubs_epi16(w3, yb(24)));
+                        s[k] = _mm256_add_epi32(
+                            s[k],
+                            _mm256_add_epi32(_mm256_madd_epi16(t0, sw0), _mm256_madd_epi16(t1, sw1)),
+                        );
+                    }
+                }
+                let d8 = _mm256_permutevar8x32_ps(
+                    _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(blk.add(8 * h) as *const __m128i))),
+                    dup,
+                );
+                for k in 0..N {
+                    // This half's four row offsets into lanes (row, 0), zeros in (row, 1).
+                    let off = if h == 0 {
+                        _mm256_castsi256_si128(offset[k])
+                    } else {
+                        _mm256_extracti128_si256::<1>(offset[k])
+                    };
+                    let t = _mm256_sub_epi32(s[k], _mm256_cvtepu32_epi64(off));
+                    let dd = _mm256_mul_ps(d8, _mm256_set1_ps(*a[k].d.get_unchecked(ib)));
+                    acc[k][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), dd, acc[k][h]);
+                }
+            }
+        }
+        let mut out = [[0.0f32; GROUP]; N];
+        for (o, v) in out.iter_mut().zip(acc) {
+            let mut lanes = [0.0f32; 16];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), v[0]);
+            _mm256_storeu_ps(lanes.as_mut_ptr().add(8), v[1]);
+            for (r, x) in o.iter_mut().enumerate() {
+                *x = lanes[2 * r] + lanes[2 * r + 1];
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::tests::random_blocks;
+    use crate::quant::{dot_reference, QuantizedActs};
+
+    #[test]
+    fn packed_groups_match_the_reference_dot_and_each_other() {
+        let Some(k1) = kernel::<1>() else {
+            crate::test_support::report_skip("avx2 and no avx512bw", "quant::q6k_x8 packed Q6_K group kernels");
+            return;
+        };
+        let (k4, k8) = (kernel::<4>().unwrap(), kernel::<8>().unwrap());
+        let (rows, cols) = (16, 768);
+        let w = random_blocks(QuantType::Q6_K, rows * cols / QK_K, 5);
+        let p = pack(&w, rows, cols);
+        // Activations that reach ±127, so the word sums meet their bound.
+        let x: Vec<f32> = (0..8 * cols).map(|i| ((i * 7919 % 1013) as f32 - 506.0) / 97.0).collect();
+        let acts = QuantizedActs::new(QuantType::Q6_K.act_format(), &x, 8);
+        let rows8: [ActRow; 8] = std::array::from_fn(|k| acts.row(k));
+        let gb = cols / QK_K * BLOCK_BYTES;
+        for g in 0..rows / GROUP {
+            let pg = &p[g * gb..(g + 1) * gb];
+            let y8 = k8(pg, &rows8);
+            let y4 = k4(pg, &[rows8[4], rows8[5], rows8[6], rows8[7]]);
+            for k in 0..8 {
+                let y1 = k1(pg, &[rows8[k]]);
+                assert_eq!(y1[0], y8[k], "group {g} token {k}: one token vs eight");
+                if k >= 4 {
+                    assert_eq!(y4[k - 4], y8[k], "group {g} token {k}: four vs eight");
+                }
+                for (r, got) in y8[k].iter().enumerate() {
+                    let row = g * GROUP + r;
+                    let want =
+                        dot_reference(QuantType::Q6_K, &w[row * cols / QK_K * 210..][..cols / QK_K * 210], &rows8[k]);
+                    assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "row {row} token {k}: {got} vs {want}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn packed_rows_dequantize_to_the_original_values() {
+        let (rows, cols) = (16, 512);
+        let w = random_blocks(QuantType::Q6_K, rows * cols / QK_K, 3);
+        let p = pack(&w, rows, cols);
+        let gb = cols / QK_K * BLOCK_BYTES;
+        for row in 0..rows {
+            let mut want = vec![0.0; cols];
+            crate::quant::dequantize(QuantType::Q6_K, &w[row * cols / QK_K * 210..][..cols / QK_K * 210], &mut want);
+            let mut got = vec![0.0; cols];
+            dequantize_row(&p[row / GROUP * gb..][..gb], row % GROUP, &mut got);
+            assert_eq!(got, want, "row {row}");
+        }
+    }
+}
