@@ -263,22 +263,26 @@ mod tests {
     #[test]
     fn packed_matmul_agrees_with_the_row_kernels_and_is_batch_invariant() {
         use crate::quant::tests::random_blocks;
-        use crate::quant::QK_K;
         if crate::kernels::plain_kernels() {
             crate::test_support::report_skip(
                 "FROGNANO_PLAIN_KERNELS unset",
-                "tensor packed Q4_K/Q6_K matmul vs the row kernels",
+                "tensor packed matmuls vs the row kernels",
             );
             return;
         }
         let (rows, cols, t) = (40, 512, 13);
-        for ty in [QuantType::Q4_K, QuantType::Q6_K] {
+        use QuantType::*;
+        for ty in [Q4_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL] {
             if !crate::quant::packs(ty, rows) {
-                let why = if ty == QuantType::Q4_K { "avx2" } else { "avx2 and no avx512bw" };
+                let why = match ty {
+                    Q4_K => "avx2",
+                    Q6_K => "avx2 and no avx512bw",
+                    _ => "avx2 and no avx512vnni",
+                };
                 crate::test_support::report_skip(why, &format!("tensor packed {ty} matmul vs the row kernels"));
                 continue;
             }
-            let w = random_blocks(ty, rows * cols / QK_K, 9);
+            let w = random_blocks(ty, rows * cols / ty.block_size(), 9);
             let plain = Matrix::new(rows, cols, DType::Quant(ty), Bytes::from_vec(w));
             let mut packed = plain.clone();
             packed.pack_for_matmul();

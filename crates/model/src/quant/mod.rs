@@ -27,6 +27,7 @@
 //! dot, a 4-token tile for prefill, and for the 32-element blocks a 4-row form for decode.
 
 pub mod ggml;
+pub mod legacy_x8;
 pub mod q4k_x8;
 pub mod q6k_x8;
 pub mod quantize;
@@ -415,7 +416,8 @@ pub struct QuantizedActs {
     pub s: Vec<f32>,
     /// Sum of every 16 values (Q8_K only).
     pub bsums: Vec<i16>,
-    /// Sum of every 32 values (Q8_K only), eight per block in the order
+    /// Sum of every 32 values: one per block for Q8_0 and Q8_1 (the offsets of the packed
+    /// Q4_0/Q5_0 kernels, [`legacy_x8`]), and for Q8_K eight per block in the order
     /// `[B0, B1, B4, B5, B2, B3, B6, B7]` the packed Q4_K kernel ([`q4k_x8`]) reads.
     pub sums32: Vec<i16>,
 }
@@ -431,7 +433,7 @@ pub struct ActRow<'a> {
     pub s: &'a [f32],
     /// Sums of 16 (Q8_K).
     pub bsums: &'a [i16],
-    /// Sums of 32 in [`q4k_x8`]'s order (Q8_K).
+    /// Sums of 32 (per block for Q8_0/Q8_1; in [`q4k_x8`]'s order for Q8_K).
     pub sums32: &'a [i16],
 }
 
@@ -509,7 +511,7 @@ impl QuantizedActs {
             d: vec![0.0; nb],
             s: if format == ActFormat::Q8_1 { vec![0.0; nb] } else { Vec::new() },
             bsums: if format == ActFormat::Q8_K { vec![0; x.len() / 16] } else { Vec::new() },
-            sums32: if format == ActFormat::Q8_K { vec![0; x.len() / 32] } else { Vec::new() },
+            sums32: vec![0; x.len() / 32],
         };
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
@@ -539,7 +541,9 @@ impl QuantizedActs {
             ActFormat::Q8_0 | ActFormat::Q8_1 => {
                 let with_sum = format == ActFormat::Q8_1;
                 let mut s_iter = a.s.iter_mut();
-                for ((xb, qb), d) in x.chunks_exact(bs).zip(qs_chunks).zip(a.d.iter_mut()) {
+                for (((xb, qb), d), s32) in
+                    x.chunks_exact(bs).zip(qs_chunks).zip(a.d.iter_mut()).zip(a.sums32.iter_mut())
+                {
                     let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
                     let dd = amax / 127.0;
                     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
@@ -549,6 +553,7 @@ impl QuantizedActs {
                         sum += *q as i32;
                     }
                     *d = round_f16(dd);
+                    *s32 = sum as i16;
                     if with_sum {
                         *s_iter.next().expect("one sum per block") = round_f16(sum as f32 * dd);
                     }
@@ -761,8 +766,8 @@ pub fn dot_kernel_rows4(ty: QuantType) -> Option<DotRows4Fn> {
     }
 }
 
-/// Eight rows (one packed group, `nb` super-blocks) against `N` tokens: `out[k][r]`, the
-/// kernel of an eight-row packing ([`q4k_x8`], [`q6k_x8`]).
+/// Eight rows (one packed group, `nb` blocks) against `N` tokens: `out[k][r]`, the kernel of
+/// an eight-row packing ([`q4k_x8`], [`q6k_x8`], [`legacy_x8`]).
 pub type GroupKernel<const N: usize> = fn(&[u8], &[ActRow; N]) -> [[f32; 8]; N];
 
 /// Rows interleaved by every eight-row packing.
@@ -775,6 +780,9 @@ fn packing(ty: QuantType) -> Option<(usize, (GroupKernel<1>, GroupKernel<4>, Gro
     match ty {
         QuantType::Q4_K => Some((q4k_x8::BLOCK_BYTES, (q4k_x8::kernel()?, q4k_x8::kernel()?, q4k_x8::kernel()?))),
         QuantType::Q6_K => Some((q6k_x8::BLOCK_BYTES, (q6k_x8::kernel()?, q6k_x8::kernel()?, q6k_x8::kernel()?))),
+        ty if legacy_x8::handles(ty) => {
+            Some((legacy_x8::block_bytes(ty), (legacy_x8::kernel(ty)?, legacy_x8::kernel(ty)?, legacy_x8::kernel(ty)?)))
+        }
         _ => None,
     }
 }
@@ -792,6 +800,7 @@ pub fn pack_rows8(ty: QuantType, w: &[u8], rows: usize, cols: usize) -> Option<V
     match ty {
         QuantType::Q4_K => Some(q4k_x8::pack(w, rows, cols)),
         QuantType::Q6_K => Some(q6k_x8::pack(w, rows, cols)),
+        ty if legacy_x8::handles(ty) => Some(legacy_x8::pack(ty, w, rows, cols)),
         _ => None,
     }
 }
@@ -804,6 +813,7 @@ pub fn unpack_row8(ty: QuantType, packed: &[u8], rows: usize, r: usize, out: &mu
     match ty {
         QuantType::Q4_K => q4k_x8::dequantize_row(group, r % PACK_GROUP, out),
         QuantType::Q6_K => q6k_x8::dequantize_row(group, r % PACK_GROUP, out),
+        ty if legacy_x8::handles(ty) => legacy_x8::dequantize_row(ty, group, r % PACK_GROUP, out),
         _ => panic!("unpack_row8: no eight-row packing of {ty}"),
     }
 }
@@ -877,7 +887,7 @@ pub fn matmul_many(ms: &[QuantMat], cols: usize, x: &[f32], t: usize) -> Vec<Vec
         match m.packed {
             Some(p) => {
                 let bb = packing(m.ty).expect("a packed matrix has a kernel here (packed by pack_rows8)").0;
-                assert_eq!(p.len(), m.rows / PACK_GROUP * cols / QK_K * bb, "packed length")
+                assert_eq!(p.len(), m.rows / PACK_GROUP * cols / m.ty.block_size() * bb, "packed length")
             }
             None => assert_eq!(m.w.len(), m.rows * rb, "matmul weight length"),
         }
@@ -905,7 +915,7 @@ pub fn matmul_many(ms: &[QuantMat], cols: usize, x: &[f32], t: usize) -> Vec<Vec
         let put = |i: usize, tt: usize, v: f32| unsafe { out.put(tt, r0 + i, v) };
         if let (Some(p), Some((bb, (k1, k4, k8)))) = (m.packed, packed) {
             // Eight rows at a time (tasks start on multiples of eight rows), every token.
-            let gb = cols / QK_K * bb;
+            let gb = cols / m.ty.block_size() * bb;
             for g in 0..nr / PACK_GROUP {
                 let pg = &p[(r0 / PACK_GROUP + g) * gb..][..gb];
                 let put = |tt: usize, ys: &[[f32; PACK_GROUP]]| {
