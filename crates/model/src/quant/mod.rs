@@ -779,6 +779,9 @@ pub const PACK_GROUP: usize = 8;
 fn packing(ty: QuantType) -> Option<(usize, (GroupKernel<1>, GroupKernel<4>, GroupKernel<8>))> {
     match ty {
         QuantType::Q4_K => Some((q4k_x8::BLOCK_BYTES, (q4k_x8::kernel()?, q4k_x8::kernel()?, q4k_x8::kernel()?))),
+        QuantType::Q5_K => {
+            Some((q4k_x8::BLOCK_BYTES_Q5K, (q4k_x8::kernel_q5k()?, q4k_x8::kernel_q5k()?, q4k_x8::kernel_q5k()?)))
+        }
         QuantType::Q6_K => Some((q6k_x8::BLOCK_BYTES, (q6k_x8::kernel()?, q6k_x8::kernel()?, q6k_x8::kernel()?))),
         ty if legacy_x8::handles(ty) => {
             Some((legacy_x8::block_bytes(ty), (legacy_x8::kernel(ty)?, legacy_x8::kernel(ty)?, legacy_x8::kernel(ty)?)))
@@ -799,6 +802,7 @@ pub fn pack_rows8(ty: QuantType, w: &[u8], rows: usize, cols: usize) -> Option<V
     }
     match ty {
         QuantType::Q4_K => Some(q4k_x8::pack(w, rows, cols)),
+        QuantType::Q5_K => Some(q4k_x8::pack_q5k(w, rows, cols)),
         QuantType::Q6_K => Some(q6k_x8::pack(w, rows, cols)),
         ty if legacy_x8::handles(ty) => Some(legacy_x8::pack(ty, w, rows, cols)),
         _ => None,
@@ -812,6 +816,7 @@ pub fn unpack_row8(ty: QuantType, packed: &[u8], rows: usize, r: usize, out: &mu
     let group = &packed[r / PACK_GROUP * group_bytes..][..group_bytes];
     match ty {
         QuantType::Q4_K => q4k_x8::dequantize_row(group, r % PACK_GROUP, out),
+        QuantType::Q5_K => q4k_x8::dequantize_row_q5k(group, r % PACK_GROUP, out),
         QuantType::Q6_K => q6k_x8::dequantize_row(group, r % PACK_GROUP, out),
         ty if legacy_x8::handles(ty) => legacy_x8::dequantize_row(ty, group, r % PACK_GROUP, out),
         _ => panic!("unpack_row8: no eight-row packing of {ty}"),

@@ -23,7 +23,7 @@
 //! `group_dot_avx2`) and the matrix has a multiple of eight rows; otherwise the row-at-a-time
 //! kernels run.
 
-use super::{scale_min_k4, ActRow, GroupKernel, QK_K};
+use super::{scale_min_k4, unpack_k, ActRow, GroupKernel, QuantType, QK_K};
 
 /// Rows interleaved in one packed group.
 pub const GROUP: usize = 8;
@@ -33,9 +33,14 @@ pub const GROUP: usize = 8;
 /// registers of nibbles (see [`pack`]).
 pub const BLOCK_BYTES: usize = 16 + 16 + 64 + 64 + 8 * 128;
 
+/// Bytes of one packed Q5_K super-block of eight rows: the Q4_K layout of its low four bits,
+/// scales and minimums, then per sub-block 32 bytes of fifth bits (see [`pack_q5k`]).
+pub const BLOCK_BYTES_Q5K: usize = BLOCK_BYTES + 8 * 32;
+
 const OFF_SCALES: usize = 32;
 const OFF_MINS: usize = 96;
 const OFF_QS: usize = 160;
+const OFF_HB: usize = BLOCK_BYTES;
 
 /// Whether this CPU runs a packed kernel: AVX-512 F/BW/VL with VNNI, or AVX2 (each with F16C
 /// and FMA).
@@ -114,17 +119,68 @@ pub fn pack(w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
     out
 }
 
-/// Row `r` (0..8) of one packed group (`nb` blocks) dequantized into `out` (`nb · 256`
+/// Packs a row-major Q5_K matrix as [`pack`] packs Q4_K (the low four bits of each value where
+/// Q4_K keeps its nibbles), each super-block followed by the fifth bits: for sub-block `j`, 32
+/// bytes at `BLOCK_BYTES + 32j` whose byte `8r + b` (r < 4) holds the fifth bit of value
+/// `32j + 8i + b` of row `r` in bit `4 + i` and of row `r + 4` in bit `i`, so that one 256-bit
+/// load serves both halves of the rows.
+pub fn pack_q5k(w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+    use rayon::prelude::*;
+    assert!(rows.is_multiple_of(GROUP) && cols.is_multiple_of(QK_K), "pack_q5k: {rows} × {cols} does not tile");
+    let nb = cols / QK_K;
+    let row_bytes = nb * 176;
+    assert_eq!(w.len(), rows * row_bytes, "pack_q5k: weight length");
+    let mut out = vec![0u8; rows / GROUP * nb * BLOCK_BYTES_Q5K];
+    out.par_chunks_mut(nb * BLOCK_BYTES_Q5K).enumerate().for_each(|(g, dst)| {
+        for (ib, blk) in dst.chunks_exact_mut(BLOCK_BYTES_Q5K).enumerate() {
+            for r in 0..GROUP {
+                let b = &w[(g * GROUP + r) * row_bytes + ib * 176..][..176];
+                blk[2 * r..2 * r + 2].copy_from_slice(&b[0..2]);
+                blk[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&b[2..4]);
+                let u = unpack_k(QuantType::Q5_K, b);
+                for j in 0..8 {
+                    blk[OFF_SCALES + 8 * j + r] = u.scale[2 * j] as u8;
+                    blk[OFF_MINS + 8 * r + j] = u.min[2 * j] as u8;
+                    for i in 0..4 {
+                        for bi in 0..8 {
+                            let q = u.q[32 * j + 8 * i + bi] as u8;
+                            blk[OFF_QS + 128 * j + 64 * (i / 2) + 8 * r + bi] |= (q & 0xF) << (4 * (i % 2));
+                            let bit = if r < 4 { 4 + i } else { i };
+                            blk[OFF_HB + 32 * j + 8 * (r % 4) + bi] |= (q >> 4) << bit;
+                        }
+                    }
+                }
+            }
+        }
+    });
+    out
+}
+
+/// Row `r` (0..8) of one packed Q4_K group (`nb` blocks) dequantized into `out` (`nb · 256`
 /// values), with the float operations of [`super::dequantize`] (so the same values).
 pub fn dequantize_row(group: &[u8], r: usize, out: &mut [f32]) {
-    for (blk, y) in group.chunks_exact(BLOCK_BYTES).zip(out.chunks_exact_mut(QK_K)) {
+    dequantize_row_of::<false>(group, r, out)
+}
+
+/// [`dequantize_row`] for a group packed by [`pack_q5k`].
+pub fn dequantize_row_q5k(group: &[u8], r: usize, out: &mut [f32]) {
+    dequantize_row_of::<true>(group, r, out)
+}
+
+fn dequantize_row_of<const FIVE: bool>(group: &[u8], r: usize, out: &mut [f32]) {
+    let bb = if FIVE { BLOCK_BYTES_Q5K } else { BLOCK_BYTES };
+    for (blk, y) in group.chunks_exact(bb).zip(out.chunks_exact_mut(QK_K)) {
         let (d, dmin) = (super::f16_at(blk, 2 * r), super::f16_at(blk, 16 + 2 * r));
         for j in 0..8 {
             let (s, m) = (blk[OFF_SCALES + 8 * j + r] as f32, blk[OFF_MINS + 8 * r + j] as f32);
             for i in 0..4 {
                 for b in 0..8 {
                     let byte = blk[OFF_QS + 128 * j + 64 * (i / 2) + 8 * r + b];
-                    let v = (byte >> (4 * (i % 2))) & 0xF;
+                    let mut v = (byte >> (4 * (i % 2))) & 0xF;
+                    if FIVE {
+                        let bit = if r < 4 { 4 + i } else { i };
+                        v |= ((blk[OFF_HB + 32 * j + 8 * (r % 4) + b] >> bit) & 1) << 4;
+                    }
                     y[32 * j + 8 * i + b] = (d * s) * v as f32 - dmin * m;
                 }
             }
@@ -141,8 +197,19 @@ pub fn kernel<const N: usize>() -> Option<GroupKernel<N>> {
             return Some(|p, a| unsafe { x86::group_dot::<N>(p, a) });
         }
         if avx2() {
-            return Some(|p, a| unsafe { x86::group_dot_avx2::<N>(p, a) });
+            return Some(|p, a| unsafe { x86::group_dot_avx2::<false, N>(p, a) });
         }
+    }
+    None
+}
+
+/// The packed Q5_K kernel for `N` tokens (1, 4 or 8): AVX2, on a CPU without AVX-512 BW (which
+/// keeps its own measured Q5_K tiles).
+pub fn kernel_q5k<const N: usize>() -> Option<GroupKernel<N>> {
+    #[cfg(target_arch = "x86_64")]
+    if avx2() && !avx512() && !is_x86_feature_detected!("avx512bw") {
+        // SAFETY: the features the kernel is compiled for were detected just before.
+        return Some(|p, a| unsafe { x86::group_dot_avx2::<true, N>(p, a) });
     }
     None
 }
@@ -151,7 +218,7 @@ pub fn kernel<const N: usize>() -> Option<GroupKernel<N>> {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{ActRow, BLOCK_BYTES, GROUP, OFF_MINS, OFF_QS, OFF_SCALES, QK_K};
+    use super::{ActRow, BLOCK_BYTES, BLOCK_BYTES_Q5K, GROUP, OFF_HB, OFF_MINS, OFF_QS, OFF_SCALES, QK_K};
 
     /// How far ahead of the packed stream to prefetch (one-token matmuls stream the weights
     /// once; see `PREFETCH_AHEAD` of the row kernels).
@@ -253,8 +320,12 @@ mod x86 {
     /// kernel needs one per 32. Lanes `(row, half)` as in the AVX-512 kernel, four rows per
     /// register, so the float step per super-block serves four rows at once.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn group_dot_avx2<const N: usize>(p: &[u8], a: &[ActRow; N]) -> [[f32; GROUP]; N] {
-        let nb = p.len() / BLOCK_BYTES;
+    pub(super) unsafe fn group_dot_avx2<const FIVE: bool, const N: usize>(
+        p: &[u8],
+        a: &[ActRow; N],
+    ) -> [[f32; GROUP]; N] {
+        let bb = if FIVE { BLOCK_BYTES_Q5K } else { BLOCK_BYTES };
+        let nb = p.len() / bb;
         for r in a {
             debug_assert!(r.qs.len() >= nb * QK_K && r.d.len() >= nb && r.sums32.len() >= nb * 8);
         }
@@ -271,11 +342,17 @@ mod x86 {
         // B0..B7.
         let natural = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
         let mut acc = [[_mm256_setzero_ps(); 2]; N];
+        let bit4 = _mm256_set1_epi8(0x10);
         for ib in 0..nb {
-            let blk = p.as_ptr().add(ib * BLOCK_BYTES);
+            let blk = p.as_ptr().add(ib * bb);
             prefetch(blk, 0);
             prefetch(blk, 64);
             prefetch(blk, 128);
+            if FIVE {
+                for l in 0..4 {
+                    prefetch(blk, OFF_HB + 64 * l);
+                }
+            }
             // Each token's eight sums of 32, as words, in both 128-bit lanes.
             let bsum: [__m256i; N] = std::array::from_fn(|k| {
                 let b = _mm_loadu_si128(a[k].sums32.as_ptr().add(ib * 8) as *const __m128i);
@@ -291,10 +368,29 @@ mod x86 {
                     }
                     let pa = _mm256_loadu_si256(q as *const __m256i);
                     let pb = _mm256_loadu_si256(q.add(64) as *const __m256i);
-                    let r0 = _mm256_and_si256(pa, mask);
-                    let r1 = _mm256_and_si256(_mm256_srli_epi16::<4>(pa), mask);
-                    let r2 = _mm256_and_si256(pb, mask);
-                    let r3 = _mm256_and_si256(_mm256_srli_epi16::<4>(pb), mask);
+                    let mut r0 = _mm256_and_si256(pa, mask);
+                    let mut r1 = _mm256_and_si256(_mm256_srli_epi16::<4>(pa), mask);
+                    let mut r2 = _mm256_and_si256(pb, mask);
+                    let mut r3 = _mm256_and_si256(_mm256_srli_epi16::<4>(pb), mask);
+                    if FIVE {
+                        // Q5_K: values 0..31, and four words of them still fit (4 · 2 · 31 ·
+                        // 127 = 31,496). Fifth bit of register i: bit 4 + i (rows 0..4) or i.
+                        let hb = _mm256_loadu_si256(blk.add(OFF_HB + 32 * j) as *const __m256i);
+                        let f: [__m256i; 4] = if h == 0 {
+                            [hb, _mm256_srli_epi16::<1>(hb), _mm256_srli_epi16::<2>(hb), _mm256_srli_epi16::<3>(hb)]
+                        } else {
+                            [
+                                _mm256_slli_epi16::<4>(hb),
+                                _mm256_slli_epi16::<3>(hb),
+                                _mm256_slli_epi16::<2>(hb),
+                                _mm256_slli_epi16::<1>(hb),
+                            ]
+                        };
+                        r0 = _mm256_or_si256(r0, _mm256_and_si256(f[0], bit4));
+                        r1 = _mm256_or_si256(r1, _mm256_and_si256(f[1], bit4));
+                        r2 = _mm256_or_si256(r2, _mm256_and_si256(f[2], bit4));
+                        r3 = _mm256_or_si256(r3, _mm256_and_si256(f[3], bit4));
+                    }
                     let sc = (blk.add(OFF_SCALES + 8 * j) as *const i64).read_unaligned();
                     let sw = _mm256_shuffle_epi8(_mm256_set1_epi64x(sc), scale_ctrl[h]);
                     for k in 0..N {
@@ -347,54 +443,73 @@ mod x86 {
 mod tests {
     use super::*;
     use crate::quant::tests::random_blocks;
-    use crate::quant::{dot_reference, QuantType, QuantizedActs};
+    use crate::quant::{dot_reference, QuantizedActs};
 
-    #[test]
-    fn packed_groups_match_the_reference_dot_and_each_other() {
-        let Some(k1) = kernel::<1>() else {
-            crate::test_support::report_skip("avx2", "quant::q4k_x8 packed Q4_K group kernels (1, 4, 8 tokens)");
-            return;
+    /// The packed kernels of `ty` (Q4_K or Q5_K) against the reference dot (and one token, four
+    /// and eight against each other, bit for bit), and the packed rows against `dequantize`.
+    fn check(ty: QuantType, kernels: (GroupKernel<1>, GroupKernel<4>, GroupKernel<8>)) {
+        type Pack = fn(&[u8], usize, usize) -> Vec<u8>;
+        type Dequant = fn(&[u8], usize, &mut [f32]);
+        let (pack_fn, dequant, bb): (Pack, Dequant, usize) = if ty == QuantType::Q4_K {
+            (pack, dequantize_row, BLOCK_BYTES)
+        } else {
+            (pack_q5k, dequantize_row_q5k, BLOCK_BYTES_Q5K)
         };
-        let (k4, k8) = (kernel::<4>().unwrap(), kernel::<8>().unwrap());
+        let (k1, k4, k8) = kernels;
         let (rows, cols) = (16, 768);
-        let w = random_blocks(QuantType::Q4_K, rows * cols / QK_K, 5);
-        let p = pack(&w, rows, cols);
+        let rb = cols / QK_K * ty.block_bytes();
+        let w = random_blocks(ty, rows * cols / QK_K, 5);
+        let p = pack_fn(&w, rows, cols);
+        // Activations that reach ±127, so the word sums meet their bound.
         let x: Vec<f32> = (0..8 * cols).map(|i| ((i * 7919 % 1013) as f32 - 506.0) / 97.0).collect();
-        let acts = QuantizedActs::new(QuantType::Q4_K.act_format(), &x, 8);
+        let acts = QuantizedActs::new(ty.act_format(), &x, 8);
         let rows8: [ActRow; 8] = std::array::from_fn(|k| acts.row(k));
-        let gb = cols / QK_K * BLOCK_BYTES;
+        let gb = cols / QK_K * bb;
         for g in 0..rows / GROUP {
             let pg = &p[g * gb..(g + 1) * gb];
             let y8 = k8(pg, &rows8);
             let y4 = k4(pg, &[rows8[4], rows8[5], rows8[6], rows8[7]]);
             for k in 0..8 {
                 let y1 = k1(pg, &[rows8[k]]);
-                assert_eq!(y1[0], y8[k], "group {g} token {k}: one token vs eight");
+                assert_eq!(y1[0], y8[k], "{ty} group {g} token {k}: one token vs eight");
                 if k >= 4 {
-                    assert_eq!(y4[k - 4], y8[k], "group {g} token {k}: four vs eight");
+                    assert_eq!(y4[k - 4], y8[k], "{ty} group {g} token {k}: four vs eight");
                 }
                 for (r, got) in y8[k].iter().enumerate() {
                     let row = g * GROUP + r;
-                    let want =
-                        dot_reference(QuantType::Q4_K, &w[row * cols / QK_K * 144..][..cols / QK_K * 144], &rows8[k]);
-                    assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "row {row} token {k}: {got} vs {want}");
+                    let want = dot_reference(ty, &w[row * rb..][..rb], &rows8[k]);
+                    assert!(
+                        (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+                        "{ty} row {row} token {k}: {got} vs {want}"
+                    );
                 }
             }
+        }
+        for row in 0..rows {
+            let mut want = vec![0.0; cols];
+            crate::quant::dequantize(ty, &w[row * rb..][..rb], &mut want);
+            let mut got = vec![0.0; cols];
+            dequant(&p[row / GROUP * gb..][..gb], row % GROUP, &mut got);
+            assert_eq!(got, want, "{ty} row {row} dequantized");
         }
     }
 
     #[test]
-    fn packed_rows_dequantize_to_the_original_values() {
-        let (rows, cols) = (16, 512);
-        let w = random_blocks(QuantType::Q4_K, rows * cols / QK_K, 3);
-        let p = pack(&w, rows, cols);
-        let gb = cols / QK_K * BLOCK_BYTES;
-        for row in 0..rows {
-            let mut want = vec![0.0; cols];
-            crate::quant::dequantize(QuantType::Q4_K, &w[row * cols / QK_K * 144..][..cols / QK_K * 144], &mut want);
-            let mut got = vec![0.0; cols];
-            dequantize_row(&p[row / GROUP * gb..][..gb], row % GROUP, &mut got);
-            assert_eq!(got, want, "row {row}");
+    fn packed_q4_k_groups_match_the_reference() {
+        match (kernel::<1>(), kernel::<4>(), kernel::<8>()) {
+            (Some(k1), Some(k4), Some(k8)) => check(QuantType::Q4_K, (k1, k4, k8)),
+            _ => crate::test_support::report_skip("avx2", "quant::q4k_x8 packed Q4_K group kernels (1, 4, 8 tokens)"),
+        }
+    }
+
+    #[test]
+    fn packed_q5_k_groups_match_the_reference() {
+        match (kernel_q5k::<1>(), kernel_q5k::<4>(), kernel_q5k::<8>()) {
+            (Some(k1), Some(k4), Some(k8)) => check(QuantType::Q5_K, (k1, k4, k8)),
+            _ => crate::test_support::report_skip(
+                "avx2 and no avx512bw",
+                "quant::q4k_x8 packed Q5_K group kernels (1, 4, 8 tokens)",
+            ),
         }
     }
 }
