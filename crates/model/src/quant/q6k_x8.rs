@@ -21,7 +21,7 @@
 //! at load, on a CPU with AVX2 but not AVX-512 BW (whose row kernels already unpack each
 //! super-block once for eight tokens), for matrices whose rows come in eights.
 
-use super::{unpack_k, ActRow, GroupKernel, QuantType, QK_K};
+use super::{ActRow, GroupKernel, QK_K};
 
 /// Rows interleaved in one packed group.
 pub const GROUP: usize = 8;
@@ -68,11 +68,11 @@ pub fn pack(w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
             for r in 0..GROUP {
                 let b = &w[(g * GROUP + r) * row_bytes + ib * 210..][..210];
                 blk[2 * r..2 * r + 2].copy_from_slice(&b[208..210]);
-                let u = unpack_k(QuantType::Q6_K, b);
-                for (s, &v) in u.scale.iter().enumerate() {
-                    blk[OFF_SCALES + 16 * (s / 2) + 2 * r + s % 2] = v as i8 as u8;
+                for (s, &v) in b[192..208].iter().enumerate() {
+                    blk[OFF_SCALES + 16 * (s / 2) + 2 * r + s % 2] = v;
                 }
-                let q = |e: usize| (u.q[e] + 32) as u8;
+                let values = stored_values(b);
+                let q = |e: usize| values[e];
                 for j in 0..8 {
                     let sub = &mut blk[OFF_QS + 192 * j..][..192];
                     for i in 0..8 {
@@ -87,6 +87,24 @@ pub fn pack(w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
         }
     });
     out
+}
+
+/// The 256 stored values (0..63, the element plus 32) of a ggml Q6_K block, as
+/// `quant::unpack_k` reads them (its `q + 32`), in straight loops (packing a large matrix at load
+/// spends its time here).
+fn stored_values(b: &[u8]) -> [u8; QK_K] {
+    let (ql, qh) = (&b[0..128], &b[128..192]);
+    let mut q = [0u8; QK_K];
+    for n in 0..2 {
+        for l in 0..32 {
+            let (lo0, lo1, h) = (ql[64 * n + l], ql[64 * n + l + 32], qh[32 * n + l]);
+            q[128 * n + l] = (lo0 & 0xF) | ((h & 3) << 4);
+            q[128 * n + l + 32] = (lo1 & 0xF) | (((h >> 2) & 3) << 4);
+            q[128 * n + l + 64] = (lo0 >> 4) | (((h >> 4) & 3) << 4);
+            q[128 * n + l + 96] = (lo1 >> 4) | (((h >> 6) & 3) << 4);
+        }
+    }
+    q
 }
 
 /// Row `r` (0..8) of one packed group (`nb` blocks) dequantized into `out` (`nb · 256`
@@ -244,7 +262,7 @@ mod x86 {
 mod tests {
     use super::*;
     use crate::quant::tests::random_blocks;
-    use crate::quant::{dot_reference, QuantizedActs};
+    use crate::quant::{dot_reference, unpack_k, QuantType, QuantizedActs};
 
     #[test]
     fn packed_groups_match_the_reference_dot_and_each_other() {
@@ -278,6 +296,15 @@ mod tests {
                     assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "row {row} token {k}: {got} vs {want}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn stored_values_are_the_unpacked_values_plus_32() {
+        for b in random_blocks(QuantType::Q6_K, 8, 11).chunks_exact(210) {
+            let u = unpack_k(QuantType::Q6_K, b);
+            let want: Vec<u8> = u.q.iter().map(|&q| (q + 32) as u8).collect();
+            assert_eq!(stored_values(b).to_vec(), want);
         }
     }
 
