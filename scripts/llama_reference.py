@@ -2,8 +2,10 @@
 
 1. fixtures/smollm2/llama_cpp_reference.json — for several prompts on the demo model
    (SmolLM2-135M-Instruct Q4_1, fetched by scripts/fetch-demo-model.sh): the prompt token ids
-   (llama.cpp's tokenizer), llama.cpp's argmax at every prompt position, the top-64 logits of the
-   last prompt position, and the first 16 greedy tokens (one token per decode call).
+   (llama.cpp's tokenizer), llama.cpp's argmax at every prompt position, the largest logit
+   difference between the prompt in one batch and one token at a time,
+   the top-64 logits of the last prompt position, and the first 16 greedy tokens (one token per
+   decode call).
 2. fixtures/qwen35-tiny.gguf and fixtures/qwen35-tiny-bf16.gguf — the tiny random Qwen3.5
    checkpoints converted by the converter that ships with llama.cpp
    (vendor/llama.cpp/convert_hf_to_gguf.py from the llama-cpp-python sdist, `--no-mtp`).
@@ -66,6 +68,14 @@ def smollm2():
         argmax = scores.argmax(-1).tolist()
         top2 = np.sort(scores, axis=-1)[:, -2:]
         margin = [round(float(a - b), 4) for b, a in top2]
+        # llama.cpp's own one-token-at-a-time path over the same prompt: how far its logits move
+        # from the batch's (the bar of the default-kernel test).
+        llm.reset()
+        for t in ids:
+            llm.eval([t])
+        single = np.array(llm.scores[: len(ids)], dtype=np.float32)
+        llm.reset()
+        llm.eval(ids)
         last = scores[-1]
         top = np.argsort(-last)[:TOP_K]
         greedy, greedy_margin = [], []
@@ -83,6 +93,7 @@ def smollm2():
             "ids": ids,
             "argmax": argmax,
             "argmax_margin": margin,
+            "batch_vs_single_max_abs": round(float(np.abs(scores - single).max()), 4),
             "last_top_ids": top.tolist(),
             "last_top_logits": [round(float(last[i]), 4) for i in top],
             "greedy": greedy,
