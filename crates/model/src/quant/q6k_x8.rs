@@ -179,15 +179,18 @@ mod x86 {
             prefetch(blk, 128);
             // 32 · Σ_g scale[r][g] · bsum_g per row (lane r of eight), one pair of groups per
             // `vpmaddwd`.
-            let offset: [__m256i; N] = std::array::from_fn(|k| {
-                let bs = a[k].bsums.as_ptr().add(ib * 16) as *const i32;
-                let mut c = _mm256_setzero_si256();
-                for pair in 0..8 {
-                    let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(OFF_SCALES + 16 * pair) as *const __m128i));
-                    c = _mm256_add_epi32(c, _mm256_madd_epi16(sc, _mm256_set1_epi32(bs.add(pair).read_unaligned())));
+            // (A plain loop: `array::from_fn`'s closure would not be inlined here.)
+            let mut offset = [_mm256_setzero_si256(); N];
+            for pair in 0..8 {
+                let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(OFF_SCALES + 16 * pair) as *const __m128i));
+                for (c, r) in offset.iter_mut().zip(a) {
+                    let bs = r.bsums.as_ptr().add(ib * 16 + 2 * pair) as *const i32;
+                    *c = _mm256_add_epi32(*c, _mm256_madd_epi16(sc, _mm256_set1_epi32(bs.read_unaligned())));
                 }
-                _mm256_slli_epi32::<5>(c)
-            });
+            }
+            for c in &mut offset {
+                *c = _mm256_slli_epi32::<5>(*c);
+            }
             for h in 0..2 {
                 let mut s = [_mm256_setzero_si256(); N];
                 for j in 0..8 {
