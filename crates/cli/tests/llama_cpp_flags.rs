@@ -85,7 +85,8 @@ fn chat_reads_its_system_message_from_a_file() {
     let demo = demo.to_str().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let system = dir.path().join("system.txt");
-    std::fs::write(&system, "You only ever answer with the single word: banana.").unwrap();
+    // One that visibly moves a 135M model's greedy answer (a one-word instruction does not).
+    std::fs::write(&system, "Always answer in French.").unwrap();
     let chat = |extra: &[&str]| {
         let mut c = bin();
         c.args([&["chat", demo, "--temp", "0", "-n", "16"][..], extra].concat());
