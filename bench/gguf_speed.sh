@@ -12,7 +12,9 @@
 # Each of the --runs rounds runs every engine once: odd rounds llama.cpp first, even rounds
 # FrogNano first, so that neither always runs on the cooler machine; the tables give medians.
 # FrogNano is crates/model/examples/gguf_bench.rs (release build), llama.cpp
-# bench/llama_cpp_bench.py; both prefill the same pseudo-random token ids.
+# bench/llama_cpp_bench.py; both prefill the same pseudo-random token ids and print their greedy
+# ids, and the report says where FrogNano's part from llama.cpp's (same weights, same prompt:
+# near-ties aside, a kernel that is fast but wrong shows there).
 #   --plain also times FrogNano with FROGNANO_PLAIN_KERNELS=1 (its kernels before the tiled
 #   k-quant matmuls, the vector attention and the eight-row Q4_K packing) in the same
 #   alternation, for before/after ratios from one run.
@@ -239,7 +241,7 @@ matrix_dir=bench/out/matrix
 mkdir -p "$matrix_dir/cells"
 need_llama
 declare -A row_file row_label row_problem
-row_label[Q4_K_M]="Coder-1.5B Q4_K_M (published)"
+row_label[Q4_K_M]="Coder-1.5B Q4_K_M as published"
 row_file[Q4_K_M]=$coder
 row_label[SmolLM2]="SmolLM2-135M Q4_1"
 row_file[SmolLM2]=models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -316,7 +318,7 @@ commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates Cargo.lock
 sig="p$prefill d$decode r$runs $commit"
 load_start=$(loadavg)
 progress "load average at start: $load_start"
-copy=""
+copy=","  # ",THREADS=GB/s,...,"
 for t in ${threads_list//,/ }; do
     g=$(copy_bandwidth "$t")
     progress "copy bandwidth with $t thread(s): $g GB/s"
@@ -337,6 +339,8 @@ for k in $keys; do
         cell=$matrix_dir/cells/$k-t$t.jsonl
         if [ "$resume" = 1 ] && [ -f "$cell.meta" ] && grep -qF "\"sig\": \"$sig\"" "$cell.meta"; then
             progress "$label, $t thread(s): reusing $cell (--resume)"
+            printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$k" "$label" "$t" "${row_file[$k]}" reused "$cell" >> "$plan"
+            continue
         else
             rm -f "$cell.meta"
             cell_load=$(loadavg) cell_t0=$SECONDS cell_started=$(date -u +%FT%TZ)
@@ -344,8 +348,10 @@ for k in $keys; do
                 printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$k" "$label" "$t" "${row_file[$k]}" error "$(clean "$(cat "$cell.err")")" >> "$plan"
                 continue
             fi
-            printf '{"sig": "%s", "started": "%s", "wall_s": %d, "load_start": "%s", "load_end": "%s"}\n' \
-                "$sig" "$cell_started" $((SECONDS - cell_t0)) "$cell_load" "$(loadavg)" > "$cell.meta"
+            # The copy bandwidth of this invocation goes with the row, for --resume.
+            cell_copy=${copy#*",$t="}
+            printf '{"sig": "%s", "started": "%s", "wall_s": %d, "load_start": "%s", "load_end": "%s", "copy_gb_s": %s}\n' \
+                "$sig" "$cell_started" $((SECONDS - cell_t0)) "$cell_load" "$(loadavg)" "${cell_copy%%,*}" > "$cell.meta"
         fi
         printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$k" "$label" "$t" "${row_file[$k]}" ok "$cell" >> "$plan"
     done

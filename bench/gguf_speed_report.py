@@ -7,7 +7,8 @@ model, its SIMD flags, the thread counts and the load average.
 
 RUNS.jsonl holds one JSON line per engine run (gguf_bench's and bench/llama_cpp_bench.py's).
 PLAN.tsv holds one matrix row a line: key, label, threads, model file, status (ok, error or
-skipped), then the cell's RUNS.jsonl for ok or the message for the others. COPY is
+skipped; reused for an ok row that --resume took from an earlier invocation), then the
+row's RUNS.jsonl for ok and reused, the message for the others. COPY is
 "THREADS=GB/s,..." for the thread counts of the matrix.
 """
 import json
@@ -55,6 +56,28 @@ def weight_bytes(rows):
     return next(r["weight_bytes"] for r in rows if r["engine"] == "frognano")
 
 
+def greedy_agreement(rows):
+    """(steps equal from the start, steps) of the first round's greedy ids, FrogNano vs llama.cpp;
+    None when a run did not record its ids. A kernel that is fast but wrong shows here: the two
+    engines read the same weights and the same prompt, so only near-ties may part them."""
+    a = next((r.get("tokens") for r in rows if r["engine"] == "llama.cpp"), None)
+    b = next((r.get("tokens") for r in rows if r["engine"] == "frognano"), None)
+    if not a or not b:
+        return None
+    same = 0
+    while same < min(len(a), len(b)) and a[same] == b[same]:
+        same += 1
+    return same, len(a)
+
+
+def greedy_text(agree):
+    if agree is None:
+        return "greedy ids not recorded"
+    same, n = agree
+    return f"greedy ids equal to llama.cpp's for all {n} steps" if same == n else \
+        f"greedy ids part from llama.cpp's at step {same} of {n}"
+
+
 def single(args):
     path, model, threads, pre, dec, copy_gbs, load_start, load_end = args
     rows = read_runs(path)
@@ -79,19 +102,21 @@ def single(args):
     print(f"decode weight bandwidth: frognano {ours:.2f} GB/s ({100 * ours / copy_gbs:.0f} % of copy), "
           f"llama.cpp {wb * median(rows, 'llama.cpp', 'decode_tok_s') / 1e9:.2f} GB/s (weights {wb / 1e6:.1f} MB; "
           f"copy bandwidth measured just now with {threads} threads: {copy_gbs} GB/s read + write)")
+    print(f"{greedy_text(greedy_agreement(rows))} (first round)")
 
 
 def matrix(args):
     plan, out, pre, dec, runs, copy, load_start, load_end, command, commit, llama_version = args
     copy_gbs = {int(t): float(g) for t, g in (x.split("=") for x in copy.split(",") if x)}
     threads_list = sorted(copy_gbs)
-    records, lines = [], []
+    records, lines, parted = [], [], []
     for raw in open(plan):
         key, label, threads, model, status, rest = raw.rstrip("\n").split("\t", 5)
         threads = int(threads)
         rec = {"kind": "row", "key": key, "label": label, "threads": threads, "model": model,
                "prefill_tokens": int(pre), "decode_tokens": int(dec), "status": status}
-        if status == "ok":
+        if status in ("ok", "reused"):
+            rec["status"], rec["reused"] = "ok", status == "reused"
             rows = read_runs(rest)
             meta_path = rest + ".meta"
             if os.path.exists(meta_path):
@@ -100,12 +125,18 @@ def matrix(args):
             lp, fp = median(rows, "llama.cpp", "prefill_tok_s"), median(rows, "frognano", "prefill_tok_s")
             ld, fd = median(rows, "llama.cpp", "decode_tok_s"), median(rows, "frognano", "decode_tok_s")
             gbs = wb * fd / 1e9
-            share = gbs / copy_gbs[threads] if copy_gbs.get(threads) else None
+            # A reused row keeps the copy bandwidth measured in its own invocation.
+            row_copy = rec.get("copy_gb_s") or copy_gbs.get(threads)
+            share = gbs / row_copy if row_copy else None
             rec.update({"weight_bytes": wb, "file_bytes": os.path.getsize(model),
                         "llama_prefill_tok_s": lp, "frognano_prefill_tok_s": fp, "prefill_ratio": fp / lp,
                         "llama_decode_tok_s": ld, "frognano_decode_tok_s": fd, "decode_ratio": fd / ld,
-                        "frognano_decode_gb_s": gbs, "copy_gb_s": copy_gbs.get(threads),
+                        "frognano_decode_gb_s": gbs, "copy_gb_s": row_copy,
                         "copy_share": share, "runs": rows})
+            agree = greedy_agreement(rows)
+            rec["greedy_same_steps"], rec["greedy_steps"] = agree if agree else (None, None)
+            if agree is None or agree[0] < agree[1]:
+                parted.append(f"{label}, {threads} thread{'s' if threads > 1 else ''}: {greedy_text(agree)}")
             pr, dr = fp / lp, fd / ld
             cells = [f"{label} ({wb / 1e9:.2f} GB)", str(threads),
                      f"{lp:.2f}", f"{fp:.2f}", f"{pr:.2f}" + (MARK if pr < GOAL_PREFILL else ""),
@@ -113,6 +144,7 @@ def matrix(args):
                      f"{gbs:.2f}",
                      "" if share is None else f"{100 * share:.0f} %" + (MARK if share < GOAL_BANDWIDTH else "")]
         else:
+            rest = rest.strip()
             rec["message"] = rest
             cells = [label, str(threads), f"{status}: {rest}"] + [""] * 7
         records.append(rec)
@@ -133,6 +165,10 @@ def matrix(args):
     print(f"llama.cpp: llama-cpp-python {llama_version} (scripts/setup-llama-reference.sh, AMX compiled out); "
           f"FrogNano: gguf_bench at {commit}")
     print(f"command: {command}")
+    reused = sum(r.get("reused", False) for r in records)
+    if reused:
+        print(f"{reused} of {len(records)} rows reused from an earlier invocation (--resume); "
+              "each row's own start time and load average are in the JSON lines")
     print()
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
@@ -141,6 +177,11 @@ def matrix(args):
     print(f"{MARK.strip()} below the goal: prefill ratio < {GOAL_PREFILL}, decode ratio < {GOAL_DECODE}, "
           f"decode weight bandwidth < {GOAL_BANDWIDTH:.0%} of the copy bandwidth with as many threads. "
           "GB/s = FrogNano's weight bytes x its decode tok/s.")
+    n_ok = sum(r["status"] == "ok" for r in records)
+    print(f"Greedy ids (first round, FrogNano vs llama.cpp, same prompt): equal for every step in "
+          f"{n_ok - len(parted)} of {n_ok} timed rows" + ("." if not parted else "; not in:"))
+    for p in parted:
+        print(f"  {p}")
     conditions = {"kind": "conditions", "cpu": cpu_lines(), "threads": threads_list, "prefill_tokens": int(pre),
                   "decode_tokens": int(dec), "runs": int(runs), "load_start": load_start, "load_end": load_end,
                   "copy_gb_s": {str(t): g for t, g in copy_gbs.items()}, "command": command, "commit": commit,

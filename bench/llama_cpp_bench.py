@@ -1,6 +1,7 @@
 """The llama.cpp side of bench/gguf_speed.sh, timed as crates/model/examples/gguf_bench.rs times
 FrogNano: prefill of N pseudo-random tokens (the same ids as gguf_bench), then M greedy decode
-steps, one sequence. Prints one JSON line. Run it with .venv-llama/bin/python.
+steps, one sequence. Prints one JSON line, with the M + 1 greedy token ids (`tokens`). Run it
+with .venv-llama/bin/python.
 
 Usage: llama_cpp_bench.py MODEL.gguf THREADS PREFILL DECODE
 """
@@ -36,11 +37,14 @@ t = time.perf_counter()
 llm.eval(prompt)
 pre = time.perf_counter() - t
 nxt = last()
+tokens = [nxt]
 t = time.perf_counter()
 for _ in range(n_dec):
     llm.eval([nxt])
     nxt = last()
+    tokens.append(nxt)
 dec = time.perf_counter() - t
 print(json.dumps({"engine": "llama.cpp", "model": model, "threads": threads, "load_s": round(load_s, 3),
                   "prefill_tokens": n_pre, "prefill_tok_s": n_pre / pre, "decode_tokens": n_dec,
-                  "decode_tok_s": n_dec / dec, "weight_bytes": os.path.getsize(model)}))
+                  "decode_tok_s": n_dec / dec, "weight_bytes": os.path.getsize(model),
+                  "tokens": tokens}))
