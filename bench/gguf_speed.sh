@@ -215,10 +215,9 @@ if [ "$matrix" = 0 ]; then
     mkdir -p bench/out
     out=bench/out/gguf_speed.jsonl
     load_start=$(loadavg)
-    echo "load average at start: $load_start"
+    progress "load average at start: $load_start"
     bench_pair "$model" "$threads" "$out" "$(basename "$model")" || { cat "$out.err" >&2; exit 1; }
     load_end=$(loadavg)
-    echo "load average at end: $load_end"
     copy_gbs=$(copy_bandwidth "$threads")
     python3 bench/gguf_speed_report.py single "$out" "$model" "$threads" "$prefill" "$decode" "$copy_gbs" "$load_start" "$load_end"
     exit 0

@@ -86,7 +86,7 @@ def single(args):
     runs = sum(r["engine"] == "llama.cpp" for r in rows)
     print(cpu_lines())
     print(f"load average (1, 5, 15 min): start {load_start}, end {load_end}")
-    print(f"model {model}, {threads} threads, prefill {pre} tokens, decode {dec} tokens, "
+    print(f"model {model}, {threads} thread{'' if threads == '1' else 's'}, prefill {pre} tokens, decode {dec} tokens, "
           f"median of {runs} alternating rounds")
     plain = any(r["engine"] == "frognano-plain" for r in rows)
     head = f"{'':10} {'llama.cpp':>10} {'frognano':>10} {'ratio':>7}"
@@ -101,7 +101,8 @@ def single(args):
     ours = wb * median(rows, "frognano", "decode_tok_s") / 1e9
     print(f"decode weight bandwidth: frognano {ours:.2f} GB/s ({100 * ours / copy_gbs:.0f} % of copy), "
           f"llama.cpp {wb * median(rows, 'llama.cpp', 'decode_tok_s') / 1e9:.2f} GB/s (weights {wb / 1e6:.1f} MB; "
-          f"copy bandwidth measured just now with {threads} threads: {copy_gbs} GB/s read + write)")
+          f"copy bandwidth measured just now, numpy copies of 256 MiB arrays on {threads} thread(s) at once: "
+          f"{copy_gbs} GB/s read + write)")
     print(f"{greedy_text(greedy_agreement(rows))} (first round)")
 
 
