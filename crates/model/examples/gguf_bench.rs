@@ -1,5 +1,6 @@
 //! Times a model the way bench/gguf_speed.sh compares it with llama.cpp: prefill of N tokens,
-//! then M greedy decode steps, one sequence. Prints one JSON line.
+//! then M greedy decode steps, one sequence. Prints one JSON line, with the M + 1 greedy token
+//! ids (`tokens`) so that the script can check both engines decoded the same thing.
 //!
 //! ```text
 //! cargo run --release -p frognano-model --example gguf_bench -- MODEL [--prefill 512] [--decode 128]
@@ -57,18 +58,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let logits = m.model.forward(&prompt, &mut cache, false)?;
     let prefill_s = t.elapsed().as_secs_f64();
     let mut next = argmax(&logits);
+    let mut tokens = Vec::with_capacity(n_decode + 1);
+    tokens.push(next);
     let t = Instant::now();
     for _ in 0..n_decode {
         next = argmax(&m.model.forward(&[next], &mut cache, false)?);
+        tokens.push(next);
     }
     let decode_s = t.elapsed().as_secs_f64();
     println!(
         "{{\"engine\":\"frognano\",\"model\":{:?},\"threads\":{threads},\"load_s\":{load_s:.3},\"prefill_tokens\":{n_prefill},\
-         \"prefill_tok_s\":{:.2},\"decode_tokens\":{n_decode},\"decode_tok_s\":{:.3},\"weight_bytes\":{}}}",
+         \"prefill_tok_s\":{:.2},\"decode_tokens\":{n_decode},\"decode_tok_s\":{:.3},\"weight_bytes\":{},\"tokens\":{}}}",
         model,
         n_prefill as f64 / prefill_s,
         n_decode as f64 / decode_s,
-        m.weight_bytes
+        m.weight_bytes,
+        serde_json::to_string(&tokens)?
     );
     Ok(())
 }
