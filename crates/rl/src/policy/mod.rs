@@ -307,9 +307,9 @@ impl Policy {
         self.inference_model_quantized(None)
     }
 
-    /// [`Policy::inference_model`] with the weight matrices re-quantized to `quant` (what
-    /// `--quant q8_0|q4_k` does on load) when given: faster rollouts, sampled from a
-    /// slightly different distribution than the one trained.
+    /// [`Policy::inference_model`] with the weight matrices re-quantized to `quant` and packed
+    /// for this CPU's kernels (what `--quant q8_0|q4_k` does on load) when given: faster
+    /// rollouts, sampled from a slightly different distribution than the one trained.
     pub fn inference_model_quantized(
         &self,
         quant: Option<frognano_model::quant::QuantType>,
@@ -319,6 +319,7 @@ impl Policy {
                 let mut m = llama::inference_model(s, &self.store)?;
                 if let Some(q) = quant {
                     m.quantize_weights(q);
+                    m.pack_for_matmul();
                 }
                 Box::new(m)
             }
@@ -326,6 +327,7 @@ impl Policy {
                 let mut m = qwen35::inference_model(c, &self.store)?;
                 if let Some(q) = quant {
                     m.quantize_weights(q);
+                    m.pack_for_matmul();
                 }
                 Box::new(m)
             }
