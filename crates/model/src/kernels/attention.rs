@@ -452,10 +452,10 @@ mod x86 {
     /// The AVX2 kernel: the AVX-512 kernel's steps with each 16-lane register as two 256-bit
     /// halves (lanes 0–7 and 8–15). For a batch the scores take eight keys at a time (one half
     /// of a transposed block of 16), for one token one key at a time in eight registers; the
-    /// exponentials eight at a time ([`expf8`]); the value sum one key at a time into its slot
-    /// in memory. A work item holds several query heads of one KV head (GQA) and takes every
-    /// key and value row for all of them at once, so the cache is read once per item, front to
-    /// back, where the AVX-512 kernel reads it once per head.
+    /// exponentials eight at a time ([`expf8`]); the value sum a few keys of one slot at a
+    /// time, its sums in memory. A work item holds several query heads of one KV head (GQA)
+    /// and takes every key and value row for all of them at once, so the cache is read once
+    /// per item, front to back, where the AVX-512 kernel reads it once per head, in strides.
     mod avx2 {
         use std::arch::x86_64::*;
 
@@ -585,35 +585,38 @@ mod x86 {
         /// `Σ p·v` over keys `0..n` for each head (weights at `sc[h·ns..]`, slots at
         /// `acc[h·slots·dh..]`, result at `og[h·dh..]`): slot `j mod slots` sums its keys in
         /// ascending order, then the slots are reduced per element by the tree (16 slots, batch
-        /// order) or `ggml_vec_dot_f16`'s combine and tree (64 slots). The keys are taken in
-        /// order, sixteen at a time for every head, each value row added whole to its slot: the
-        /// cache is read front to back once for all heads, which the prefetcher keeps up with,
-        /// where the AVX-512 kernel's slots in registers read it in strides, once per head.
+        /// order) or `ggml_vec_dot_f16`'s combine and tree (64 slots). The keys go in tiles of
+        /// [`ROUNDS`] · `slots`: each slot adds its `ROUNDS` keys of the tile in one pass over
+        /// its sums in `acc` (one load and store per four multiply-adds), the value rows read
+        /// as `ROUNDS` streams front to back, and every head of the item takes them while they
+        /// are in L1.
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn weighted_values(kv: &Kv, sc: &[f32], n: usize, slots: usize, acc: &mut [f32], og: &mut [f32]) {
             let dh = kv.dh;
             let (ns, m) = (n.div_ceil(16) * 16, og.len() / dh);
-            for t0 in (0..n).step_by(16) {
-                for h in 0..m {
-                    let (p_h, acc_h) = (sc.as_ptr().add(h * ns), acc.as_mut_ptr().add(h * slots * dh));
-                    for j in t0..(t0 + 16).min(n) {
-                        let p = _mm256_set1_ps(*p_h.add(j));
-                        let v = kv.vc.as_ptr().add(kv.row(j));
-                        let a = acc_h.add((j % slots) * dh);
-                        // A slot's first key starts from 0 as the reference's does (0 + p·v,
-                        // so −0 becomes +0), without zeroing the slots first.
-                        if j < slots {
-                            for i in (0..dh).step_by(8) {
-                                _mm256_storeu_ps(
-                                    a.add(i),
-                                    _mm256_fmadd_ps(p, _mm256_loadu_ps(v.add(i)), _mm256_setzero_ps()),
-                                );
+            let tile = ROUNDS * slots;
+            for t0 in (0..n).step_by(tile) {
+                for s in 0..slots.min(n - t0) {
+                    let j0 = t0 + s;
+                    let rounds = (n - j0).div_ceil(slots).min(ROUNDS);
+                    let rows: [*const f32; ROUNDS] = std::array::from_fn(|r| {
+                        let j = if r < rounds { j0 + r * slots } else { j0 };
+                        kv.vc.as_ptr().add(kv.row(j))
+                    });
+                    for h in 0..m {
+                        let p: [__m256; ROUNDS] = std::array::from_fn(|r| {
+                            if r < rounds {
+                                _mm256_set1_ps(*sc.get_unchecked(h * ns + j0 + r * slots))
+                            } else {
+                                _mm256_setzero_ps()
                             }
-                        } else {
-                            for i in (0..dh).step_by(8) {
-                                let sum = _mm256_fmadd_ps(p, _mm256_loadu_ps(v.add(i)), _mm256_loadu_ps(a.add(i)));
-                                _mm256_storeu_ps(a.add(i), sum);
-                            }
+                        });
+                        let a = acc.as_mut_ptr().add((h * slots + s) * dh);
+                        match rounds {
+                            4 => add_rounds::<4>(a, &p, &rows, dh, t0 == 0),
+                            3 => add_rounds::<3>(a, &p, &rows, dh, t0 == 0),
+                            2 => add_rounds::<2>(a, &p, &rows, dh, t0 == 0),
+                            _ => add_rounds::<1>(a, &p, &rows, dh, t0 == 0),
                         }
                     }
                 }
@@ -635,6 +638,29 @@ mod x86 {
                     };
                     _mm256_storeu_ps(oh.as_mut_ptr().add(8 * c), reduce16_lanes(&lanes));
                 }
+            }
+        }
+
+        /// Keys of one slot taken together by [`weighted_values`]: `ROUNDS` keys `slots` apart.
+        const ROUNDS: usize = 4;
+
+        /// `a[..dh] += Σ_r p[r]·rows[r][..dh]` for `r` in `0..R` in that order (from 0 when
+        /// `first`: a slot's first key adds to 0, as the reference's slots start).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn add_rounds<const R: usize>(
+            a: *mut f32,
+            p: &[__m256; ROUNDS],
+            rows: &[*const f32; ROUNDS],
+            dh: usize,
+            first: bool,
+        ) {
+            for i in (0..dh).step_by(8) {
+                let mut sum = if first { _mm256_setzero_ps() } else { _mm256_loadu_ps(a.add(i)) };
+                for r in 0..R {
+                    sum = _mm256_fmadd_ps(p[r], _mm256_loadu_ps(rows[r].add(i)), sum);
+                }
+                _mm256_storeu_ps(a.add(i), sum);
             }
         }
     }
@@ -669,7 +695,7 @@ mod tests {
     }
 
     /// `(t, pos0, heads, kv_heads, head_dim, amplitude of q and k)`.
-    const CASES: [(usize, usize, usize, usize, usize, f32); 11] = [
+    const CASES: [(usize, usize, usize, usize, usize, f32); 12] = [
         (1, 0, 2, 1, 16, 1.0),
         (5, 0, 9, 3, 64, 2.0),
         (17, 3, 4, 2, 32, 4.0),
@@ -677,6 +703,7 @@ mod tests {
         (20, 0, 3, 3, 48, 30.0), // wide scores: exponentials that underflow to subnormals and 0
         (7, 100, 2, 1, 128, 0.5),
         (1, 300, 9, 3, 64, 3.0),    // decode at a longer position
+        (1, 169, 4, 2, 64, 2.0),    // decode, the value tile of 256 keys three quarters full
         (1, 1030, 6, 1, 128, 4.0),  // decode, Coder-1.5B's head (dh 128, 6 heads per KV head)
         (2, 70, 4, 1, 80, 1.0),     // a head of 80: the f64 tail of the one-token order
         (24, 509, 12, 2, 128, 2.0), // a prefill chunk past 512 cached positions, GQA 6:1
