@@ -10,11 +10,15 @@
 //! A single new token (decode) follows `ggml_vec_dot_f16`'s order instead (`F16Dot::Vec`: four
 //! 16-lane accumulators per step of 64, and 64 value slots).
 //!
-//! [`causal`] computes the same numbers with AVX-512 in that same order, vectorised across
+//! [`causal`] computes the same numbers with vector code in that same order, vectorised across
 //! what is independent: for a batch sixteen keys at a time for the scores (one lane per key,
 //! the cache transposed into blocks of 16 keys), for one token one key at a time in four
-//! registers; the exponentials sixteen at a time; the value sum one 16-wide chunk of the head
-//! at a time with four slots in flight. Tests hold it to the reference bit for bit.
+//! 16-lane accumulators; the exponentials a register at a time; the value sum slot by slot,
+//! each slot's keys in ascending order. It picks at run time the AVX-512 kernel (with FMA and
+//! F16C) where the CPU has it, else the AVX2 one (FMA, F16C), which is the AVX-512 one with
+//! every 16-lane register as two 256-bit halves, lane for lane (so eight keys, eight
+//! exponentials per register), else the reference; `FROGNANO_PLAIN_KERNELS=1` asks for the
+//! reference. Tests hold each kernel the CPU runs to the reference bit for bit.
 
 use rayon::prelude::*;
 
@@ -44,14 +48,16 @@ pub struct AttnShape {
 /// Bit-identical to [`causal_reference`].
 pub fn causal(q: &[f32], kc: &[f32], vc: &[f32], s: AttnShape, order: F16Dot) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
-    if s.head_dim.is_multiple_of(16) && x86::available() && !super::plain_kernels() {
-        return x86::causal(q, kc, vc, s, order);
+    if s.head_dim.is_multiple_of(16) && !super::plain_kernels() {
+        if let Some(isa) = x86::Isa::best() {
+            return x86::causal(isa, q, kc, vc, s, order);
+        }
     }
     causal_reference(q, kc, vc, s, order)
 }
 
-/// The plain version of [`causal`] (what the llama forward computed before the vector kernel,
-/// kept as its test reference and for CPUs without AVX-512).
+/// The plain version of [`causal`] (what the llama forward computed before the vector kernels,
+/// kept as their test reference and for CPUs without AVX2, FMA and F16C).
 pub fn causal_reference(q: &[f32], kc: &[f32], vc: &[f32], s: AttnShape, order: F16Dot) -> Vec<f32> {
     let AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, scale } = s;
     let group = hq / hkv;
@@ -87,16 +93,51 @@ pub fn causal_reference(q: &[f32], kc: &[f32], vc: &[f32], s: AttnShape, order: 
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    //! One driver and the key transpose for both vector kernels; [`avx512`] and [`avx2`] hold
+    //! the four steps (scores, softmax, f16 weights, value sum) of the query heads of one work
+    //! item in each ISA. The AVX2 kernel is the AVX-512 one with every 16-lane register split
+    //! into two 256-bit halves, lane for lane, so both sum in the reference's order.
+
     use std::arch::x86_64::*;
 
     use rayon::prelude::*;
 
     use super::{AttnShape, F16Dot};
 
-    /// One KV head of the cache.
+    /// Which vector kernel runs.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(super) enum Isa {
+        /// AVX-512F with FMA and F16C.
+        Avx512,
+        /// AVX2 with FMA and F16C.
+        Avx2,
+    }
+
+    impl Isa {
+        /// Every kernel, fastest first.
+        pub(super) const ALL: [Isa; 2] = [Isa::Avx512, Isa::Avx2];
+
+        /// Whether this CPU runs the kernel.
+        pub(super) fn supported(self) -> bool {
+            let wide = match self {
+                Isa::Avx512 => is_x86_feature_detected!("avx512f"),
+                Isa::Avx2 => is_x86_feature_detected!("avx2"),
+            };
+            wide && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+        }
+
+        /// The fastest kernel this CPU runs, if any.
+        pub(super) fn best() -> Option<Isa> {
+            Isa::ALL.into_iter().find(|isa| isa.supported())
+        }
+    }
+
+    /// One KV head of the cache, and for the batch order its keys transposed.
     struct Kv<'a> {
         kc: &'a [f32],
         vc: &'a [f32],
+        /// [`transpose_keys`] of this head (batch order only, else empty).
+        kt: &'a [f32],
         hkv: usize,
         kvh: usize,
         dh: usize,
@@ -109,61 +150,34 @@ mod x86 {
         }
     }
 
-    pub(super) fn available() -> bool {
-        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("f16c") && is_x86_feature_detected!("fma")
+    /// A worker's buffers, reused across the query heads it takes.
+    #[derive(Default)]
+    struct Scratch {
+        /// Scores, then weights, of the item's heads, one after the other, each `n` rounded up
+        /// to whole blocks of 16.
+        sc: Vec<f32>,
+        /// The value-sum slots of the item's heads, `slots · dh` each (every element is stored
+        /// before it is read).
+        acc: Vec<f32>,
     }
 
-    /// GCC's `_mm512_reduce_add_ps` of sixteen vectors at once, lane by lane: lane `k` of the
-    /// result is the reduction of lane `k` of `v[0..16]` (`v[l]` holding element `l`).
-    #[inline]
-    #[target_feature(enable = "avx512f,fma,f16c")]
-    unsafe fn reduce16_lanes(v: &[__m512; 16]) -> __m512 {
-        let t: [__m512; 8] = std::array::from_fn(|i| _mm512_add_ps(v[i + 8], v[i]));
-        let s: [__m512; 4] = std::array::from_fn(|i| _mm512_add_ps(t[i + 4], t[i]));
-        _mm512_add_ps(_mm512_add_ps(s[0], s[2]), _mm512_add_ps(s[1], s[3]))
+    impl Scratch {
+        /// Sizes the buffers for `heads` heads of `n` keys, the scores zeroed.
+        fn prepare(&mut self, heads: usize, n: usize, slots: usize, dh: usize) {
+            self.sc.clear();
+            self.sc.resize(heads * n.div_ceil(16) * 16, 0.0);
+            if self.acc.len() < heads * slots * dh {
+                self.acc.resize(heads * slots * dh, 0.0);
+            }
+        }
     }
 
-    /// GCC's `_mm512_reduce_add_ps` of one vector (the tree of `ggml::reduce16`).
-    #[inline]
-    #[target_feature(enable = "avx512f,fma,f16c")]
-    unsafe fn reduce16(v: __m512) -> f32 {
-        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
-        let t = _mm256_add_ps(hi, _mm512_castps512_ps256(v));
-        let s = _mm_add_ps(_mm256_extractf128_ps::<1>(t), _mm256_castps256_ps128(t));
-        let u = _mm_add_ps(_mm_movehl_ps(s, s), s); // [s0 + s2, s1 + s3, ..]
-        _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)))
-    }
-
-    /// `ggml::expf` on sixteen lanes, the same operations in the same order.
-    #[inline]
-    #[target_feature(enable = "avx512f,fma,f16c")]
-    unsafe fn expf16(x: __m512) -> __m512 {
-        let c = |b: u32| _mm512_set1_ps(f32::from_bits(b));
-        let r = c(0x4b40_0000);
-        let z = _mm512_fmadd_ps(x, c(0x3fb8_aa3b), r);
-        let n = _mm512_sub_ps(z, r);
-        let b = _mm512_fnmadd_ps(n, c(0x35bf_be8e), _mm512_fnmadd_ps(n, c(0x3f31_7200), x));
-        let u = _mm512_mul_ps(b, b);
-        let j = _mm512_fmadd_ps(
-            _mm512_fmadd_ps(
-                _mm512_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
-                u,
-                _mm512_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
-            ),
-            u,
-            _mm512_fmadd_ps(c(0x3f7f_fff6), b, _mm512_set1_ps(1.0)),
-        );
-        let big = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_abs_ps(n), _mm512_set1_ps(192.0));
-        let pos = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(n, _mm512_setzero_ps());
-        let sat = _mm512_maskz_mov_ps(pos, _mm512_set1_ps(f32::INFINITY));
-        _mm512_mask_blend_ps(big, _mm512_scalef_ps(j, n), sat)
-    }
-
-    /// [`expf16`] for the tests.
-    #[cfg(test)]
-    #[target_feature(enable = "avx512f,fma,f16c")]
-    pub(super) unsafe fn expf16_for_tests(x: __m512) -> __m512 {
-        expf16(x)
+    /// How many query heads of one KV head a work item of the AVX2 kernel takes: as many of the
+    /// `group` as leave at least one item per thread (the heads then share every key and
+    /// value row they read, which the cache would otherwise stream once per head).
+    fn heads_per_item(heads_total: usize, group: usize) -> usize {
+        let threads = rayon::current_num_threads();
+        (1..=group).rev().find(|&m| group.is_multiple_of(m) && heads_total / m >= threads).unwrap_or(1)
     }
 
     /// Keys of one KV head transposed into blocks of 16: `kt[(b·dh + e)·16 + l]` is element
@@ -181,8 +195,33 @@ mod x86 {
         kt
     }
 
-    pub(super) fn causal(q: &[f32], kc: &[f32], vc: &[f32], s: AttnShape, order: F16Dot) -> Vec<f32> {
-        let AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, .. } = s;
+    /// [`super::causal`] on the kernel `isa` (which this CPU must run: checked).
+    pub(super) fn causal(isa: Isa, q: &[f32], kc: &[f32], vc: &[f32], s: AttnShape, order: F16Dot) -> Vec<f32> {
+        // The AVX-512 kernel takes one head per item (its loads do not share rows between
+        // heads); the AVX2 one as many of a KV head's as the threads leave.
+        let m = match isa {
+            Isa::Avx512 => 1,
+            Isa::Avx2 => heads_per_item(s.t * s.heads, s.heads / s.kv_heads),
+        };
+        causal_items(isa, m, q, kc, vc, s, order)
+    }
+
+    /// [`causal`] in work items of `m` consecutive query heads of one token, all on one KV
+    /// head (`m` divides `heads / kv_heads`; checked).
+    pub(super) fn causal_items(
+        isa: Isa,
+        m: usize,
+        q: &[f32],
+        kc: &[f32],
+        vc: &[f32],
+        s: AttnShape,
+        order: F16Dot,
+    ) -> Vec<f32> {
+        assert!(isa.supported(), "the {isa:?} attention kernel needs a CPU that has it");
+        let AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, scale } = s;
+        let group = hq / hkv;
+        assert!(dh.is_multiple_of(16), "the vector attention kernels take head_dim a multiple of 16, not {dh}");
+        assert!(m > 0 && group.is_multiple_of(m), "{m} heads per item do not divide a group of {group}");
         let n_all = pos0 + t;
         let kts: Vec<Vec<f32>> = if order == F16Dot::Gemm {
             (0..hkv).into_par_iter().map(|kvh| transpose_keys(kc, n_all, hkv, kvh, dh)).collect()
@@ -191,148 +230,438 @@ mod x86 {
         };
         let slots = if order == F16Dot::Gemm { 16 } else { 64 };
         let mut o = vec![0.0f32; t * hq * dh];
-        o.par_chunks_mut(dh).enumerate().for_each_init(
-            || (Vec::new(), Vec::new()),
-            |(sc, acc), (idx, oh)| {
-                let (i, h) = (idx / hq, idx % hq);
-                let kvh = h / (hq / hkv);
-                let qh = &q[idx * dh..(idx + 1) * dh];
-                let n = pos0 + i + 1;
-                sc.clear();
-                sc.resize(n.div_ceil(16) * 16, 0.0);
-                acc.clear();
-                acc.resize(slots * dh, 0.0);
-                let kv = Kv { kc, vc, hkv, kvh, dh };
-                // SAFETY: `available()` checked the features; the buffers are sized above.
-                unsafe {
-                    if order == F16Dot::Gemm {
-                        scores_gemm(qh, &kts[kvh], n, dh, s.scale, sc);
-                    } else {
-                        scores_vec(qh, &kv, n, s.scale, sc);
+        o.par_chunks_mut(m * dh).enumerate().for_each_init(Scratch::default, |scratch, (item, og)| {
+            let first = item * m;
+            let (i, kvh) = (first / hq, first % hq / group);
+            let qg = &q[first * dh..(first + m) * dh];
+            let n = pos0 + i + 1;
+            let kt = kts.get(kvh).map_or(&[][..], |v| &v[..]);
+            let kv = Kv { kc, vc, kt, hkv, kvh, dh };
+            // SAFETY: `isa.supported()` was checked above; `prepare` sizes the buffers.
+            unsafe {
+                match isa {
+                    Isa::Avx512 => {
+                        for (qh, oh) in qg.chunks_exact(dh).zip(og.chunks_exact_mut(dh)) {
+                            scratch.prepare(1, n, slots, dh);
+                            avx512::head(qh, &kv, n, scale, order, scratch, oh);
+                        }
                     }
-                    softmax_f16(sc, n);
-                    weighted_values(&kv, sc, n, slots, acc, oh);
+                    Isa::Avx2 => {
+                        scratch.prepare(m, n, slots, dh);
+                        avx2::heads(qg, &kv, n, scale, order, scratch, og);
+                    }
                 }
-            },
-        );
+            }
+        });
         o
     }
 
-    /// Scores of one query against keys `0..n` in the batch order, sixteen keys at a time: lane
-    /// `l` of `a[e mod 16]` accumulates `q[e]·k[e]` of key `16b + l` over `e` ascending, exactly
-    /// the lanes of the reference's dot for that key; then the reduction tree and `· scale`.
-    #[target_feature(enable = "avx512f,fma,f16c")]
-    unsafe fn scores_gemm(qh: &[f32], kt: &[f32], n: usize, dh: usize, scale: f32, sc: &mut [f32]) {
-        let scale_v = _mm512_set1_ps(scale);
-        for b in 0..n.div_ceil(16) {
-            let kb = kt.as_ptr().add(b * dh * 16);
-            let mut a = [_mm512_setzero_ps(); 16];
-            for c in 0..dh / 16 {
-                for (l, al) in a.iter_mut().enumerate() {
-                    let e = 16 * c + l;
-                    *al = _mm512_fmadd_ps(_mm512_set1_ps(*qh.get_unchecked(e)), _mm512_loadu_ps(kb.add(e * 16)), *al);
-                }
-            }
-            _mm512_storeu_ps(sc.as_mut_ptr().add(16 * b), _mm512_mul_ps(reduce16_lanes(&a), scale_v));
-        }
-    }
-
-    /// Scores of one query against keys `0..n` in `ggml_vec_dot_f16`'s order: four 16-lane
-    /// accumulators over steps of 64, combined `(a0 + a2) + (a1 + a3)`, the tree, a tail past
-    /// the last whole step added in f64; then `· scale`.
-    #[target_feature(enable = "avx512f,fma,f16c")]
-    unsafe fn scores_vec(qh: &[f32], kv: &Kv, n: usize, scale: f32, sc: &mut [f32]) {
-        let dh = kv.dh;
-        let np = dh / 64 * 64;
-        for (j, out) in sc.iter_mut().enumerate().take(n) {
-            let k = kv.kc.as_ptr().add(kv.row(j));
-            let mut a = [_mm512_setzero_ps(); 4];
-            for step in (0..np).step_by(64) {
-                for (g, ag) in a.iter_mut().enumerate() {
-                    let e = step + 16 * g;
-                    *ag = _mm512_fmadd_ps(_mm512_loadu_ps(qh.as_ptr().add(e)), _mm512_loadu_ps(k.add(e)), *ag);
-                }
-            }
-            let lanes = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
-            let body = reduce16(lanes);
-            *out = if np == dh {
-                body * scale
-            } else {
-                let kr = std::slice::from_raw_parts(k, dh);
-                let tail: f64 = qh[np..dh].iter().zip(&kr[np..dh]).map(|(x, y)| (x * y) as f64).sum();
-                (body as f64 + tail) as f32 * scale
-            };
-        }
-    }
-
-    /// `ggml::softmax` of `sc[..n]` (max, exp in blocks of 16 reduced by the tree, block sums in
-    /// f64, one multiply by 1/sum), then every weight rounded to f16; lanes past `n` are zero.
-    #[target_feature(enable = "avx512f,fma,f16c")]
-    unsafe fn softmax_f16(sc: &mut [f32], n: usize) {
-        let nb = n.div_ceil(16);
+    /// The largest of the scores (the softmax's first pass; comparisons round nothing).
+    fn max_score(sc: &[f32]) -> f32 {
         let mut max = f32::NEG_INFINITY;
-        for &v in &sc[..n] {
+        for &v in sc {
             if v > max {
                 max = v;
             }
         }
-        let max_v = _mm512_set1_ps(max);
-        let mut sum = 0.0f64;
-        for b in 0..nb {
-            let p = sc.as_mut_ptr().add(16 * b);
-            let live = if 16 * b + 16 <= n { 0xFFFF } else { ((1u32 << (n - 16 * b)) - 1) as u16 };
-            let e = _mm512_maskz_mov_ps(live, expf16(_mm512_sub_ps(_mm512_loadu_ps(p), max_v)));
-            _mm512_storeu_ps(p, e);
-            sum += reduce16(e) as f64;
-        }
-        let inv = _mm512_set1_ps((1.0 / sum) as f32);
-        for b in 0..nb {
-            let p = sc.as_mut_ptr().add(16 * b);
-            let w = _mm512_mul_ps(_mm512_loadu_ps(p), inv);
-            let r = _mm512_cvtph_ps(_mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(w));
-            _mm512_storeu_ps(p, r);
+        max
+    }
+
+    /// The end of a one-token score: the body's tree sum plus, for a head not a multiple of
+    /// 64, the products past the last whole step added in f64; then `· scale`.
+    #[inline(always)]
+    fn vec_score(qh: &[f32], k: &[f32], np: usize, body: f32, scale: f32) -> f32 {
+        if np == qh.len() {
+            body * scale
+        } else {
+            let tail: f64 = qh[np..].iter().zip(&k[np..qh.len()]).map(|(x, y)| (x * y) as f64).sum();
+            (body as f64 + tail) as f32 * scale
         }
     }
 
-    /// `Σ p·v` over keys `0..n`: slot `j mod slots` sums its keys in ascending order (four
-    /// slots in flight per 16-wide chunk of the head), then the slots are reduced per element:
-    /// by the tree (16 slots, batch order) or `ggml_vec_dot_f16`'s combine and tree (64 slots).
-    #[target_feature(enable = "avx512f,fma,f16c")]
-    unsafe fn weighted_values(kv: &Kv, sc: &[f32], n: usize, slots: usize, acc: &mut [f32], oh: &mut [f32]) {
-        let dh = kv.dh;
-        for c in 0..dh / 16 {
-            for g in 0..slots / 4 {
-                let mut s4 = [_mm512_setzero_ps(); 4];
-                let mut j0 = 0;
-                while j0 < n {
-                    for (k, sk) in s4.iter_mut().enumerate() {
-                        let j = j0 + 4 * g + k;
-                        if j < n {
-                            let p = _mm512_set1_ps(*sc.get_unchecked(j));
-                            let v = kv.vc.as_ptr().add(kv.row(j) + 16 * c);
-                            *sk = _mm512_fmadd_ps(p, _mm512_loadu_ps(v), *sk);
-                        }
+    /// GCC's `_mm512_reduce_add_ps` of a 16-lane register given as its two 256-bit halves
+    /// (lanes 0–7, 8–15): `hi + lo`, then the 128-bit halves, then `movehl`, then `movehdup`.
+    #[inline]
+    #[target_feature(enable = "avx,sse3")]
+    unsafe fn reduce16_halves(lo: __m256, hi: __m256) -> f32 {
+        let t = _mm256_add_ps(hi, lo);
+        let s = _mm_add_ps(_mm256_extractf128_ps::<1>(t), _mm256_castps256_ps128(t));
+        let u = _mm_add_ps(_mm_movehl_ps(s, s), s); // [s0 + s2, s1 + s3, ..]
+        _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)))
+    }
+
+    /// The AVX-512 kernel: for a batch sixteen keys at a time for the scores (one lane per
+    /// key), for one token one key at a time in four registers; the exponentials sixteen at a
+    /// time; the value sum one 16-wide chunk of the head at a time with four slots in flight.
+    mod avx512 {
+        use std::arch::x86_64::*;
+
+        use super::{max_score, reduce16_halves, vec_score, Kv, Scratch};
+        use crate::quant::ggml::{tree16, x86::expf16, F16Dot};
+
+        /// Scores, softmax, f16 weights and value sum of one query head.
+        #[target_feature(enable = "avx512f,fma,f16c")]
+        pub(super) unsafe fn head(
+            qh: &[f32],
+            kv: &Kv,
+            n: usize,
+            scale: f32,
+            order: F16Dot,
+            s: &mut Scratch,
+            oh: &mut [f32],
+        ) {
+            let slots = if order == F16Dot::Gemm { 16 } else { 64 };
+            if order == F16Dot::Gemm {
+                scores_gemm(qh, kv.kt, n, kv.dh, scale, &mut s.sc);
+            } else {
+                scores_vec(qh, kv, n, scale, &mut s.sc);
+            }
+            softmax_f16(&mut s.sc, n);
+            weighted_values(kv, &s.sc, n, slots, &mut s.acc, oh);
+        }
+
+        /// [`tree16`] of sixteen vectors, lane by lane.
+        #[inline]
+        #[target_feature(enable = "avx512f,fma,f16c")]
+        unsafe fn reduce16_lanes(v: &[__m512; 16]) -> __m512 {
+            tree16(v, |a, b| _mm512_add_ps(a, b))
+        }
+
+        /// GCC's `_mm512_reduce_add_ps` of one vector (the tree of `ggml::reduce16`).
+        #[inline]
+        #[target_feature(enable = "avx512f,fma,f16c")]
+        unsafe fn reduce16(v: __m512) -> f32 {
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+            reduce16_halves(_mm512_castps512_ps256(v), hi)
+        }
+
+        /// Scores of one query against keys `0..n` in the batch order, sixteen keys at a time:
+        /// lane `l` of `a[e mod 16]` accumulates `q[e]·k[e]` of key `16b + l` over `e`
+        /// ascending, exactly the lanes of the reference's dot for that key; then the reduction
+        /// tree and `· scale`.
+        #[target_feature(enable = "avx512f,fma,f16c")]
+        unsafe fn scores_gemm(qh: &[f32], kt: &[f32], n: usize, dh: usize, scale: f32, sc: &mut [f32]) {
+            let scale_v = _mm512_set1_ps(scale);
+            for b in 0..n.div_ceil(16) {
+                let kb = kt.as_ptr().add(b * dh * 16);
+                let mut a = [_mm512_setzero_ps(); 16];
+                for c in 0..dh / 16 {
+                    for (l, al) in a.iter_mut().enumerate() {
+                        let e = 16 * c + l;
+                        *al =
+                            _mm512_fmadd_ps(_mm512_set1_ps(*qh.get_unchecked(e)), _mm512_loadu_ps(kb.add(e * 16)), *al);
                     }
-                    j0 += slots;
                 }
-                for (k, sk) in s4.iter().enumerate() {
-                    _mm512_storeu_ps(acc.as_mut_ptr().add((4 * g + k) * dh + 16 * c), *sk);
+                _mm512_storeu_ps(sc.as_mut_ptr().add(16 * b), _mm512_mul_ps(reduce16_lanes(&a), scale_v));
+            }
+        }
+
+        /// Scores of one query against keys `0..n` in `ggml_vec_dot_f16`'s order: four 16-lane
+        /// accumulators over steps of 64, combined `(a0 + a2) + (a1 + a3)`, the tree, a tail
+        /// past the last whole step added in f64; then `· scale`.
+        #[target_feature(enable = "avx512f,fma,f16c")]
+        unsafe fn scores_vec(qh: &[f32], kv: &Kv, n: usize, scale: f32, sc: &mut [f32]) {
+            let dh = kv.dh;
+            let np = dh / 64 * 64;
+            for (j, out) in sc.iter_mut().enumerate().take(n) {
+                let k = &kv.kc[kv.row(j)..kv.row(j) + dh];
+                let mut a = [_mm512_setzero_ps(); 4];
+                for step in (0..np).step_by(64) {
+                    for (g, ag) in a.iter_mut().enumerate() {
+                        let e = step + 16 * g;
+                        *ag = _mm512_fmadd_ps(
+                            _mm512_loadu_ps(qh.as_ptr().add(e)),
+                            _mm512_loadu_ps(k.as_ptr().add(e)),
+                            *ag,
+                        );
+                    }
+                }
+                let lanes = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+                *out = vec_score(qh, k, np, reduce16(lanes), scale);
+            }
+        }
+
+        /// `ggml::softmax` of `sc[..n]` (max, exp in blocks of 16 reduced by the tree, block
+        /// sums in f64, one multiply by 1/sum), then every weight rounded to f16; lanes past
+        /// `n` are zero.
+        #[target_feature(enable = "avx512f,fma,f16c")]
+        unsafe fn softmax_f16(sc: &mut [f32], n: usize) {
+            let nb = n.div_ceil(16);
+            let max_v = _mm512_set1_ps(max_score(&sc[..n]));
+            let mut sum = 0.0f64;
+            for b in 0..nb {
+                let p = sc.as_mut_ptr().add(16 * b);
+                let live = if 16 * b + 16 <= n { 0xFFFF } else { ((1u32 << (n - 16 * b)) - 1) as u16 };
+                let e = _mm512_maskz_mov_ps(live, expf16(_mm512_sub_ps(_mm512_loadu_ps(p), max_v)));
+                _mm512_storeu_ps(p, e);
+                sum += reduce16(e) as f64;
+            }
+            let inv = _mm512_set1_ps((1.0 / sum) as f32);
+            for b in 0..nb {
+                let p = sc.as_mut_ptr().add(16 * b);
+                let w = _mm512_mul_ps(_mm512_loadu_ps(p), inv);
+                let r = _mm512_cvtph_ps(_mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(w));
+                _mm512_storeu_ps(p, r);
+            }
+        }
+
+        /// `Σ p·v` over keys `0..n`: slot `j mod slots` sums its keys in ascending order (four
+        /// slots in flight per 16-wide chunk of the head), then the slots are reduced per
+        /// element: by the tree (16 slots, batch order) or `ggml_vec_dot_f16`'s combine and
+        /// tree (64 slots).
+        #[target_feature(enable = "avx512f,fma,f16c")]
+        unsafe fn weighted_values(kv: &Kv, sc: &[f32], n: usize, slots: usize, acc: &mut [f32], oh: &mut [f32]) {
+            let dh = kv.dh;
+            for c in 0..dh / 16 {
+                for g in 0..slots / 4 {
+                    let mut s4 = [_mm512_setzero_ps(); 4];
+                    let mut j0 = 0;
+                    while j0 < n {
+                        for (k, sk) in s4.iter_mut().enumerate() {
+                            let j = j0 + 4 * g + k;
+                            if j < n {
+                                let p = _mm512_set1_ps(*sc.get_unchecked(j));
+                                let v = kv.vc.as_ptr().add(kv.row(j) + 16 * c);
+                                *sk = _mm512_fmadd_ps(p, _mm512_loadu_ps(v), *sk);
+                            }
+                        }
+                        j0 += slots;
+                    }
+                    for (k, sk) in s4.iter().enumerate() {
+                        _mm512_storeu_ps(acc.as_mut_ptr().add((4 * g + k) * dh + 16 * c), *sk);
+                    }
+                }
+            }
+            let slot = |l: usize, c: usize| _mm512_loadu_ps(acc.as_ptr().add(l * dh + 16 * c));
+            for c in 0..dh / 16 {
+                let lanes: [__m512; 16] = if slots == 16 {
+                    std::array::from_fn(|l| slot(l, c))
+                } else {
+                    std::array::from_fn(|l| {
+                        _mm512_add_ps(
+                            _mm512_add_ps(slot(l, c), slot(32 + l, c)),
+                            _mm512_add_ps(slot(16 + l, c), slot(48 + l, c)),
+                        )
+                    })
+                };
+                _mm512_storeu_ps(oh.as_mut_ptr().add(16 * c), reduce16_lanes(&lanes));
+            }
+        }
+    }
+
+    /// The AVX2 kernel: the AVX-512 kernel's steps with each 16-lane register as two 256-bit
+    /// halves (lanes 0–7 and 8–15). For a batch the scores take eight keys at a time (one half
+    /// of a transposed block of 16), for one token one key at a time in eight registers; the
+    /// exponentials eight at a time ([`expf8`]); the value sum a few keys of one slot at a
+    /// time, its sums in memory. A work item holds several query heads of one KV head (GQA)
+    /// and takes every key and value row for all of them at once, so the cache is read once
+    /// per item, front to back, where the AVX-512 kernel reads it once per head, in strides.
+    mod avx2 {
+        use std::arch::x86_64::*;
+
+        use super::{max_score, reduce16_halves, vec_score, Kv, Scratch};
+        use crate::quant::ggml::{tree16, x86::expf8, F16Dot};
+
+        /// Scores, softmax, f16 weights and value sum of the query heads `qg` (`m · dh`, all on
+        /// the KV head of `kv`), into `og` (`m · dh`).
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) unsafe fn heads(
+            qg: &[f32],
+            kv: &Kv,
+            n: usize,
+            scale: f32,
+            order: F16Dot,
+            s: &mut Scratch,
+            og: &mut [f32],
+        ) {
+            let ns = n.div_ceil(16) * 16;
+            if order == F16Dot::Gemm {
+                scores_gemm(qg, kv.kt, n, kv.dh, scale, &mut s.sc);
+            } else {
+                scores_vec(qg, kv, n, scale, &mut s.sc);
+            }
+            for sc in s.sc.chunks_exact_mut(ns) {
+                softmax_f16(sc, n);
+            }
+            let slots = if order == F16Dot::Gemm { 16 } else { 64 };
+            weighted_values(kv, &s.sc, n, slots, &mut s.acc, og);
+        }
+
+        /// [`tree16`] of sixteen vectors, lane by lane.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn reduce16_lanes(v: &[__m256; 16]) -> __m256 {
+            tree16(v, |a, b| _mm256_add_ps(a, b))
+        }
+
+        /// Scores of each query head of `qg` against keys `0..n` in the batch order (head `h`'s
+        /// at `sc[h·ns..]`): each transposed block of 16 keys in two halves of eight, lane `l`
+        /// of `a[e mod 16]` accumulating `q[e]·k[e]` of its key over `e` ascending (the AVX-512
+        /// kernel's lanes, eight at a time); then the tree and `· scale`. Every head takes a
+        /// half while it is in L1.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn scores_gemm(qg: &[f32], kt: &[f32], n: usize, dh: usize, scale: f32, sc: &mut [f32]) {
+            let ns = n.div_ceil(16) * 16;
+            let scale_v = _mm256_set1_ps(scale);
+            for b in 0..n.div_ceil(16) {
+                for half in 0..2 {
+                    if 16 * b + 8 * half >= n {
+                        break; // a half of padding keys: its lanes are never read
+                    }
+                    let kb = kt.as_ptr().add(b * dh * 16 + 8 * half);
+                    for (h, qh) in qg.chunks_exact(dh).enumerate() {
+                        let mut a = [_mm256_setzero_ps(); 16];
+                        for c in 0..dh / 16 {
+                            for (l, al) in a.iter_mut().enumerate() {
+                                let e = 16 * c + l;
+                                let k = _mm256_loadu_ps(kb.add(e * 16));
+                                *al = _mm256_fmadd_ps(_mm256_set1_ps(*qh.get_unchecked(e)), k, *al);
+                            }
+                        }
+                        let out = _mm256_mul_ps(reduce16_lanes(&a), scale_v);
+                        _mm256_storeu_ps(sc.as_mut_ptr().add(h * ns + 16 * b + 8 * half), out);
+                    }
                 }
             }
         }
-        let slot = |l: usize, c: usize| _mm512_loadu_ps(acc.as_ptr().add(l * dh + 16 * c));
-        for c in 0..dh / 16 {
-            let lanes: [__m512; 16] = if slots == 16 {
-                std::array::from_fn(|l| slot(l, c))
-            } else {
-                std::array::from_fn(|l| {
-                    _mm512_add_ps(
-                        _mm512_add_ps(slot(l, c), slot(32 + l, c)),
-                        _mm512_add_ps(slot(16 + l, c), slot(48 + l, c)),
-                    )
-                })
-            };
-            _mm512_storeu_ps(oh.as_mut_ptr().add(16 * c), reduce16_lanes(&lanes));
+
+        /// Scores of each query head of `qg` against keys `0..n` in `ggml_vec_dot_f16`'s order:
+        /// the four 16-lane accumulators as eight halves, combined `(a0 + a2) + (a1 + a3)` half
+        /// by half, the tree, the f64 tail; then `· scale`. Every head takes a key while it is
+        /// in L1.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn scores_vec(qg: &[f32], kv: &Kv, n: usize, scale: f32, sc: &mut [f32]) {
+            let (dh, ns) = (kv.dh, n.div_ceil(16) * 16);
+            let np = dh / 64 * 64;
+            for j in 0..n {
+                let k = &kv.kc[kv.row(j)..kv.row(j) + dh];
+                for (h, qh) in qg.chunks_exact(dh).enumerate() {
+                    let mut a = [[_mm256_setzero_ps(); 2]; 4];
+                    for step in (0..np).step_by(64) {
+                        for (g, ag) in a.iter_mut().enumerate() {
+                            for (hf, agh) in ag.iter_mut().enumerate() {
+                                let e = step + 16 * g + 8 * hf;
+                                let (x, y) = (_mm256_loadu_ps(qh.as_ptr().add(e)), _mm256_loadu_ps(k.as_ptr().add(e)));
+                                *agh = _mm256_fmadd_ps(x, y, *agh);
+                            }
+                        }
+                    }
+                    let half =
+                        |hf: usize| _mm256_add_ps(_mm256_add_ps(a[0][hf], a[2][hf]), _mm256_add_ps(a[1][hf], a[3][hf]));
+                    *sc.get_unchecked_mut(h * ns + j) = vec_score(qh, k, np, reduce16_halves(half(0), half(1)), scale);
+                }
+            }
+        }
+
+        /// `ggml::softmax` of `sc[..n]` as the AVX-512 kernel computes it, each block of 16 as
+        /// two halves (lanes past `n` zeroed by a mask, the block's sum by the tree from the two
+        /// halves), then every weight rounded to f16.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn softmax_f16(sc: &mut [f32], n: usize) {
+            let nb = n.div_ceil(16);
+            let max_v = _mm256_set1_ps(max_score(&sc[..n]));
+            let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            let mut sum = 0.0f64;
+            for b in 0..nb {
+                let mut e = [_mm256_setzero_ps(); 2];
+                for (h, eh) in e.iter_mut().enumerate() {
+                    let first = 16 * b + 8 * h;
+                    let p = sc.as_mut_ptr().add(first);
+                    let live = _mm256_cmpgt_epi32(_mm256_set1_epi32(n.saturating_sub(first).min(8) as i32), lane);
+                    *eh = _mm256_and_ps(_mm256_castsi256_ps(live), expf8(_mm256_sub_ps(_mm256_loadu_ps(p), max_v)));
+                    _mm256_storeu_ps(p, *eh);
+                }
+                sum += reduce16_halves(e[0], e[1]) as f64;
+            }
+            let inv = _mm256_set1_ps((1.0 / sum) as f32);
+            for i in (0..16 * nb).step_by(8) {
+                let p = sc.as_mut_ptr().add(i);
+                let w = _mm256_mul_ps(_mm256_loadu_ps(p), inv);
+                let r = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(w));
+                _mm256_storeu_ps(p, r);
+            }
+        }
+
+        /// `Σ p·v` over keys `0..n` for each head (weights at `sc[h·ns..]`, slots at
+        /// `acc[h·slots·dh..]`, result at `og[h·dh..]`): slot `j mod slots` sums its keys in
+        /// ascending order, then the slots are reduced per element by the tree (16 slots, batch
+        /// order) or `ggml_vec_dot_f16`'s combine and tree (64 slots). The keys go in tiles of
+        /// [`ROUNDS`] · `slots`: each slot adds its `ROUNDS` keys of the tile in one pass over
+        /// its sums in `acc` (one load and store per four multiply-adds), the value rows read
+        /// as `ROUNDS` streams front to back, and every head of the item takes them while they
+        /// are in L1.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn weighted_values(kv: &Kv, sc: &[f32], n: usize, slots: usize, acc: &mut [f32], og: &mut [f32]) {
+            let dh = kv.dh;
+            let (ns, m) = (n.div_ceil(16) * 16, og.len() / dh);
+            let tile = ROUNDS * slots;
+            for t0 in (0..n).step_by(tile) {
+                for s in 0..slots.min(n - t0) {
+                    let j0 = t0 + s;
+                    let rounds = (n - j0).div_ceil(slots).min(ROUNDS);
+                    let rows: [*const f32; ROUNDS] = std::array::from_fn(|r| {
+                        let j = if r < rounds { j0 + r * slots } else { j0 };
+                        kv.vc.as_ptr().add(kv.row(j))
+                    });
+                    for h in 0..m {
+                        let p: [__m256; ROUNDS] = std::array::from_fn(|r| {
+                            if r < rounds {
+                                _mm256_set1_ps(*sc.get_unchecked(h * ns + j0 + r * slots))
+                            } else {
+                                _mm256_setzero_ps()
+                            }
+                        });
+                        let a = acc.as_mut_ptr().add((h * slots + s) * dh);
+                        match rounds {
+                            4 => add_rounds::<4>(a, &p, &rows, dh, t0 == 0),
+                            3 => add_rounds::<3>(a, &p, &rows, dh, t0 == 0),
+                            2 => add_rounds::<2>(a, &p, &rows, dh, t0 == 0),
+                            _ => add_rounds::<1>(a, &p, &rows, dh, t0 == 0),
+                        }
+                    }
+                }
+            }
+            for (h, oh) in og.chunks_exact_mut(dh).enumerate() {
+                let acc_h = &mut acc[h * slots * dh..(h + 1) * slots * dh];
+                acc_h[n.min(slots) * dh..].fill(0.0);
+                let slot = |l: usize, c: usize| _mm256_loadu_ps(acc_h.as_ptr().add(l * dh + 8 * c));
+                for c in 0..dh / 8 {
+                    let lanes: [__m256; 16] = if slots == 16 {
+                        std::array::from_fn(|l| slot(l, c))
+                    } else {
+                        std::array::from_fn(|l| {
+                            _mm256_add_ps(
+                                _mm256_add_ps(slot(l, c), slot(32 + l, c)),
+                                _mm256_add_ps(slot(16 + l, c), slot(48 + l, c)),
+                            )
+                        })
+                    };
+                    _mm256_storeu_ps(oh.as_mut_ptr().add(8 * c), reduce16_lanes(&lanes));
+                }
+            }
+        }
+
+        /// Keys of one slot taken together by [`weighted_values`]: `ROUNDS` keys `slots` apart.
+        const ROUNDS: usize = 4;
+
+        /// `a[..dh] += Σ_r p[r]·rows[r][..dh]` for `r` in `0..R` in that order (from 0 when
+        /// `first`: a slot's first key adds to 0, as the reference's slots start).
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn add_rounds<const R: usize>(
+            a: *mut f32,
+            p: &[__m256; ROUNDS],
+            rows: &[*const f32; ROUNDS],
+            dh: usize,
+            first: bool,
+        ) {
+            for i in (0..dh).step_by(8) {
+                let mut sum = if first { _mm256_setzero_ps() } else { _mm256_loadu_ps(a.add(i)) };
+                for r in 0..R {
+                    sum = _mm256_fmadd_ps(p[r], _mm256_loadu_ps(rows[r].add(i)), sum);
+                }
+                _mm256_storeu_ps(a.add(i), sum);
+            }
         }
     }
 }
@@ -351,62 +680,108 @@ mod tests {
         (0..n).map(|_| round_f16(lcg(&mut s) * amp)).collect()
     }
 
-    #[test]
-    fn vector_attention_equals_the_reference_bit_for_bit() {
-        #[cfg(target_arch = "x86_64")]
-        if !x86::available() {
-            // `causal` falls back to the reference itself: the comparison below checks nothing.
-            crate::test_support::report_skip("avx512f", "kernels::attention AVX-512 causal attention");
+    /// Fails with the first element whose bits differ (and how many do).
+    fn assert_same_bits(got: &[f32], want: &[f32], what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}: length");
+        let differ = got.iter().zip(want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        if let Some(i) = got.iter().zip(want).position(|(a, b)| a.to_bits() != b.to_bits()) {
+            panic!(
+                "{what}: {differ} of {} outputs differ, first [{i}]: {:e} vs reference {:e}",
+                got.len(),
+                got[i],
+                want[i]
+            );
         }
-        for (t, pos0, hq, hkv, dh, amp) in [
-            (1, 0, 2, 1, 16, 1.0),
-            (5, 0, 9, 3, 64, 2.0),
-            (17, 3, 4, 2, 32, 4.0),
-            (33, 40, 6, 2, 64, 8.0),
-            (20, 0, 3, 3, 48, 30.0), // wide scores: exponentials that underflow to subnormals and 0
-            (7, 100, 2, 1, 128, 0.5),
-            (1, 300, 9, 3, 64, 3.0), // decode at a longer position
-            (2, 70, 4, 1, 80, 1.0),  // a head of 80: the f64 tail of the one-token order
-            (6, 2, 2, 1, 40, 1.0),   // head_dim not a multiple of 16: the plain path
-        ] {
-            let n = pos0 + t;
-            let q = f16_values(t * hq * dh, 1 + t as u64, amp);
-            let k = f16_values(n * hkv * dh, 2 + n as u64, amp);
-            let v = f16_values(n * hkv * dh, 3 + dh as u64, 1.0);
-            let s = AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, scale: 1.0 / (dh as f32).sqrt() };
+    }
+
+    /// `(t, pos0, heads, kv_heads, head_dim, amplitude of q and k)`.
+    const CASES: [(usize, usize, usize, usize, usize, f32); 12] = [
+        (1, 0, 2, 1, 16, 1.0),
+        (5, 0, 9, 3, 64, 2.0),
+        (17, 3, 4, 2, 32, 4.0),
+        (33, 40, 6, 2, 64, 8.0),
+        (20, 0, 3, 3, 48, 30.0), // wide scores: exponentials that underflow to subnormals and 0
+        (7, 100, 2, 1, 128, 0.5),
+        (1, 300, 9, 3, 64, 3.0),    // decode at a longer position
+        (1, 169, 4, 2, 64, 2.0),    // decode, the value tile of 256 keys three quarters full
+        (1, 1030, 6, 1, 128, 4.0),  // decode, Coder-1.5B's head (dh 128, 6 heads per KV head)
+        (2, 70, 4, 1, 80, 1.0),     // a head of 80: the f64 tail of the one-token order
+        (24, 509, 12, 2, 128, 2.0), // a prefill chunk past 512 cached positions, GQA 6:1
+        (6, 2, 2, 1, 40, 1.0),      // head_dim not a multiple of 16: the plain path
+    ];
+
+    fn inputs(t: usize, pos0: usize, hq: usize, hkv: usize, dh: usize, amp: f32) -> [Vec<f32>; 3] {
+        let n = pos0 + t;
+        [
+            f16_values(t * hq * dh, 1 + t as u64, amp),
+            f16_values(n * hkv * dh, 2 + n as u64, amp),
+            f16_values(n * hkv * dh, 3 + dh as u64, 1.0),
+        ]
+    }
+
+    fn shape(t: usize, pos0: usize, hq: usize, hkv: usize, dh: usize) -> AttnShape {
+        AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, scale: 1.0 / (dh as f32).sqrt() }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn every_vector_kernel_equals_the_reference_bit_for_bit() {
+        for isa in x86::Isa::ALL {
+            if !isa.supported() {
+                let what = format!("kernels::attention {isa:?} causal attention");
+                let needs = if isa == x86::Isa::Avx512 { "avx512f" } else { "avx2+fma+f16c" };
+                crate::test_support::report_skip(needs, &what);
+                continue;
+            }
+            for (t, pos0, hq, hkv, dh, amp) in CASES.into_iter().filter(|c| c.4 % 16 == 0) {
+                let [q, k, v] = inputs(t, pos0, hq, hkv, dh, amp);
+                let s = shape(t, pos0, hq, hkv, dh);
+                let group = hq / hkv;
+                for order in [F16Dot::Gemm, F16Dot::Vec] {
+                    let want = causal_reference(&q, &k, &v, s, order);
+                    // Every grouping of a KV head's query heads into work items gives the same
+                    // bits (what the thread count picks must not matter).
+                    for m in (1..=group).filter(|m| group % m == 0) {
+                        let got = x86::causal_items(isa, m, &q, &k, &v, s, order);
+                        let what =
+                            format!("{isa:?} {order:?} t={t} pos0={pos0} hq={hq} hkv={hkv} dh={dh}, {m} per item");
+                        assert_same_bits(&got, &want, &what);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn causal_equals_the_reference_on_every_shape() {
+        // Whatever `causal` picks here (a vector kernel, or the plain path for a head of 40 or
+        // a CPU without one), it returns the reference's bits.
+        for (t, pos0, hq, hkv, dh, amp) in CASES {
+            let [q, k, v] = inputs(t, pos0, hq, hkv, dh, amp);
+            let s = shape(t, pos0, hq, hkv, dh);
             for order in [F16Dot::Gemm, F16Dot::Vec] {
                 let want = causal_reference(&q, &k, &v, s, order);
-                let got = causal(&q, &k, &v, s, order);
-                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&got), bits(&want), "{order:?} t={t} pos0={pos0} hq={hq} hkv={hkv} dh={dh}");
+                assert_same_bits(&causal(&q, &k, &v, s, order), &want, &format!("{order:?} t={t} pos0={pos0} dh={dh}"));
             }
         }
     }
 
-    #[cfg(target_arch = "x86_64")]
     #[test]
-    fn vector_exp_equals_ggml_expf() {
-        use std::arch::x86_64::*;
-        if !x86::available() {
-            crate::test_support::report_skip("avx512f", "kernels::attention AVX-512 vector exp");
-            return;
-        }
-        let mut xs: Vec<f32> = (-200_000..20_000).map(|i| i as f32 / 997.0).collect();
-        xs.extend([0.0, -0.0, f32::NEG_INFINITY, -1e30, 88.7, 89.0, -87.5, -103.9, -150.0]);
-        xs.resize(xs.len().div_ceil(16) * 16, 1.0);
-        for chunk in xs.chunks_exact(16) {
-            let mut out = [0.0f32; 16];
-            // SAFETY: the features were detected above.
-            unsafe { _mm512_storeu_ps(out.as_mut_ptr(), x86_exp(_mm512_loadu_ps(chunk.as_ptr()))) };
-            for (x, y) in chunk.iter().zip(out) {
-                assert_eq!(y.to_bits(), ggml::expf(*x).to_bits(), "expf({x})");
+    fn attention_is_causal_and_weights_the_values() {
+        // Key j scores 2j against every query and carries the value j: query i averages the
+        // values 0..=i, mostly i (weight ≈ 0.86), so its output lies in (i − 1, i + 0.5); the
+        // key after it would outscore the rest and pull the output to about i + 0.85.
+        let (dh, n) = (64, 20);
+        let s = AttnShape { t: n, pos0: 0, heads: 1, kv_heads: 1, head_dim: dh, scale: 1.0 / 8.0 };
+        let q = vec![1.0f32; n * dh];
+        let k: Vec<f32> = (0..n * dh).map(|i| (i / dh) as f32 / 4.0).collect();
+        let v: Vec<f32> = (0..n * dh).map(|i| (i / dh) as f32).collect();
+        for order in [F16Dot::Gemm, F16Dot::Vec] {
+            let o = causal(&q, &k, &v, s, order);
+            for (i, row) in o.chunks_exact(dh).enumerate() {
+                let (lo, hi) = (i as f32 - 1.0, i as f32 + 0.5);
+                assert!(row.iter().all(|&x| x > lo && x < hi), "{order:?}: query {i} gave {}", row[0]);
             }
         }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,fma,f16c")]
-    unsafe fn x86_exp(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
-        x86::expf16_for_tests(x)
     }
 }

@@ -23,8 +23,8 @@ pub fn round_f16(x: f32) -> f32 {
 }
 
 /// Whether `FROGNANO_PLAIN_KERNELS=1` asks for the kernels this crate had before its tiled
-/// ones (the multi-token k-quant tiles, the vector prefill attention, the eight-row Q4_K
-/// packing), read once. For before/after benchmarks in one binary (`bench/gguf_speed.sh
+/// ones (the multi-token k-quant tiles, the vector attention, the AVX2 SwiGLU, the eight-row
+/// Q4_K packing), read once. For before/after benchmarks in one binary (`bench/gguf_speed.sh
 /// --plain`); results are the same bits either way, except that packed Q4_K matrices sum in
 /// their own (fixed) order.
 pub fn plain_kernels() -> bool {

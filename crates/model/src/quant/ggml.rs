@@ -50,8 +50,23 @@ fn silu_v(x: f32) -> f32 {
 }
 
 /// `g[i] = silu(g[i]) · u[i]` along rows of `width`, as `ggml_vec_swiglu_f32` computes it:
-/// blocks of 16 with the vector SiLU, the tail of each row with libm's `expf`.
+/// blocks of 16 with the vector SiLU, the tail of each row with libm's `expf`. With AVX2 the
+/// blocks run eight lanes at a time through [`x86::expf8`] (same bits, about 8× faster: it is
+/// a few percent of a Coder-1.5B decode step); `FROGNANO_PLAIN_KERNELS=1` keeps the lane loop.
 pub fn swiglu(g: &mut [f32], u: &[f32], width: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+        && !crate::kernels::plain_kernels()
+    {
+        // SAFETY: AVX2 and FMA were detected just above.
+        return unsafe { x86::swiglu_avx2(g, u, width) };
+    }
+    swiglu_reference(g, u, width)
+}
+
+/// The lane-by-lane version of [`swiglu`] (its test reference, and what runs without AVX2).
+pub fn swiglu_reference(g: &mut [f32], u: &[f32], width: usize) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: FMA was detected just above.
@@ -73,21 +88,33 @@ fn swiglu_plain(g: &mut [f32], u: &[f32], width: usize) {
         for (x, y) in gr[..body].iter_mut().zip(&ur[..body]) {
             *x = silu_v(*x) * y;
         }
-        for (x, y) in gr[body..].iter_mut().zip(&ur[body..]) {
-            *x = *x / (1.0 + (-*x).exp()) * y;
-        }
+        swiglu_tail(&mut gr[body..], &ur[body..]);
     }
 }
 
-/// GCC's `_mm512_reduce_add_ps`: halves added pairwise down to one lane.
+/// The elements of a row past its last block of 16: ggml's scalar loop, libm's `expf`.
+#[inline(always)]
+fn swiglu_tail(g: &mut [f32], u: &[f32]) {
+    for (x, y) in g.iter_mut().zip(u) {
+        *x = *x / (1.0 + (-*x).exp()) * y;
+    }
+}
+
+/// GCC's `_mm512_reduce_add_ps` tree on sixteen values of any lane type: `v[i + 8] + v[i]`,
+/// then `t[i + 4] + t[i]`, then `(s0 + s2) + (s1 + s3)`. [`reduce16`] runs it on floats; the
+/// attention kernels run it on whole registers, lane `k` of the result reducing lane `k` of
+/// `v[0..16]`.
+#[inline(always)]
+pub fn tree16<V: Copy>(v: &[V; 16], add: impl Fn(V, V) -> V) -> V {
+    let t: [V; 8] = std::array::from_fn(|i| add(v[i + 8], v[i]));
+    let s: [V; 4] = std::array::from_fn(|i| add(t[i + 4], t[i]));
+    add(add(s[0], s[2]), add(s[1], s[3]))
+}
+
+/// GCC's `_mm512_reduce_add_ps`: halves added pairwise down to one lane ([`tree16`]).
 #[inline(always)]
 pub fn reduce16(v: &[f32; 16]) -> f32 {
-    let mut t = [0.0f32; 8];
-    for i in 0..8 {
-        t[i] = v[i + 8] + v[i];
-    }
-    let s = [t[4] + t[0], t[5] + t[1], t[6] + t[2], t[7] + t[3]];
-    (s[0] + s[2]) + (s[1] + s[3])
+    tree16(v, |a, b| a + b)
 }
 
 /// In-place softmax of the first `x.len()` scores of a row whose remaining positions are
@@ -202,6 +229,104 @@ impl F16Dot {
     }
 }
 
+/// The vector forms of [`expf`] and the vector [`swiglu`]: lane for lane the scalar operations,
+/// so every lane equals [`expf`] bit for bit (NaN inputs give some NaN; the scalar code's is
+/// the canonical one).
+#[cfg(target_arch = "x86_64")]
+pub mod x86 {
+    use std::arch::x86_64::*;
+
+    /// [`super::expf`] on sixteen lanes (AVX-512, `ggml_v_expf` itself): saturations by mask,
+    /// `_mm512_scalef_ps` for `j·2^n`.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F and FMA.
+    #[inline]
+    #[target_feature(enable = "avx512f,fma")]
+    pub unsafe fn expf16(x: __m512) -> __m512 {
+        let c = |b: u32| _mm512_set1_ps(f32::from_bits(b));
+        let r = c(0x4b40_0000);
+        let z = _mm512_fmadd_ps(x, c(0x3fb8_aa3b), r);
+        let n = _mm512_sub_ps(z, r);
+        let b = _mm512_fnmadd_ps(n, c(0x35bf_be8e), _mm512_fnmadd_ps(n, c(0x3f31_7200), x));
+        let u = _mm512_mul_ps(b, b);
+        let j = _mm512_fmadd_ps(
+            _mm512_fmadd_ps(
+                _mm512_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
+                u,
+                _mm512_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
+            ),
+            u,
+            _mm512_fmadd_ps(c(0x3f7f_fff6), b, _mm512_set1_ps(1.0)),
+        );
+        let big = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_abs_ps(n), _mm512_set1_ps(192.0));
+        let pos = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(n, _mm512_setzero_ps());
+        let sat = _mm512_maskz_mov_ps(pos, _mm512_set1_ps(f32::INFINITY));
+        _mm512_mask_blend_ps(big, _mm512_scalef_ps(j, n), sat)
+    }
+
+    /// [`super::expf`] on eight lanes (AVX2): the operations of [`expf16`] on one 256-bit half,
+    /// with `_mm512_scalef_ps(j, n)` done as the scalar code does it, `j·2^n` as an exact f64
+    /// product rounded once to f32 (four lanes per `__m256d`). Lanes with `|n| > 192` take the
+    /// saturation (`+∞` for `n > 0`, else 0) whatever the product gave.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn expf8(x: __m256) -> __m256 {
+        let c = |b: u32| _mm256_set1_ps(f32::from_bits(b));
+        let r = c(0x4b40_0000);
+        let z = _mm256_fmadd_ps(x, c(0x3fb8_aa3b), r);
+        let n = _mm256_sub_ps(z, r);
+        let b = _mm256_fnmadd_ps(n, c(0x35bf_be8e), _mm256_fnmadd_ps(n, c(0x3f31_7200), x));
+        let u = _mm256_mul_ps(b, b);
+        let j = _mm256_fmadd_ps(
+            _mm256_fmadd_ps(
+                _mm256_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
+                u,
+                _mm256_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
+            ),
+            u,
+            _mm256_fmadd_ps(c(0x3f7f_fff6), b, _mm256_set1_ps(1.0)),
+        );
+        // 2^n as f64 bits, `(n + 1023) << 52`: n is a whole number wherever |n| ≤ 192, the
+        // only lanes whose product is kept.
+        let e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(1023));
+        let p_lo = _mm256_castsi256_pd(_mm256_slli_epi64::<52>(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(e))));
+        let p_hi =
+            _mm256_castsi256_pd(_mm256_slli_epi64::<52>(_mm256_cvtepi32_epi64(_mm256_extracti128_si256::<1>(e))));
+        let lo = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(j)), p_lo));
+        let hi = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps::<1>(j)), p_hi));
+        let scaled = _mm256_set_m128(hi, lo);
+        let abs_n = _mm256_and_ps(n, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff)));
+        let big = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(192.0));
+        let pos = _mm256_cmp_ps::<_CMP_GT_OQ>(n, _mm256_setzero_ps());
+        let sat = _mm256_and_ps(pos, _mm256_set1_ps(f32::INFINITY));
+        _mm256_blendv_ps(scaled, sat, big)
+    }
+
+    /// [`super::swiglu`] with AVX2: each block of 16 as two halves of eight lanes, SiLU as
+    /// `x / (1 + expf8(0 − x))` (an IEEE division, as the lane code's), times `u`.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn swiglu_avx2(g: &mut [f32], u: &[f32], width: usize) {
+        let body = width / 16 * 16;
+        let one = _mm256_set1_ps(1.0);
+        for (gr, ur) in g.chunks_exact_mut(width).zip(u.chunks_exact(width)) {
+            for i in (0..body).step_by(8) {
+                let x = _mm256_loadu_ps(gr.as_ptr().add(i));
+                let e = expf8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+                let silu = _mm256_div_ps(x, _mm256_add_ps(one, e));
+                _mm256_storeu_ps(gr.as_mut_ptr().add(i), _mm256_mul_ps(silu, _mm256_loadu_ps(ur.as_ptr().add(i))));
+            }
+            super::swiglu_tail(&mut gr[body..], &ur[body..]);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,5 +380,81 @@ mod tests {
         let one = vec![1.0f32; 128];
         let plain: f32 = big.iter().sum();
         assert!(F16Dot::Gemm.dot(&big, &one, 128) != plain || F16Dot::Vec.dot(&big, &one, 128) != plain);
+    }
+
+    /// Inputs over the whole f32 range: every 997th bit pattern (both signs, subnormals,
+    /// `f32::MAX`, the range where `n` is no longer a whole number), a dense sweep of the
+    /// finite results, and the neighbours of every edge: overflow to +∞ (88.72), the first
+    /// subnormal (−87.34) and the last one (−103.97) of the result, and the saturation
+    /// `|n| > 192` (±133.43). NaNs left out (their bits are not the contract).
+    fn exp_inputs() -> Vec<f32> {
+        let mut xs: Vec<f32> = (0..=u32::MAX).step_by(997).map(f32::from_bits).filter(|x| !x.is_nan()).collect();
+        xs.extend((-150_000..100_000).map(|i| i as f32 / 997.0));
+        for edge in [88.72284f32, -87.33655, -103.97208, 133.4309, -133.4309] {
+            xs.extend((-300..300).map(|d| f32::from_bits(edge.to_bits().wrapping_add_signed(d))));
+        }
+        xs.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, f32::MIN, 1e30, -1e30, 4.2e6, -4.2e6]);
+        xs.resize(xs.len().div_ceil(16) * 16, 1.0);
+        xs
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn vector_exp_equals_expf_lane_for_lane() {
+        use std::arch::is_x86_feature_detected as has;
+        use std::arch::x86_64::*;
+        let xs = exp_inputs();
+        let want: Vec<u32> = xs.iter().map(|x| expf(*x).to_bits()).collect();
+        let check = |got: &[f32], width: &str| {
+            for ((x, y), w) in xs.iter().zip(got).zip(&want) {
+                assert_eq!(y.to_bits(), *w, "{width} expf({x:e}) = {y:e}, scalar {:e}", f32::from_bits(*w));
+            }
+        };
+        if has!("avx2") && has!("fma") {
+            let mut got = vec![0.0f32; xs.len()];
+            for (x, y) in xs.chunks_exact(8).zip(got.chunks_exact_mut(8)) {
+                // SAFETY: AVX2 and FMA were detected above; the chunks hold eight lanes.
+                unsafe { _mm256_storeu_ps(y.as_mut_ptr(), x86::expf8(_mm256_loadu_ps(x.as_ptr()))) };
+            }
+            check(&got, "expf8");
+        } else {
+            crate::test_support::report_skip("avx2+fma", "quant::ggml AVX2 vector exp");
+        }
+        if has!("avx512f") && has!("fma") {
+            let mut got = vec![0.0f32; xs.len()];
+            for (x, y) in xs.chunks_exact(16).zip(got.chunks_exact_mut(16)) {
+                // SAFETY: AVX-512F and FMA were detected above; the chunks hold sixteen lanes.
+                unsafe { avx512_exp(x, y) };
+            }
+            check(&got, "expf16");
+        } else {
+            crate::test_support::report_skip("avx512f", "quant::ggml AVX-512 vector exp");
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,fma")]
+    unsafe fn avx512_exp(x: &[f32], y: &mut [f32]) {
+        use std::arch::x86_64::*;
+        _mm512_storeu_ps(y.as_mut_ptr(), x86::expf16(_mm512_loadu_ps(x.as_ptr())));
+    }
+
+    #[test]
+    fn swiglu_equals_its_reference_bit_for_bit() {
+        // Rows of 37 (two blocks and a libm tail) and of 64; gates from −120 to 120, where the
+        // exponential saturates on both sides, and the small values around 0.
+        for width in [37, 64, 16, 5] {
+            let g: Vec<f32> = (0..3 * width).map(|i| ((i * 7919 % 4801) as f32 - 2400.0) / 20.0).collect();
+            let u: Vec<f32> = (0..3 * width).map(|i| 1.0 + (i % 11) as f32 / 7.0).collect();
+            let (mut got, mut want) = (g.clone(), g.clone());
+            swiglu(&mut got, &u, width);
+            swiglu_reference(&mut want, &u, width);
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "width {width}");
+        }
+        #[cfg(target_arch = "x86_64")]
+        if !(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")) {
+            crate::test_support::report_skip("avx2+fma", "quant::ggml AVX2 swiglu (compared with itself)");
+        }
     }
 }

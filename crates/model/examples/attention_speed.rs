@@ -1,0 +1,92 @@
+//! Times one layer's causal attention (`kernels::attention::causal`, the kernel this CPU picks)
+//! against the plain `causal_reference` at Qwen2.5-Coder-1.5B's shapes (12 query heads, 2 KV
+//! heads, head_dim 128): one decode token after N cached positions, and a prefill of N tokens.
+//!
+//! ```text
+//! cargo run --release -p frognano-model --example attention_speed -- [--threads 2] [--ctx 512,1024,4096]
+//!     [--only decode|prefill]
+//! ```
+//! Per shape it prints the milliseconds per call of each and their ratio (one layer; the
+//! model has 28). The outputs are compared bit for bit as a side check.
+use std::time::Instant;
+
+use frognano_model::kernels::attention::{causal, causal_reference, AttnShape};
+use frognano_model::kernels::round_f16;
+use frognano_model::quant::ggml::F16Dot;
+
+fn arg(args: &[String], name: &str, default: &str) -> String {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| default.into())
+}
+
+/// Pseudo-random f16-exact values in `[-amp, amp)`.
+fn f16_values(n: usize, seed: u64, amp: f32) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let u = (s >> 40) as f32 / (1u64 << 24) as f32;
+            round_f16((u * 2.0 - 1.0) * amp)
+        })
+        .collect()
+}
+
+/// Seconds per call of `f`: the best of a few timed rounds after one warm-up call, or that
+/// call alone when it took over a second.
+fn time(mut f: impl FnMut() -> Vec<f32>) -> (f64, Vec<f32>) {
+    let t = Instant::now();
+    let out = f();
+    let mut best = t.elapsed().as_secs_f64();
+    if best > 1.0 {
+        return (best, out);
+    }
+    for _ in 0..3 {
+        let reps = 3;
+        let t = Instant::now();
+        for _ in 0..reps {
+            std::hint::black_box(f());
+        }
+        best = best.min(t.elapsed().as_secs_f64() / reps as f64);
+    }
+    (best, out)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let threads: usize = arg(&args, "--threads", "2").parse()?;
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build_global()?;
+    let ctx: Vec<usize> = arg(&args, "--ctx", "512,1024,4096")
+        .split(',')
+        .map(|v| v.trim().parse())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("--ctx: expected comma-separated token counts ({e})"))?;
+    let only = arg(&args, "--only", "");
+    if !["", "decode", "prefill"].contains(&only.as_str()) {
+        return Err(format!("--only {only}: expected decode or prefill").into());
+    }
+    let (hq, hkv, dh) = (12, 2, 128);
+    println!("threads {threads}; one layer, {hq} heads / {hkv} KV heads × {dh}");
+    for &n in &ctx {
+        for (what, t) in [("decode", 1), ("prefill", n)] {
+            if !only.is_empty() && only != what {
+                continue;
+            }
+            let pos0 = n - t;
+            let s = AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, scale: 1.0 / (dh as f32).sqrt() };
+            let q = f16_values(t * hq * dh, 1, 2.0);
+            let k = f16_values(n * hkv * dh, 2, 2.0);
+            let v = f16_values(n * hkv * dh, 3, 1.0);
+            let order = F16Dot::for_batch(t);
+            let (fast, a) = time(|| causal(&q, &k, &v, s, order));
+            let (plain, b) = time(|| causal_reference(&q, &k, &v, s, order));
+            let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
+            println!(
+                "{what:>7} {n:>5}: causal {:>9.3} ms, reference {:>9.3} ms, {:>5.1}x{}",
+                fast * 1e3,
+                plain * 1e3,
+                plain / fast,
+                if same { "" } else { "  OUTPUTS DIFFER" }
+            );
+        }
+    }
+    Ok(())
+}
