@@ -43,19 +43,7 @@ pub fn block_bytes(ty: QuantType) -> usize {
 
 /// Whether this CPU runs the packed kernels: AVX2, FMA and F16C, and no AVX-512 VNNI.
 pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-            && !(is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512vl")
-                && is_x86_feature_detected!("avx512vnni"))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    super::has_avx2() && !super::has_avx512vnni()
 }
 
 /// The 32 elements of a ggml block of `ty` as their stored codes: the 4- or 5-bit unsigned
@@ -343,11 +331,7 @@ mod x86 {
                 }
             }
             for (o, v) in out.iter_mut().zip(acc) {
-                let mut lanes = [0.0f32; 8];
-                _mm256_storeu_ps(lanes.as_mut_ptr(), v);
-                for (r, x) in o[4 * h..4 * h + 4].iter_mut().enumerate() {
-                    *x = lanes[2 * r] + lanes[2 * r + 1];
-                }
+                o[4 * h..4 * h + 4].copy_from_slice(&crate::quant::row_pair_sums(v));
             }
         }
         out

@@ -766,6 +766,57 @@ pub fn dot_kernel_rows4(ty: QuantType) -> Option<DotRows4Fn> {
     }
 }
 
+/// Whether this CPU has AVX2 with FMA and F16C, what every AVX2 kernel here needs.
+pub(crate) fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether this CPU has AVX-512 F with byte/word instructions (BW) and 256-bit forms (VL).
+pub(crate) fn has_avx512bw() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether this CPU has AVX-512 VNNI with 256-bit forms (F, VL, VNNI).
+pub(crate) fn has_avx512vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The dots of four rows from an eight-row packing's register of `(row, half)` lanes:
+/// `lanes[2r] + lanes[2r + 1]` (the last float step of every packed kernel, one order).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn row_pair_sums(v: std::arch::x86_64::__m256) -> [f32; 4] {
+    let mut lanes = [0.0f32; 8];
+    std::arch::x86_64::_mm256_storeu_ps(lanes.as_mut_ptr(), v);
+    std::array::from_fn(|r| lanes[2 * r] + lanes[2 * r + 1])
+}
+
 /// Eight rows (one packed group, `nb` blocks) against `N` tokens: `out[k][r]`, the kernel of
 /// an eight-row packing ([`q4k_x8`], [`q6k_x8`], [`legacy_x8`]).
 pub type GroupKernel<const N: usize> = fn(&[u8], &[ActRow; N]) -> [[f32; 8]; N];

@@ -50,31 +50,12 @@ pub fn available() -> bool {
 
 /// Whether the AVX-512 VNNI kernel runs here.
 fn avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("avx512vnni")
-            && is_x86_feature_detected!("f16c")
-            && is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    super::has_avx512bw() && super::has_avx512vnni() && super::has_avx2()
 }
 
 /// Whether the AVX2 kernel runs here.
 fn avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c") && is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    super::has_avx2()
 }
 
 /// Packs a row-major Q4_K matrix (`rows` a multiple of [`GROUP`], `cols` of 256): group `g`'s
@@ -207,7 +188,7 @@ pub fn kernel<const N: usize>() -> Option<GroupKernel<N>> {
 /// keeps its own measured Q5_K tiles).
 pub fn kernel_q5k<const N: usize>() -> Option<GroupKernel<N>> {
     #[cfg(target_arch = "x86_64")]
-    if avx2() && !avx512() && !is_x86_feature_detected!("avx512bw") {
+    if avx2() && !super::has_avx512bw() {
         // SAFETY: the features the kernel is compiled for were detected just before.
         return Some(|p, a| unsafe { x86::group_dot_avx2::<true, N>(p, a) });
     }
@@ -426,16 +407,10 @@ mod x86 {
                 }
             }
         }
-        let mut out = [[0.0f32; GROUP]; N];
-        for (o, v) in out.iter_mut().zip(acc) {
-            let mut lanes = [0.0f32; 16];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), v[0]);
-            _mm256_storeu_ps(lanes.as_mut_ptr().add(8), v[1]);
-            for (r, x) in o.iter_mut().enumerate() {
-                *x = lanes[2 * r] + lanes[2 * r + 1];
-            }
-        }
-        out
+        acc.map(|[lo, hi]| {
+            let (a, b) = (crate::quant::row_pair_sums(lo), crate::quant::row_pair_sums(hi));
+            std::array::from_fn(|r| if r < 4 { a[r] } else { b[r - 4] })
+        })
     }
 }
 

@@ -35,19 +35,7 @@ const OFF_QS: usize = 144;
 
 /// Whether this CPU runs the packed kernel: AVX2, FMA and F16C, and no AVX-512 BW.
 pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-            && !(is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512bw")
-                && is_x86_feature_detected!("avx512vl"))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    super::has_avx2() && !super::has_avx512bw()
 }
 
 /// Packs a row-major Q6_K matrix (`rows` a multiple of [`GROUP`], `cols` of 256): group `g`'s
@@ -248,16 +236,10 @@ mod x86 {
                 }
             }
         }
-        let mut out = [[0.0f32; GROUP]; N];
-        for (o, v) in out.iter_mut().zip(acc) {
-            let mut lanes = [0.0f32; 16];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), v[0]);
-            _mm256_storeu_ps(lanes.as_mut_ptr().add(8), v[1]);
-            for (r, x) in o.iter_mut().enumerate() {
-                *x = lanes[2 * r] + lanes[2 * r + 1];
-            }
-        }
-        out
+        acc.map(|[lo, hi]| {
+            let (a, b) = (crate::quant::row_pair_sums(lo), crate::quant::row_pair_sums(hi));
+            std::array::from_fn(|r| if r < 4 { a[r] } else { b[r - 4] })
+        })
     }
 }
 
