@@ -46,33 +46,6 @@ pub fn available() -> bool {
     super::has_avx2() && !super::has_avx512vnni()
 }
 
-/// The 32 elements of a ggml block of `ty` as their stored codes: the 4- or 5-bit unsigned
-/// values (Q4_0/Q4_1/Q5_0/Q5_1), the table indices (IQ4_NL) or the int8 bits (Q8_0).
-fn codes(ty: QuantType, b: &[u8]) -> [u8; 32] {
-    let mut c = [0u8; 32];
-    let nibbles = |c: &mut [u8; 32], qs: &[u8]| {
-        for (j, &q) in qs[..16].iter().enumerate() {
-            c[j] = q & 0xF;
-            c[j + 16] = q >> 4;
-        }
-    };
-    match ty {
-        QuantType::Q4_0 | QuantType::IQ4_NL => nibbles(&mut c, &b[2..]),
-        QuantType::Q4_1 => nibbles(&mut c, &b[4..]),
-        QuantType::Q5_0 | QuantType::Q5_1 => {
-            let h = if ty == QuantType::Q5_0 { 2 } else { 4 };
-            nibbles(&mut c, &b[h + 4..]);
-            let qh = u32::from_le_bytes([b[h], b[h + 1], b[h + 2], b[h + 3]]);
-            for (e, v) in c.iter_mut().enumerate() {
-                *v |= (((qh >> e) & 1) as u8) << 4;
-            }
-        }
-        QuantType::Q8_0 => c.copy_from_slice(&b[2..34]),
-        _ => unreachable!("{ty} is not a 32-element block type"),
-    }
-    c
-}
-
 /// Where the values start in a packed block: after `d` ×8 (f16), and `m` ×8 for Q4_1/Q5_1.
 fn values_offset(ty: QuantType) -> usize {
     if matches!(ty, QuantType::Q4_1 | QuantType::Q5_1) {
@@ -107,20 +80,34 @@ pub fn pack(ty: QuantType, w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
                 if vo == 32 {
                     blk[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&b[2..4]);
                 }
-                let (v, c) = (&mut blk[vo..], codes(ty, b));
-                for k in 0..4 {
-                    let c = &c[8 * k..8 * k + 8];
-                    if ty == QuantType::Q8_0 {
-                        v[128 * (r / 4) + 32 * k + 8 * (r % 4)..][..8].copy_from_slice(c);
-                        continue;
+                let v = &mut blk[vo..];
+                if ty == QuantType::Q8_0 {
+                    for k in 0..4 {
+                        v[128 * (r / 4) + 32 * k + 8 * (r % 4)..][..8].copy_from_slice(&b[2 + 8 * k..][..8]);
                     }
-                    for (o, &x) in v[64 * (k / 2) + 8 * r..][..8].iter_mut().zip(c) {
-                        *o |= (x & 0xF) << (4 * (k % 2));
-                    }
-                    if five_bits {
-                        let bit = if r < 4 { 4 + k } else { k };
-                        for (o, &x) in v[128 + 8 * (r % 4)..][..8].iter_mut().zip(c) {
-                            *o |= (x >> 4) << bit;
+                    continue;
+                }
+                // ggml's byte j holds elements j (low nibble) and j + 16 (high); eight bytes at a
+                // time in a u64, the two 64-byte chunks come out of `x` = bytes 0..8 and `y` =
+                // bytes 8..16 in a few word operations (packing a large matrix at load runs here).
+                let qs = match ty {
+                    QuantType::Q4_1 => 4,
+                    QuantType::Q5_0 => 6,
+                    QuantType::Q5_1 => 8,
+                    _ => 2,
+                };
+                let word = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("eight bytes"));
+                let (x, y) = (word(qs), word(qs + 8));
+                const LOW: u64 = 0x0F0F_0F0F_0F0F_0F0F;
+                v[8 * r..][..8].copy_from_slice(&((x & LOW) | ((y & LOW) << 4)).to_le_bytes());
+                v[64 + 8 * r..][..8].copy_from_slice(&(((x >> 4) & LOW) | (y & !LOW)).to_le_bytes());
+                if five_bits {
+                    let h = if ty == QuantType::Q5_0 { 2 } else { 4 };
+                    let qh = u32::from_le_bytes([b[h], b[h + 1], b[h + 2], b[h + 3]]);
+                    let base = if r < 4 { 4 } else { 0 };
+                    for k in 0..4 {
+                        for (i, o) in v[128 + 8 * (r % 4)..][..8].iter_mut().enumerate() {
+                            *o |= (((qh >> (8 * k + i)) & 1) as u8) << (base + k);
                         }
                     }
                 }
