@@ -243,6 +243,76 @@ mod x86 {
         w
     }
 
+    /// Prefetches the cache lines of the block `AHEAD` bytes past `blk` (`bb` bytes).
+    #[inline(always)]
+    unsafe fn prefetch_block(blk: *const u8, bb: usize) {
+        let mut l = 0;
+        while l < bb {
+            _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(AHEAD + l) as *const i8);
+            l += 64;
+        }
+    }
+
+    /// Half `h` (rows `4h..4h + 4`) of packed block `ib` (at `blk`) against the `N` tokens,
+    /// added into their accumulators.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn block_half<const T: u8, const N: usize>(
+        blk: *const u8,
+        ib: usize,
+        h: usize,
+        a: &[ActRow; N],
+        acc: &mut [__m256; N],
+    ) {
+        let with_min = T == Q4_1 || T == Q5_1;
+        let signed = T == Q8_0 || T == IQ4_NL;
+        let ones = _mm256_set1_epi16(1);
+        // Lane L ← float L / 2 of four (one row's scale for both of its lanes).
+        let dup = _mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0);
+        // The minimum term goes into one lane of each row.
+        let first_lane = _mm256_set_ps(0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0);
+        let vo = if with_min { 32 } else { 16 };
+        let w = weights::<T>(blk.add(vo), h);
+        let widen = |off: usize| {
+            _mm256_permutevar8x32_ps(
+                _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(blk.add(off + 8 * h) as *const __m128i))),
+                dup,
+            )
+        };
+        let d8 = widen(0);
+        let m8 = if with_min { _mm256_mul_ps(widen(16), first_lane) } else { _mm256_setzero_ps() };
+        let aw: [__m256i; 4] = if signed { w.map(|x| _mm256_sign_epi8(x, x)) } else { w };
+        for k in 0..N {
+            let y = (a[k].qs.as_ptr() as *const u8).add(32 * ib);
+            let yb = |j: usize| _mm256_set1_epi64x((y.add(8 * j) as *const i64).read_unaligned());
+            let mut s = if signed {
+                let dot = |j: usize| {
+                    let p = _mm256_maddubs_epi16(aw[j], _mm256_sign_epi8(yb(j), w[j]));
+                    _mm256_madd_epi16(p, ones)
+                };
+                _mm256_add_epi32(_mm256_add_epi32(dot(0), dot(1)), _mm256_add_epi32(dot(2), dot(3)))
+            } else {
+                let t = _mm256_add_epi16(
+                    _mm256_add_epi16(_mm256_maddubs_epi16(w[0], yb(0)), _mm256_maddubs_epi16(w[1], yb(1))),
+                    _mm256_add_epi16(_mm256_maddubs_epi16(w[2], yb(2)), _mm256_maddubs_epi16(w[3], yb(3))),
+                );
+                _mm256_madd_epi16(t, ones)
+            };
+            if T == Q4_0 || T == Q5_0 {
+                // The offset (8 or 16) times the block's activation sum, half in each
+                // of a row's two lanes.
+                let half_offset = if T == Q4_0 { 4 } else { 8 };
+                let sum = *a[k].sums32.get_unchecked(ib) as i32;
+                s = _mm256_sub_epi32(s, _mm256_set1_epi32(half_offset * sum));
+            }
+            let dd = _mm256_mul_ps(d8, _mm256_set1_ps(*a[k].d.get_unchecked(ib)));
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), dd, acc[k]);
+            if with_min {
+                acc[k] = _mm256_fmadd_ps(m8, _mm256_set1_ps(*a[k].s.get_unchecked(ib)), acc[k]);
+            }
+        }
+    }
+
     /// Eight rows (one packed group) against `N` tokens, as the module docs describe: lanes
     /// `(row, half)` of a register serve four rows (half `h`: rows `4h..4h + 4`); per block,
     /// a half's weights are unpacked once for all `N` tokens.
@@ -251,71 +321,39 @@ mod x86 {
         let bb = block_bytes(T);
         let nb = p.len() / bb;
         let with_min = T == Q4_1 || T == Q5_1;
-        let signed = T == Q8_0 || T == IQ4_NL;
         for r in a {
             debug_assert!(r.qs.len() >= nb * 32 && r.d.len() >= nb);
             debug_assert!(!with_min || r.s.len() >= nb);
             debug_assert!(!(T == Q4_0 || T == Q5_0) || r.sums32.len() >= nb);
         }
-        let ones = _mm256_set1_epi16(1);
-        // Lane L ← float L / 2 of four (one row's scale for both of its lanes).
-        let dup = _mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0);
-        // The minimum term goes into one lane of each row.
-        let first_lane = _mm256_set_ps(0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0);
-        let vo = if with_min { 32 } else { 16 };
         let mut out = [[0.0f32; GROUP]; N];
-        // One half of the rows at a time, over the whole row: a tile's float accumulators stay
-        // in registers (the group's bytes are in cache again for the second half).
+        if N == 1 {
+            // Decode: both halves of a block in turn, so the weights stream through once.
+            let mut acc = [[_mm256_setzero_ps(); N]; 2];
+            for ib in 0..nb {
+                let blk = p.as_ptr().add(ib * bb);
+                prefetch_block(blk, bb);
+                block_half::<T, N>(blk, ib, 0, a, &mut acc[0]);
+                block_half::<T, N>(blk, ib, 1, a, &mut acc[1]);
+            }
+            for (h, acc) in acc.iter().enumerate() {
+                for (o, v) in out.iter_mut().zip(acc) {
+                    o[4 * h..4 * h + 4].copy_from_slice(&crate::quant::row_pair_sums(*v));
+                }
+            }
+            return out;
+        }
+        // A tile: one half of the rows at a time, over the whole row, so that the tile's float
+        // accumulators stay in registers (the group's bytes are in cache again for the second
+        // half).
         for h in 0..2 {
             let mut acc = [_mm256_setzero_ps(); N];
             for ib in 0..nb {
                 let blk = p.as_ptr().add(ib * bb);
                 if h == 0 {
-                    let mut l = 0;
-                    while l < bb {
-                        _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(AHEAD + l) as *const i8);
-                        l += 64;
-                    }
+                    prefetch_block(blk, bb);
                 }
-                let w = weights::<T>(blk.add(vo), h);
-                let widen = |off: usize| {
-                    _mm256_permutevar8x32_ps(
-                        _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(blk.add(off + 8 * h) as *const __m128i))),
-                        dup,
-                    )
-                };
-                let d8 = widen(0);
-                let m8 = if with_min { _mm256_mul_ps(widen(16), first_lane) } else { _mm256_setzero_ps() };
-                let aw: [__m256i; 4] = if signed { w.map(|x| _mm256_sign_epi8(x, x)) } else { w };
-                for k in 0..N {
-                    let y = (a[k].qs.as_ptr() as *const u8).add(32 * ib);
-                    let yb = |j: usize| _mm256_set1_epi64x((y.add(8 * j) as *const i64).read_unaligned());
-                    let mut s = if signed {
-                        let dot = |j: usize| {
-                            let p = _mm256_maddubs_epi16(aw[j], _mm256_sign_epi8(yb(j), w[j]));
-                            _mm256_madd_epi16(p, ones)
-                        };
-                        _mm256_add_epi32(_mm256_add_epi32(dot(0), dot(1)), _mm256_add_epi32(dot(2), dot(3)))
-                    } else {
-                        let t = _mm256_add_epi16(
-                            _mm256_add_epi16(_mm256_maddubs_epi16(w[0], yb(0)), _mm256_maddubs_epi16(w[1], yb(1))),
-                            _mm256_add_epi16(_mm256_maddubs_epi16(w[2], yb(2)), _mm256_maddubs_epi16(w[3], yb(3))),
-                        );
-                        _mm256_madd_epi16(t, ones)
-                    };
-                    if T == Q4_0 || T == Q5_0 {
-                        // The offset (8 or 16) times the block's activation sum, half in each
-                        // of a row's two lanes.
-                        let half_offset = if T == Q4_0 { 4 } else { 8 };
-                        let sum = *a[k].sums32.get_unchecked(ib) as i32;
-                        s = _mm256_sub_epi32(s, _mm256_set1_epi32(half_offset * sum));
-                    }
-                    let dd = _mm256_mul_ps(d8, _mm256_set1_ps(*a[k].d.get_unchecked(ib)));
-                    acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), dd, acc[k]);
-                    if with_min {
-                        acc[k] = _mm256_fmadd_ps(m8, _mm256_set1_ps(*a[k].s.get_unchecked(ib)), acc[k]);
-                    }
-                }
+                block_half::<T, N>(blk, ib, h, a, &mut acc);
             }
             for (o, v) in out.iter_mut().zip(acc) {
                 o[4 * h..4 * h + 4].copy_from_slice(&crate::quant::row_pair_sums(v));
