@@ -176,6 +176,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{ActRow, GROUP, KVALUES_IQ4NL};
+    use crate::quant::x86::prefetch_ahead;
 
     // The kernel's type parameter (a const generic, so each type compiles to its own loop).
     pub(super) const Q4_0: u8 = 0;
@@ -196,9 +197,6 @@ mod x86 {
         }
     }
 
-    /// How far ahead of the packed stream to prefetch (see `PREFETCH_AHEAD` of the row kernels).
-    const AHEAD: usize = 4096;
-
     /// The four weight registers of half `h` (rows `4h..4h + 4`) of the packed block at `blk`
     /// (values at `v`): unsigned codes for Q4_0/Q4_1/Q5_0/Q5_1, signed values for Q8_0/IQ4_NL.
     #[inline]
@@ -218,20 +216,9 @@ mod x86 {
         ];
         if T == Q5_0 || T == Q5_1 {
             let hb = _mm256_loadu_si256(v.add(128) as *const __m256i);
-            let bit4 = _mm256_set1_epi8(0x10);
-            // Fifth bits of register k: bit 4 + k of the rows 0..4, bit k of rows 4..8.
-            let fifth: [__m256i; 4] = if h == 0 {
-                [hb, _mm256_srli_epi16::<1>(hb), _mm256_srli_epi16::<2>(hb), _mm256_srli_epi16::<3>(hb)]
-            } else {
-                [
-                    _mm256_slli_epi16::<4>(hb),
-                    _mm256_slli_epi16::<3>(hb),
-                    _mm256_slli_epi16::<2>(hb),
-                    _mm256_slli_epi16::<1>(hb),
-                ]
-            };
+            let fifth = crate::quant::fifth_bits(hb, h);
             for (wk, f) in w.iter_mut().zip(fifth) {
-                *wk = _mm256_or_si256(*wk, _mm256_and_si256(f, bit4));
+                *wk = _mm256_or_si256(*wk, f);
             }
         }
         if T == IQ4_NL {
@@ -243,13 +230,14 @@ mod x86 {
         w
     }
 
-    /// Prefetches the cache lines of the block `AHEAD` bytes past `blk` (`bb` bytes).
+    /// Prefetches the lines of the packed block of type `T` that the stream reaches
+    /// `PREFETCH_AHEAD` bytes later (every block but Q8_0's spans three lines, Q8_0's five).
     #[inline(always)]
-    unsafe fn prefetch_block(blk: *const u8, bb: usize) {
-        let mut l = 0;
-        while l < bb {
-            _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(AHEAD + l) as *const i8);
-            l += 64;
+    unsafe fn prefetch_block<const T: u8>(blk: *const u8) {
+        if T == Q8_0 {
+            prefetch_ahead::<{ block_bytes(Q8_0) }>(blk, 0);
+        } else {
+            prefetch_ahead::<192>(blk, 0);
         }
     }
 
@@ -332,7 +320,7 @@ mod x86 {
             let mut acc = [[_mm256_setzero_ps(); N]; 2];
             for ib in 0..nb {
                 let blk = p.as_ptr().add(ib * bb);
-                prefetch_block(blk, bb);
+                prefetch_block::<T>(blk);
                 block_half::<T, N>(blk, ib, 0, a, &mut acc[0]);
                 block_half::<T, N>(blk, ib, 1, a, &mut acc[1]);
             }
@@ -351,7 +339,7 @@ mod x86 {
             for ib in 0..nb {
                 let blk = p.as_ptr().add(ib * bb);
                 if h == 0 {
-                    prefetch_block(blk, bb);
+                    prefetch_block::<T>(blk);
                 }
                 block_half::<T, N>(blk, ib, h, a, &mut acc);
             }

@@ -806,6 +806,22 @@ pub(crate) fn has_avx512vnni() -> bool {
     }
 }
 
+/// The fifth bits of the four weight registers of half `h` of a five-bit packing (Q5_K, Q5_0,
+/// Q5_1), as `0x10` in each byte that has one, from its 256-bit plane `hb`: register `k`'s bit
+/// sits at bit `4 + k` for rows 0..4 (half 0) and at bit `k` for rows 4..8 (half 1).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn fifth_bits(hb: std::arch::x86_64::__m256i, h: usize) -> [std::arch::x86_64::__m256i; 4] {
+    use std::arch::x86_64::*;
+    let moved = if h == 0 {
+        [hb, _mm256_srli_epi16::<1>(hb), _mm256_srli_epi16::<2>(hb), _mm256_srli_epi16::<3>(hb)]
+    } else {
+        [_mm256_slli_epi16::<4>(hb), _mm256_slli_epi16::<3>(hb), _mm256_slli_epi16::<2>(hb), _mm256_slli_epi16::<1>(hb)]
+    };
+    moved.map(|m| _mm256_and_si256(m, _mm256_set1_epi8(0x10)))
+}
+
 /// The dots of four rows from an eight-row packing's register of `(row, half)` lanes:
 /// `lanes[2r] + lanes[2r + 1]` (the last float step of every packed kernel, one order).
 #[cfg(target_arch = "x86_64")]

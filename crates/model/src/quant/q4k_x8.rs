@@ -45,17 +45,12 @@ const OFF_HB: usize = BLOCK_BYTES;
 /// Whether this CPU runs a packed kernel: AVX-512 F/BW/VL with VNNI, or AVX2 (each with F16C
 /// and FMA).
 pub fn available() -> bool {
-    avx512() || avx2()
+    avx512() || super::has_avx2()
 }
 
 /// Whether the AVX-512 VNNI kernel runs here.
 fn avx512() -> bool {
     super::has_avx512bw() && super::has_avx512vnni() && super::has_avx2()
-}
-
-/// Whether the AVX2 kernel runs here.
-fn avx2() -> bool {
-    super::has_avx2()
 }
 
 /// Packs a row-major Q4_K matrix (`rows` a multiple of [`GROUP`], `cols` of 256): group `g`'s
@@ -177,7 +172,7 @@ pub fn kernel<const N: usize>() -> Option<GroupKernel<N>> {
         if avx512() {
             return Some(|p, a| unsafe { x86::group_dot::<N>(p, a) });
         }
-        if avx2() {
+        if super::has_avx2() {
             return Some(|p, a| unsafe { x86::group_dot_avx2::<false, N>(p, a) });
         }
     }
@@ -188,7 +183,7 @@ pub fn kernel<const N: usize>() -> Option<GroupKernel<N>> {
 /// keeps its own measured Q5_K tiles).
 pub fn kernel_q5k<const N: usize>() -> Option<GroupKernel<N>> {
     #[cfg(target_arch = "x86_64")]
-    if avx2() && !super::has_avx512bw() {
+    if super::has_avx2() && !super::has_avx512bw() {
         // SAFETY: the features the kernel is compiled for were detected just before.
         return Some(|p, a| unsafe { x86::group_dot_avx2::<true, N>(p, a) });
     }
@@ -201,14 +196,8 @@ mod x86 {
 
     use super::{ActRow, BLOCK_BYTES, BLOCK_BYTES_Q5K, GROUP, OFF_HB, OFF_MINS, OFF_QS, OFF_SCALES, QK_K};
 
-    /// How far ahead of the packed stream to prefetch (one-token matmuls stream the weights
-    /// once; see `PREFETCH_AHEAD` of the row kernels).
-    const AHEAD: usize = 4096;
-
-    #[inline(always)]
-    unsafe fn prefetch(p: *const u8, off: usize) {
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(AHEAD + off) as *const i8);
-    }
+    // One-token matmuls stream the packed weights once; the row kernels' prefetch serves them.
+    use crate::quant::x86::prefetch_ahead;
 
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     pub(super) unsafe fn group_dot<const N: usize>(p: &[u8], a: &[ActRow; N]) -> [[f32; GROUP]; N] {
@@ -232,9 +221,7 @@ mod x86 {
         let mut acc = [_mm512_setzero_ps(); N];
         for ib in 0..nb {
             let blk = p.as_ptr().add(ib * BLOCK_BYTES);
-            prefetch(blk, 0);
-            prefetch(blk, 64);
-            prefetch(blk, 128);
+            prefetch_ahead::<OFF_QS>(blk, 0);
             let d16 = _mm512_permutexvar_ps(
                 dup,
                 _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(blk as *const __m128i))),
@@ -250,8 +237,7 @@ mod x86 {
             let mut s = [_mm512_setzero_si512(); N];
             for j in 0..8 {
                 let q = blk.add(OFF_QS + 128 * j);
-                prefetch(q, 0);
-                prefetch(q, 64);
+                prefetch_ahead::<128>(q, 0);
                 let pa = _mm512_loadu_si512(q as *const _);
                 let pb = _mm512_loadu_si512(q.add(64) as *const _);
                 let r0 = _mm512_and_si512(pa, mask);
@@ -323,16 +309,11 @@ mod x86 {
         // B0..B7.
         let natural = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
         let mut acc = [[_mm256_setzero_ps(); 2]; N];
-        let bit4 = _mm256_set1_epi8(0x10);
         for ib in 0..nb {
             let blk = p.as_ptr().add(ib * bb);
-            prefetch(blk, 0);
-            prefetch(blk, 64);
-            prefetch(blk, 128);
+            prefetch_ahead::<OFF_QS>(blk, 0);
             if FIVE {
-                for l in 0..4 {
-                    prefetch(blk, OFF_HB + 64 * l);
-                }
+                prefetch_ahead::<{ 8 * 32 }>(blk, OFF_HB);
             }
             // Each token's eight sums of 32, as words, in both 128-bit lanes.
             let bsum: [__m256i; N] = std::array::from_fn(|k| {
@@ -344,8 +325,7 @@ mod x86 {
                 for j in 0..8 {
                     let q = blk.add(OFF_QS + 128 * j + 32 * h);
                     if h == 0 {
-                        prefetch(q, 0);
-                        prefetch(q, 64);
+                        prefetch_ahead::<128>(q, 0);
                     }
                     let pa = _mm256_loadu_si256(q as *const __m256i);
                     let pb = _mm256_loadu_si256(q.add(64) as *const __m256i);
@@ -355,22 +335,13 @@ mod x86 {
                     let mut r3 = _mm256_and_si256(_mm256_srli_epi16::<4>(pb), mask);
                     if FIVE {
                         // Q5_K: values 0..31, and four words of them still fit (4 · 2 · 31 ·
-                        // 127 = 31,496). Fifth bit of register i: bit 4 + i (rows 0..4) or i.
+                        // 127 = 31,496).
                         let hb = _mm256_loadu_si256(blk.add(OFF_HB + 32 * j) as *const __m256i);
-                        let f: [__m256i; 4] = if h == 0 {
-                            [hb, _mm256_srli_epi16::<1>(hb), _mm256_srli_epi16::<2>(hb), _mm256_srli_epi16::<3>(hb)]
-                        } else {
-                            [
-                                _mm256_slli_epi16::<4>(hb),
-                                _mm256_slli_epi16::<3>(hb),
-                                _mm256_slli_epi16::<2>(hb),
-                                _mm256_slli_epi16::<1>(hb),
-                            ]
-                        };
-                        r0 = _mm256_or_si256(r0, _mm256_and_si256(f[0], bit4));
-                        r1 = _mm256_or_si256(r1, _mm256_and_si256(f[1], bit4));
-                        r2 = _mm256_or_si256(r2, _mm256_and_si256(f[2], bit4));
-                        r3 = _mm256_or_si256(r3, _mm256_and_si256(f[3], bit4));
+                        let f = crate::quant::fifth_bits(hb, h);
+                        r0 = _mm256_or_si256(r0, f[0]);
+                        r1 = _mm256_or_si256(r1, f[1]);
+                        r2 = _mm256_or_si256(r2, f[2]);
+                        r3 = _mm256_or_si256(r3, f[3]);
                     }
                     let sc = (blk.add(OFF_SCALES + 8 * j) as *const i64).read_unaligned();
                     let sw = _mm256_shuffle_epi8(_mm256_set1_epi64x(sc), scale_ctrl[h]);

@@ -129,14 +129,8 @@ mod x86 {
 
     use super::{ActRow, BLOCK_BYTES, GROUP, OFF_QS, OFF_SCALES, QK_K};
 
-    /// How far ahead of the packed stream to prefetch (one-token matmuls stream the weights
-    /// once; see `PREFETCH_AHEAD` of the row kernels).
-    const AHEAD: usize = 4096;
-
-    #[inline(always)]
-    unsafe fn prefetch(p: *const u8, off: usize) {
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(AHEAD + off) as *const i8);
-    }
+    // One-token matmuls stream the packed weights once; the row kernels' prefetch serves them.
+    use crate::quant::x86::prefetch_ahead;
 
     /// The loop the module docs describe. Lanes `(row, half)` of a register serve four rows
     /// (half `h` of the group: rows `4h..4h + 4`); the halves run one after the other so that
@@ -162,9 +156,7 @@ mod x86 {
         let mut acc = [[_mm256_setzero_ps(); 2]; N];
         for ib in 0..nb {
             let blk = p.as_ptr().add(ib * BLOCK_BYTES);
-            prefetch(blk, 0);
-            prefetch(blk, 64);
-            prefetch(blk, 128);
+            prefetch_ahead::<OFF_QS>(blk, 0);
             // 32 · Σ_g scale[r][g] · bsum_g per row (lane r of eight), one pair of groups per
             // `vpmaddwd`.
             // (A plain loop: `array::from_fn`'s closure would not be inlined here.)
@@ -184,9 +176,7 @@ mod x86 {
                 for j in 0..8 {
                     let q = blk.add(OFF_QS + 192 * j);
                     if h == 0 {
-                        prefetch(q, 0);
-                        prefetch(q, 64);
-                        prefetch(q, 128);
+                        prefetch_ahead::<192>(q, 0);
                     }
                     let lo_a = _mm256_loadu_si256(q.add(32 * h) as *const __m256i);
                     let lo_b = _mm256_loadu_si256(q.add(64 + 32 * h) as *const __m256i);

@@ -78,7 +78,7 @@ const PREFETCH_AHEAD: usize = 4096;
 /// leave no line out. The address may lie past the weights (a prefetch never faults), hence
 /// the wrapping arithmetic.
 #[inline(always)]
-unsafe fn prefetch_ahead<const LEN: usize>(base: *const u8, off: usize) {
+pub(super) unsafe fn prefetch_ahead<const LEN: usize>(base: *const u8, off: usize) {
     let p = base.wrapping_add(PREFETCH_AHEAD + off);
     let mut l = 0;
     while l < LEN {
