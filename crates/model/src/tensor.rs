@@ -272,10 +272,10 @@ mod tests {
         }
         let (rows, cols, t) = (40, 512, 13);
         use QuantType::*;
-        for ty in [Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL] {
+        for ty in [Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL] {
             if !crate::quant::packs(ty, rows) {
                 let why = match ty {
-                    Q4_K => "avx2",
+                    Q4_K | Q2_K | Q3_K | IQ4_XS => "avx2",
                     Q5_K | Q6_K => "avx2 and no avx512bw",
                     _ => "avx2 and no avx512vnni",
                 };

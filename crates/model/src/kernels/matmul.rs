@@ -109,8 +109,8 @@ pub fn matmul(w: &WeightRef<'_>, x: &[f32], t: usize) -> Vec<f32> {
 }
 
 /// The packed copy of a weight the fastest kernel on this CPU wants, made once at load: the
-/// eight-row layouts of [`quant::pack_rows8`] (Q4_K with AVX-512 VNNI or AVX2, Q6_K with AVX2)
-/// for matrices whose rows come in eights. `None` when the weight is best read as stored (or
+/// eight-row layouts of [`quant::pack_rows8`] (every GGUF quant type on AVX2; docs/model.md §2.3
+/// says which an AVX-512 CPU keeps row kernels for) for matrices whose rows come in eights. `None` when the weight is best read as stored (or
 /// `FROGNANO_PLAIN_KERNELS=1`).
 pub fn pack(dtype: DType, bytes: &[u8], rows: usize, cols: usize) -> Option<Vec<u8>> {
     match dtype {

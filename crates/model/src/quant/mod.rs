@@ -27,7 +27,9 @@
 //! dot, a 4-token tile for prefill, and for the 32-element blocks a 4-row form for decode.
 
 pub mod ggml;
+pub mod iq4xs_x8;
 pub mod legacy_x8;
+pub mod q2k_x8;
 pub mod q4k_x8;
 pub mod q6k_x8;
 pub mod quantize;
@@ -834,7 +836,7 @@ pub(crate) unsafe fn row_pair_sums(v: std::arch::x86_64::__m256) -> [f32; 4] {
 }
 
 /// Eight rows (one packed group, `nb` blocks) against `N` tokens: `out[k][r]`, the kernel of
-/// an eight-row packing ([`q4k_x8`], [`q6k_x8`], [`legacy_x8`]).
+/// an eight-row packing ([`q4k_x8`], [`q6k_x8`], [`q2k_x8`], [`iq4xs_x8`], [`legacy_x8`]).
 pub type GroupKernel<const N: usize> = fn(&[u8], &[ActRow; N]) -> [[f32; 8]; N];
 
 /// Rows interleaved by every eight-row packing.
@@ -845,11 +847,20 @@ pub const PACK_GROUP: usize = 8;
 #[allow(clippy::type_complexity)]
 fn packing(ty: QuantType) -> Option<(usize, (GroupKernel<1>, GroupKernel<4>, GroupKernel<8>))> {
     match ty {
+        QuantType::Q2_K => {
+            Some((q2k_x8::BLOCK_BYTES_Q2K, (q2k_x8::kernel_q2k()?, q2k_x8::kernel_q2k()?, q2k_x8::kernel_q2k()?)))
+        }
+        QuantType::Q3_K => {
+            Some((q2k_x8::BLOCK_BYTES_Q3K, (q2k_x8::kernel_q3k()?, q2k_x8::kernel_q3k()?, q2k_x8::kernel_q3k()?)))
+        }
         QuantType::Q4_K => Some((q4k_x8::BLOCK_BYTES, (q4k_x8::kernel()?, q4k_x8::kernel()?, q4k_x8::kernel()?))),
         QuantType::Q5_K => {
             Some((q4k_x8::BLOCK_BYTES_Q5K, (q4k_x8::kernel_q5k()?, q4k_x8::kernel_q5k()?, q4k_x8::kernel_q5k()?)))
         }
         QuantType::Q6_K => Some((q6k_x8::BLOCK_BYTES, (q6k_x8::kernel()?, q6k_x8::kernel()?, q6k_x8::kernel()?))),
+        QuantType::IQ4_XS => {
+            Some((iq4xs_x8::BLOCK_BYTES, (iq4xs_x8::kernel()?, iq4xs_x8::kernel()?, iq4xs_x8::kernel()?)))
+        }
         ty if legacy_x8::handles(ty) => {
             Some((legacy_x8::block_bytes(ty), (legacy_x8::kernel(ty)?, legacy_x8::kernel(ty)?, legacy_x8::kernel(ty)?)))
         }
@@ -868,9 +879,12 @@ pub fn pack_rows8(ty: QuantType, w: &[u8], rows: usize, cols: usize) -> Option<V
         return None;
     }
     match ty {
+        QuantType::Q2_K => Some(q2k_x8::pack_q2k(w, rows, cols)),
+        QuantType::Q3_K => Some(q2k_x8::pack_q3k(w, rows, cols)),
         QuantType::Q4_K => Some(q4k_x8::pack(w, rows, cols)),
         QuantType::Q5_K => Some(q4k_x8::pack_q5k(w, rows, cols)),
         QuantType::Q6_K => Some(q6k_x8::pack(w, rows, cols)),
+        QuantType::IQ4_XS => Some(iq4xs_x8::pack(w, rows, cols)),
         ty if legacy_x8::handles(ty) => Some(legacy_x8::pack(ty, w, rows, cols)),
         _ => None,
     }
@@ -882,9 +896,12 @@ pub fn unpack_row8(ty: QuantType, packed: &[u8], rows: usize, r: usize, out: &mu
     let group_bytes = packed.len() / (rows / PACK_GROUP);
     let group = &packed[r / PACK_GROUP * group_bytes..][..group_bytes];
     match ty {
+        QuantType::Q2_K => q2k_x8::dequantize_row_q2k(group, r % PACK_GROUP, out),
+        QuantType::Q3_K => q2k_x8::dequantize_row_q3k(group, r % PACK_GROUP, out),
         QuantType::Q4_K => q4k_x8::dequantize_row(group, r % PACK_GROUP, out),
         QuantType::Q5_K => q4k_x8::dequantize_row_q5k(group, r % PACK_GROUP, out),
         QuantType::Q6_K => q6k_x8::dequantize_row(group, r % PACK_GROUP, out),
+        QuantType::IQ4_XS => iq4xs_x8::dequantize_row(group, r % PACK_GROUP, out),
         ty if legacy_x8::handles(ty) => legacy_x8::dequantize_row(ty, group, r % PACK_GROUP, out),
         _ => panic!("unpack_row8: no eight-row packing of {ty}"),
     }
