@@ -18,12 +18,11 @@
 #   --plain also times FrogNano with FROGNANO_PLAIN_KERNELS=1 (its kernels before the tiled
 #   k-quant matmuls, the vector attention and the eight-row Q4_K packing) in the same
 #   alternation, for before/after ratios from one run.
-# --qwen35-4b times the random-weight Qwen3.5-4B-shape model (bench/make_random_qwen35_4b.py
-# writes bench/out/qwen35-4b-random) as llama.cpp's tools make a Q4_K_M file of it: its
-# convert_hf_to_gguf.py (from the llama-cpp-python sdist, --no-mtp, pre-tokenizer `qwen35`, as
-# scripts/llama_reference.py runs it; bf16 output) then llama_model_quantize. Both files are
-# made once, under bench/out; the bf16 one is deleted after quantizing. The converter runs with
-# the transformers venv of scripts/setup-torch-reference.sh (CONVERT_PYTHON overrides it).
+# --qwen35-4b times a random-weight model in the Qwen3.5-4B shapes: bench/make_random_qwen35_4b_gguf.py
+# writes it as Q8_0 with the metadata, tensor names and vocabulary llama.cpp's converter writes
+# for `qwen35` (numpy and the sdist's gguf-py; no torch), then llama_model_quantize makes the
+# Q4_K_M file, as for every matrix row. Made once under bench/out (8 GB free needed while making
+# it, 2.7 GB kept); the Q8_0 source is deleted after quantizing.
 #
 # --matrix (issue 17) runs the whole comparison in one invocation, one row per (model, threads):
 #   Q4_K_M             models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf as published
@@ -121,47 +120,25 @@ PY
 # or 2 when a step failed.
 qwen4b_model=bench/out/qwen35-4b-random-Q4_K_M.gguf
 prepare_qwen35_4b() {
-    local src=bench/out/qwen35-4b-random bf16=bench/out/qwen35-4b-random-bf16.gguf convert_python
+    local q8=bench/out/qwen35-4b-random-Q8_0.gguf free
     [ -f "$qwen4b_model" ] && return 0
-    convert_python=${CONVERT_PYTHON:-${FROGNANO_REF_VENV:-.venv-ref-torch}/bin/python}
-    if [ ! -f "$bf16" ] && [ ! -x "$convert_python" ]; then
-        qwen4b_missing="$qwen4b_model not made and $convert_python (transformers + torch, for the random checkpoint and llama.cpp's converter) missing: run scripts/setup-torch-reference.sh, then $convert_python bench/make_random_qwen35_4b.py $src, then bench/gguf_speed.sh --qwen35-4b --prepare-only"
-        return 1
-    fi
-    if [ ! -f "$bf16" ] && [ ! -f "$src/config.json" ]; then
-        qwen4b_missing="$qwen4b_model not made and $src/config.json missing: run $convert_python bench/make_random_qwen35_4b.py $src (7.8 GiB), then bench/gguf_speed.sh --qwen35-4b --prepare-only"
-        return 1
-    fi
-    .venv-llama/bin/python -c 'import llama_cpp' 2>/dev/null || { qwen4b_missing="llama-cpp-python missing: run scripts/setup-llama-reference.sh"; return 1; }
+    .venv-llama/bin/python -c 'import llama_cpp, numpy' 2>/dev/null || { qwen4b_missing="llama-cpp-python missing: run scripts/setup-llama-reference.sh"; return 1; }
+    [ -f models/qwen35-tokenizer/tokenizer.json ] || { qwen4b_missing="models/qwen35-tokenizer missing: run scripts/setup-qwen35-tokenizer.sh"; return 1; }
     mkdir -p bench/out
-    if [ ! -f "$bf16" ]; then
-        progress "converting $src to $bf16 (llama.cpp's convert_hf_to_gguf.py)"
-        "$convert_python" - "$src" "$bf16" <<'PY' || return 2
-import os, sys
-sys.path.insert(0, "scripts")
-import llama_reference as lr  # finds (and unpacks) the llama-cpp-python sdist
-lcpp = os.path.join(lr.sdist_root(), "vendor", "llama.cpp")
-sys.path[:0] = [os.path.join(lcpp, "gguf-py"), lcpp]
-import convert_hf_to_gguf as c
-from conversion.base import TextModel
-known = TextModel.get_vocab_base_pre
-def pre(self, tokenizer):  # the random checkpoint's tokenizer hash is not in the converter's list
-    try:
-        return known(self, tokenizer)
-    except NotImplementedError:
-        return "qwen35"
-TextModel.get_vocab_base_pre = pre
-src, out = sys.argv[1], sys.argv[2]
-sys.argv = ["convert_hf_to_gguf.py", src, "--outfile", out + ".part", "--outtype", "bf16", "--no-mtp"]
-c.main()
-os.rename(out + ".part", out)
-PY
+    if [ ! -f "$q8" ]; then
+        free=$(df --output=avail -B1 bench/out | tail -n 1)
+        if [ "$free" -lt 8000000000 ]; then
+            qwen4b_missing="$qwen4b_model not made: $((free / 1000000000)) GB free under bench/out, 8 GB needed (4.5 GB of Q8_0 source, 2.7 GB of Q4_K_M)"
+            return 1
+        fi
+        progress "writing $q8 (bench/make_random_qwen35_4b_gguf.py: random weights, real shapes and vocabulary)"
+        .venv-llama/bin/python bench/make_random_qwen35_4b_gguf.py "$q8" >&2 || return 2
     fi
-    progress "quantizing $bf16 to $qwen4b_model (llama_model_quantize)"
+    progress "quantizing $q8 to $qwen4b_model (llama_model_quantize)"
     .venv-llama/bin/python bench/requant_gguf.py --quantizer llama.cpp --nthread "$(nproc)" \
-        "$bf16" "$qwen4b_model" Q4_K_M 2> bench/out/qwen35-4b-random-Q4_K_M.gguf.log \
+        "$q8" "$qwen4b_model" Q4_K_M 2> bench/out/qwen35-4b-random-Q4_K_M.gguf.log \
         || { tail -n 3 bench/out/qwen35-4b-random-Q4_K_M.gguf.log >&2; return 2; }
-    rm -f "$bf16"
+    rm -f "$q8"
 }
 
 # run_engine ENGINE MODEL THREADS: one timed run, one JSON line on stdout.
