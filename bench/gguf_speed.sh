@@ -3,7 +3,8 @@
 # the AMX instructions compiled out, which crash on this CPU) and FrogNano on the same GGUF,
 # same thread count, alternating, in one run. Prints tok/s and FrogNano/llama.cpp ratios for
 # prefill (N tokens) and greedy decode (M tokens), and decode's achieved weight bandwidth
-# against the copy bandwidth measured in the same run with as many threads. Every table comes
+# against the copy bandwidth and the read bandwidth (a 256-bit read loop, examples/read_bandwidth.rs)
+# measured in the same run with as many threads. Every table comes
 # with the CPU model, its SIMD flags and the load average at the start and the end.
 #   bench/gguf_speed.sh [MODEL.gguf] [--threads 2] [--prefill 512] [--decode 128] [--runs 3] [--plain]
 #   bench/gguf_speed.sh --qwen35-4b [--prepare-only] [...]
@@ -115,6 +116,11 @@ print(f"{2 * n * src[0].nbytes / best / 1e9:.1f}")
 PY
 }
 
+# read_bandwidth THREADS: GB/s of bytes read by THREADS threads streaming their own 256 MiB
+# buffers with 256-bit loads, all at once, best of 5 (crates/model/examples/read_bandwidth.rs):
+# the ceiling of a one-token matmul, which reads every weight once and writes almost nothing.
+read_bandwidth() { "${CARGO_TARGET_DIR:-target}/release/examples/read_bandwidth" "$1"; }
+
 # prepare_qwen35_4b: makes bench/out/qwen35-4b-random-Q4_K_M.gguf (see --qwen35-4b above) unless
 # it exists. Returns 1 with what is missing, and the command that makes it, in $qwen4b_missing,
 # or 2 when a step failed.
@@ -188,15 +194,15 @@ if [ "$matrix" = 0 ]; then
     fi
     [ -f "$model" ] || { echo "$model missing (scripts/fetch-demo-model.sh)" >&2; exit 1; }
     need_llama
-    cargo build --release -q -p frognano-model --example gguf_bench
+    cargo build --release -q -p frognano-model --example gguf_bench --example read_bandwidth
     mkdir -p bench/out
     out=bench/out/gguf_speed.jsonl
     load_start=$(loadavg)
     progress "load average at start: $load_start"
     bench_pair "$model" "$threads" "$out" "$(basename "$model")" || { cat "$out.err" >&2; exit 1; }
     load_end=$(loadavg)
-    copy_gbs=$(copy_bandwidth "$threads")
-    python3 bench/gguf_speed_report.py single "$out" "$model" "$threads" "$prefill" "$decode" "$copy_gbs" "$load_start" "$load_end"
+    copy_gbs=$(copy_bandwidth "$threads") read_gbs=$(read_bandwidth "$threads")
+    python3 bench/gguf_speed_report.py single "$out" "$model" "$threads" "$prefill" "$decode" "$copy_gbs" "$load_start" "$load_end" "$read_gbs"
     exit 0
 fi
 
@@ -289,16 +295,16 @@ done
 echo "disk free on $matrix_dir: $(df -h --output=avail "$matrix_dir" | tail -n 1 | tr -d ' ')"
 [ "$prepare_only" = 1 ] && exit 0
 
-cargo build --release -q -p frognano-model --example gguf_bench
+cargo build --release -q -p frognano-model --example gguf_bench --example read_bandwidth
 commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates Cargo.lock Cargo.toml || echo "+uncommitted")
 sig="p$prefill d$decode r$runs $commit"
 load_start=$(loadavg)
 progress "load average at start: $load_start"
-copy=","  # ",THREADS=GB/s,...,"
+copy="," readbw=","  # ",THREADS=GB/s,...,"
 for t in ${threads_list//,/ }; do
-    g=$(copy_bandwidth "$t")
-    progress "copy bandwidth with $t thread(s): $g GB/s"
-    copy="$copy$t=$g,"
+    g=$(copy_bandwidth "$t") rg=$(read_bandwidth "$t")
+    progress "copy bandwidth with $t thread(s): $g GB/s; read bandwidth $rg GB/s"
+    copy="$copy$t=$g," readbw="$readbw$t=$rg,"
 done
 plan=$matrix_dir/plan.tsv
 : > "$plan"
@@ -325,9 +331,9 @@ for k in $keys; do
                 continue
             fi
             # The copy bandwidth of this invocation goes with the row, for --resume.
-            cell_copy=${copy#*",$t="}
-            printf '{"sig": "%s", "started": "%s", "wall_s": %d, "load_start": "%s", "load_end": "%s", "copy_gb_s": %s}\n' \
-                "$sig" "$cell_started" $((SECONDS - cell_t0)) "$cell_load" "$(loadavg)" "${cell_copy%%,*}" > "$cell.meta"
+            cell_copy=${copy#*",$t="} cell_read=${readbw#*",$t="}
+            printf '{"sig": "%s", "started": "%s", "wall_s": %d, "load_start": "%s", "load_end": "%s", "copy_gb_s": %s, "read_gb_s": %s}\n' \
+                "$sig" "$cell_started" $((SECONDS - cell_t0)) "$cell_load" "$(loadavg)" "${cell_copy%%,*}" "${cell_read%%,*}" > "$cell.meta"
         fi
         printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$k" "$label" "$t" "${row_file[$k]}" ok "$cell" >> "$plan"
     done
@@ -336,4 +342,4 @@ load_end=$(loadavg)
 progress "load average at end: $load_end"
 llama_version=$(.venv-llama/bin/python -c 'import llama_cpp; print(llama_cpp.__version__)')
 python3 bench/gguf_speed_report.py matrix "$plan" bench/out/gguf_matrix.jsonl "$prefill" "$decode" "$runs" \
-    "$copy" "$load_start" "$load_end" "$invocation" "$commit" "$llama_version"
+    "$copy" "$load_start" "$load_end" "$invocation" "$commit" "$llama_version" "$readbw"

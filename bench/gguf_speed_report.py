@@ -79,9 +79,9 @@ def greedy_text(agree):
 
 
 def single(args):
-    path, model, threads, pre, dec, copy_gbs, load_start, load_end = args
+    path, model, threads, pre, dec, copy_gbs, load_start, load_end, read_gbs = args
     rows = read_runs(path)
-    copy_gbs = float(copy_gbs)
+    copy_gbs, read_gbs = float(copy_gbs), float(read_gbs)
     wb = weight_bytes(rows)
     runs = sum(r["engine"] == "llama.cpp" for r in rows)
     print(cpu_lines())
@@ -99,7 +99,8 @@ def single(args):
             line += f" {p:10.2f} {p / a if a else 0:7.2f} {b / p if p else 0:9.2f}"
         print(line)
     ours = wb * median(rows, "frognano", "decode_tok_s") / 1e9
-    print(f"decode weight bandwidth: frognano {ours:.2f} GB/s ({100 * ours / copy_gbs:.0f} % of copy), "
+    print(f"decode weight bandwidth: frognano {ours:.2f} GB/s ({100 * ours / copy_gbs:.0f} % of copy, "
+          f"{100 * ours / read_gbs:.0f} % of the {read_gbs} GB/s a 256-bit read loop reaches on {threads} thread(s)), "
           f"llama.cpp {wb * median(rows, 'llama.cpp', 'decode_tok_s') / 1e9:.2f} GB/s (weights {wb / 1e6:.1f} MB; "
           f"copy bandwidth measured just now, numpy copies of 256 MiB arrays on {threads} thread(s) at once: "
           f"{copy_gbs} GB/s read + write)")
@@ -107,8 +108,9 @@ def single(args):
 
 
 def matrix(args):
-    plan, out, pre, dec, runs, copy, load_start, load_end, command, commit, llama_version = args
+    plan, out, pre, dec, runs, copy, load_start, load_end, command, commit, llama_version, readbw = args
     copy_gbs = {int(t): float(g) for t, g in (x.split("=") for x in copy.split(",") if x)}
+    read_gbs = {int(t): float(g) for t, g in (x.split("=") for x in readbw.split(",") if x)}
     threads_list = sorted(copy_gbs)
     records, lines, parted = [], [], []
     for raw in open(plan):
@@ -129,11 +131,13 @@ def matrix(args):
             # A reused row keeps the copy bandwidth measured in its own invocation.
             row_copy = rec.get("copy_gb_s") or copy_gbs.get(threads)
             share = gbs / row_copy if row_copy else None
+            row_read = rec.get("read_gb_s") or read_gbs.get(threads)
+            read_share = gbs / row_read if row_read else None
             rec.update({"weight_bytes": wb, "file_bytes": os.path.getsize(model),
                         "llama_prefill_tok_s": lp, "frognano_prefill_tok_s": fp, "prefill_ratio": fp / lp,
                         "llama_decode_tok_s": ld, "frognano_decode_tok_s": fd, "decode_ratio": fd / ld,
                         "frognano_decode_gb_s": gbs, "copy_gb_s": row_copy,
-                        "copy_share": share, "runs": rows})
+                        "copy_share": share, "read_gb_s": row_read, "read_share": read_share, "runs": rows})
             agree = greedy_agreement(rows)
             rec["greedy_same_steps"], rec["greedy_steps"] = agree if agree else (None, None)
             if agree is None or agree[0] < agree[1]:
@@ -143,16 +147,17 @@ def matrix(args):
                      f"{lp:.2f}", f"{fp:.2f}", f"{pr:.2f}" + (MARK if pr < GOAL_PREFILL else ""),
                      f"{ld:.2f}", f"{fd:.2f}", f"{dr:.2f}" + (MARK if dr < GOAL_DECODE else ""),
                      f"{gbs:.2f}",
-                     "" if share is None else f"{100 * share:.0f} %" + (MARK if share < GOAL_BANDWIDTH else "")]
+                     "" if share is None else f"{100 * share:.0f} %" + (MARK if share < GOAL_BANDWIDTH else ""),
+                     "" if read_share is None else f"{100 * read_share:.0f} %"]
         else:
             rest = rest.strip()
             rec["message"] = rest
-            cells = [label, str(threads), f"{status}: {rest}"] + [""] * 7
+            cells = [label, str(threads), f"{status}: {rest}"] + [""] * 8
         records.append(rec)
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     header = ["model/type", "threads", "llama.cpp prefill tok/s", "FrogNano prefill tok/s", "ratio",
               "llama.cpp decode tok/s", "FrogNano decode tok/s", "ratio", "FrogNano decode GB/s",
-              "% of copy bandwidth"]
+              "% of copy bandwidth", "% of read bandwidth"]
     quiet = all(float(x.split()[0]) <= 0.5 for x in (load_start, load_end))
     print()
     print(cpu_lines())
@@ -163,6 +168,9 @@ def matrix(args):
     print("copy bandwidth (numpy copies of 256 MiB arrays, one per thread, all threads at once, "
           "read + write bytes, best of 5): "
           + ", ".join(f"{t} thread{'s' if t > 1 else ''} {copy_gbs[t]:.1f} GB/s" for t in threads_list))
+    print("read bandwidth (256-bit loads streaming a 256 MiB buffer per thread, all threads at once, best of 5; "
+          "crates/model/examples/read_bandwidth.rs): "
+          + ", ".join(f"{t} thread{'s' if t > 1 else ''} {read_gbs[t]:.1f} GB/s" for t in threads_list if t in read_gbs))
     print(f"llama.cpp: llama-cpp-python {llama_version} (scripts/setup-llama-reference.sh, AMX compiled out); "
           f"FrogNano: gguf_bench at {commit}")
     print(f"command: {command}")
@@ -185,7 +193,8 @@ def matrix(args):
         print(f"  {p}")
     conditions = {"kind": "conditions", "cpu": cpu_lines(), "threads": threads_list, "prefill_tokens": int(pre),
                   "decode_tokens": int(dec), "runs": int(runs), "load_start": load_start, "load_end": load_end,
-                  "copy_gb_s": {str(t): g for t, g in copy_gbs.items()}, "command": command, "commit": commit,
+                  "copy_gb_s": {str(t): g for t, g in copy_gbs.items()},
+                  "read_gb_s": {str(t): g for t, g in read_gbs.items()}, "command": command, "commit": commit,
                   "llama_cpp_python": llama_version}
     with open(out + ".part", "w") as f:
         for rec in [conditions] + records:
