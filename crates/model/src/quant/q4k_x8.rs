@@ -291,6 +291,11 @@ mod x86 {
         p: &[u8],
         a: &[ActRow; N],
     ) -> [[f32; GROUP]; N] {
+        if N == 1 {
+            let mut out = [[0.0; GROUP]; N];
+            out[0] = one_token_avx2::<FIVE>(p, &a[0]);
+            return out;
+        }
         let bb = if FIVE { BLOCK_BYTES_Q5K } else { BLOCK_BYTES };
         let nb = p.len() / bb;
         for r in a {
@@ -382,6 +387,88 @@ mod x86 {
             let (a, b) = (crate::quant::row_pair_sums(lo), crate::quant::row_pair_sums(hi));
             std::array::from_fn(|r| if r < 4 { a[r] } else { b[r - 4] })
         })
+    }
+
+    /// [`group_dot_avx2`] for one token (decode): both halves of every sub-block in one pass,
+    /// so the token's activation bytes are broadcast once for the eight rows (not once per
+    /// half) and the two halves' sums are independent chains. Each half's integers and float
+    /// steps are the tiled kernel's, so the bits are too.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn one_token_avx2<const FIVE: bool>(p: &[u8], a: &ActRow) -> [f32; GROUP] {
+        let bb = if FIVE { BLOCK_BYTES_Q5K } else { BLOCK_BYTES };
+        let nb = p.len() / bb;
+        debug_assert!(a.qs.len() >= nb * QK_K && a.d.len() >= nb && a.sums32.len() >= nb * 8);
+        let mask = _mm256_set1_epi8(0x0F);
+        let scale_ctrl: [__m256i; 2] = std::array::from_fn(|h| {
+            let c: [i8; 32] = std::array::from_fn(|i| if i % 2 == 0 { (4 * h + i / 8) as i8 } else { -128 });
+            _mm256_loadu_si256(c.as_ptr() as *const __m256i)
+        });
+        let dup = _mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0);
+        let natural = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
+        let mut acc = [_mm256_setzero_ps(); 2];
+        for ib in 0..nb {
+            let blk = p.as_ptr().add(ib * bb);
+            prefetch_ahead::<OFF_QS>(blk, 0);
+            if FIVE {
+                prefetch_ahead::<{ 8 * 32 }>(blk, OFF_HB);
+            }
+            let b = _mm_loadu_si128(a.sums32.as_ptr().add(ib * 8) as *const __m128i);
+            let bsum = _mm256_broadcastsi128_si256(_mm_shuffle_epi8(b, natural));
+            let mut s = [_mm256_setzero_si256(); 2];
+            for j in 0..8 {
+                let q = blk.add(OFF_QS + 128 * j);
+                prefetch_ahead::<128>(q, 0);
+                let y = (a.qs.as_ptr() as *const u8).add(ib * QK_K + 32 * j);
+                let yb: [__m256i; 4] =
+                    std::array::from_fn(|i| _mm256_set1_epi64x((y.add(8 * i) as *const i64).read_unaligned()));
+                let sc = _mm256_set1_epi64x((blk.add(OFF_SCALES + 8 * j) as *const i64).read_unaligned());
+                let hb = if FIVE {
+                    _mm256_loadu_si256(blk.add(OFF_HB + 32 * j) as *const __m256i)
+                } else {
+                    _mm256_setzero_si256()
+                };
+                for (h, sh) in s.iter_mut().enumerate() {
+                    let pa = _mm256_loadu_si256(q.add(32 * h) as *const __m256i);
+                    let pb = _mm256_loadu_si256(q.add(64 + 32 * h) as *const __m256i);
+                    let mut r0 = _mm256_and_si256(pa, mask);
+                    let mut r1 = _mm256_and_si256(_mm256_srli_epi16::<4>(pa), mask);
+                    let mut r2 = _mm256_and_si256(pb, mask);
+                    let mut r3 = _mm256_and_si256(_mm256_srli_epi16::<4>(pb), mask);
+                    if FIVE {
+                        let f = crate::quant::fifth_bits(hb, h);
+                        r0 = _mm256_or_si256(r0, f[0]);
+                        r1 = _mm256_or_si256(r1, f[1]);
+                        r2 = _mm256_or_si256(r2, f[2]);
+                        r3 = _mm256_or_si256(r3, f[3]);
+                    }
+                    let t = _mm256_add_epi16(
+                        _mm256_add_epi16(_mm256_maddubs_epi16(r0, yb[0]), _mm256_maddubs_epi16(r1, yb[1])),
+                        _mm256_add_epi16(_mm256_maddubs_epi16(r2, yb[2]), _mm256_maddubs_epi16(r3, yb[3])),
+                    );
+                    *sh = _mm256_add_epi32(*sh, _mm256_madd_epi16(t, _mm256_shuffle_epi8(sc, scale_ctrl[h])));
+                }
+            }
+            let da = _mm256_set1_ps(*a.d.get_unchecked(ib));
+            for (h, (acc_h, s_h)) in acc.iter_mut().zip(s).enumerate() {
+                let d8 = _mm256_permutevar8x32_ps(
+                    _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(blk.add(8 * h) as *const __m128i))),
+                    dup,
+                );
+                let dmin8 = _mm256_permutevar8x32_ps(
+                    _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(blk.add(16 + 8 * h) as *const __m128i))),
+                    dup,
+                );
+                let mins01 = _mm256_cvtepu8_epi16(_mm_loadu_si128(blk.add(OFF_MINS + 32 * h) as *const __m128i));
+                let mins23 = _mm256_cvtepu8_epi16(_mm_loadu_si128(blk.add(OFF_MINS + 32 * h + 16) as *const __m128i));
+                let m01 = _mm256_madd_epi16(mins01, bsum);
+                let m23 = _mm256_madd_epi16(mins23, bsum);
+                let m = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(m01, m23));
+                let v = _mm256_fmsub_ps(d8, _mm256_cvtepi32_ps(s_h), _mm256_mul_ps(dmin8, _mm256_cvtepi32_ps(m)));
+                *acc_h = _mm256_fmadd_ps(da, v, *acc_h);
+            }
+        }
+        let (lo, hi) = (crate::quant::row_pair_sums(acc[0]), crate::quant::row_pair_sums(acc[1]));
+        std::array::from_fn(|r| if r < 4 { lo[r] } else { hi[r - 4] })
     }
 }
 
