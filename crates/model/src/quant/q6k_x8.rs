@@ -60,16 +60,20 @@ pub fn pack(w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
                     blk[OFF_SCALES + 16 * (s / 2) + 2 * r + s % 2] = v;
                 }
                 let values = stored_values(b);
-                let q = |e: usize| values[e];
+                // Eight values at a time in a u64 (each byte 0..63, so a shift by 4 leaves a
+                // byte's top two bits in its bits 0–1 and the next byte's low bits above them,
+                // masked off).
+                const LOW: u64 = 0x0F0F_0F0F_0F0F_0F0F;
+                const TWO: u64 = 0x0303_0303_0303_0303;
+                let word = |e: usize| u64::from_le_bytes(values[e..e + 8].try_into().expect("eight values"));
                 for j in 0..8 {
                     let sub = &mut blk[OFF_QS + 192 * j..][..192];
-                    for i in 0..8 {
-                        let e = 32 * j + i;
-                        sub[8 * r + i] = (q(e) & 0xF) | ((q(e + 8) & 0xF) << 4);
-                        sub[64 + 8 * r + i] = (q(e + 16) & 0xF) | ((q(e + 24) & 0xF) << 4);
-                        sub[128 + 8 * r + i] =
-                            (q(e) >> 4) | ((q(e + 8) >> 4) << 2) | ((q(e + 16) >> 4) << 4) | ((q(e + 24) >> 4) << 6);
-                    }
+                    let v: [u64; 4] = std::array::from_fn(|i| word(32 * j + 8 * i));
+                    let put = |sub: &mut [u8], o: usize, x: u64| sub[o..o + 8].copy_from_slice(&x.to_le_bytes());
+                    put(sub, 8 * r, (v[0] & LOW) | ((v[1] & LOW) << 4));
+                    put(sub, 64 + 8 * r, (v[2] & LOW) | ((v[3] & LOW) << 4));
+                    let top = |x: u64| (x >> 4) & TWO;
+                    put(sub, 128 + 8 * r, top(v[0]) | (top(v[1]) << 2) | (top(v[2]) << 4) | (top(v[3]) << 6));
                 }
             }
         }
