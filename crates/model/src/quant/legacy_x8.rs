@@ -71,7 +71,7 @@ pub fn pack(ty: QuantType, w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
     let pb = block_bytes(ty);
     let vo = values_offset(ty);
     let five_bits = matches!(ty, QuantType::Q5_0 | QuantType::Q5_1);
-    let mut out = vec![0u8; rows / GROUP * nb * pb];
+    let mut out = super::pack_buffer(rows / GROUP * nb * pb);
     out.par_chunks_mut(nb * pb).enumerate().for_each(|(g, dst)| {
         for (ib, blk) in dst.chunks_exact_mut(pb).enumerate() {
             for r in 0..GROUP {

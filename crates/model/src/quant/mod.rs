@@ -868,6 +868,24 @@ fn packing(ty: QuantType) -> Option<(usize, (GroupKernel<1>, GroupKernel<4>, Gro
     }
 }
 
+/// A zeroed buffer for a packed matrix. On Linux the kernel is asked to back it with 2 MiB
+/// pages (`MADV_HUGEPAGE`; transparent huge pages are often in `madvise` mode) before anything
+/// is written: a 2.7 GB model then takes ~1,300 page faults at load instead of ~660,000, and
+/// the decode's weight stream walks 512 times fewer page-table entries. A hint only: where it
+/// is refused, the buffer is the same.
+pub(crate) fn pack_buffer(len: usize) -> Vec<u8> {
+    let v = vec![0u8; len];
+    #[cfg(target_os = "linux")]
+    if len >= 4 << 20 {
+        const PAGE: usize = 4096;
+        let (start, end) = ((v.as_ptr() as usize).next_multiple_of(PAGE), (v.as_ptr() as usize + len) / PAGE * PAGE);
+        // SAFETY: [start, end) lies inside `v`'s allocation and is page-aligned; MADV_HUGEPAGE
+        // changes how its pages are backed, never their contents.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+    }
+    v
+}
+
 /// Whether a `rows`-row matrix of `ty` is repacked eight rows at a time on this CPU.
 pub fn packs(ty: QuantType, rows: usize) -> bool {
     rows.is_multiple_of(PACK_GROUP) && packing(ty).is_some()

@@ -92,7 +92,7 @@ fn pack_of<const THREE: bool>(w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
     let nb = cols / QK_K;
     let row_bytes = nb * src_bytes;
     assert_eq!(w.len(), rows * row_bytes, "pack: weight length");
-    let mut out = vec![0u8; rows / GROUP * nb * bb];
+    let mut out = super::pack_buffer(rows / GROUP * nb * bb);
     out.par_chunks_mut(nb * bb).enumerate().for_each(|(g, dst)| {
         for (ib, blk) in dst.chunks_exact_mut(bb).enumerate() {
             for r in 0..GROUP {

@@ -63,7 +63,7 @@ pub fn pack(w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
     let nb = cols / QK_K;
     let row_bytes = nb * 144;
     assert_eq!(w.len(), rows * row_bytes, "pack: weight length");
-    let mut out = vec![0u8; rows / GROUP * nb * BLOCK_BYTES];
+    let mut out = super::pack_buffer(rows / GROUP * nb * BLOCK_BYTES);
     out.par_chunks_mut(nb * BLOCK_BYTES).enumerate().for_each(|(g, dst)| {
         for (ib, blk) in dst.chunks_exact_mut(BLOCK_BYTES).enumerate() {
             let src = |r: usize| &w[(g * GROUP + r) * row_bytes + ib * 144..][..144];
@@ -108,7 +108,7 @@ pub fn pack_q5k(w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
     let nb = cols / QK_K;
     let row_bytes = nb * 176;
     assert_eq!(w.len(), rows * row_bytes, "pack_q5k: weight length");
-    let mut out = vec![0u8; rows / GROUP * nb * BLOCK_BYTES_Q5K];
+    let mut out = super::pack_buffer(rows / GROUP * nb * BLOCK_BYTES_Q5K);
     out.par_chunks_mut(nb * BLOCK_BYTES_Q5K).enumerate().for_each(|(g, dst)| {
         for (ib, blk) in dst.chunks_exact_mut(BLOCK_BYTES_Q5K).enumerate() {
             for r in 0..GROUP {

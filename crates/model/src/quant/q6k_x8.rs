@@ -50,7 +50,7 @@ pub fn pack(w: &[u8], rows: usize, cols: usize) -> Vec<u8> {
     let nb = cols / QK_K;
     let row_bytes = nb * 210;
     assert_eq!(w.len(), rows * row_bytes, "pack: weight length");
-    let mut out = vec![0u8; rows / GROUP * nb * BLOCK_BYTES];
+    let mut out = super::pack_buffer(rows / GROUP * nb * BLOCK_BYTES);
     out.par_chunks_mut(nb * BLOCK_BYTES).enumerate().for_each(|(g, dst)| {
         for (ib, blk) in dst.chunks_exact_mut(BLOCK_BYTES).enumerate() {
             for r in 0..GROUP {
