@@ -58,10 +58,12 @@ pub enum Flow {
 pub trait TokenSink: Send {
     /// A new token. The returned [`Flow`] decides whether generation goes on.
     fn token(&mut self, choice: &TokenChoice) -> Flow;
-    /// The generation ended (or failed). Called exactly once, last, unless the job was
-    /// abandoned before it started.
+    /// The generation ended (or failed; a job abandoned during its prefill ends as
+    /// [`FinishReason::Cancelled`] with no tokens). Called exactly once, last, unless the job
+    /// was abandoned before it started.
     fn done(self: Box<Self>, result: Result<Generation, EngineError>);
-    /// True when nobody waits for the output any more (checked before a queued job starts).
+    /// True when nobody waits for the output any more (checked before a queued job starts and
+    /// before each of its prefill chunks).
     fn abandoned(&self) -> bool {
         false
     }
