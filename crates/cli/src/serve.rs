@@ -42,10 +42,15 @@ pub struct ServeArgs {
     /// Most prompts in one request (`/v1/completions` with a list of prompts); more is a 400.
     #[arg(long, default_value_t = 32, value_name = "N")]
     pub max_prompts_per_request: usize,
-    /// Prompt tokens prefilled between two decode steps of the running sequences: a long
-    /// prompt comes in this many tokens at a time, so streams keep flowing meanwhile.
+    /// The most prompt tokens prefilled between two decode steps of the running sequences: a
+    /// long prompt comes in at most this many tokens at a time, so streams keep flowing.
     #[arg(long, default_value_t = frognano_engine::scheduler::DEFAULT_PREFILL_CHUNK, value_name = "TOKENS")]
     pub prefill_chunk: usize,
+    /// While sequences are decoding, the time one prefill chunk may take as a fraction of a
+    /// decode step (chunks are cut to it from measured times): their inter-token latency
+    /// during a long prefill stays within about 1 + F times its normal value. 0: fixed chunks.
+    #[arg(long, default_value_t = frognano_engine::scheduler::DEFAULT_PREFILL_STALL, value_name = "F")]
+    pub prefill_stall: f64,
     /// Seconds a connection may take to send a request's headers, counted from when the
     /// server starts waiting for them (a new connection, or the next request on a kept-alive
     /// one: also the idle keep-alive timeout); then it is closed.
@@ -81,6 +86,7 @@ impl From<ServeArgs> for ServeConfig {
             max_waiting: a.max_waiting,
             max_prompts_per_request: a.max_prompts_per_request,
             prefill_chunk: a.prefill_chunk,
+            prefill_stall: a.prefill_stall,
             header_timeout_secs: a.header_timeout_secs,
             body_timeout_secs: a.body_timeout_secs,
             tool_parser: a.tool_parser,

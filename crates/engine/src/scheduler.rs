@@ -5,9 +5,11 @@
 //! - **Batching.** Each loop iteration advances every running sequence by one token with a
 //!   single [`decode_step`] (one [`frognano_model::CausalLm::forward_batch`]): the weights are
 //!   read once per step for the whole batch. [`SchedulerConfig::max_batch`] bounds it.
-//! - **Chunked prefill.** A new job's prompt is run [`SchedulerConfig::prefill_chunk`] tokens
-//!   per iteration, before that iteration's decode step, so one long prompt delays each
-//!   running sequence's next token by one chunk's time instead of the whole prompt's. One job
+//! - **Chunked prefill.** A new job's prompt is run a chunk per iteration, before that
+//!   iteration's decode step, so one long prompt delays each running sequence's next token by
+//!   one chunk's time instead of the whole prompt's. While sequences are decoding, a chunk is
+//!   cut to take about [`SchedulerConfig::prefill_stall`] of a decode step (both timed as the
+//!   scheduler goes); otherwise it is [`SchedulerConfig::prefill_chunk`] tokens. One job
 //!   prefills at a time, in arrival order (a job that shares a prefix with the one before it
 //!   then forks its finished state). Before each chunk the job's sink is asked whether its
 //!   caller is still there; a job whose caller left is dropped at that chunk.
@@ -96,12 +98,25 @@ pub struct SchedulerConfig {
     pub prefix_reuse: bool,
     /// Most jobs waiting to be admitted before new ones are refused.
     pub max_waiting: usize,
-    /// Prompt tokens prefilled per scheduler iteration (between two decode steps of the
-    /// running sequences). Smaller: running streams stall less while a long prompt comes in;
-    /// larger: the long prompt itself goes faster. At least [`MIN_PREFILL_CHUNK`] (smaller
-    /// values run as that).
+    /// The most prompt tokens prefilled per scheduler iteration (between two decode steps of
+    /// the running sequences), and the chunk when no sequence is decoding. At least
+    /// [`MIN_PREFILL_CHUNK`] (smaller values run as that).
     pub prefill_chunk: usize,
+    /// While sequences are decoding: the time one prefill chunk may take, as a fraction of a
+    /// decode step's, so their inter-token latency during a long prefill stays within about
+    /// `1 + prefill_stall` times its normal value. The chunk is cut from the measured times
+    /// of recent decode steps and prefill chunks (per token), between [`MIN_PREFILL_CHUNK`]
+    /// and `prefill_chunk`. 0: always `prefill_chunk` tokens. Smaller: streams stall less;
+    /// larger: the long prompt goes faster.
+    pub prefill_stall: f64,
 }
+
+/// [`SchedulerConfig::prefill_stall`]'s default (bench/RESULTS.md, "Serve fairness").
+pub const DEFAULT_PREFILL_STALL: f64 = 0.75;
+
+/// The chunk of a prompt whose prefill starts while sequences are decoding and no prefill has
+/// been timed yet: small, so the first piece does not stall them while it measures the pace.
+const FIRST_TIMED_CHUNK: usize = 16;
 
 /// The smallest prefill chunk: a one-token chunk would run through the model's one-token
 /// kernels, whose rounding differs from a prompt's (quantized models), so a chunked prefill
@@ -119,6 +134,7 @@ impl Default for SchedulerConfig {
             prefix_reuse: true,
             max_waiting: 1024,
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            prefill_stall: DEFAULT_PREFILL_STALL,
         }
     }
 }
@@ -140,9 +156,10 @@ pub struct SchedulerStats {
     pub panics: AtomicU64,
     /// Jobs whose prompt is being prefilled now (0 or 1).
     pub prefilling: AtomicUsize,
-    /// Prefill chunks run, all jobs together (a prompt of `n` new tokens takes about
-    /// `n / prefill_chunk` of them).
+    /// Prefill chunks run, all jobs together.
     pub prefill_chunks: AtomicU64,
+    /// Tokens in the last prefill chunk.
+    pub last_prefill_chunk: AtomicUsize,
     /// Tokens generated, all jobs together.
     pub generated_tokens: AtomicU64,
     /// Prompt tokens, all jobs together.
@@ -388,6 +405,37 @@ fn panicked(doing: &str, payload: &(dyn std::any::Any + Send)) -> EngineError {
     EngineError::Failed(format!("the engine panicked {doing}: {message}"))
 }
 
+/// Recent timings the prefill chunk is cut from while sequences are decoding
+/// ([`SchedulerConfig::prefill_stall`]); moving averages, as both change with the batch and
+/// the position.
+#[derive(Default)]
+struct Pace {
+    /// Seconds per batched decode step.
+    decode_secs: Option<f64>,
+    /// Seconds per prefilled prompt token.
+    prefill_secs_per_token: Option<f64>,
+}
+
+impl Pace {
+    fn update(old: &mut Option<f64>, new: f64) {
+        *old = Some(old.map_or(new, |o| 0.7 * o + 0.3 * new));
+    }
+
+    /// The chunk to run now; `decoding`: some sequence will take a decode step after it.
+    fn chunk(&self, config: &SchedulerConfig, decoding: bool) -> usize {
+        if !decoding || config.prefill_stall.is_nan() || config.prefill_stall <= 0.0 {
+            return config.prefill_chunk;
+        }
+        match (self.decode_secs, self.prefill_secs_per_token) {
+            (Some(step), Some(per_token)) if per_token > 0.0 => {
+                let fits = (step * config.prefill_stall / per_token) as usize;
+                fits.clamp(MIN_PREFILL_CHUNK, config.prefill_chunk)
+            }
+            _ => FIRST_TIMED_CHUNK.clamp(MIN_PREFILL_CHUNK, config.prefill_chunk),
+        }
+    }
+}
+
 /// The scheduler loop: when no prompt is being prefilled and the batch has room, start the
 /// next waiting job; run one chunk of the prefilling prompt (a finished prompt samples its
 /// first token and joins the batch); then one batched decode step for every running sequence;
@@ -395,6 +443,7 @@ fn panicked(doing: &str, payload: &(dyn std::any::Any + Send)) -> EngineError {
 fn run(shared: &Shared) {
     let mut running: Vec<Running> = Vec::new();
     let mut prefilling: Option<Prefilling> = None;
+    let mut pace = Pace::default();
     loop {
         let job = {
             let mut q = lock(&shared.queue);
@@ -418,7 +467,8 @@ fn run(shared: &Shared) {
             prefilling = begin(shared, job, &running);
         }
         if let Some(p) = prefilling.take() {
-            if let Some(r) = prefill_step(shared, p, &mut prefilling) {
+            let chunk = pace.chunk(&shared.config, running.iter().any(|r| !r.decoding.is_finished()));
+            if let Some(r) = prefill_step(shared, p, &mut prefilling, chunk, &mut pace) {
                 running.push(r);
             }
         }
@@ -428,7 +478,9 @@ fn run(shared: &Shared) {
             let mut batch: Vec<(&mut Session, &mut Decoding)> =
                 running.iter_mut().map(|r| (&mut r.session, &mut r.decoding)).collect();
             let rows = batch.iter().filter(|(_, d)| !d.is_finished()).count() as u64;
+            let started = std::time::Instant::now();
             let step = catch_unwind(AssertUnwindSafe(|| decode_step(&mut batch)));
+            Pace::update(&mut pace.decode_secs, started.elapsed().as_secs_f64());
             drop(batch);
             match step {
                 Ok(Ok(tokens)) => {
@@ -508,7 +560,13 @@ fn begin(shared: &Shared, job: Job, running: &[Running]) -> Option<Prefilling> {
 /// returns the sequence for the batch (or `None` when it ended with that token); while some is
 /// left, puts `p` back into `slot`. A job whose caller has left is dropped here, before its
 /// chunk runs.
-fn prefill_step(shared: &Shared, mut p: Prefilling, slot: &mut Option<Prefilling>) -> Option<Running> {
+fn prefill_step(
+    shared: &Shared,
+    mut p: Prefilling,
+    slot: &mut Option<Prefilling>,
+    chunk: usize,
+    pace: &mut Pace,
+) -> Option<Running> {
     let abandoned = catch_unwind(AssertUnwindSafe(|| p.sink.abandoned())).unwrap_or(true);
     if abandoned {
         // The state so far is a valid prefix of the prompt: the session goes back for reuse.
@@ -526,9 +584,14 @@ fn prefill_step(shared: &Shared, mut p: Prefilling, slot: &mut Option<Prefilling
         report(shared, sink, Ok(generation));
         return None;
     }
-    let chunk = shared.config.prefill_chunk;
+    let (before, started) = (p.session.tokens().len(), std::time::Instant::now());
     let step = catch_unwind(AssertUnwindSafe(|| p.session.prefill_chunk(&p.prompt, chunk)));
+    let ran = p.session.tokens().len().saturating_sub(before);
+    if ran > 0 {
+        Pace::update(&mut pace.prefill_secs_per_token, started.elapsed().as_secs_f64() / ran as f64);
+    }
     shared.stats.prefill_chunks.fetch_add(1, Ordering::Relaxed);
+    shared.stats.last_prefill_chunk.store(ran, Ordering::Relaxed);
     let logits = match step {
         Ok(Ok(Some(logits))) => logits,
         Ok(Ok(None)) => {

@@ -254,7 +254,8 @@ impl TokenSink for Logging {
 
 #[test]
 fn a_long_prompt_is_prefilled_between_the_decode_steps_of_running_sequences() {
-    let config = SchedulerConfig { prefill_chunk: 32, ..Default::default() };
+    // Fixed chunks (no cutting to the measured pace), so the prompt is exactly 10 of them.
+    let config = SchedulerConfig { prefill_chunk: 32, prefill_stall: 0.0, ..Default::default() };
     let scheduler = Scheduler::start(hybrid(), config).unwrap();
     let log = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (started_tx, started) = std::sync::mpsc::channel();

@@ -70,9 +70,12 @@ pub struct ServeConfig {
     pub max_waiting: usize,
     /// Most prompts in one request (`/v1/completions` with a list of prompts); more is a 400.
     pub max_prompts_per_request: usize,
-    /// Prompt tokens prefilled per scheduler iteration, between two decode steps of the
-    /// running sequences (`frognano_engine::SchedulerConfig::prefill_chunk`).
+    /// The most prompt tokens prefilled per scheduler iteration, between two decode steps of
+    /// the running sequences (`frognano_engine::SchedulerConfig::prefill_chunk`).
     pub prefill_chunk: usize,
+    /// While sequences are decoding, the time a prefill chunk may take as a fraction of a
+    /// decode step (`frognano_engine::SchedulerConfig::prefill_stall`; 0: fixed chunks).
+    pub prefill_stall: f64,
     /// Seconds a connection may take to deliver a request's headers, counted from when the
     /// server starts waiting for them: on a new connection, and between requests on a
     /// kept-alive one (so it is also the idle keep-alive timeout). Then it is closed.
@@ -104,6 +107,7 @@ impl ServeConfig {
             max_waiting: 512,
             max_prompts_per_request: 32,
             prefill_chunk: frognano_engine::scheduler::DEFAULT_PREFILL_CHUNK,
+            prefill_stall: frognano_engine::scheduler::DEFAULT_PREFILL_STALL,
             header_timeout_secs: 10,
             body_timeout_secs: 30,
             tool_parser: None,
@@ -124,6 +128,9 @@ impl ServeConfig {
         }
         if self.prefill_chunk == 0 {
             anyhow::bail!("--prefill-chunk must be at least 1");
+        }
+        if !(self.prefill_stall.is_finite() && self.prefill_stall >= 0.0) {
+            anyhow::bail!("--prefill-stall must be a number ≥ 0 (0 turns it off), found {}", self.prefill_stall);
         }
         if self.header_timeout_secs == 0 {
             anyhow::bail!("--header-timeout must be at least 1 second");
@@ -196,6 +203,7 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
             prefix_reuse: !args.no_prefix_reuse,
             max_waiting: args.max_waiting,
             prefill_chunk: args.prefill_chunk,
+            prefill_stall: args.prefill_stall,
         },
     )
     .context("starting the generation scheduler")?;

@@ -857,6 +857,8 @@ async fn health(State(app): State<Arc<AppState>>) -> Response {
         "prefilling": s.prefilling.load(r),
         "prefill_chunks": s.prefill_chunks.load(r),
         "prefill_chunk": c.prefill_chunk,
+        "prefill_stall": c.prefill_stall,
+        "last_prefill_chunk": s.last_prefill_chunk.load(r),
         "panics": s.panics.load(r),
         "waiting": s.waiting.load(r),
         "completed": s.completed.load(r),
