@@ -9,10 +9,11 @@
 //!   iteration's decode step, so one long prompt delays each running sequence's next token by
 //!   one chunk's time instead of the whole prompt's. While sequences are decoding, a chunk is
 //!   cut to take about [`SchedulerConfig::prefill_stall`] of a decode step (both timed as the
-//!   scheduler goes); otherwise it is [`SchedulerConfig::prefill_chunk`] tokens. One job
-//!   prefills at a time, in arrival order (a job that shares a prefix with the one before it
-//!   then forks its finished state). Before each chunk the job's sink is asked whether its
-//!   caller is still there; a job whose caller left is dropped at that chunk.
+//!   scheduler goes); otherwise it is [`SchedulerConfig::prefill_chunk`] tokens. Several
+//!   prompts may be under way, taking chunks in turn, so a short prompt does not wait for a
+//!   long one; a job that shares more than a few chunks of prefix with one under way waits
+//!   for it instead and forks its finished state. Before each chunk the job's sink is asked
+//!   whether its caller is still there; a job whose caller left is dropped at that chunk.
 //! - **Fault isolation.** The work of one job (its prefill chunks, its sampling, its sink) runs
 //!   under `catch_unwind`: a panic fails that job with [`EngineError::Failed`] naming the
 //!   panic, its session is dropped, and the scheduler goes on with the others. A panic inside
@@ -154,7 +155,7 @@ pub struct SchedulerStats {
     pub failed: AtomicU64,
     /// Jobs failed by a panic in their own work or in the decode step they were part of.
     pub panics: AtomicU64,
-    /// Jobs whose prompt is being prefilled now (0 or 1).
+    /// Jobs whose prompt is being prefilled now.
     pub prefilling: AtomicUsize,
     /// Prefill chunks run, all jobs together.
     pub prefill_chunks: AtomicU64,
@@ -436,13 +437,14 @@ impl Pace {
     }
 }
 
-/// The scheduler loop: when no prompt is being prefilled and the batch has room, start the
-/// next waiting job; run one chunk of the prefilling prompt (a finished prompt samples its
-/// first token and joins the batch); then one batched decode step for every running sequence;
-/// finished sequences leave.
+/// The scheduler loop: when the batch has room, start the next waiting job's prefill; run one
+/// chunk of the prompt whose turn it is (a finished prompt samples its first token and joins
+/// the batch); then one batched decode step for every running sequence; finished sequences
+/// leave.
 fn run(shared: &Shared) {
     let mut running: Vec<Running> = Vec::new();
-    let mut prefilling: Option<Prefilling> = None;
+    // Prompts being prefilled, in turn: the front one runs a chunk and goes to the back.
+    let mut prefilling: VecDeque<Prefilling> = VecDeque::new();
     let mut pace = Pace::default();
     loop {
         let job = {
@@ -451,28 +453,31 @@ fn run(shared: &Shared) {
                 if shared.shutdown.load(Ordering::SeqCst) {
                     return;
                 }
-                if prefilling.is_none() && running.len() < shared.config.max_batch {
-                    if let Some(job) = q.pop_front() {
-                        shared.stats.waiting.store(q.len(), Ordering::Relaxed);
-                        break Some(job);
-                    }
+                if running.len() + prefilling.len() < shared.config.max_batch
+                    && q.front().is_some_and(|job| may_start_beside(shared, job, &prefilling))
+                {
+                    let job = q.pop_front();
+                    shared.stats.waiting.store(q.len(), Ordering::Relaxed);
+                    break job;
                 }
-                if !running.is_empty() || prefilling.is_some() {
+                if !running.is_empty() || !prefilling.is_empty() {
                     break None;
                 }
                 q = shared.queue_signal.wait(q).unwrap_or_else(|e| e.into_inner());
             }
         };
         if let Some(job) = job {
-            prefilling = begin(shared, job, &running);
+            prefilling.extend(begin(shared, job, &running));
         }
-        if let Some(p) = prefilling.take() {
+        if let Some(p) = prefilling.pop_front() {
             let chunk = pace.chunk(&shared.config, running.iter().any(|r| !r.decoding.is_finished()));
-            if let Some(r) = prefill_step(shared, p, &mut prefilling, chunk, &mut pace) {
+            let mut slot = None;
+            if let Some(r) = prefill_step(shared, p, &mut slot, chunk, &mut pace) {
                 running.push(r);
             }
+            prefilling.extend(slot);
         }
-        shared.stats.prefilling.store(usize::from(prefilling.is_some()), Ordering::Relaxed);
+        shared.stats.prefilling.store(prefilling.len(), Ordering::Relaxed);
         shared.stats.running.store(running.len(), Ordering::Relaxed);
         if running.iter().any(|r| !r.decoding.is_finished()) {
             let mut batch: Vec<(&mut Session, &mut Decoding)> =
@@ -516,6 +521,16 @@ fn run(shared: &Shared) {
             finish(shared, r);
         }
     }
+}
+
+/// Whether `job` may start its prefill while `prefilling` ones are under way (they take
+/// chunks in turn, so a short prompt need not wait for a long one). Not when it shares more
+/// than a chunk's worth of prefix with one of them: it then waits for that one to finish and
+/// forks its state, which saves more than it costs (the G attempts of one task, submitted
+/// together, prefill their prompt once).
+fn may_start_beside(shared: &Shared, job: &Job, prefilling: &VecDeque<Prefilling>) -> bool {
+    let worth_a_fork = shared.config.prefill_chunk.min(FIRST_TIMED_CHUNK * 4);
+    prefilling.iter().all(|p| shared_prefix(&p.prompt, &job.prompt) <= worth_a_fork)
 }
 
 /// Starts a job's prefill: a session for its prompt and the reused part of it. `None` when it

@@ -415,3 +415,55 @@ fn a_panic_in_one_jobs_work_fails_only_that_job() {
     let after = scheduler.generate(ids(6, 7), greedy(2), |_| ControlFlow::Continue(())).unwrap();
     assert_eq!(after.tokens.len(), 2, "the scheduler still serves");
 }
+
+/// A sink that reports its generation (tokens and all) on a channel, under a name.
+struct Reporting {
+    name: &'static str,
+    log: Arc<std::sync::Mutex<Vec<Seen>>>,
+    result: std::sync::mpsc::Sender<(&'static str, Generation)>,
+}
+
+impl TokenSink for Reporting {
+    fn token(&mut self, _: &TokenChoice) -> Flow {
+        self.log.lock().unwrap().push(Seen::Token(self.name));
+        Flow::Continue
+    }
+    fn done(self: Box<Self>, result: Result<Generation, frognano_engine::EngineError>) {
+        self.log.lock().unwrap().push(Seen::Done(self.name));
+        let _ = self.result.send((self.name, result.unwrap()));
+    }
+}
+
+#[test]
+fn a_short_prompt_does_not_wait_for_a_long_one_and_a_shared_long_prompt_is_forked() {
+    let m = hybrid();
+    let config = SchedulerConfig { prefill_chunk: 32, prefill_stall: 0.0, ..Default::default() };
+    let scheduler = Scheduler::start(m.clone(), config).unwrap();
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let job = |name, prompt: Vec<u32>| Job {
+        prompt,
+        request: greedy(3),
+        sink: Box::new(Reporting { name, log: Arc::clone(&log), result: tx.clone() }),
+        constraint: None,
+    };
+    // Queued together: the long prompt (40 chunks) starts first, the short one beside it.
+    let long = ids(1280, 9);
+    scheduler.submit_all(vec![job("long", long.clone()), job("short", (500..510).collect())]).unwrap();
+    let mut got: Vec<(&str, Generation)> = (0..2).map(|_| rx.recv().unwrap()).collect();
+    got.sort_by_key(|(name, _)| *name);
+    let log = log.lock().unwrap().clone();
+    let short_done = log.iter().position(|e| *e == Seen::Done("short")).unwrap();
+    let long_first = log.iter().position(|e| *e == Seen::Token("long")).unwrap();
+    assert!(short_done < long_first, "the short prompt waited for the long one: {log:?}");
+    assert_same(&got[0].1, &alone(&m, &long, &greedy(3)), "the long prompt, prefilled in turns");
+
+    // Two jobs with one new long prompt: the second waits for the first and forks its state.
+    let shared = ids(1280, 11);
+    scheduler.submit_all(vec![job("a", shared.clone()), job("b", shared.clone())]).unwrap();
+    let mut got: Vec<(&str, Generation)> = (0..2).map(|_| rx.recv().unwrap()).collect();
+    got.sort_by_key(|(name, _)| *name);
+    assert_eq!(got[0].1.cached_tokens, 0);
+    assert_eq!(got[1].1.cached_tokens, shared.len(), "the second copy of the prompt was prefilled again");
+    assert_eq!(token_ids(&got[0].1), token_ids(&got[1].1));
+}

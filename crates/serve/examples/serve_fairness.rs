@@ -62,10 +62,14 @@ fn parse_args() -> Args {
 type Arrivals = Arc<Mutex<Vec<Vec<Instant>>>>;
 
 /// One client: streams completions back to back until `stop`, logging each chunk's arrival.
-fn client(url: String, i: usize, arrivals: Arrivals, stop: Arc<AtomicBool>) {
+fn client(url: String, i: usize, eos: Vec<u32>, arrivals: Arrivals, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::SeqCst) {
+        // End-of-text ids banned, so every stream lasts the whole measurement and the decode
+        // batch keeps its size.
+        let banned: serde_json::Map<String, serde_json::Value> =
+            eos.iter().map(|id| (id.to_string(), json!(-100))).collect();
         let body = json!({"prompt": format!("Client {i}. A long story about a frog who counts: one, two, three,"),
-            "max_tokens": 4000, "temperature": 0.8, "seed": i, "stream": true});
+            "max_tokens": 4000, "temperature": 0.8, "seed": i, "stream": true, "logit_bias": banned});
         let resp = match ureq::post(&format!("{url}/v1/completions")).send_json(body) {
             Ok(r) => r,
             Err(e) => panic!("client {i}: {e}"),
@@ -103,6 +107,12 @@ fn gaps(arrivals: &[Vec<Instant>], from: Instant, to: Instant) -> Vec<f64> {
     out
 }
 
+/// Sequences decoding now (`/health` `running`).
+fn rows(url: &str) -> anyhow::Result<u64> {
+    let h: serde_json::Value = ureq::get(&format!("{url}/health")).call()?.into_json()?;
+    h["running"].as_u64().ok_or_else(|| anyhow::anyhow!("no `running` in {h}"))
+}
+
 fn pct(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -113,6 +123,7 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
 fn main() -> anyhow::Result<()> {
     let a = parse_args();
     eprintln!("model {}, {} streaming clients, a {}-token prompt", a.model, a.clients, a.long_tokens);
+    let eos = frognano_model::load(&a.model)?.eos_ids;
     println!("| prefill chunk (most) | prefill stall | ITL before p50 / p95 (ms) | ITL during p50 / p95 (ms) | p50 ratio | p95 ratio | long prompt's prefill (s) |");
     println!("|---|---|---|---|---|---|---|");
     let runs: Vec<(usize, f64)> = a.chunks.iter().flat_map(|&c| a.stalls.iter().map(move |&s| (c, s))).collect();
@@ -128,8 +139,8 @@ fn main() -> anyhow::Result<()> {
         let stop = Arc::new(AtomicBool::new(false));
         let handles: Vec<_> = (0..a.clients)
             .map(|i| {
-                let (url, arrivals, stop) = (url.clone(), Arc::clone(&arrivals), Arc::clone(&stop));
-                std::thread::spawn(move || client(url, i, arrivals, stop))
+                let (url, arrivals, stop, eos) = (url.clone(), Arc::clone(&arrivals), Arc::clone(&stop), eos.clone());
+                std::thread::spawn(move || client(url, i, eos, arrivals, stop))
             })
             .collect();
         // Warm-up: every client streaming.
@@ -142,10 +153,12 @@ fn main() -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_secs(a.before_secs));
         // Token ids, so the prompt is exactly this long and shares nothing with the clients'.
         let long: Vec<u32> = (0..a.long_tokens).map(|i| 1000 + (i * 7919 % 20000) as u32).collect();
+        let rows_before = rows(&url)?;
         let sent = Instant::now();
         let resp = ureq::post(&format!("{url}/v1/completions"))
             .send_json(json!({"prompt": long, "max_tokens": 1, "temperature": 0}))?;
         let answered = Instant::now();
+        anyhow::ensure!(rows(&url)? >= rows_before, "streams ended during the measurement");
         let body: serde_json::Value = resp.into_json()?;
         anyhow::ensure!(body["usage"]["prompt_tokens"] == a.long_tokens, "unexpected reply {body}");
         stop.store(true, Ordering::SeqCst);
