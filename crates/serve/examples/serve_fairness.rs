@@ -107,9 +107,13 @@ fn gaps(arrivals: &[Vec<Instant>], from: Instant, to: Instant) -> Vec<f64> {
     out
 }
 
+fn health(url: &str) -> anyhow::Result<serde_json::Value> {
+    Ok(ureq::get(&format!("{url}/health")).call()?.into_json()?)
+}
+
 /// Sequences decoding now (`/health` `running`).
 fn rows(url: &str) -> anyhow::Result<u64> {
-    let h: serde_json::Value = ureq::get(&format!("{url}/health")).call()?.into_json()?;
+    let h = health(url)?;
     h["running"].as_u64().ok_or_else(|| anyhow::anyhow!("no `running` in {h}"))
 }
 
@@ -154,11 +158,20 @@ fn main() -> anyhow::Result<()> {
         // Token ids, so the prompt is exactly this long and shares nothing with the clients'.
         let long: Vec<u32> = (0..a.long_tokens).map(|i| 1000 + (i * 7919 % 20000) as u32).collect();
         let rows_before = rows(&url)?;
+        let h0 = health(&url)?;
         let sent = Instant::now();
         let resp = ureq::post(&format!("{url}/v1/completions"))
             .send_json(json!({"prompt": long, "max_tokens": 1, "temperature": 0}))?;
         let answered = Instant::now();
         anyhow::ensure!(rows(&url)? >= rows_before, "streams ended during the measurement");
+        let h1 = health(&url)?;
+        let delta = |k: &str| h1[k].as_u64().unwrap_or(0) - h0[k].as_u64().unwrap_or(0);
+        let (steps, chunks) = (delta("decode_steps"), delta("prefill_chunks"));
+        eprintln!(
+            "chunk {chunk}, stall {stall}: {steps} decode steps and {chunks} prefill chunks during the prefill: {:.0} ms per iteration, {:.0} tokens per chunk",
+            (answered - sent).as_secs_f64() * 1e3 / steps.max(1) as f64,
+            a.long_tokens as f64 / chunks.max(1) as f64
+        );
         let body: serde_json::Value = resp.into_json()?;
         anyhow::ensure!(body["usage"]["prompt_tokens"] == a.long_tokens, "unexpected reply {body}");
         stop.store(true, Ordering::SeqCst);

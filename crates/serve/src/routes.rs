@@ -868,6 +868,8 @@ async fn health(State(app): State<Arc<AppState>>) -> Response {
         "prompt_tokens": s.prompt_tokens.load(r),
         "cached_tokens": s.cached_tokens.load(r),
         "forked_sessions": s.forks.load(r),
+        "decode_steps": s.decode_steps.load(r),
+        "decoded_rows": s.decoded_rows.load(r),
     }))
     .into_response()
 }
