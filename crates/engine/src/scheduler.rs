@@ -113,7 +113,7 @@ pub struct SchedulerConfig {
 }
 
 /// [`SchedulerConfig::prefill_stall`]'s default (bench/RESULTS.md, "Serve fairness").
-pub const DEFAULT_PREFILL_STALL: f64 = 0.75;
+pub const DEFAULT_PREFILL_STALL: f64 = 0.5;
 
 /// The chunk of a prompt whose prefill starts while sequences are decoding and no prefill has
 /// been timed yet: small, so the first piece does not stall them while it measures the pace.

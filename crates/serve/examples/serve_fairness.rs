@@ -6,7 +6,9 @@
 //! `frognano serve` runs) on the model, starts the streaming clients, records every token's
 //! arrival for a while (the "before" window), sends the long prompt (`/v1/completions`, token
 //! ids, `max_tokens` 1, not streamed) and records until its answer comes back (the "during"
-//! window). Inter-token latency is the gap between two content chunks of one stream.
+//! window). Inter-token latency is the gap between two content chunks of one stream; a gap
+//! counts for "during" when it overlaps the window (so one stall over the whole prefill is
+//! seen).
 //!
 //! ```text
 //! cargo run --release -p frognano-serve --example serve_fairness -- \
@@ -77,9 +79,6 @@ fn client(url: String, i: usize, eos: Vec<u32>, arrivals: Arrivals, stop: Arc<At
         let mut last: Option<Instant> = None;
         for line in BufReader::new(resp.into_reader()).lines() {
             let Ok(line) = line else { break };
-            if stop.load(Ordering::SeqCst) {
-                return;
-            }
             let Some(data) = line.strip_prefix("data: ") else { continue };
             if data == "[DONE]" {
                 break;
@@ -89,16 +88,21 @@ fn client(url: String, i: usize, eos: Vec<u32>, arrivals: Arrivals, stop: Arc<At
                 arrivals.lock().unwrap()[i].push(now);
             }
             last = Some(now);
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
         }
     }
 }
 
-/// Inter-token gaps (ms) of every stream, for gaps that end inside `[from, to)`.
-fn gaps(arrivals: &[Vec<Instant>], from: Instant, to: Instant) -> Vec<f64> {
+/// Inter-token gaps (ms) of every stream: with `overlapping`, every gap that overlaps
+/// `[from, to)` (a stall that spans the whole window counts); otherwise those inside it.
+fn gaps(arrivals: &[Vec<Instant>], from: Instant, to: Instant, overlapping: bool) -> Vec<f64> {
     let mut out = Vec::new();
     for times in arrivals {
         for w in times.windows(2) {
-            if w[1] >= from && w[1] < to && w[1] > w[0] {
+            let keep = if overlapping { w[1] > from && w[0] < to } else { w[0] >= from && w[1] < to };
+            if keep && w[1] > w[0] {
                 out.push((w[1] - w[0]).as_secs_f64() * 1e3);
             }
         }
@@ -165,6 +169,12 @@ fn main() -> anyhow::Result<()> {
         let answered = Instant::now();
         anyhow::ensure!(rows(&url)? >= rows_before, "streams ended during the measurement");
         let h1 = health(&url)?;
+        // Every stream's first token after the prefill ends the gap it stalled in.
+        let t = Instant::now();
+        while arrivals.lock().unwrap().iter().any(|times| times.last().is_none_or(|&l| l < answered)) {
+            anyhow::ensure!(t.elapsed() < Duration::from_secs(60), "the streams did not resume");
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let delta = |k: &str| h1[k].as_u64().unwrap_or(0) - h0[k].as_u64().unwrap_or(0);
         let (steps, chunks) = (delta("decode_steps"), delta("prefill_chunks"));
         eprintln!(
@@ -176,8 +186,8 @@ fn main() -> anyhow::Result<()> {
         anyhow::ensure!(body["usage"]["prompt_tokens"] == a.long_tokens, "unexpected reply {body}");
         stop.store(true, Ordering::SeqCst);
         let all = arrivals.lock().unwrap().clone();
-        let before = gaps(&all, before_from, sent);
-        let during = gaps(&all, sent, answered);
+        let before = gaps(&all, before_from, sent, false);
+        let during = gaps(&all, sent, answered, true);
         let (b50, b95, d50, d95) = (pct(&before, 0.5), pct(&before, 0.95), pct(&during, 0.5), pct(&during, 0.95));
         println!(
             "| {chunk} | {stall} | {b50:.0} / {b95:.0} | {d50:.0} / {d95:.0} | {:.2} | {:.2} | {:.1} |",

@@ -197,7 +197,9 @@ fn check_text_fits(app: &AppState, bytes: usize, param: &str) -> Result<(), ApiE
     if at_least >= app.ctx {
         return Err(ApiError {
             message: format!(
-                "This model's maximum context length is {} tokens. However, your {param} is {bytes} bytes of text,                  which is at least {at_least} tokens (no token of this model is longer than {} bytes). Please reduce                  the length of the {param}.",
+                "This model's maximum context length is {} tokens. However, your {param} is {bytes} bytes of text, \
+                 which is at least {at_least} tokens (no token of this model is longer than {} bytes). Please \
+                 reduce the length of the {param}.",
                 app.ctx, app.max_token_bytes
             ),
             ..ApiError::context_length(app.ctx, at_least, None, param)
