@@ -35,9 +35,30 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes.
     #[arg(long, default_value_t = 32 * 1024 * 1024)]
     pub max_body_bytes: usize,
-    /// Requests allowed to wait for a free slot before new ones get a 503.
+    /// Prompts allowed to wait for a free slot (all requests together) before new requests
+    /// get a 429 with `Retry-After`.
     #[arg(long, default_value_t = 512)]
     pub max_waiting: usize,
+    /// Most prompts in one request (`/v1/completions` with a list of prompts); more is a 400.
+    #[arg(long, default_value_t = 32, value_name = "N")]
+    pub max_prompts_per_request: usize,
+    /// The most prompt tokens prefilled between two decode steps of the running sequences: a
+    /// long prompt comes in at most this many tokens at a time, so streams keep flowing.
+    #[arg(long, default_value_t = frognano_engine::scheduler::DEFAULT_PREFILL_CHUNK, value_name = "TOKENS")]
+    pub prefill_chunk: usize,
+    /// While sequences are decoding, the time one prefill chunk may take as a fraction of a
+    /// decode step (chunks are cut to it from measured times): their inter-token latency
+    /// during a long prefill stays within about 1 + F times its normal value. 0: fixed chunks.
+    #[arg(long, default_value_t = frognano_engine::scheduler::DEFAULT_PREFILL_STALL, value_name = "F")]
+    pub prefill_stall: f64,
+    /// Seconds a connection may take to send a request's headers, counted from when the
+    /// server starts waiting for them (a new connection, or the next request on a kept-alive
+    /// one: also the idle keep-alive timeout); then it is closed.
+    #[arg(long = "header-timeout", default_value_t = 10, value_name = "SECS")]
+    pub header_timeout_secs: u64,
+    /// Seconds a request's body may take to arrive after its headers; then a 408.
+    #[arg(long = "body-timeout", default_value_t = 30, value_name = "SECS")]
+    pub body_timeout_secs: u64,
     /// The tool-call format the model writes: qwen_xml, hermes, llama3_json or mistral
     /// (default: detected from the chat template).
     #[arg(long, value_name = "NAME")]
@@ -63,6 +84,11 @@ impl From<ServeArgs> for ServeConfig {
             no_prefix_reuse: a.no_prefix_reuse,
             max_body_bytes: a.max_body_bytes,
             max_waiting: a.max_waiting,
+            max_prompts_per_request: a.max_prompts_per_request,
+            prefill_chunk: a.prefill_chunk,
+            prefill_stall: a.prefill_stall,
+            header_timeout_secs: a.header_timeout_secs,
+            body_timeout_secs: a.body_timeout_secs,
             tool_parser: a.tool_parser,
             constrain_tools: a.constrain.choice(),
         }

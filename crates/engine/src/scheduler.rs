@@ -2,10 +2,23 @@
 //! (the HTTP server's clients, the G attempts of a training group, parallel evaluation jobs)
 //! share one batched decode step and one pool of sessions.
 //!
-//! - **Batching.** Each loop iteration admits at most one waiting job (its prompt is prefilled
-//!   and its first token sampled), then advances every running sequence by one token with a
+//! - **Batching.** Each loop iteration advances every running sequence by one token with a
 //!   single [`decode_step`] (one [`frognano_model::CausalLm::forward_batch`]): the weights are
 //!   read once per step for the whole batch. [`SchedulerConfig::max_batch`] bounds it.
+//! - **Chunked prefill.** A new job's prompt is run a chunk per iteration, before that
+//!   iteration's decode step, so one long prompt delays each running sequence's next token by
+//!   one chunk's time instead of the whole prompt's. While sequences are decoding, a chunk is
+//!   cut to take about [`SchedulerConfig::prefill_stall`] of a decode step (both timed as the
+//!   scheduler goes); otherwise it is [`SchedulerConfig::prefill_chunk`] tokens. Several
+//!   prompts may be under way, taking chunks in turn, so a short prompt does not wait for a
+//!   long one; a job that shares more than a few chunks of prefix with one under way waits
+//!   for it instead and forks its finished state. Before each chunk the job's sink is asked
+//!   whether its caller is still there; a job whose caller left is dropped at that chunk.
+//! - **Fault isolation.** The work of one job (its prefill chunks, its sampling, its sink) runs
+//!   under `catch_unwind`: a panic fails that job with [`EngineError::Failed`] naming the
+//!   panic, its session is dropped, and the scheduler goes on with the others. A panic inside
+//!   the batched forward of a decode step cannot be pinned on one sequence; it fails the
+//!   sequences of that step only.
 //! - **Prefix reuse.** Sessions are kept between jobs and routed by shared prefix: a request
 //!   that extends an earlier conversation lands on the session that already holds its state
 //!   and only runs the new tokens.
@@ -20,6 +33,7 @@
 
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -28,7 +42,7 @@ use frognano_model::CausalLm;
 
 use crate::constraint::Constraint;
 use crate::sampler::TokenChoice;
-use crate::session::{decode_step, Decoding, EngineError, GenerateRequest, Generation, Session};
+use crate::session::{decode_step, Decoding, EngineError, FinishReason, GenerateRequest, Generation, Session};
 
 /// What a sink says after each token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,10 +61,12 @@ pub enum Flow {
 pub trait TokenSink: Send {
     /// A new token. The returned [`Flow`] decides whether generation goes on.
     fn token(&mut self, choice: &TokenChoice) -> Flow;
-    /// The generation ended (or failed). Called exactly once, last, unless the job was
-    /// abandoned before it started.
+    /// The generation ended (or failed; a job abandoned during its prefill ends as
+    /// [`FinishReason::Cancelled`] with no tokens). Called exactly once, last, unless the job
+    /// was abandoned before it started.
     fn done(self: Box<Self>, result: Result<Generation, EngineError>);
-    /// True when nobody waits for the output any more (checked before a queued job starts).
+    /// True when nobody waits for the output any more (checked before a queued job starts and
+    /// before each of its prefill chunks).
     fn abandoned(&self) -> bool {
         false
     }
@@ -83,11 +99,44 @@ pub struct SchedulerConfig {
     pub prefix_reuse: bool,
     /// Most jobs waiting to be admitted before new ones are refused.
     pub max_waiting: usize,
+    /// The most prompt tokens prefilled per scheduler iteration (between two decode steps of
+    /// the running sequences), and the chunk when no sequence is decoding. At least
+    /// [`MIN_PREFILL_CHUNK`] (smaller values run as that).
+    pub prefill_chunk: usize,
+    /// While sequences are decoding: the time one prefill chunk may take, as a fraction of a
+    /// decode step's, so their inter-token latency during a long prefill stays within about
+    /// `1 + prefill_stall` times its normal value. The chunk is cut from the measured times
+    /// of recent decode steps and prefill chunks (per token), between [`MIN_PREFILL_CHUNK`]
+    /// and `prefill_chunk`. 0: always `prefill_chunk` tokens. Smaller: streams stall less;
+    /// larger: the long prompt goes faster.
+    pub prefill_stall: f64,
 }
+
+/// [`SchedulerConfig::prefill_stall`]'s default (bench/RESULTS.md, "Serve fairness").
+pub const DEFAULT_PREFILL_STALL: f64 = 0.5;
+
+/// The chunk of a prompt whose prefill starts while sequences are decoding and no prefill has
+/// been timed yet: small, so the first piece does not stall them while it measures the pace.
+const FIRST_TIMED_CHUNK: usize = 16;
+
+/// The smallest prefill chunk: a one-token chunk would run through the model's one-token
+/// kernels, whose rounding differs from a prompt's (quantized models), so a chunked prefill
+/// would no longer give the logits of a one-shot one.
+pub const MIN_PREFILL_CHUNK: usize = 2;
+
+/// [`SchedulerConfig::prefill_chunk`]'s default (bench/RESULTS.md, "Serve fairness").
+pub const DEFAULT_PREFILL_CHUNK: usize = 256;
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
-        SchedulerConfig { max_batch: 8, sessions: 16, prefix_reuse: true, max_waiting: 1024 }
+        SchedulerConfig {
+            max_batch: 8,
+            sessions: 16,
+            prefix_reuse: true,
+            max_waiting: 1024,
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            prefill_stall: DEFAULT_PREFILL_STALL,
+        }
     }
 }
 
@@ -102,8 +151,16 @@ pub struct SchedulerStats {
     pub completed: AtomicU64,
     /// Jobs abandoned by their caller.
     pub cancelled: AtomicU64,
-    /// Jobs that failed in the engine.
+    /// Jobs that failed in the engine (panics included).
     pub failed: AtomicU64,
+    /// Jobs failed by a panic in their own work or in the decode step they were part of.
+    pub panics: AtomicU64,
+    /// Jobs whose prompt is being prefilled now.
+    pub prefilling: AtomicUsize,
+    /// Prefill chunks run, all jobs together.
+    pub prefill_chunks: AtomicU64,
+    /// Tokens in the last prefill chunk.
+    pub last_prefill_chunk: AtomicUsize,
     /// Tokens generated, all jobs together.
     pub generated_tokens: AtomicU64,
     /// Prompt tokens, all jobs together.
@@ -160,7 +217,12 @@ impl Scheduler {
     /// Starts the scheduler thread over `model`.
     pub fn start(model: Arc<dyn CausalLm>, config: SchedulerConfig) -> std::io::Result<Self> {
         let max_batch = config.max_batch.max(1);
-        let config = SchedulerConfig { max_batch, sessions: config.sessions.max(max_batch), ..config };
+        let config = SchedulerConfig {
+            max_batch,
+            sessions: config.sessions.max(max_batch),
+            prefill_chunk: config.prefill_chunk.max(MIN_PREFILL_CHUNK),
+            ..config
+        };
         let shared = Arc::new(Shared {
             model,
             config,
@@ -184,6 +246,21 @@ impl Scheduler {
             return Err(QueueFull { waiting: q.len() });
         }
         q.push_back(job);
+        self.shared.stats.waiting.store(q.len(), Ordering::Relaxed);
+        drop(q);
+        self.shared.queue_signal.notify_one();
+        Ok(())
+    }
+
+    /// Queues several jobs at once, or none of them: when they do not all fit under
+    /// [`SchedulerConfig::max_waiting`] none is queued (a request with many prompts is taken
+    /// whole or refused whole).
+    pub fn submit_all(&self, jobs: Vec<Job>) -> Result<(), QueueFull> {
+        let mut q = lock(&self.shared.queue);
+        if q.len() + jobs.len() > self.shared.config.max_waiting {
+            return Err(QueueFull { waiting: q.len() });
+        }
+        q.extend(jobs);
         self.shared.stats.waiting.store(q.len(), Ordering::Relaxed);
         drop(q);
         self.shared.queue_signal.notify_one();
@@ -286,25 +363,89 @@ struct Running {
     decoding: Decoding,
     sink: Box<dyn TokenSink>,
     abandoned: bool,
+    /// Set when the job's own work panicked (its sink, its sampling); it then fails.
+    failure: Option<EngineError>,
 }
 
 impl Running {
     fn take_token(&mut self, choice: &TokenChoice) {
-        match self.sink.token(choice) {
-            Flow::Continue => {}
-            Flow::Stop => self.decoding.cancel(),
-            Flow::Abandon => {
+        let flow = catch_unwind(AssertUnwindSafe(|| self.sink.token(choice)));
+        match flow {
+            Ok(Flow::Continue) => {}
+            Ok(Flow::Stop) => self.decoding.cancel(),
+            Ok(Flow::Abandon) => {
                 self.abandoned = true;
+                self.decoding.cancel();
+            }
+            Err(panic) => {
+                self.failure = Some(panicked("while handing out a token", panic.as_ref()));
                 self.decoding.cancel();
             }
         }
     }
 }
 
-/// The scheduler loop: admit one waiting job (prefill and first token) while the batch has
-/// room, then one batched decode step for every running sequence; finished sequences leave.
+/// A job whose prompt is being prefilled, a chunk per scheduler iteration.
+struct Prefilling {
+    session: Session,
+    prompt: Vec<u32>,
+    request: GenerateRequest,
+    sink: Box<dyn TokenSink>,
+    constraint: Option<Constraint>,
+    /// Prompt tokens reused from the session's earlier state.
+    cached_tokens: usize,
+}
+
+/// The error of a job whose work panicked: what it was doing and the panic's message.
+fn panicked(doing: &str, payload: &(dyn std::any::Any + Send)) -> EngineError {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into());
+    EngineError::Failed(format!("the engine panicked {doing}: {message}"))
+}
+
+/// Recent timings the prefill chunk is cut from while sequences are decoding
+/// ([`SchedulerConfig::prefill_stall`]); moving averages, as both change with the batch and
+/// the position.
+#[derive(Default)]
+struct Pace {
+    /// Seconds per batched decode step.
+    decode_secs: Option<f64>,
+    /// Seconds per prefilled prompt token.
+    prefill_secs_per_token: Option<f64>,
+}
+
+impl Pace {
+    fn update(old: &mut Option<f64>, new: f64) {
+        *old = Some(old.map_or(new, |o| 0.7 * o + 0.3 * new));
+    }
+
+    /// The chunk to run now; `decoding`: some sequence will take a decode step after it.
+    fn chunk(&self, config: &SchedulerConfig, decoding: bool) -> usize {
+        if !decoding || config.prefill_stall.is_nan() || config.prefill_stall <= 0.0 {
+            return config.prefill_chunk;
+        }
+        match (self.decode_secs, self.prefill_secs_per_token) {
+            (Some(step), Some(per_token)) if per_token > 0.0 => {
+                let fits = (step * config.prefill_stall / per_token) as usize;
+                fits.clamp(MIN_PREFILL_CHUNK, config.prefill_chunk)
+            }
+            _ => FIRST_TIMED_CHUNK.clamp(MIN_PREFILL_CHUNK, config.prefill_chunk),
+        }
+    }
+}
+
+/// The scheduler loop: when the batch has room, start the next waiting job's prefill; run one
+/// chunk of the prompt whose turn it is (a finished prompt samples its first token and joins
+/// the batch); then one batched decode step for every running sequence; finished sequences
+/// leave.
 fn run(shared: &Shared) {
     let mut running: Vec<Running> = Vec::new();
+    // Prompts being prefilled, in turn: the front one runs a chunk and goes to the back.
+    let mut prefilling: VecDeque<Prefilling> = VecDeque::new();
+    let mut pace = Pace::default();
     loop {
         let job = {
             let mut q = lock(&shared.queue);
@@ -312,30 +453,42 @@ fn run(shared: &Shared) {
                 if shared.shutdown.load(Ordering::SeqCst) {
                     return;
                 }
-                if running.len() < shared.config.max_batch {
-                    if let Some(job) = q.pop_front() {
-                        shared.stats.waiting.store(q.len(), Ordering::Relaxed);
-                        break Some(job);
-                    }
+                if running.len() + prefilling.len() < shared.config.max_batch
+                    && q.front().is_some_and(|job| may_start_beside(shared, job, &prefilling))
+                {
+                    let job = q.pop_front();
+                    shared.stats.waiting.store(q.len(), Ordering::Relaxed);
+                    break job;
                 }
-                if !running.is_empty() {
+                if !running.is_empty() || !prefilling.is_empty() {
                     break None;
                 }
                 q = shared.queue_signal.wait(q).unwrap_or_else(|e| e.into_inner());
             }
         };
         if let Some(job) = job {
-            if let Some(r) = admit(shared, job, &running) {
-                running.push(r);
-                shared.stats.running.store(running.len(), Ordering::Relaxed);
-            }
+            prefilling.extend(begin(shared, job, &running));
         }
+        if let Some(p) = prefilling.pop_front() {
+            let chunk = pace.chunk(&shared.config, running.iter().any(|r| !r.decoding.is_finished()));
+            let mut slot = None;
+            if let Some(r) = prefill_step(shared, p, &mut slot, chunk, &mut pace) {
+                running.push(r);
+            }
+            prefilling.extend(slot);
+        }
+        shared.stats.prefilling.store(prefilling.len(), Ordering::Relaxed);
+        shared.stats.running.store(running.len(), Ordering::Relaxed);
         if running.iter().any(|r| !r.decoding.is_finished()) {
             let mut batch: Vec<(&mut Session, &mut Decoding)> =
                 running.iter_mut().map(|r| (&mut r.session, &mut r.decoding)).collect();
             let rows = batch.iter().filter(|(_, d)| !d.is_finished()).count() as u64;
-            match decode_step(&mut batch) {
-                Ok(tokens) => {
+            let started = std::time::Instant::now();
+            let step = catch_unwind(AssertUnwindSafe(|| decode_step(&mut batch)));
+            Pace::update(&mut pace.decode_secs, started.elapsed().as_secs_f64());
+            drop(batch);
+            match step {
+                Ok(Ok(tokens)) => {
                     shared.stats.decode_steps.fetch_add(1, Ordering::Relaxed);
                     shared.stats.decoded_rows.fetch_add(rows, Ordering::Relaxed);
                     for (r, t) in running.iter_mut().zip(tokens) {
@@ -344,10 +497,18 @@ fn run(shared: &Shared) {
                         }
                     }
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     // The step changed no state, but it cannot go on; every sequence fails.
                     for r in running.drain(..) {
                         fail(shared, r.session, r.sink, e.for_batch_member());
+                    }
+                }
+                Err(panic) => {
+                    // The caches of the step's sequences may be half updated: their sessions
+                    // are dropped, and only the sequences of this step fail.
+                    let e = panicked("in a batched decode step", panic.as_ref());
+                    for r in running.drain(..) {
+                        fail_panicked(shared, r.session, r.sink, e.for_batch_member());
                     }
                 }
             }
@@ -362,23 +523,117 @@ fn run(shared: &Shared) {
     }
 }
 
-/// Starts a job: a session for its prompt, prefill, first token. `None` when it ended right
-/// away (abandoned, error, or a one-token reply); its sink has then been told.
-fn admit(shared: &Shared, job: Job, running: &[Running]) -> Option<Running> {
+/// Whether `job` may start its prefill while `prefilling` ones are under way (they take
+/// chunks in turn, so a short prompt need not wait for a long one). Not when it shares more
+/// than a chunk's worth of prefix with one of them: it then waits for that one to finish and
+/// forks its state, which saves more than it costs (the G attempts of one task, submitted
+/// together, prefill their prompt once).
+fn may_start_beside(shared: &Shared, job: &Job, prefilling: &VecDeque<Prefilling>) -> bool {
+    let worth_a_fork = shared.config.prefill_chunk.min(FIRST_TIMED_CHUNK * 4);
+    prefilling.iter().all(|p| shared_prefix(&p.prompt, &job.prompt) <= worth_a_fork)
+}
+
+/// Starts a job's prefill: a session for its prompt and the reused part of it. `None` when it
+/// ended right away (abandoned while waiting, or refused); its sink has then been told.
+fn begin(shared: &Shared, job: Job, running: &[Running]) -> Option<Prefilling> {
     let Job { prompt, request, sink, constraint } = job;
     if sink.abandoned() {
         shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
         return None; // the caller left while waiting
     }
+    // Checked before any chunk runs, so a bad id at the end of a long prompt costs nothing
+    // (the model would refuse it only at its chunk).
+    let vocab = shared.model.vocab_size();
+    let bad_id = prompt.iter().find(|&&t| t as usize >= vocab);
+    let checked = match (request.sampling.validate(), bad_id) {
+        (Err(e), _) => Err(EngineError::Request(e)),
+        (_, Some(bad)) => {
+            Err(EngineError::Request(format!("token id {bad} is out of vocabulary (vocab_size {vocab})")))
+        }
+        _ => Ok(()),
+    };
+    if let Err(e) = checked {
+        shared.stats.failed.fetch_add(1, Ordering::Relaxed);
+        report(shared, sink, Err(e));
+        return None;
+    }
     let mut session = take_session(shared, &prompt, running);
-    let (decoding, first) = match session.start_constrained(&prompt, &request, constraint) {
-        Ok(started) => started,
-        Err(e) => {
+    match catch_unwind(AssertUnwindSafe(|| session.begin_prefill(&prompt))) {
+        Ok(Ok(cached_tokens)) => Some(Prefilling { session, prompt, request, sink, constraint, cached_tokens }),
+        Ok(Err(e)) => {
             fail(shared, session, sink, e);
+            None
+        }
+        Err(panic) => {
+            fail_panicked(shared, session, sink, panicked("while preparing the prompt", panic.as_ref()));
+            None
+        }
+    }
+}
+
+/// Runs one chunk of `p`'s prompt. When the prompt is all in, samples the first token and
+/// returns the sequence for the batch (or `None` when it ended with that token); while some is
+/// left, puts `p` back into `slot`. A job whose caller has left is dropped here, before its
+/// chunk runs.
+fn prefill_step(
+    shared: &Shared,
+    mut p: Prefilling,
+    slot: &mut Option<Prefilling>,
+    chunk: usize,
+    pace: &mut Pace,
+) -> Option<Running> {
+    let abandoned = catch_unwind(AssertUnwindSafe(|| p.sink.abandoned())).unwrap_or(true);
+    if abandoned {
+        // The state so far is a valid prefix of the prompt: the session goes back for reuse.
+        let Prefilling { session, prompt, sink, cached_tokens, .. } = p;
+        shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+        shared.stats.prompt_tokens.fetch_add(prompt.len() as u64, Ordering::Relaxed);
+        return_session(shared, session);
+        let generation = Generation {
+            tokens: Vec::new(),
+            finish: FinishReason::Cancelled,
+            prompt_tokens: prompt.len(),
+            cached_tokens,
+            constraint: None,
+        };
+        report(shared, sink, Ok(generation));
+        return None;
+    }
+    let (before, started) = (p.session.tokens().len(), std::time::Instant::now());
+    let step = catch_unwind(AssertUnwindSafe(|| p.session.prefill_chunk(&p.prompt, chunk)));
+    let ran = p.session.tokens().len().saturating_sub(before);
+    if ran > 0 {
+        Pace::update(&mut pace.prefill_secs_per_token, started.elapsed().as_secs_f64() / ran as f64);
+    }
+    shared.stats.prefill_chunks.fetch_add(1, Ordering::Relaxed);
+    shared.stats.last_prefill_chunk.store(ran, Ordering::Relaxed);
+    let logits = match step {
+        Ok(Ok(Some(logits))) => logits,
+        Ok(Ok(None)) => {
+            *slot = Some(p);
+            return None;
+        }
+        Ok(Err(e)) => {
+            fail(shared, p.session, p.sink, e);
+            return None;
+        }
+        Err(panic) => {
+            fail_panicked(shared, p.session, p.sink, panicked("while prefilling the prompt", panic.as_ref()));
             return None;
         }
     };
-    let mut r = Running { session, decoding, sink, abandoned: false };
+    let Prefilling { mut session, prompt, request, sink, constraint, cached_tokens } = p;
+    let started = catch_unwind(AssertUnwindSafe(|| {
+        session.start_decoding(prompt.len(), cached_tokens, &logits, &request, constraint)
+    }));
+    let (decoding, first) = match started {
+        Ok(started) => started,
+        Err(panic) => {
+            fail_panicked(shared, session, sink, panicked("while sampling the first token", panic.as_ref()));
+            return None;
+        }
+    };
+    let mut r = Running { session, decoding, sink, abandoned: false, failure: None };
     if let Some(first) = first {
         r.take_token(&first);
     }
@@ -389,19 +644,39 @@ fn admit(shared: &Shared, job: Job, running: &[Running]) -> Option<Running> {
     Some(r)
 }
 
+/// Tells a sink how its job ended; a sink that panics doing so is only counted.
+fn report(shared: &Shared, sink: Box<dyn TokenSink>, result: Result<Generation, EngineError>) {
+    if catch_unwind(AssertUnwindSafe(|| sink.done(result))).is_err() {
+        shared.stats.panics.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Fails a job whose work panicked: its session, whose state cannot be trusted, is dropped.
+fn fail_panicked(shared: &Shared, session: Session, sink: Box<dyn TokenSink>, e: EngineError) {
+    shared.stats.panics.fetch_add(1, Ordering::Relaxed);
+    shared.stats.failed.fetch_add(1, Ordering::Relaxed);
+    drop(session);
+    shared.session_count.fetch_sub(1, Ordering::SeqCst);
+    report(shared, sink, Err(e));
+}
+
 /// Reports an engine failure; the session, whose state may be partial, goes back empty.
 fn fail(shared: &Shared, mut session: Session, sink: Box<dyn TokenSink>, e: EngineError) {
     shared.stats.failed.fetch_add(1, Ordering::Relaxed);
     session.reset();
     return_session(shared, session);
-    sink.done(Err(e));
+    report(shared, sink, Err(e));
 }
 
 /// Ends a finished sequence: counts it, returns its session to the pool, then tells the sink.
 /// The session goes back before the caller hears the end, so a follow-up request sent right
 /// after the answer finds it.
 fn finish(shared: &Shared, r: Running) {
-    let Running { session, decoding, sink, abandoned } = r;
+    let Running { session, mut decoding, sink, abandoned, failure } = r;
+    if let Some(e) = failure.or_else(|| decoding.take_failure().map(EngineError::Failed)) {
+        fail_panicked(shared, session, sink, e);
+        return;
+    }
     let generation: Generation = decoding.into_generation();
     return_session(shared, session);
     let stats = &shared.stats;
@@ -413,7 +688,7 @@ fn finish(shared: &Shared, r: Running) {
     } else {
         stats.completed.fetch_add(1, Ordering::Relaxed);
     }
-    sink.done(Ok(generation));
+    report(shared, sink, Ok(generation));
 }
 
 fn shared_prefix(tokens: &[u32], prompt: &[u32]) -> usize {

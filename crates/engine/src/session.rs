@@ -168,6 +168,18 @@ impl Session {
     /// Brings the state to exactly `prompt` and returns the logits after its last token and
     /// how many of its tokens were reused.
     pub fn prefill(&mut self, prompt: &[u32]) -> Result<(Vec<f32>, usize), EngineError> {
+        let reused = self.begin_prefill(prompt)?;
+        loop {
+            if let Some(logits) = self.prefill_chunk(prompt, usize::MAX)? {
+                return Ok((logits, reused));
+            }
+        }
+    }
+
+    /// The first half of a prefill in pieces (the scheduler's chunked prefill): checks
+    /// `prompt` and goes back to the longest point of the history it extends. Returns how many
+    /// of its tokens are reused; [`prefill_chunk`](Self::prefill_chunk) runs the rest.
+    pub fn begin_prefill(&mut self, prompt: &[u32]) -> Result<usize, EngineError> {
         if prompt.is_empty() {
             return Err(EngineError::Request("the prompt is empty".into()));
         }
@@ -187,13 +199,42 @@ impl Session {
             // token again.
             self.rewind(prompt.len() - 1, prompt.len());
         }
-        let reused = self.tokens.len();
-        let logits = match &self.last_logits {
-            Some(logits) if reused == prompt.len() => logits.clone(),
-            _ => self.run(&prompt[reused..])?,
-        };
+        Ok(self.tokens.len())
+    }
+
+    /// Runs the next at most `max_tokens` tokens of `prompt` (after a
+    /// [`begin_prefill`](Self::begin_prefill) with the same prompt). Returns the logits after
+    /// the prompt's last token once it is all in, `None` while some is left. No piece is a
+    /// lone token (`max_tokens` below [`MIN_PREFILL_CHUNK`](crate::scheduler::MIN_PREFILL_CHUNK)
+    /// runs as that, and a piece never leaves one token behind), so every piece goes through
+    /// the model's multi-token path as a one-shot prefill does and both give the same logits;
+    /// a lone token would take the one-token kernels, whose rounding differs.
+    pub fn prefill_chunk(&mut self, prompt: &[u32], max_tokens: usize) -> Result<Option<Vec<f32>>, EngineError> {
+        let done = self.tokens.len();
+        if done > prompt.len() || self.tokens[..] != prompt[..done] {
+            return Err(EngineError::Request(
+                "prefill_chunk: the session does not hold a prefix of this prompt".into(),
+            ));
+        }
+        let left = prompt.len() - done;
+        if left == 0 {
+            return match &self.last_logits {
+                Some(logits) => {
+                    let logits = logits.clone();
+                    self.remember();
+                    Ok(Some(logits))
+                }
+                None => Err(EngineError::Request("prefill_chunk: the prompt was not begun".into())),
+            };
+        }
+        let max = max_tokens.max(crate::scheduler::MIN_PREFILL_CHUNK);
+        let n = if left <= max.saturating_add(1) { left } else { max };
+        let logits = self.run(&prompt[done..done + n])?;
+        if done + n < prompt.len() {
+            return Ok(None);
+        }
         self.remember();
-        Ok((logits, reused))
+        Ok(Some(logits))
     }
 
     /// Goes back to the longest point at or before `lcp` (the common prefix with a prompt of
@@ -288,6 +329,9 @@ impl Session {
             }
             token = decode_step(&mut [(&mut *self, &mut decoding)])?.pop().flatten();
         }
+        if let Some(failure) = decoding.take_failure() {
+            return Err(EngineError::Failed(failure));
+        }
         Ok(decoding.into_generation())
     }
 
@@ -313,21 +357,38 @@ impl Session {
     ) -> Result<(Decoding, Option<TokenChoice>), EngineError> {
         req.sampling.validate().map_err(EngineError::Request)?;
         let (logits, cached_tokens) = self.prefill(prompt)?;
+        Ok(self.start_decoding(prompt.len(), cached_tokens, &logits, req, constraint))
+    }
+
+    /// Starts a generation on a session whose prompt is all in (a [`prefill`](Self::prefill),
+    /// or the last [`prefill_chunk`](Self::prefill_chunk)): `logits` are the ones after its
+    /// last token, `cached_tokens` how many were reused. Samples the first token, as
+    /// [`start_constrained`](Self::start_constrained) does; the caller has checked
+    /// `req.sampling`.
+    pub fn start_decoding(
+        &mut self,
+        prompt_tokens: usize,
+        cached_tokens: usize,
+        logits: &[f32],
+        req: &GenerateRequest,
+        constraint: Option<Constraint>,
+    ) -> (Decoding, Option<TokenChoice>) {
         let mut decoding = Decoding {
             sampler: Sampler::new(req.sampling.clone()),
             req: req.clone(),
             tokens: Vec::new(),
             finish: None,
-            prompt_tokens: prompt.len(),
+            prompt_tokens,
             cached_tokens,
             constraint,
+            failure: None,
         };
         if req.max_tokens == 0 {
             decoding.finish = Some(FinishReason::Length);
-            return Ok((decoding, None));
+            return (decoding, None);
         }
-        let choice = decoding.choose(&logits, self);
-        Ok((decoding, choice))
+        let choice = decoding.choose(logits, self);
+        (decoding, choice)
     }
 }
 
@@ -343,9 +404,18 @@ pub struct Decoding {
     cached_tokens: usize,
     /// The grammar every token is sampled under, if any.
     constraint: Option<Constraint>,
+    /// Why the generation broke off, when its sampling panicked inside a [`decode_step`].
+    failure: Option<String>,
 }
 
 impl Decoding {
+    /// The message of a panic that broke the generation off inside a [`decode_step`] (its
+    /// sampling or grammar), taken once. The generation is then finished; its tokens are not
+    /// a reply.
+    pub fn take_failure(&mut self) -> Option<String> {
+        self.failure.take()
+    }
+
     /// True once the generation has ended (stop id, length, full context or cancel).
     pub fn is_finished(&self) -> bool {
         self.finish.is_some()
@@ -449,7 +519,19 @@ pub fn decode_step(batch: &mut [(&mut Session, &mut Decoding)]) -> Result<Vec<Op
     for ((&i, id), logits) in live.iter().zip(ids).zip(logits) {
         let (session, decoding) = &mut batch[i];
         session.tokens.push(id);
-        out[i] = decoding.choose(&logits, session);
+        // One sequence's sampling (its grammar, its penalties) panicking ends that sequence
+        // only; the others of the step go on.
+        let chosen = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decoding.choose(&logits, session)));
+        out[i] = chosen.unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".into());
+            decoding.failure = Some(format!("the engine panicked while sampling a token: {message}"));
+            decoding.finish = Some(FinishReason::Cancelled);
+            None
+        });
         session.last_logits = Some(logits);
     }
     Ok(out)

@@ -184,3 +184,286 @@ fn sinks_stop_or_abandon_a_generation_and_errors_reach_them() {
     assert!(!after.tokens.is_empty());
     assert_eq!(scheduler.stats().failed.load(Ordering::Relaxed), 1);
 }
+
+fn greedy(n: usize) -> GenerateRequest {
+    GenerateRequest { sampling: SamplingParams::greedy(), max_tokens: n, stop_ids: vec![], top_logprobs: 0 }
+}
+
+/// A long prompt prefilled in chunks of any size gives the tokens and the log-probabilities of
+/// a one-shot prefill: for the hybrid model the recurrent and conv states
+/// carry from chunk to chunk, for the key/value cache the positions do.
+fn chunked_prefill_matches_one_shot(m: Arc<dyn CausalLm>, what: &str) {
+    let prompt = ids(300, 8);
+    let expected = alone(&m, &prompt, &greedy(8));
+    for chunk in [1, 2, 7, 16, 64, 299] {
+        let config = SchedulerConfig { prefill_chunk: chunk, ..Default::default() };
+        // A chunk of one would take the one-token kernels, whose rounding differs (the demo
+        // model's greedy reply then changes at its third token): the scheduler runs two.
+        let chunk = chunk.max(2);
+        let scheduler = Scheduler::start(m.clone(), config).unwrap();
+        let got = scheduler.generate(prompt.clone(), greedy(8), |_| ControlFlow::Continue(())).unwrap();
+        assert_close(&got, &expected, 1e-3, &format!("{what}, chunks of {chunk}"));
+        let chunks = scheduler.stats().prefill_chunks.load(Ordering::Relaxed);
+        // A piece never leaves a lone token behind, so 300 tokens in pieces of 299 are one.
+        let (mut left, mut want) = (300, 0);
+        while left > 0 {
+            left -= if left <= chunk + 1 { left } else { chunk };
+            want += 1;
+        }
+        assert_eq!(chunks, want, "{what}: {chunks} chunks of {chunk} for 300 tokens");
+    }
+}
+
+#[test]
+fn chunked_prefill_on_the_hybrid_model_matches_one_shot() {
+    chunked_prefill_matches_one_shot(hybrid(), "qwen35 tiny");
+}
+
+#[test]
+fn chunked_prefill_on_the_demo_model_matches_one_shot() {
+    let Some(m) = rewindable() else { return };
+    chunked_prefill_matches_one_shot(m, "SmolLM2");
+}
+
+/// What happened, in the order the scheduler thread did it.
+#[derive(Debug, Clone, PartialEq)]
+enum Seen {
+    Token(&'static str),
+    Done(&'static str),
+}
+
+/// A sink that logs each token and the end of its job under a name.
+struct Logging {
+    name: &'static str,
+    log: Arc<std::sync::Mutex<Vec<Seen>>>,
+    first_token: Option<std::sync::mpsc::Sender<()>>,
+}
+
+impl TokenSink for Logging {
+    fn token(&mut self, _: &TokenChoice) -> Flow {
+        self.log.lock().unwrap().push(Seen::Token(self.name));
+        if let Some(tx) = self.first_token.take() {
+            let _ = tx.send(());
+        }
+        Flow::Continue
+    }
+    fn done(self: Box<Self>, _: Result<Generation, frognano_engine::EngineError>) {
+        self.log.lock().unwrap().push(Seen::Done(self.name));
+    }
+}
+
+#[test]
+fn a_long_prompt_is_prefilled_between_the_decode_steps_of_running_sequences() {
+    // Fixed chunks (no cutting to the measured pace), so the prompt is exactly 10 of them.
+    let config = SchedulerConfig { prefill_chunk: 32, prefill_stall: 0.0, ..Default::default() };
+    let scheduler = Scheduler::start(hybrid(), config).unwrap();
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let sink = |name, first_token| Box::new(Logging { name, log: Arc::clone(&log), first_token });
+    scheduler
+        .submit(Job {
+            prompt: ids(10, 1),
+            request: greedy(200),
+            sink: sink("stream", Some(started_tx)),
+            constraint: None,
+        })
+        .unwrap();
+    started.recv().unwrap();
+    // 320 prompt tokens: 10 chunks, each followed by a decode step of the running stream.
+    scheduler
+        .submit(Job { prompt: ids(320, 2), request: greedy(2), sink: sink("long", None), constraint: None })
+        .unwrap();
+    let t = std::time::Instant::now();
+    while !log.lock().unwrap().contains(&Seen::Done("stream")) {
+        assert!(t.elapsed().as_secs() < 120, "the stream did not end");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let log = log.lock().unwrap().clone();
+    let long_first = log.iter().position(|e| *e == Seen::Token("long")).expect("the long prompt's first token");
+    // Stream tokens between the submission of the long prompt (at the latest, the stream's
+    // second token) and the long prompt's first token.
+    let during = log[1..long_first].iter().filter(|e| **e == Seen::Token("stream")).count();
+    assert!(during >= 9, "only {during} stream tokens while a 10-chunk prompt was prefilled: {log:?}");
+}
+
+/// A sink whose caller leaves after `checks` looks at it (the scheduler looks before it
+/// starts the job and before each prefill chunk).
+struct LeavesAfter {
+    checks: std::sync::atomic::AtomicUsize,
+    leave_at: usize,
+    result: std::sync::mpsc::Sender<Result<Generation, String>>,
+}
+
+impl TokenSink for LeavesAfter {
+    fn token(&mut self, _: &TokenChoice) -> Flow {
+        Flow::Continue
+    }
+    fn done(self: Box<Self>, result: Result<Generation, frognano_engine::EngineError>) {
+        let _ = self.result.send(result.map_err(|e| e.to_string()));
+    }
+    fn abandoned(&self) -> bool {
+        self.checks.fetch_add(1, Ordering::SeqCst) + 1 >= self.leave_at
+    }
+}
+
+#[test]
+fn a_caller_that_leaves_during_prefill_stops_it_at_the_next_chunk() {
+    let config = SchedulerConfig { prefill_chunk: 16, ..Default::default() };
+    let scheduler = Scheduler::start(hybrid(), config).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Looked at when the job starts (1) and before chunks 1 and 2 (2, 3); gone at the 4th look.
+    let sink = LeavesAfter { checks: 0.into(), leave_at: 4, result: tx };
+    scheduler.submit(Job { prompt: ids(400, 3), request: greedy(5), sink: Box::new(sink), constraint: None }).unwrap();
+    let g = rx.recv().unwrap().unwrap();
+    assert_eq!((g.finish, g.tokens.len()), (FinishReason::Cancelled, 0));
+    let st = scheduler.stats();
+    assert_eq!(st.prefill_chunks.load(Ordering::Relaxed), 2, "2 of the prompt's 25 chunks ran");
+    assert_eq!(st.cancelled.load(Ordering::Relaxed), 1);
+    // The next request runs at once, and the 32 tokens already in are reused.
+    let next = scheduler.generate(ids(400, 3)[..40].to_vec(), greedy(2), |_| ControlFlow::Continue(())).unwrap();
+    assert_eq!(next.cached_tokens, 32);
+    assert_eq!(st.prefilling.load(Ordering::Relaxed), 0);
+}
+
+/// The hybrid model, except that a prompt holding `poison` panics inside `forward`, as a bug
+/// in a model's kernels would.
+struct PanicsOn {
+    inner: Arc<dyn CausalLm>,
+    poison: u32,
+}
+
+impl CausalLm for PanicsOn {
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+    fn max_context(&self) -> usize {
+        self.inner.max_context()
+    }
+    fn new_cache(&self) -> frognano_model::Cache {
+        self.inner.new_cache()
+    }
+    fn forward(&self, ids: &[u32], cache: &mut frognano_model::Cache, all: bool) -> frognano_model::Result<Vec<f32>> {
+        assert!(!ids.contains(&self.poison), "index out of bounds in a kernel (token {})", self.poison);
+        self.inner.forward(ids, cache, all)
+    }
+    fn forward_batch(&self, batch: &mut [(u32, &mut frognano_model::Cache)]) -> frognano_model::Result<Vec<Vec<f32>>> {
+        self.inner.forward_batch(batch)
+    }
+}
+
+/// A sink that panics at its job's `at`-th token.
+struct PanicsAt {
+    at: usize,
+    seen: usize,
+    result: std::sync::mpsc::Sender<Result<Generation, String>>,
+}
+
+impl TokenSink for PanicsAt {
+    fn token(&mut self, _: &TokenChoice) -> Flow {
+        self.seen += 1;
+        assert!(self.seen < self.at, "a sink bug at token {}", self.seen);
+        Flow::Continue
+    }
+    fn done(self: Box<Self>, result: Result<Generation, frognano_engine::EngineError>) {
+        let _ = self.result.send(result.map_err(|e| e.to_string()));
+    }
+}
+
+#[test]
+fn a_panic_in_one_jobs_work_fails_only_that_job() {
+    let m = hybrid();
+    let poison = 999;
+    let model: Arc<dyn CausalLm> = Arc::new(PanicsOn { inner: m.clone(), poison });
+    let scheduler =
+        Arc::new(Scheduler::start(model, SchedulerConfig { prefill_chunk: 8, ..Default::default() }).unwrap());
+    let prompt = ids(20, 4);
+    let expected = alone(&m, &prompt, &greedy(200));
+    // A stream runs while the other jobs fail around it.
+    let (started_tx, started) = std::sync::mpsc::channel::<()>();
+    let stream = {
+        let (sch, p) = (Arc::clone(&scheduler), prompt.clone());
+        std::thread::spawn(move || {
+            let mut first = Some(started_tx);
+            sch.generate(p, greedy(200), |_| {
+                if let Some(tx) = first.take() {
+                    let _ = tx.send(());
+                }
+                ControlFlow::Continue(())
+            })
+        })
+    };
+    started.recv().unwrap();
+    let mut poisoned = ids(50, 5);
+    poisoned[30] = poison; // in the prompt's 4th chunk
+    let err = scheduler.generate(poisoned, greedy(3), |_| ControlFlow::Continue(())).unwrap_err().to_string();
+    assert!(err.contains("panicked while prefilling") && err.contains("index out of bounds in a kernel"), "{err}");
+    let (tx, rx) = std::sync::mpsc::channel();
+    scheduler
+        .submit(Job {
+            prompt: ids(12, 6),
+            request: greedy(10),
+            sink: Box::new(PanicsAt { at: 3, seen: 0, result: tx }),
+            constraint: None,
+        })
+        .unwrap();
+    let err = rx.recv().unwrap().unwrap_err();
+    assert!(err.contains("a sink bug at token 3"), "{err}");
+    let got = stream.join().unwrap().unwrap();
+    assert_same(&got, &expected, "the stream that ran beside the panics");
+    let st = scheduler.stats();
+    assert_eq!((st.panics.load(Ordering::Relaxed), st.failed.load(Ordering::Relaxed)), (2, 2));
+    let after = scheduler.generate(ids(6, 7), greedy(2), |_| ControlFlow::Continue(())).unwrap();
+    assert_eq!(after.tokens.len(), 2, "the scheduler still serves");
+}
+
+/// A sink that reports its generation (tokens and all) on a channel, under a name.
+struct Reporting {
+    name: &'static str,
+    log: Arc<std::sync::Mutex<Vec<Seen>>>,
+    result: std::sync::mpsc::Sender<(&'static str, Generation)>,
+}
+
+impl TokenSink for Reporting {
+    fn token(&mut self, _: &TokenChoice) -> Flow {
+        self.log.lock().unwrap().push(Seen::Token(self.name));
+        Flow::Continue
+    }
+    fn done(self: Box<Self>, result: Result<Generation, frognano_engine::EngineError>) {
+        self.log.lock().unwrap().push(Seen::Done(self.name));
+        let _ = self.result.send((self.name, result.unwrap()));
+    }
+}
+
+#[test]
+fn a_short_prompt_does_not_wait_for_a_long_one_and_a_shared_long_prompt_is_forked() {
+    let m = hybrid();
+    let config = SchedulerConfig { prefill_chunk: 32, prefill_stall: 0.0, ..Default::default() };
+    let scheduler = Scheduler::start(m.clone(), config).unwrap();
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let job = |name, prompt: Vec<u32>| Job {
+        prompt,
+        request: greedy(3),
+        sink: Box::new(Reporting { name, log: Arc::clone(&log), result: tx.clone() }),
+        constraint: None,
+    };
+    // Queued together: the long prompt (40 chunks) starts first, the short one beside it.
+    let long = ids(1280, 9);
+    scheduler.submit_all(vec![job("long", long.clone()), job("short", (500..510).collect())]).unwrap();
+    let mut got: Vec<(&str, Generation)> = (0..2).map(|_| rx.recv().unwrap()).collect();
+    got.sort_by_key(|(name, _)| *name);
+    let log = log.lock().unwrap().clone();
+    let short_done = log.iter().position(|e| *e == Seen::Done("short")).unwrap();
+    let long_first = log.iter().position(|e| *e == Seen::Token("long")).unwrap();
+    assert!(short_done < long_first, "the short prompt waited for the long one: {log:?}");
+    assert_same(&got[0].1, &alone(&m, &long, &greedy(3)), "the long prompt, prefilled in turns");
+
+    // Two jobs with one new long prompt: the second waits for the first and forks its state.
+    let shared = ids(1280, 11);
+    scheduler.submit_all(vec![job("a", shared.clone()), job("b", shared.clone())]).unwrap();
+    let mut got: Vec<(&str, Generation)> = (0..2).map(|_| rx.recv().unwrap()).collect();
+    got.sort_by_key(|(name, _)| *name);
+    assert_eq!(got[0].1.cached_tokens, 0);
+    assert_eq!(got[1].1.cached_tokens, shared.len(), "the second copy of the prompt was prefilled again");
+    assert_eq!(token_ids(&got[0].1), token_ids(&got[1].1));
+}

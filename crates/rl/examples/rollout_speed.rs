@@ -76,7 +76,13 @@ fn run_arm(
     p: usize,
     cfg: &RolloutConfig,
 ) -> anyhow::Result<Arm> {
-    let config = SchedulerConfig { max_batch: p, sessions: 2 * p + 2, prefix_reuse: true, max_waiting: usize::MAX };
+    let config = SchedulerConfig {
+        max_batch: p,
+        sessions: 2 * p + 2,
+        prefix_reuse: true,
+        max_waiting: usize::MAX,
+        ..Default::default()
+    };
     // One scheduler for the whole group, or one per attempt (a session of its own each).
     let schedulers = (0..if shared { 1 } else { g })
         .map(|_| Ok(Arc::new(Scheduler::start(Arc::clone(model), config.clone())?)))

@@ -262,6 +262,7 @@ impl Trainer {
                     sessions: 2 * parallel + 2,
                     prefix_reuse: true,
                     max_waiting: usize::MAX,
+                    ..Default::default()
                 },
             )
             .context("starting the rollout scheduler")?,

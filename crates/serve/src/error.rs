@@ -18,6 +18,8 @@ pub struct ApiError {
     pub param: Option<String>,
     /// A machine-readable code (`model_not_found`, `context_length_exceeded`, …).
     pub code: Option<&'static str>,
+    /// Seconds to wait before retrying, sent as `Retry-After` (a full queue's 429).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -29,6 +31,7 @@ impl ApiError {
             kind: "invalid_request_error",
             param: None,
             code: None,
+            retry_after: None,
         }
     }
 
@@ -45,6 +48,7 @@ impl ApiError {
             kind: "invalid_request_error",
             param: Some("model".into()),
             code: Some("model_not_found"),
+            retry_after: None,
         }
     }
 
@@ -75,6 +79,7 @@ impl ApiError {
             kind: "not_found_error",
             param: None,
             code: None,
+            retry_after: None,
         }
     }
 
@@ -86,17 +91,39 @@ impl ApiError {
             kind: "invalid_request_error",
             param: None,
             code: Some("request_too_large"),
+            retry_after: None,
         }
     }
 
-    /// 503 when the waiting queue is full.
-    pub fn overloaded(waiting: usize) -> Self {
+    /// 429 when the waiting queue has no room for the request's prompts; the response says
+    /// when to come back ([`ApiError::retry_after_secs`]).
+    pub fn overloaded(waiting: usize, max_batch: usize) -> Self {
+        let retry = Self::retry_after_secs(waiting, max_batch);
         ApiError {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            message: format!("The server is overloaded ({waiting} requests waiting); retry later."),
-            kind: "server_error",
+            status: StatusCode::TOO_MANY_REQUESTS,
+            message: format!("The server is busy ({waiting} prompts are waiting for a free slot); retry in {retry} s."),
+            kind: "rate_limit_error",
             param: None,
             code: Some("server_overloaded"),
+            retry_after: Some(retry),
+        }
+    }
+
+    /// The `Retry-After` of a full queue: about one second per batch of waiting prompts
+    /// (`waiting / max_batch`, rounded up), from 1 to 60 s. A rough hint, not a promise.
+    pub fn retry_after_secs(waiting: usize, max_batch: usize) -> u64 {
+        (waiting.div_ceil(max_batch.max(1)) as u64).clamp(1, 60)
+    }
+
+    /// 408 for a request body that did not arrive within `--body-timeout`.
+    pub fn body_timeout(secs: u64) -> Self {
+        ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: format!("The request body did not arrive within {secs} s (--body-timeout)."),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("request_timeout"),
+            retry_after: None,
         }
     }
 
@@ -108,6 +135,7 @@ impl ApiError {
             kind: "server_error",
             param: None,
             code: None,
+            retry_after: None,
         }
     }
 
@@ -198,7 +226,12 @@ impl PathScrubber {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.body())).into_response()
+        let retry = self.retry_after;
+        let mut response = (self.status, axum::Json(self.body())).into_response();
+        if let Some(secs) = retry {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }
 

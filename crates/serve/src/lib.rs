@@ -65,8 +65,23 @@ pub struct ServeConfig {
     pub no_prefix_reuse: bool,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
-    /// Requests allowed to wait for a free slot before new ones get a 503.
+    /// Prompts allowed to wait for a free slot (all requests together) before new requests
+    /// get a 429 with `Retry-After`.
     pub max_waiting: usize,
+    /// Most prompts in one request (`/v1/completions` with a list of prompts); more is a 400.
+    pub max_prompts_per_request: usize,
+    /// The most prompt tokens prefilled per scheduler iteration, between two decode steps of
+    /// the running sequences (`frognano_engine::SchedulerConfig::prefill_chunk`).
+    pub prefill_chunk: usize,
+    /// While sequences are decoding, the time a prefill chunk may take as a fraction of a
+    /// decode step (`frognano_engine::SchedulerConfig::prefill_stall`; 0: fixed chunks).
+    pub prefill_stall: f64,
+    /// Seconds a connection may take to deliver a request's headers, counted from when the
+    /// server starts waiting for them: on a new connection, and between requests on a
+    /// kept-alive one (so it is also the idle keep-alive timeout). Then it is closed.
+    pub header_timeout_secs: u64,
+    /// Seconds a request's body may take to arrive once its headers are in; then a 408.
+    pub body_timeout_secs: u64,
     /// The tool-call format replies are read in (default: the chat template's,
     /// `frognano_model::chat::ChatTemplate::tool_parser`).
     pub tool_parser: Option<ToolParser>,
@@ -90,6 +105,11 @@ impl ServeConfig {
             no_prefix_reuse: false,
             max_body_bytes: 32 * 1024 * 1024,
             max_waiting: 512,
+            max_prompts_per_request: 32,
+            prefill_chunk: frognano_engine::scheduler::DEFAULT_PREFILL_CHUNK,
+            prefill_stall: frognano_engine::scheduler::DEFAULT_PREFILL_STALL,
+            header_timeout_secs: 10,
+            body_timeout_secs: 30,
             tool_parser: None,
             constrain_tools: None,
         }
@@ -102,6 +122,21 @@ impl ServeConfig {
         }
         if self.max_body_bytes == 0 {
             anyhow::bail!("--max-body-bytes must be at least 1");
+        }
+        if self.max_prompts_per_request == 0 {
+            anyhow::bail!("--max-prompts-per-request must be at least 1");
+        }
+        if self.prefill_chunk == 0 {
+            anyhow::bail!("--prefill-chunk must be at least 1");
+        }
+        if !(self.prefill_stall.is_finite() && self.prefill_stall >= 0.0) {
+            anyhow::bail!("--prefill-stall must be a number ≥ 0 (0 turns it off), found {}", self.prefill_stall);
+        }
+        if self.header_timeout_secs == 0 {
+            anyhow::bail!("--header-timeout must be at least 1 second");
+        }
+        if self.body_timeout_secs == 0 {
+            anyhow::bail!("--body-timeout must be at least 1 second");
         }
         Ok(())
     }
@@ -157,6 +192,7 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
         tracing::info!("tool calls of tool_choice \"auto\" replies are constrained by a grammar (--no-constrain-tools to turn off)");
     }
     let vocab_size = model.vocab_size();
+    let max_token_bytes = routes::longest_token_bytes(&tokenizer);
     let constraints = frognano_engine::LazyConstraints::new(Arc::clone(&tokenizer), vocab_size, loaded.eos_ids.clone());
     let pool = EnginePool::start(
         model,
@@ -166,6 +202,8 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
             sessions: args.max_concurrent + args.cached_sessions,
             prefix_reuse: !args.no_prefix_reuse,
             max_waiting: args.max_waiting,
+            prefill_chunk: args.prefill_chunk,
+            prefill_stall: args.prefill_stall,
         },
     )
     .context("starting the generation scheduler")?;
@@ -184,6 +222,9 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
         pool,
         created,
         max_body_bytes: args.max_body_bytes,
+        body_timeout: std::time::Duration::from_secs(args.body_timeout_secs),
+        max_prompts_per_request: args.max_prompts_per_request,
+        max_token_bytes,
         next_id: AtomicU64::new(0),
         scrubber,
         constraints,
@@ -198,13 +239,46 @@ fn bind(args: &ServeConfig) -> anyhow::Result<std::net::TcpListener> {
     Ok(listener)
 }
 
+/// Accepts connections and serves each with hyper's HTTP/1 server, under a header read
+/// timeout (hyper's timer runs from when a connection starts waiting for a request's headers:
+/// on a new connection and between kept-alive requests, so slow and idle connections are
+/// closed). On `shutdown` it stops accepting and waits for open connections to finish.
 async fn serve(
     listener: std::net::TcpListener,
     state: Arc<AppState>,
+    header_timeout: std::time::Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::from_std(listener)?;
-    axum::serve(listener, routes::router(state)).with_graceful_shutdown(shutdown).await?;
+    let router = routes::router(state);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(header_timeout).keep_alive(true);
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a moment rather than spin.
+                    tracing::warn!("accepting a connection failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            // A connection closed by its client or by the header timeout ends here.
+            let _ = conn.await;
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
     Ok(())
 }
 
@@ -225,7 +299,8 @@ pub fn run_serve(args: ServeConfig) -> anyhow::Result<()> {
         rayon::current_num_threads(),
         state.tool_parser
     );
-    runtime()?.block_on(serve(listener, state, async {
+    let header_timeout = std::time::Duration::from_secs(args.header_timeout_secs);
+    runtime()?.block_on(serve(listener, state, header_timeout, async {
         let _ = tokio::signal::ctrl_c().await;
         eprintln!("frognano serve: shutting down");
     }))
@@ -291,8 +366,9 @@ fn spawn_with_state(state: Arc<AppState>, args: &ServeConfig) -> anyhow::Result<
     let addr = listener.local_addr()?;
     let rt = runtime()?;
     let (stop, stopped) = oneshot::channel::<()>();
+    let header_timeout = std::time::Duration::from_secs(args.header_timeout_secs);
     let thread = std::thread::Builder::new().name("frognano-serve".into()).spawn(move || {
-        rt.block_on(serve(listener, state, async {
+        rt.block_on(serve(listener, state, header_timeout, async {
             let _ = stopped.await;
         }))
     })?;

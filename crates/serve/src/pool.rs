@@ -80,11 +80,21 @@ impl EnginePool {
 
     /// Queues a job.
     pub fn submit(&self, job: Job) -> Result<(), QueueFull> {
+        self.submit_all(vec![job])
+    }
+
+    /// Queues several jobs (one request's prompts), all or none.
+    pub fn submit_all(&self, jobs: Vec<Job>) -> Result<(), QueueFull> {
+        let jobs = jobs.into_iter().map(|job| self.engine_job(job)).collect();
+        self.scheduler.submit_all(jobs)
+    }
+
+    fn engine_job(&self, job: Job) -> frognano_engine::Job {
         let Job { prompt, request, mode, stop_strings, logprobs, events, constraint } = job;
         let reply =
             ReplyAssembler::new(Arc::clone(&self.tokenizer), &mode, stop_strings, request.stop_ids.clone(), logprobs);
         let sink = ReplySink { reply, events };
-        self.scheduler.submit(frognano_engine::Job { prompt, request, sink: Box::new(sink), constraint })
+        frognano_engine::Job { prompt, request, sink: Box::new(sink), constraint }
     }
 
     /// The counters.

@@ -60,6 +60,14 @@ pub struct AppState {
     pub created: u64,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
+    /// Longest a request body may take to arrive (then a 408).
+    pub body_timeout: std::time::Duration,
+    /// Most prompts in one request.
+    pub max_prompts_per_request: usize,
+    /// The most bytes of text one token stands for ([`longest_token_bytes`]): a text of `n`
+    /// bytes has at least `n / max_token_bytes` tokens, so one that cannot fit the context is
+    /// refused before it is tokenized.
+    pub max_token_bytes: usize,
     /// Source of response ids.
     pub next_id: AtomicU64,
     /// Takes the server's folders out of error messages.
@@ -120,7 +128,15 @@ fn unix_now() -> u64 {
 /// Largest oversized body read to its end (and dropped) before the 413 is sent.
 const OVERSIZED_BODY_DRAIN_BYTES: u64 = 64 * 1024 * 1024;
 
+/// The request body, within `--max-body-bytes` (413) and `--body-timeout` (408).
 async fn read_body(app: &AppState, headers: &HeaderMap, body: Body) -> Result<axum::body::Bytes, ApiError> {
+    match tokio::time::timeout(app.body_timeout, read_body_untimed(app, headers, body)).await {
+        Ok(result) => result,
+        Err(_) => Err(ApiError::body_timeout(app.body_timeout.as_secs())),
+    }
+}
+
+async fn read_body_untimed(app: &AppState, headers: &HeaderMap, body: Body) -> Result<axum::body::Bytes, ApiError> {
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if let Some(n) = declared.filter(|&n| n > app.max_body_bytes as u64) {
@@ -145,6 +161,52 @@ async fn read_body(app: &AppState, headers: &HeaderMap, body: Body) -> Result<ax
 }
 
 // ---- shared request handling ------------------------------------------------------------
+
+/// Slack on the bytes-per-token bound of [`check_text_fits`]: a tokenizer's normalizer may
+/// shorten text before it is split (NFC composes `e` + U+0301, three bytes, into `é`, two), so
+/// the bound is taken at twice the longest token.
+const NORMALIZER_SLACK: usize = 2;
+
+/// The most bytes of text one token of `tokenizer` can stand for: its longest token's bytes
+/// (an added token's literal text, or a vocabulary token's decoded bytes), at least 1. When the
+/// exact bytes are unknown (a decoder that is neither byte-level nor byte-fallback), the
+/// vocabulary forms' UTF-8 length, which is never shorter than what they decode to.
+pub fn longest_token_bytes(tokenizer: &Tokenizer) -> usize {
+    use frognano_model::tokenizer::TokenBytes;
+    let n = tokenizer.vocab_size();
+    let exact = tokenizer.token_bytes(n).ok().map(|all| {
+        all.iter()
+            .map(|t| match t {
+                TokenBytes::Text(b) | TokenBytes::Control(b) => b.len(),
+                TokenBytes::Missing => 0,
+            })
+            .max()
+            .unwrap_or(0)
+    });
+    let longest = exact.unwrap_or_else(|| {
+        (0..n as u32).filter_map(|id| tokenizer.id_to_token(id)).map(|form| form.len()).max().unwrap_or(0)
+    });
+    longest.max(1)
+}
+
+/// Refuses a text that cannot fit the context before it is tokenized (tokenizing megabytes
+/// takes seconds and gigabytes): `bytes` of text are at least `bytes / (max_token_bytes ×
+/// NORMALIZER_SLACK)` tokens. Texts under the bound are tokenized and checked exactly.
+fn check_text_fits(app: &AppState, bytes: usize, param: &str) -> Result<(), ApiError> {
+    let at_least = bytes / (app.max_token_bytes * NORMALIZER_SLACK);
+    if at_least >= app.ctx {
+        return Err(ApiError {
+            message: format!(
+                "This model's maximum context length is {} tokens. However, your {param} is {bytes} bytes of text, \
+                 which is at least {at_least} tokens (no token of this model is longer than {} bytes). Please \
+                 reduce the length of the {param}.",
+                app.ctx, app.max_token_bytes
+            ),
+            ..ApiError::context_length(app.ctx, at_least, None, param)
+        });
+    }
+    Ok(())
+}
 
 /// Turns sampling fields and a length limit into an engine request.
 fn generate_request(
@@ -209,7 +271,12 @@ fn check_stops(stop: Option<crate::api::StopField>) -> Result<Vec<String>, ApiEr
 }
 
 fn submit(app: &AppState, job: Job) -> Result<(), ApiError> {
-    app.pool.submit(job).map_err(|full| ApiError::overloaded(full.waiting))
+    submit_all(app, vec![job])
+}
+
+/// Queues a request's jobs, all or none (429 with `Retry-After` when the queue has no room).
+fn submit_all(app: &AppState, jobs: Vec<Job>) -> Result<(), ApiError> {
+    app.pool.submit_all(jobs).map_err(|full| ApiError::overloaded(full.waiting, app.pool.config().max_batch))
 }
 
 /// Collects a job's events up to its end.
@@ -267,6 +334,16 @@ fn text_logprobs(lps: &[TokenLogprob], offset: &mut usize) -> Value {
         }).collect::<Vec<_>>(),
         "text_offset": offsets,
     })
+}
+
+/// The job's next event, or `None` once the client has gone (its stream was dropped) even
+/// while the job sends nothing (a long prompt being prefilled): the caller then returns and
+/// drops `rx`, which cancels the job at its next chunk or token.
+async fn next_event(rx: &mut mpsc::UnboundedReceiver<JobEvent>, tx: &mpsc::Sender<Event>) -> Option<JobEvent> {
+    tokio::select! {
+        event = rx.recv() => event,
+        () = tx.closed() => None,
+    }
 }
 
 fn sse_response(rx: mpsc::Receiver<Event>) -> Response {
@@ -333,6 +410,7 @@ fn render_chat(
     let text = template
         .render(&messages, tools_arg, add_generation_prompt, kwargs)
         .map_err(|e| ApiError::invalid_param("messages", format!("The conversation cannot be rendered: {e}")))?;
+    check_text_fits(app, text.len(), "messages")?;
     let ids = app
         .tokenizer
         .encode_with(&text, false)
@@ -502,7 +580,7 @@ fn stream_chat(
         }
         let mut call_index = 0usize;
         let mut pending_logprobs: Vec<TokenLogprob> = Vec::new();
-        while let Some(event) = rx.recv().await {
+        while let Some(event) = next_event(&mut rx, &tx).await {
             match event {
                 JobEvent::Delta(d) => {
                     pending_logprobs.extend(d.logprobs);
@@ -596,6 +674,22 @@ async fn completions_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -
     }
     let stops = check_stops(req.stop.clone())?;
     let prompts = parse_prompts(&req.prompt)?;
+    if prompts.len() > app.max_prompts_per_request {
+        return Err(ApiError::invalid_param(
+            "prompt",
+            format!(
+                "this request has {} prompts; the server takes at most {} per request (--max-prompts-per-request)",
+                prompts.len(),
+                app.max_prompts_per_request
+            ),
+        ));
+    }
+    for (i, p) in prompts.iter().enumerate() {
+        if let PromptInput::Text(t) = p {
+            check_text_fits(&app, t.len(), "prompt")
+                .map_err(|e| ApiError { message: e.message.replacen("your prompt", &format!("prompt {i}"), 1), ..e })?;
+        }
+    }
     let mut jobs = Vec::with_capacity(prompts.len());
     for (i, p) in prompts.into_iter().enumerate() {
         let ids = match p {
@@ -625,22 +719,21 @@ async fn completions_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -
         jobs.push((ids, gen));
     }
     let mut receivers = Vec::with_capacity(jobs.len());
+    let mut pool_jobs = Vec::with_capacity(jobs.len());
     for (ids, gen) in jobs {
         let (tx, rx) = mpsc::unbounded_channel();
-        submit(
-            &app,
-            Job {
-                prompt: ids,
-                request: gen,
-                mode: OutputMode::Text,
-                stop_strings: stops.clone(),
-                logprobs: top.map(|k| k as usize),
-                events: tx,
-                constraint: None,
-            },
-        )?;
+        pool_jobs.push(Job {
+            prompt: ids,
+            request: gen,
+            mode: OutputMode::Text,
+            stop_strings: stops.clone(),
+            logprobs: top.map(|k| k as usize),
+            events: tx,
+            constraint: None,
+        });
         receivers.push(rx);
     }
+    submit_all(&app, pool_jobs)?;
     let id = app.response_id("cmpl");
     if req.stream.unwrap_or(false) {
         let include_usage = req.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false);
@@ -689,7 +782,7 @@ fn stream_completions(
         for (index, mut rx) in receivers.into_iter().enumerate() {
             let mut offset = 0usize;
             let mut finished = false;
-            while let Some(event) = rx.recv().await {
+            while let Some(event) = next_event(&mut rx, &tx).await {
                 match event {
                     JobEvent::Delta(d) => {
                         let lp = if want_logprobs { text_logprobs(&d.logprobs, &mut offset) } else { Value::Null };
@@ -763,6 +856,12 @@ async fn health(State(app): State<Arc<AppState>>) -> Response {
         "max_concurrent": c.max_batch,
         "prefix_reuse": c.prefix_reuse,
         "running": s.running.load(r),
+        "prefilling": s.prefilling.load(r),
+        "prefill_chunks": s.prefill_chunks.load(r),
+        "prefill_chunk": c.prefill_chunk,
+        "prefill_stall": c.prefill_stall,
+        "last_prefill_chunk": s.last_prefill_chunk.load(r),
+        "panics": s.panics.load(r),
         "waiting": s.waiting.load(r),
         "completed": s.completed.load(r),
         "cancelled": s.cancelled.load(r),
@@ -771,6 +870,8 @@ async fn health(State(app): State<Arc<AppState>>) -> Response {
         "prompt_tokens": s.prompt_tokens.load(r),
         "cached_tokens": s.cached_tokens.load(r),
         "forked_sessions": s.forks.load(r),
+        "decode_steps": s.decode_steps.load(r),
+        "decoded_rows": s.decoded_rows.load(r),
     }))
     .into_response()
 }
