@@ -29,7 +29,7 @@ use crate::cache::KvRows;
 use crate::quant::ggml;
 
 /// New tokens per work item.
-pub const TILE_QUERIES: usize = 16;
+pub const TILE_QUERIES: usize = 32;
 
 /// Keys per tile for heads of `head_dim`: the transposed keys and the values of a tile take
 /// 16 KiB each at most (both stay in L1 while every row of the item reads them).
@@ -46,7 +46,7 @@ pub fn tile_keys(head_dim: usize) -> usize {
 pub fn causal_tiled(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
     if s.head_dim.is_multiple_of(8) && x86::supported() {
-        return run(q, k, v, s, |st, qr, tile, visible, scale| {
+        return run(q, k, v, s, true, |st, qr, tile, visible, scale| {
             // SAFETY: AVX2, FMA and F16C were detected; head_dim is a multiple of 8.
             unsafe { x86::step(st, qr, tile, visible, scale) }
         });
@@ -56,7 +56,7 @@ pub fn causal_tiled(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape) -> Vec<f32>
 
 /// The tiled kernel in plain code, one element at a time (the vector kernel's test reference).
 pub fn causal_tiled_reference(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape) -> Vec<f32> {
-    run(q, k, v, s, step_reference)
+    run(q, k, v, s, false, step_reference)
 }
 
 /// One row's running state: the maximum score so far, the sum of weights and the weighted
@@ -74,6 +74,8 @@ struct Tile {
     vt: Vec<f32>,
     tk: usize,
     dh: usize,
+    /// The KV head the tile holds.
+    kvh: usize,
 }
 
 /// The weight sum's lane tree: `[l0..l7]` as `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`
@@ -124,11 +126,13 @@ fn step_reference(st: &mut RowState, qr: &[f32], tile: &Tile, visible: usize, sc
 
 /// The driver: work items of [`TILE_QUERIES`] tokens × one KV head in parallel, each walking
 /// its key tiles and taking `step` for each of its rows.
-fn run<F>(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape, step: F) -> Vec<f32>
+/// `f16c`: the CPU converts f16 with F16C (then an f16 tile is loaded eight values at a time;
+/// the values are the same either way).
+fn run<F>(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape, f16c: bool, step: F) -> Vec<f32>
 where
     F: Fn(&mut RowState, &[f32], &Tile, usize, f32) + Sync,
 {
-    let AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, scale } = s;
+    let AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, .. } = s;
     let group = hq / hkv;
     assert_eq!(k.len(), pos0 + t, "the cache holds {} keys, not pos0 + t = {}", k.len(), pos0 + t);
     assert_eq!((k.width(), v.width(), k.head_dim()), (hkv * dh, hkv * dh, dh), "cache rows do not match the shape");
@@ -141,11 +145,19 @@ where
             let rows = (i1 - i0) * group;
             let mut o = vec![0.0f32; rows * dh];
             let mut ml: Vec<(f32, f32)> = vec![(f32::NEG_INFINITY, 0.0); rows];
-            let mut tile = Tile { kt: vec![0.0; dh * tk], vt: vec![0.0; tk * dh], tk, dh };
+            let mut tile = Tile { kt: vec![0.0; dh * tk], vt: vec![0.0; tk * dh], tk, dh, kvh };
             let mut row = vec![0.0f32; dh];
             let n_keys = pos0 + i1;
             for j0 in (0..n_keys).step_by(tk) {
                 let nk = tk.min(n_keys - j0);
+                #[cfg(target_arch = "x86_64")]
+                if let (true, Some(kb), Some(vb)) = (f16c, k.f16_bits(), v.f16_bits()) {
+                    // SAFETY: `f16c` says F16C (and AVX2) were detected; dh is a multiple of 8.
+                    unsafe { x86::load_f16_tile(&mut tile, kb, vb, j0, nk, hkv * dh, kvh) };
+                    step_rows(&mut o, &mut ml, &tile, (i0, j0, nk), q, s, &step);
+                    continue;
+                }
+                let _ = f16c;
                 for j in 0..tk {
                     if j < nk {
                         k.head_into(j0 + j, kvh, &mut row);
@@ -160,18 +172,7 @@ where
                         tile.vt[j * dh..(j + 1) * dh].fill(0.0);
                     }
                 }
-                for (r, (or, (m, l))) in o.chunks_exact_mut(dh).zip(ml.iter_mut()).enumerate() {
-                    let (i, g) = (i0 + r / group, r % group);
-                    let visible = nk.min((pos0 + i + 1).saturating_sub(j0));
-                    if visible == 0 {
-                        continue;
-                    }
-                    let h = kvh * group + g;
-                    let qr = &q[(i * hq + h) * dh..(i * hq + h + 1) * dh];
-                    let mut st = RowState { m: *m, l: *l, o: or };
-                    step(&mut st, qr, &tile, visible, scale);
-                    (*m, *l) = (st.m, st.l);
-                }
+                step_rows(&mut o, &mut ml, &tile, (i0, j0, nk), q, s, &step);
             }
             for (or, (_, l)) in o.chunks_exact_mut(dh).zip(&ml) {
                 or.iter_mut().for_each(|x| *x /= l);
@@ -189,6 +190,34 @@ where
     out
 }
 
+/// Every row of a work item (first token `i0`) takes `step` on the tile of `nk` keys from `j0`,
+/// those it sees of them.
+fn step_rows<F>(
+    o: &mut [f32],
+    ml: &mut [(f32, f32)],
+    tile: &Tile,
+    (i0, j0, nk): (usize, usize, usize),
+    q: &[f32],
+    s: AttnShape,
+    step: &F,
+) where
+    F: Fn(&mut RowState, &[f32], &Tile, usize, f32),
+{
+    let (hq, dh, group) = (s.heads, s.head_dim, s.heads / s.kv_heads);
+    for (r, (or, (m, l))) in o.chunks_exact_mut(dh).zip(ml.iter_mut()).enumerate() {
+        let (i, g) = (i0 + r / group, r % group);
+        let visible = nk.min((s.pos0 + i + 1).saturating_sub(j0));
+        if visible == 0 {
+            continue;
+        }
+        let h = tile.kvh * group + g;
+        let qr = &q[(i * hq + h) * dh..(i * hq + h + 1) * dh];
+        let mut st = RowState { m: *m, l: *l, o: or };
+        step(&mut st, qr, tile, visible, s.scale);
+        (*m, *l) = (st.m, st.l);
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     //! [`step`]: [`super::step_reference`] eight keys (scores, weights) or eight elements
@@ -204,6 +233,36 @@ mod x86 {
         is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
     }
 
+    /// Keys `j0..j0 + nk` of KV head `tile.kvh` from f16 rows (`width` values each) into the
+    /// tile: values row by row, keys transposed, zeros past `nk` (what
+    /// [`crate::cache::KvRows::head_into`] gives, eight values per conversion).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn load_f16_tile(tile: &mut Tile, kb: &[u16], vb: &[u16], j0: usize, nk: usize, width: usize, kvh: usize) {
+        let (tk, dh) = (tile.tk, tile.dh);
+        let mut row = [0.0f32; 8];
+        for j in 0..tk {
+            let vr = tile.vt.as_mut_ptr().add(j * dh);
+            if j >= nk {
+                for e in 0..dh {
+                    *tile.kt.get_unchecked_mut(e * tk + j) = 0.0;
+                    *vr.add(e) = 0.0;
+                }
+                continue;
+            }
+            let at = (j0 + j) * width + kvh * dh;
+            assert!(at + dh <= kb.len() && at + dh <= vb.len());
+            for e0 in (0..dh).step_by(8) {
+                let v = _mm256_cvtph_ps(_mm_loadu_si128(vb.as_ptr().add(at + e0).cast()));
+                _mm256_storeu_ps(vr.add(e0), v);
+                let k = _mm256_cvtph_ps(_mm_loadu_si128(kb.as_ptr().add(at + e0).cast()));
+                _mm256_storeu_ps(row.as_mut_ptr(), k);
+                for (l, &x) in row.iter().enumerate() {
+                    *tile.kt.get_unchecked_mut((e0 + l) * tk + j) = x;
+                }
+            }
+        }
+    }
+
     /// [`super::step_reference`] with AVX2 (`tile.dh` a multiple of 8, `tile.tk` of 8 and at
     /// most 64).
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -211,12 +270,15 @@ mod x86 {
         let (tk, dh) = (tile.tk, tile.dh);
         let chunks = visible.div_ceil(8);
         let mut acc = [_mm256_setzero_ps(); 8];
-        for (e, &qe) in qr.iter().enumerate() {
-            let qv = _mm256_set1_ps(qe);
-            let kr = tile.kt.as_ptr().add(e * tk);
-            for (c, a) in acc.iter_mut().enumerate().take(chunks) {
-                *a = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr.add(8 * c)), *a);
-            }
+        match chunks {
+            1 => scores::<1>(qr, tile, &mut acc),
+            2 => scores::<2>(qr, tile, &mut acc),
+            3 => scores::<3>(qr, tile, &mut acc),
+            4 => scores::<4>(qr, tile, &mut acc),
+            5 => scores::<5>(qr, tile, &mut acc),
+            6 => scores::<6>(qr, tile, &mut acc),
+            7 => scores::<7>(qr, tile, &mut acc),
+            _ => scores::<8>(qr, tile, &mut acc),
         }
         let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         let neg_inf = _mm256_set1_ps(f32::NEG_INFINITY);
@@ -261,6 +323,22 @@ mod x86 {
                 _ => 1,
             };
         }
+    }
+
+    /// `acc[c]` = the dot products of `qr` with keys `8c..8c + 8` of the tile (`c < C`), one
+    /// fused multiply-add per element, `e` ascending; `C` fixed so the loop is straight code.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scores<const C: usize>(qr: &[f32], tile: &Tile, acc: &mut [__m256; 8]) {
+        let mut a = [_mm256_setzero_ps(); C];
+        for (e, &qe) in qr.iter().enumerate() {
+            let qv = _mm256_set1_ps(qe);
+            let kr = tile.kt.as_ptr().add(e * tile.tk);
+            for (c, ac) in a.iter_mut().enumerate() {
+                *ac = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr.add(8 * c)), *ac);
+            }
+        }
+        acc[..C].copy_from_slice(&a);
     }
 
     /// `o[e0..e0 + 8N] = o·α + Σ_j p_j·v_j` over the tile's visible keys, the sums in registers.
