@@ -46,9 +46,9 @@ pub fn tile_keys(head_dim: usize) -> usize {
 pub fn causal_tiled(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
     if s.head_dim.is_multiple_of(8) && x86::supported() {
-        return run(q, k, v, s, true, |st, qr, tile, visible, scale| {
+        return run(q, k, v, s, true, |o, ml, qg, tile, visible, scale| {
             // SAFETY: AVX2, FMA and F16C were detected; head_dim is a multiple of 8.
-            unsafe { x86::step(st, qr, tile, visible, scale) }
+            unsafe { x86::step_group(o, ml, qg, tile, visible, scale) }
         });
     }
     causal_tiled_reference(q, k, v, s)
@@ -56,8 +56,20 @@ pub fn causal_tiled(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape) -> Vec<f32>
 
 /// The tiled kernel in plain code, one element at a time (the vector kernel's test reference).
 pub fn causal_tiled_reference(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape) -> Vec<f32> {
-    run(q, k, v, s, false, step_reference)
+    run(q, k, v, s, false, |o, ml, qg, tile, visible, scale| {
+        let dh = tile.dh;
+        for ((or, (m, l)), qr) in o.chunks_exact_mut(dh).zip(ml.iter_mut()).zip(qg.chunks_exact(dh)) {
+            let mut st = RowState { m: *m, l: *l, o: or };
+            step_reference(&mut st, qr, tile, visible, scale);
+            (*m, *l) = (st.m, st.l);
+        }
+    })
 }
+
+/// What the driver calls for the rows of one query (its KV head's `group` query heads, which
+/// see the same keys): their sums `o` (`rows · dh`), `(m, l)` pairs and queries `qg`, on a
+/// tile of which the first `visible` keys are in their causal window.
+type GroupStep<'a> = dyn Fn(&mut [f32], &mut [(f32, f32)], &[f32], &Tile, usize, f32) + Sync + 'a;
 
 /// One row's running state: the maximum score so far, the sum of weights and the weighted
 /// value sums (`head_dim`).
@@ -130,8 +142,9 @@ fn step_reference(st: &mut RowState, qr: &[f32], tile: &Tile, visible: usize, sc
 /// the values are the same either way).
 fn run<F>(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape, f16c: bool, step: F) -> Vec<f32>
 where
-    F: Fn(&mut RowState, &[f32], &Tile, usize, f32) + Sync,
+    F: Fn(&mut [f32], &mut [(f32, f32)], &[f32], &Tile, usize, f32) + Sync,
 {
+    let step: &GroupStep = &step;
     let AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, .. } = s;
     let group = hq / hkv;
     assert_eq!(k.len(), pos0 + t, "the cache holds {} keys, not pos0 + t = {}", k.len(), pos0 + t);
@@ -192,29 +205,25 @@ where
 
 /// Every row of a work item (first token `i0`) takes `step` on the tile of `nk` keys from `j0`,
 /// those it sees of them.
-fn step_rows<F>(
+fn step_rows(
     o: &mut [f32],
     ml: &mut [(f32, f32)],
     tile: &Tile,
     (i0, j0, nk): (usize, usize, usize),
     q: &[f32],
     s: AttnShape,
-    step: &F,
-) where
-    F: Fn(&mut RowState, &[f32], &Tile, usize, f32),
-{
+    step: &GroupStep,
+) {
     let (hq, dh, group) = (s.heads, s.head_dim, s.heads / s.kv_heads);
-    for (r, (or, (m, l))) in o.chunks_exact_mut(dh).zip(ml.iter_mut()).enumerate() {
-        let (i, g) = (i0 + r / group, r % group);
+    for (r, (og, mlg)) in o.chunks_exact_mut(group * dh).zip(ml.chunks_exact_mut(group)).enumerate() {
+        let i = i0 + r;
         let visible = nk.min((s.pos0 + i + 1).saturating_sub(j0));
         if visible == 0 {
             continue;
         }
-        let h = tile.kvh * group + g;
-        let qr = &q[(i * hq + h) * dh..(i * hq + h + 1) * dh];
-        let mut st = RowState { m: *m, l: *l, o: or };
-        step(&mut st, qr, tile, visible, s.scale);
-        (*m, *l) = (st.m, st.l);
+        let h0 = tile.kvh * group;
+        let qg = &q[(i * hq + h0) * dh..(i * hq + h0 + group) * dh];
+        step(og, mlg, qg, tile, visible, s.scale);
     }
 }
 
@@ -263,11 +272,137 @@ mod x86 {
         }
     }
 
+    /// [`super::step_reference`] for each row of a query's group, up to three rows at a time
+    /// sharing every key and value load.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn step_group(
+        o: &mut [f32],
+        ml: &mut [(f32, f32)],
+        qg: &[f32],
+        tile: &Tile,
+        visible: usize,
+        scale: f32,
+    ) {
+        let dh = tile.dh;
+        let mut r = 0;
+        while r < ml.len() {
+            let n = (ml.len() - r).min(3);
+            let (os, mls, qs) = (&mut o[r * dh..(r + n) * dh], &mut ml[r..r + n], &qg[r * dh..(r + n) * dh]);
+            match n {
+                3 => multi::<3>(os, mls, qs, tile, visible, scale),
+                2 => multi::<2>(os, mls, qs, tile, visible, scale),
+                _ => {
+                    let mut st = RowState { m: mls[0].0, l: mls[0].1, o: os };
+                    step(&mut st, qs, tile, visible, scale);
+                    mls[0] = (st.m, st.l);
+                }
+            }
+            r += n;
+        }
+    }
+
+    /// [`step`] for `R` rows at once: the scores four chunks of eight keys at a time for all
+    /// rows (one load of each key vector for `R` multiply-adds), the value sums four registers
+    /// of the head at a time for all rows. Each row's arithmetic is [`step`]'s.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn multi<const R: usize>(
+        o: &mut [f32],
+        ml: &mut [(f32, f32)],
+        qg: &[f32],
+        tile: &Tile,
+        visible: usize,
+        scale: f32,
+    ) {
+        let (tk, dh) = (tile.tk, tile.dh);
+        let chunks = visible.div_ceil(8);
+        let mut acc = [[_mm256_setzero_ps(); 8]; R];
+        for c0 in (0..chunks).step_by(4) {
+            let mut a = [[_mm256_setzero_ps(); 4]; R];
+            for e in 0..dh {
+                let kr = tile.kt.as_ptr().add(e * tk + 8 * c0);
+                let k: [__m256; 4] = std::array::from_fn(|c| _mm256_loadu_ps(kr.add(8 * c)));
+                for (r, ar) in a.iter_mut().enumerate() {
+                    let qv = _mm256_set1_ps(*qg.get_unchecked(r * dh + e));
+                    for (c, ac) in ar.iter_mut().enumerate() {
+                        *ac = _mm256_fmadd_ps(qv, k[c], *ac);
+                    }
+                }
+            }
+            for (r, ar) in a.iter().enumerate() {
+                for (c, ac) in ar.iter().enumerate() {
+                    if c0 + c < 8 {
+                        acc[r][c0 + c] = *ac;
+                    }
+                }
+            }
+        }
+        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let neg_inf = _mm256_set1_ps(f32::NEG_INFINITY);
+        let scale_v = _mm256_set1_ps(scale);
+        let mut p = [[0.0f32; 64]; R];
+        let mut alpha = [_mm256_setzero_ps(); R];
+        for r in 0..R {
+            let mut masks = [_mm256_setzero_ps(); 8];
+            let mut maxv = neg_inf;
+            for c in 0..chunks {
+                let live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((visible - 8 * c) as i32), lane));
+                masks[c] = live;
+                acc[r][c] = _mm256_blendv_ps(neg_inf, _mm256_mul_ps(acc[r][c], scale_v), live);
+                maxv = _mm256_max_ps(maxv, acc[r][c]);
+            }
+            let mut mx = [0.0f32; 8];
+            _mm256_storeu_ps(mx.as_mut_ptr(), maxv);
+            let mt = mx.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let mut st = RowState { m: ml[r].0, l: ml[r].1, o: &mut [] };
+            let (al, m_new) = rescale(&mut st, mt);
+            let mv = _mm256_set1_ps(m_new);
+            let mut sum = _mm256_setzero_ps();
+            for c in 0..chunks {
+                let e = _mm256_and_ps(masks[c], expf8(_mm256_sub_ps(acc[r][c], mv)));
+                sum = _mm256_add_ps(sum, e);
+                _mm256_storeu_ps(p[r].as_mut_ptr().add(8 * c), e);
+            }
+            let mut lanes = [0.0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
+            ml[r] = (st.m, st.l * al + tree8(&lanes));
+            alpha[r] = _mm256_set1_ps(al);
+        }
+        let mut e0 = 0;
+        while e0 + 32 <= dh {
+            let mut a: [[__m256; 4]; R] = std::array::from_fn(|r| {
+                std::array::from_fn(|i| _mm256_mul_ps(_mm256_loadu_ps(o.as_ptr().add(r * dh + e0 + 8 * i)), alpha[r]))
+            });
+            for j in 0..visible {
+                let vr = tile.vt.as_ptr().add(j * dh + e0);
+                let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(vr.add(8 * i)));
+                for (r, ar) in a.iter_mut().enumerate() {
+                    let pv = _mm256_set1_ps(*p[r].get_unchecked(j));
+                    for (i, ai) in ar.iter_mut().enumerate() {
+                        *ai = _mm256_fmadd_ps(pv, v[i], *ai);
+                    }
+                }
+            }
+            for (r, ar) in a.iter().enumerate() {
+                for (i, ai) in ar.iter().enumerate() {
+                    _mm256_storeu_ps(o.as_mut_ptr().add(r * dh + e0 + 8 * i), *ai);
+                }
+            }
+            e0 += 32;
+        }
+        for r in 0..R {
+            let mut e = e0;
+            while e < dh {
+                values::<1>(&mut o[r * dh..(r + 1) * dh], e, &p[r], tile, visible, alpha[r]);
+                e += 8;
+            }
+        }
+    }
+
     /// [`super::step_reference`] with AVX2 (`tile.dh` a multiple of 8, `tile.tk` of 8 and at
     /// most 64).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn step(st: &mut RowState, qr: &[f32], tile: &Tile, visible: usize, scale: f32) {
-        let (tk, dh) = (tile.tk, tile.dh);
+        let dh = tile.dh;
         let chunks = visible.div_ceil(8);
         let mut acc = [_mm256_setzero_ps(); 8];
         match chunks {
