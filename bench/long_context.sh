@@ -28,7 +28,7 @@ if [ "$llama" = 1 ] && ! .venv-llama/bin/python -c 'import llama_cpp' 2>/dev/nul
 fi
 cargo build --release -q -p frognano-model --example gguf_bench
 bench=target/release/examples/gguf_bench
-field() { python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
+field() { python3 -c "import json,sys; v = json.loads(sys.stdin.read())['$1']; print(f'{v:.1f}' if isinstance(v, float) else v)"; }
 
 echo "model $model, $threads threads, decode $decode tokens after each prompt, FrogNano KV cache $kv"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"

@@ -56,7 +56,10 @@ pub trait CausalLm: Send + Sync {
     /// Makes later caches store keys and values as `ty` (`--kv-cache`). Fails, naming the
     /// reason, for a type this model cannot store.
     fn set_kv_type(&mut self, ty: KvType) -> Result<()> {
-        Err(ModelError::Input(format!("this model keeps its own KV cache type ({}); it cannot be set to {ty}", self.kv_type())))
+        Err(ModelError::Input(format!(
+            "this model keeps its own KV cache type ({}); it cannot be set to {ty}",
+            self.kv_type()
+        )))
     }
     /// Bytes one sequence's cache holds after `tokens` positions (attention keys and values
     /// plus any recurrent state): what a context of that size costs.

@@ -34,7 +34,12 @@ fn gib(b: u64) -> f64 {
 
 /// Fails unless a cache of `ctx` tokens (`bytes(ctx)`) fits in `available` bytes; the error
 /// names the need, what is available, the largest context that fits and how to get it.
-pub fn fit_context(bytes: impl Fn(usize) -> usize, ctx: usize, available: u64, kv: crate::KvType) -> Result<(), String> {
+pub fn fit_context(
+    bytes: impl Fn(usize) -> usize,
+    ctx: usize,
+    available: u64,
+    kv: crate::KvType,
+) -> Result<(), String> {
     let need = bytes(ctx) as u64;
     if need <= available {
         return Ok(());

@@ -295,7 +295,11 @@ mod x86 {
         if np == qh.len() {
             body * scale
         } else {
-            let tail: f64 = qh[np..].iter().zip(&k[np..qh.len()]).map(|(x, y)| (x * half::f16::from_bits(*y).to_f32()) as f64).sum();
+            let tail: f64 = qh[np..]
+                .iter()
+                .zip(&k[np..qh.len()])
+                .map(|(x, y)| (x * half::f16::from_bits(*y).to_f32()) as f64)
+                .sum();
             (body as f64 + tail) as f32 * scale
         }
     }

@@ -150,7 +150,8 @@ where
     assert_eq!(k.len(), pos0 + t, "the cache holds {} keys, not pos0 + t = {}", k.len(), pos0 + t);
     assert_eq!((k.width(), v.width(), k.head_dim()), (hkv * dh, hkv * dh, dh), "cache rows do not match the shape");
     let tk = tile_keys(dh);
-    let items: Vec<(usize, usize)> = (0..t.div_ceil(TILE_QUERIES)).flat_map(|b| (0..hkv).map(move |h| (b, h))).collect();
+    let items: Vec<(usize, usize)> =
+        (0..t.div_ceil(TILE_QUERIES)).flat_map(|b| (0..hkv).map(move |h| (b, h))).collect();
     let outs: Vec<Vec<f32>> = items
         .par_iter()
         .map(|&(b, kvh)| {
@@ -246,7 +247,15 @@ mod x86 {
     /// tile: values row by row, keys transposed, zeros past `nk` (what
     /// [`crate::cache::KvRows::head_into`] gives, eight values per conversion).
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn load_f16_tile(tile: &mut Tile, kb: &[u16], vb: &[u16], j0: usize, nk: usize, width: usize, kvh: usize) {
+    pub(super) unsafe fn load_f16_tile(
+        tile: &mut Tile,
+        kb: &[u16],
+        vb: &[u16],
+        j0: usize,
+        nk: usize,
+        width: usize,
+        kvh: usize,
+    ) {
         let (tk, dh) = (tile.tk, tile.dh);
         let mut row = [0.0f32; 8];
         for j in 0..tk {
@@ -479,7 +488,14 @@ mod x86 {
     /// `o[e0..e0 + 8N] = o·α + Σ_j p_j·v_j` over the tile's visible keys, the sums in registers.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn values<const N: usize>(o: &mut [f32], e0: usize, p: &[f32; 64], tile: &Tile, visible: usize, alpha: __m256) {
+    unsafe fn values<const N: usize>(
+        o: &mut [f32],
+        e0: usize,
+        p: &[f32; 64],
+        tile: &Tile,
+        visible: usize,
+        alpha: __m256,
+    ) {
         let op = o.as_mut_ptr().add(e0);
         let mut acc: [__m256; N] = std::array::from_fn(|i| _mm256_mul_ps(_mm256_loadu_ps(op.add(8 * i)), alpha));
         for (j, &pj) in p.iter().enumerate().take(visible) {
