@@ -13,6 +13,7 @@ use frognano_protocol::Message;
 
 use frognano_model::load::DEMO_MODEL;
 use frognano_model::quant::QuantType;
+use frognano_model::KvType;
 
 /// Sampling, length and loading flags shared by `run` and `chat`. The short forms and aliases
 /// are llama.cpp's (`-n`/`--n-predict`, `--temp`, `--repeat-penalty`, `-s`, `-c`, `-t`).
@@ -54,8 +55,26 @@ pub struct GenFlags {
     /// Quantize the weights on load (q8_0 or q4_k); for f32/bf16 checkpoints and GGUF files.
     #[arg(long, value_parser = parse_quant)]
     pub quant: Option<QuantType>,
+    /// How the KV cache stores attention keys and values: f16, q8_0 or q4_0 (ggml blocks, 53 %
+    /// and 28 % of f16's memory; llama.cpp's -ctk/-ctv), or f32 [default: f16; Qwen3.5
+    /// checkpoint folders keep f32, their activations' numerics].
+    #[arg(long = "kv-cache", value_name = "TYPE", value_parser = parse_kv_cache)]
+    pub kv_cache: Option<KvType>,
     #[command(flatten)]
     pub threads: crate::threads::ThreadArgs,
+}
+
+/// `--kv-cache`'s value.
+pub fn parse_kv_cache(s: &str) -> Result<KvType, String> {
+    s.parse()
+}
+
+/// Sets the model's KV cache type (`--kv-cache`) when one was given.
+pub fn apply_kv_cache(model: &mut dyn frognano_model::CausalLm, kv: Option<KvType>) -> anyhow::Result<()> {
+    if let Some(ty) = kv {
+        model.set_kv_type(ty).with_context(|| format!("--kv-cache {ty}"))?;
+    }
+    Ok(())
 }
 
 /// Arguments of `frognano run`.
@@ -121,6 +140,9 @@ pub struct LogitsArgs {
     /// Quantize the weights on load (q8_0 or q4_k), as `run --quant` does.
     #[arg(long, value_parser = parse_quant)]
     pub quant: Option<QuantType>,
+    /// KV cache type, as `run --kv-cache`.
+    #[arg(long = "kv-cache", value_name = "TYPE", value_parser = parse_kv_cache)]
+    pub kv_cache: Option<KvType>,
     #[command(flatten)]
     pub threads: crate::threads::ThreadArgs,
 }
@@ -166,8 +188,10 @@ struct Talker {
 impl Talker {
     fn load(model: Option<String>, gen: &GenFlags) -> anyhow::Result<Self> {
         let spec = model_spec(model)?;
-        let lm = frognano_model::load::load_quantized(&spec, gen.quant).with_context(|| format!("loading {spec}"))?;
+        let mut lm =
+            frognano_model::load::load_quantized(&spec, gen.quant).with_context(|| format!("loading {spec}"))?;
         lm.tokenizer()?;
+        apply_kv_cache(&mut *lm.model, gen.kv_cache)?;
         let model_max = lm.model.max_context();
         let ctx = match gen.ctx_size {
             None => model_max,
@@ -177,6 +201,8 @@ impl Talker {
             }
             Some(n) => n,
         };
+        // The whole context's cache must fit before the first token is run.
+        frognano_model::memory::check_context(&*lm.model, ctx).map_err(anyhow::Error::msg)?;
         let mut sampling = SamplingParams {
             temperature: gen.temperature,
             top_p: gen.top_p,
@@ -345,7 +371,9 @@ pub fn chat(a: ChatArgs) -> anyhow::Result<()> {
 
 /// Prints `{"logits": [[...], ...]}` for every input position.
 pub fn logits(a: LogitsArgs) -> anyhow::Result<()> {
-    let lm = frognano_model::load::load_quantized(&a.model, a.quant).with_context(|| format!("loading {}", a.model))?;
+    let mut lm =
+        frognano_model::load::load_quantized(&a.model, a.quant).with_context(|| format!("loading {}", a.model))?;
+    apply_kv_cache(&mut *lm.model, a.kv_cache)?;
     let mut cache = lm.model.new_cache();
     let logits = lm.model.forward(&a.ids, &mut cache, true)?;
     let vocab = lm.model.vocab_size();

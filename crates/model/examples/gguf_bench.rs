@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p frognano-model --example gguf_bench -- MODEL [--prefill 512] [--decode 128]
-//!     [--threads 2] [--quant q8_0|q4_k] [--logits-at ID,ID,…]
+//!     [--threads 2] [--quant q8_0|q4_k] [--kv-cache f16|q8_0|q4_0] [--logits-at ID,ID,…]
 //! ```
 //! `--logits-at` instead prints the logits of every position for those ids (debugging parity).
 
@@ -32,7 +32,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         other => return Err(format!("--quant {other}: expected q8_0 or q4_k").into()),
     };
     let t0 = Instant::now();
-    let m = frognano_model::load::load_quantized(model, quant)?;
+    let mut m = frognano_model::load::load_quantized(model, quant)?;
+    let kv: String = arg(&args, "--kv-cache", String::new());
+    if !kv.is_empty() {
+        m.model.set_kv_type(kv.parse::<frognano_model::KvType>()?)?;
+    }
     let load_s = t0.elapsed().as_secs_f64();
     let vocab = m.model.vocab_size();
     let ids_arg: String = arg(&args, "--logits-at", String::new());
@@ -68,10 +72,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let decode_s = t.elapsed().as_secs_f64();
     println!(
         "{{\"engine\":\"frognano\",\"model\":{:?},\"threads\":{threads},\"load_s\":{load_s:.3},\"prefill_tokens\":{n_prefill},\
-         \"prefill_tok_s\":{:.2},\"decode_tokens\":{n_decode},\"decode_tok_s\":{:.3},\"weight_bytes\":{},\"tokens\":{}}}",
+         \"prefill_tok_s\":{:.2},\"decode_tokens\":{n_decode},\"decode_tok_s\":{:.3},\"kv_cache\":\"{}\",\"kv_bytes\":{},\"weight_bytes\":{},\"tokens\":{}}}",
         model,
         n_prefill as f64 / prefill_s,
         n_decode as f64 / decode_s,
+        m.model.kv_type(),
+        cache.byte_len(),
         m.weight_bytes,
         serde_json::to_string(&tokens)?
     );

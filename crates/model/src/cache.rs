@@ -1,17 +1,272 @@
-//! Per-sequence model state. Full-attention layers keep keys and values; Gated DeltaNet
-//! layers keep the last `K-1` pre-conv inputs and the `[Hv, dk, dv]` recurrent state (f32).
-//! The whole cache is a plain value: cloning it is a snapshot, which is how the engine
+//! Per-sequence model state. Full-attention layers keep keys and values ([`KvRows`], in the
+//! [`KvType`] the model was set to: f16 by default, or ggml's Q8_0/Q4_0 blocks); Gated
+//! DeltaNet layers keep the last `K-1` pre-conv inputs and the `[Hv, dk, dv]` recurrent state
+//! (f32). The whole cache is a plain value: cloning it is a snapshot, which is how the engine
 //! reuses a conversation prefix on a hybrid model where nothing can be "cropped".
+
+use half::f16;
+
+use crate::quant::{self, QuantType};
+
+/// How attention keys and values are stored (llama.cpp's `-ctk`/`-ctv`; docs/model.md §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvType {
+    /// f32, as computed (bf16/f32-activation models from safetensors keep their own numerics).
+    F32,
+    /// IEEE half, 2 bytes a value: llama.cpp's default, and ours.
+    #[default]
+    F16,
+    /// ggml Q8_0 blocks (32 int8 values and an f16 scale: 34 bytes per 32 values).
+    Q8_0,
+    /// ggml Q4_0 blocks (32 four-bit values and an f16 scale: 18 bytes per 32 values).
+    Q4_0,
+}
+
+impl KvType {
+    /// The names `--kv-cache` takes.
+    pub const NAMES: &'static str = "f16, q8_0, q4_0 (or f32)";
+
+    /// Bytes one row of `width` values takes (`width` a multiple of 32 for the block types).
+    pub fn row_bytes(self, width: usize) -> usize {
+        match self {
+            KvType::F32 => width * 4,
+            KvType::F16 => width * 2,
+            KvType::Q8_0 => width / 32 * 34,
+            KvType::Q4_0 => width / 32 * 18,
+        }
+    }
+
+    /// The ggml block type, for the quantized ones.
+    fn quant(self) -> Option<QuantType> {
+        match self {
+            KvType::Q8_0 => Some(QuantType::Q8_0),
+            KvType::Q4_0 => Some(QuantType::Q4_0),
+            KvType::F32 | KvType::F16 => None,
+        }
+    }
+
+    /// Fails unless rows of heads `head_dim` wide can be stored (the block types quantize each
+    /// head in whole blocks of 32, so one head can be read alone).
+    pub fn check_head_dim(self, head_dim: usize) -> Result<(), String> {
+        if self.quant().is_some() && !head_dim.is_multiple_of(32) {
+            return Err(format!("--kv-cache {self}: head_dim {head_dim} is not a multiple of 32 (the block size)"));
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for KvType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            KvType::F32 => "f32",
+            KvType::F16 => "f16",
+            KvType::Q8_0 => "q8_0",
+            KvType::Q4_0 => "q4_0",
+        })
+    }
+}
+
+impl std::str::FromStr for KvType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" => Ok(KvType::F32),
+            "f16" => Ok(KvType::F16),
+            "q8_0" => Ok(KvType::Q8_0),
+            "q4_0" => Ok(KvType::Q4_0),
+            other => Err(format!("unknown KV cache type {other:?}: expected one of {}", KvType::NAMES)),
+        }
+    }
+}
+
+/// The storage of [`KvRows`].
+#[derive(Debug, Clone)]
+enum Store {
+    F32(Vec<f32>),
+    /// f16 bit patterns.
+    F16(Vec<u16>),
+    /// ggml blocks, `row_bytes` per row.
+    Blocks(QuantType, Vec<u8>),
+}
+
+/// Keys or values of one attention layer: a row of `width` (= KV heads · head_dim) values per
+/// position, appended as tokens are processed.
+#[derive(Debug, Clone)]
+pub struct KvRows {
+    width: usize,
+    head_dim: usize,
+    len: usize,
+    store: Store,
+}
+
+impl KvRows {
+    /// Empty rows of `width` values in heads of `head_dim` (checked by
+    /// [`KvType::check_head_dim`] when the type is chosen).
+    pub fn new(ty: KvType, width: usize, head_dim: usize) -> Self {
+        let store = match ty.quant() {
+            Some(q) => Store::Blocks(q, Vec::new()),
+            None if ty == KvType::F32 => Store::F32(Vec::new()),
+            None => Store::F16(Vec::new()),
+        };
+        KvRows { width, head_dim, len: 0, store }
+    }
+
+    /// The storage type.
+    pub fn kv_type(&self) -> KvType {
+        match &self.store {
+            Store::F32(_) => KvType::F32,
+            Store::F16(_) => KvType::F16,
+            Store::Blocks(QuantType::Q8_0, _) => KvType::Q8_0,
+            Store::Blocks(..) => KvType::Q4_0,
+        }
+    }
+
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when no position is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Values per row.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// Values per head.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
+    /// Appends whole rows (`x.len()` a multiple of the width): rounded to f16 or quantized.
+    pub fn push(&mut self, x: &[f32]) {
+        assert!(x.len().is_multiple_of(self.width), "{} values are not whole rows of {}", x.len(), self.width);
+        match &mut self.store {
+            Store::F32(v) => v.extend_from_slice(x),
+            Store::F16(v) => v.extend(x.iter().map(|&e| f16::from_f32(e).to_bits())),
+            Store::Blocks(q, v) => {
+                for block in x.chunks_exact(32) {
+                    match q {
+                        QuantType::Q8_0 => quantize_q8_0(block, v),
+                        _ => quantize_q4_0(block, v),
+                    }
+                }
+            }
+        }
+        self.len += x.len() / self.width;
+    }
+
+    /// Keeps the first `rows` positions.
+    pub fn truncate(&mut self, rows: usize) {
+        let rows = rows.min(self.len);
+        let w = self.width;
+        match &mut self.store {
+            Store::F32(v) => v.truncate(rows * w),
+            Store::F16(v) => v.truncate(rows * w),
+            Store::Blocks(q, v) => v.truncate(rows * w / 32 * q.block_bytes()),
+        }
+        self.len = rows;
+    }
+
+    /// Bytes held.
+    pub fn byte_len(&self) -> usize {
+        match &self.store {
+            Store::F32(v) => v.len() * 4,
+            Store::F16(v) => v.len() * 2,
+            Store::Blocks(_, v) => v.len(),
+        }
+    }
+
+    /// Reserves room for `rows` more positions (the memory check counts on it being real).
+    pub fn reserve(&mut self, rows: usize) {
+        let w = self.width;
+        match &mut self.store {
+            Store::F32(v) => v.reserve(rows * w),
+            Store::F16(v) => v.reserve(rows * w),
+            Store::Blocks(q, v) => v.reserve(rows * w / 32 * q.block_bytes()),
+        }
+    }
+
+    /// The f16 bit patterns, `[len, width]`, when stored as f16.
+    pub fn f16_bits(&self) -> Option<&[u16]> {
+        match &self.store {
+            Store::F16(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The f32 values, `[len, width]`, when stored as f32.
+    pub fn f32_values(&self) -> Option<&[f32]> {
+        match &self.store {
+            Store::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Head `head` of row `j` as f32 (exact for f32/f16; ggml's dequantization for blocks).
+    pub fn head_into(&self, j: usize, head: usize, out: &mut [f32]) {
+        let (dh, at) = (self.head_dim, j * self.width + head * self.head_dim);
+        match &self.store {
+            Store::F32(v) => out[..dh].copy_from_slice(&v[at..at + dh]),
+            Store::F16(v) => {
+                for (o, &b) in out[..dh].iter_mut().zip(&v[at..at + dh]) {
+                    *o = f16::from_bits(b).to_f32();
+                }
+            }
+            Store::Blocks(q, v) => {
+                let bb = q.block_bytes();
+                quant::dequantize(*q, &v[at / 32 * bb..(at + dh) / 32 * bb], &mut out[..dh]);
+            }
+        }
+    }
+
+    /// Every row as f32, `[len, width]` (the plain reference path reads this).
+    pub fn to_f32(&self) -> Vec<f32> {
+        match &self.store {
+            Store::F32(v) => v.clone(),
+            Store::F16(v) => v.iter().map(|&b| f16::from_bits(b).to_f32()).collect(),
+            Store::Blocks(q, v) => {
+                let mut out = vec![0.0; self.len * self.width];
+                quant::dequantize(*q, v, &mut out);
+                out
+            }
+        }
+    }
+}
+
+/// ggml's `quantize_row_q8_0_ref` for one block of 32: `d = max|x| / 127`, `q = round(x / d)`.
+fn quantize_q8_0(x: &[f32], out: &mut Vec<u8>) {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    out.extend_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
+    out.extend(x.iter().map(|v| (v * id).round() as i8 as u8));
+}
+
+/// ggml's `quantize_row_q4_0_ref` for one block of 32: `d = max / −8` (the signed value of
+/// largest magnitude), `q = min(15, trunc(x / d + 8.5))`; element `j` in the low nibble of byte
+/// `j`, element `j + 16` in its high nibble.
+fn quantize_q4_0(x: &[f32], out: &mut Vec<u8>) {
+    let max = x.iter().fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+    let d = max / -8.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    out.extend_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
+    let q = |v: f32| ((v * id + 8.5) as i8).min(15) as u8;
+    out.extend((0..16).map(|j| q(x[j]) | (q(x[j + 16]) << 4)));
+}
 
 /// State of one layer.
 #[derive(Debug, Clone)]
 pub enum LayerCache {
-    /// Keys and values after norm and RoPE, `[len, heads * head_dim]` each, appended.
+    /// Keys and values after norm and RoPE, a row of `heads · head_dim` per position.
     Attention {
         /// Keys, row per position.
-        k: Vec<f32>,
+        k: KvRows,
         /// Values, row per position.
-        v: Vec<f32>,
+        v: KvRows,
     },
     /// Gated DeltaNet state.
     Linear {
@@ -20,6 +275,14 @@ pub enum LayerCache {
         /// Recurrent state `S`, `[Hv, dk, dv]`.
         state: Vec<f32>,
     },
+}
+
+impl LayerCache {
+    /// An empty attention layer of `kv_heads` heads of `head_dim`, stored as `ty`.
+    pub fn attention(ty: KvType, kv_heads: usize, head_dim: usize) -> Self {
+        let w = kv_heads * head_dim;
+        LayerCache::Attention { k: KvRows::new(ty, w, head_dim), v: KvRows::new(ty, w, head_dim) }
+    }
 }
 
 /// A point in a cache's history that it can return to (see [`Cache::snapshot`]).
@@ -77,16 +340,11 @@ impl Cache {
         if snap.pos > self.pos || snap.linear.len() != self.layers.len() {
             return Err(format!("snapshot at {} does not belong to this cache (at {})", snap.pos, self.pos));
         }
-        let pos = self.pos;
         for (l, s) in self.layers.iter_mut().zip(&snap.linear) {
             match (l, s) {
                 (LayerCache::Attention { k, v }, None) => {
-                    let keep = |x: &mut Vec<f32>| {
-                        let width = x.len().checked_div(pos).unwrap_or(0);
-                        x.truncate(snap.pos * width);
-                    };
-                    keep(k);
-                    keep(v);
+                    k.truncate(snap.pos);
+                    v.truncate(snap.pos);
                 }
                 (LayerCache::Linear { conv, state }, Some((c, st))) => {
                     conv.clone_from(c);
@@ -119,9 +377,64 @@ impl Cache {
         self.layers
             .iter()
             .map(|l| match l {
-                LayerCache::Attention { k, v } => (k.len() + v.len()) * 4,
+                LayerCache::Attention { k, v } => k.byte_len() + v.byte_len(),
                 LayerCache::Linear { conv, state } => (conv.len() + state.len()) * 4,
             })
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize) -> Vec<f32> {
+        (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect()
+    }
+
+    #[test]
+    fn rows_take_the_bytes_of_their_type_and_read_back() {
+        let (w, dh) = (192, 64);
+        // Values in about ±7.2: a Q8_0 step is 7.2/127, half of it the worst rounding; Q4_0's
+        // is 7.2/8, and a whole step where a block's largest value has the other sign (ggml
+        // clamps the top nibble at +7 steps).
+        let x = values(3 * w);
+        for (ty, per_row, tol) in
+            [(KvType::F32, 768, 0.0), (KvType::F16, 384, 4e-3), (KvType::Q8_0, 204, 0.03), (KvType::Q4_0, 108, 0.93)]
+        {
+            let mut r = KvRows::new(ty, w, dh);
+            r.push(&x[..w]);
+            r.push(&x[w..]);
+            assert_eq!((r.len(), r.byte_len(), ty.row_bytes(w)), (3, 3 * per_row, per_row), "{ty}");
+            let all = r.to_f32();
+            let worst = all.iter().zip(&x).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            assert!(worst <= tol, "{ty}: read back {worst} off (allowed {tol})");
+            let mut head = vec![0.0; dh];
+            r.head_into(2, 1, &mut head);
+            assert_eq!(head, all[2 * w + dh..2 * w + 2 * dh], "{ty}: one head equals its part of the row");
+            r.truncate(1);
+            assert_eq!((r.len(), r.byte_len()), (1, per_row), "{ty} truncated");
+            assert_eq!(r.to_f32(), all[..w], "{ty}: truncation keeps the first rows");
+        }
+    }
+
+    #[test]
+    fn f16_rows_hold_the_f16_rounding_exactly() {
+        let x = values(64);
+        let mut r = KvRows::new(KvType::F16, 64, 64);
+        r.push(&x);
+        let want: Vec<f32> = x.iter().map(|&v| crate::kernels::round_f16(v)).collect();
+        assert_eq!(r.to_f32(), want);
+    }
+
+    #[test]
+    fn kv_type_names_parse_and_bad_ones_are_named() {
+        for ty in [KvType::F32, KvType::F16, KvType::Q8_0, KvType::Q4_0] {
+            assert_eq!(ty.to_string().parse::<KvType>(), Ok(ty));
+        }
+        let e = "q5_k".parse::<KvType>().unwrap_err();
+        assert!(e.contains("q5_k") && e.contains("q8_0"), "{e}");
+        assert!(KvType::Q8_0.check_head_dim(80).unwrap_err().contains("head_dim 80"));
+        assert!(KvType::F16.check_head_dim(80).is_ok());
     }
 }

@@ -27,6 +27,7 @@ pub mod hub;
 pub mod kernels;
 pub mod llama;
 pub mod load;
+pub mod memory;
 pub mod quant;
 pub mod qwen35;
 pub mod qwen35_gguf;
@@ -36,7 +37,7 @@ pub mod test_support;
 pub mod tokenizer;
 pub mod weights;
 
-pub use cache::{Cache, CacheSnapshot, LayerCache};
+pub use cache::{Cache, CacheSnapshot, KvRows, KvType, LayerCache};
 pub use error::{ModelError, Result};
 pub use load::{load, LoadedModel};
 
@@ -48,6 +49,24 @@ pub trait CausalLm: Send + Sync {
     fn max_context(&self) -> usize;
     /// An empty cache for one sequence.
     fn new_cache(&self) -> Cache;
+    /// How [`CausalLm::new_cache`] stores attention keys and values.
+    fn kv_type(&self) -> KvType {
+        KvType::F32
+    }
+    /// Makes later caches store keys and values as `ty` (`--kv-cache`). Fails, naming the
+    /// reason, for a type this model cannot store.
+    fn set_kv_type(&mut self, ty: KvType) -> Result<()> {
+        Err(ModelError::Input(format!(
+            "this model keeps its own KV cache type ({}); it cannot be set to {ty}",
+            self.kv_type()
+        )))
+    }
+    /// Bytes one sequence's cache holds after `tokens` positions (attention keys and values
+    /// plus any recurrent state): what a context of that size costs.
+    fn cache_bytes(&self, tokens: usize) -> usize {
+        let _ = tokens;
+        0
+    }
     /// Runs `ids` at positions `cache.len()..`, updating `cache`. Returns logits for every
     /// new position (`[ids.len(), vocab]`, row-major) when `all_logits`, else for the last
     /// one only (`[1, vocab]`). An id outside the vocabulary is an error; the cache is then

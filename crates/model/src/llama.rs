@@ -21,7 +21,7 @@
 
 use rayon::prelude::*;
 
-use crate::cache::{Cache, LayerCache};
+use crate::cache::{Cache, KvRows, KvType, LayerCache};
 use crate::decoder::{self, LayerStack};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
@@ -325,6 +325,8 @@ pub struct Llama {
     theta_scale: f32,
     /// Llama 3.1 `rope_freqs`: per-pair divisors of the angle.
     freq_factors: Option<Vec<f32>>,
+    /// How new caches store keys and values (f16 unless set).
+    kv_type: KvType,
 }
 
 impl Llama {
@@ -339,7 +341,7 @@ impl Llama {
         freq_factors: Option<Vec<f32>>,
     ) -> Self {
         let theta_scale = cfg.rope_theta.powf(-2.0 / cfg.rope_dim as f32);
-        Llama { cfg, embed, output, layers, norm, theta_scale, freq_factors }
+        Llama { cfg, embed, output, layers, norm, theta_scale, freq_factors, kv_type: KvType::F16 }
     }
 
     /// Loads a `llama`, `qwen2` or `qwen3` GGUF file: [`Llama::config_from_gguf`], then the weights
@@ -793,8 +795,8 @@ impl Llama {
         v: &[f32],
         t: usize,
         pos0: usize,
-        kc: &mut Vec<f32>,
-        vc: &mut Vec<f32>,
+        kc: &mut KvRows,
+        vc: &mut KvRows,
     ) -> Vec<f32> {
         let c = &self.cfg;
         let (hq, hkv, dh) = (c.num_heads, c.num_kv_heads, c.head_dim);
@@ -819,8 +821,8 @@ impl Llama {
                 self.rope(head, &angles[i]);
             }
         });
-        kc.extend(k.iter().map(|e| round_f16(*e)));
-        vc.extend(v.iter().map(|e| round_f16(*e)));
+        kc.push(&k);
+        vc.push(v);
         let scale = 1.0 / (dh as f32).sqrt();
         // llama.cpp's K·Q and softmax·V are f16 matmuls whose summation order depends on the
         // batch size (module docs of `quant::ggml`); its KV cache has 256-cell granularity.
@@ -858,9 +860,26 @@ impl CausalLm for Llama {
 
     fn new_cache(&self) -> Cache {
         Cache {
-            layers: (0..self.cfg.num_layers).map(|_| LayerCache::Attention { k: Vec::new(), v: Vec::new() }).collect(),
+            layers: (0..self.cfg.num_layers)
+                .map(|_| LayerCache::attention(self.kv_type, self.cfg.num_kv_heads, self.cfg.head_dim))
+                .collect(),
             pos: 0,
         }
+    }
+
+    fn kv_type(&self) -> KvType {
+        self.kv_type
+    }
+
+    fn set_kv_type(&mut self, ty: KvType) -> Result<()> {
+        ty.check_head_dim(self.cfg.head_dim).map_err(ModelError::Input)?;
+        self.kv_type = ty;
+        Ok(())
+    }
+
+    fn cache_bytes(&self, tokens: usize) -> usize {
+        let c = &self.cfg;
+        2 * c.num_layers * tokens * self.kv_type.row_bytes(c.num_kv_heads * c.head_dim)
     }
 
     fn forward(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Vec<f32>> {

@@ -11,10 +11,11 @@ use std::path::Path;
 
 use rayon::prelude::*;
 
-use crate::cache::{Cache, LayerCache};
+use crate::cache::{Cache, KvRows, KvType, LayerCache};
 use crate::config::{LayerType, Qwen35Config};
 use crate::decoder::{self, LayerStack};
-use crate::error::Result;
+use crate::error::{ModelError, Result};
+use crate::kernels::attention::AttnShape;
 use crate::kernels::conv::causal_conv1d;
 use crate::kernels::delta_rule::{self, DeltaInputs, DeltaShape};
 use crate::kernels::{l2_normalize, rms_norm, sigmoid, silu, softmax, softplus, Act, Rope};
@@ -327,6 +328,9 @@ pub struct Qwen35 {
     /// Activation dtype (what transformers would compute in).
     pub act: Act,
     rope: Rope,
+    /// How new caches store attention keys and values: f32 in the activation dtype's values
+    /// (transformers' numerics) unless set (GGUF models: f16, as llama.cpp).
+    kv_type: KvType,
 }
 
 impl Qwen35 {
@@ -340,7 +344,7 @@ impl Qwen35 {
         act: Act,
     ) -> Self {
         let rope = Rope::new(cfg.rotary_dim(), cfg.rope_theta);
-        Qwen35 { cfg, embed_tokens, lm_head, layers, norm, act, rope }
+        Qwen35 { cfg, embed_tokens, lm_head, layers, norm, act, rope, kv_type: KvType::F32 }
     }
 
     /// Loads `config.json` + safetensors from a Hugging Face checkpoint folder.
@@ -538,8 +542,8 @@ fn attend(
     v: &[f32],
     t: usize,
     pos0: usize,
-    k_cache: &mut Vec<f32>,
-    v_cache: &mut Vec<f32>,
+    k_cache: &mut KvRows,
+    v_cache: &mut KvRows,
     m: &Qwen35,
 ) -> Vec<f32> {
     let act = m.act;
@@ -551,12 +555,19 @@ fn attend(
     for (i, head) in k.chunks_exact_mut(dh).enumerate() {
         m.rope.apply(head, pos0 + i / hkv, act);
     }
-    k_cache.extend_from_slice(&k);
-    v_cache.extend_from_slice(v);
+    k_cache.push(&k);
+    v_cache.push(v);
     let total = pos0 + t;
-    let (kc, vc) = (&*k_cache, &*v_cache);
-    let group = hq / hkv;
     let scale = 1.0 / (dh as f32).sqrt();
+    let (Some(kc), Some(vc)) = (k_cache.f32_values(), v_cache.f32_values()) else {
+        // An f16 or quantized cache (`--kv-cache`): the tiled kernel, then the activation
+        // rounding of the output.
+        let shape = AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, scale };
+        let mut o = crate::kernels::flash::causal_tiled(&q, k_cache, v_cache, shape);
+        act.round(&mut o);
+        return o;
+    };
+    let group = hq / hkv;
     // o[i, h, :] for every (token, head), in parallel.
     let mut o = vec![0.0f32; t * hq * dh];
     o.par_chunks_mut(dh).enumerate().for_each(|(idx, oh)| {
@@ -775,7 +786,7 @@ impl CausalLm for Qwen35 {
             .layer_types
             .iter()
             .map(|ty| match ty {
-                LayerType::Full => LayerCache::Attention { k: Vec::new(), v: Vec::new() },
+                LayerType::Full => LayerCache::attention(self.kv_type, c.num_key_value_heads, c.head_dim),
                 LayerType::Linear => LayerCache::Linear {
                     conv: vec![0.0; (c.linear_conv_kernel_dim - 1) * c.conv_dim()],
                     state: vec![0.0; c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim],
@@ -783,6 +794,26 @@ impl CausalLm for Qwen35 {
             })
             .collect();
         Cache { layers, pos: 0 }
+    }
+
+    fn kv_type(&self) -> KvType {
+        self.kv_type
+    }
+
+    fn set_kv_type(&mut self, ty: KvType) -> Result<()> {
+        ty.check_head_dim(self.cfg.head_dim).map_err(ModelError::Input)?;
+        self.kv_type = ty;
+        Ok(())
+    }
+
+    fn cache_bytes(&self, tokens: usize) -> usize {
+        let c = &self.cfg;
+        let full = c.layer_types.iter().filter(|t| matches!(t, LayerType::Full)).count();
+        let linear = c.layer_types.len() - full;
+        let kv = 2 * full * tokens * self.kv_type.row_bytes(c.num_key_value_heads * c.head_dim);
+        let state = (c.linear_conv_kernel_dim - 1) * c.conv_dim()
+            + c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim;
+        kv + linear * state * 4
     }
 
     fn forward(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Vec<f32>> {

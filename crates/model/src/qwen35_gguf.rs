@@ -9,6 +9,7 @@ use crate::gguf::GgufFile;
 use crate::gguf_weights::GgufWeights;
 use crate::kernels::Act;
 use crate::qwen35::Qwen35;
+use crate::{CausalLm, KvType};
 
 /// Reads the `qwen35.*` hyper-parameters of a GGUF file.
 pub fn config_from_gguf(f: &GgufFile) -> Result<Qwen35Config> {
@@ -89,8 +90,11 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Qwen35Config> {
 }
 
 /// Builds a [`Qwen35`] from a `qwen35` GGUF file (tensors stay memory-mapped): the config
-/// from its metadata, the weights through [`GgufWeights`], in f32 activations as llama.cpp.
+/// from its metadata, the weights through [`GgufWeights`], in f32 activations and with an f16
+/// KV cache, as llama.cpp.
 pub fn qwen35_from_gguf(f: &GgufFile) -> Result<Qwen35> {
     let cfg = config_from_gguf(f)?;
-    Qwen35::load(cfg, &GgufWeights::new(f)?, Some(Act::F32))
+    let mut m = Qwen35::load(cfg, &GgufWeights::new(f)?, Some(Act::F32))?;
+    m.set_kv_type(KvType::F16)?;
+    Ok(m)
 }

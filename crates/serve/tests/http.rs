@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::time::{Duration, Instant};
 
 use common::*;
-use frognano_model::cache::{Cache, LayerCache};
+use frognano_model::cache::{Cache, KvType, LayerCache};
 use frognano_model::CausalLm;
 use frognano_serve::spawn_server_with_model;
 use serde_json::{json, Value};
@@ -392,13 +392,13 @@ impl CausalLm for EndlessLm {
         8192
     }
     fn new_cache(&self) -> Cache {
-        Cache { layers: vec![LayerCache::Attention { k: Vec::new(), v: Vec::new() }], pos: 0 }
+        Cache { layers: vec![LayerCache::attention(KvType::F32, 1, 1)], pos: 0 }
     }
     fn forward(&self, ids: &[u32], cache: &mut Cache, _all: bool) -> frognano_model::Result<Vec<f32>> {
         std::thread::sleep(Duration::from_millis(2));
         let LayerCache::Attention { k, v } = &mut cache.layers[0] else { unreachable!() };
-        k.extend(ids.iter().map(|&i| i as f32));
-        v.extend(ids.iter().map(|_| 0.0));
+        k.push(&ids.iter().map(|&i| i as f32).collect::<Vec<_>>());
+        v.push(&vec![0.0; ids.len()]);
         cache.pos += ids.len();
         let mut logits = vec![0.0; self.vocab];
         logits[self.token as usize] = 10.0;

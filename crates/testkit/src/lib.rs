@@ -127,8 +127,9 @@ impl frognano_model::CausalLm for ScriptedLm {
         8192
     }
     fn new_cache(&self) -> frognano_model::cache::Cache {
-        use frognano_model::cache::{Cache, LayerCache};
-        Cache { layers: vec![LayerCache::Attention { k: Vec::new(), v: Vec::new() }], pos: 0 }
+        use frognano_model::cache::{Cache, KvType, LayerCache};
+        // One f32 "key" per token holding its id (exact up to 2^24), so the history can be read back.
+        Cache { layers: vec![LayerCache::attention(KvType::F32, 1, 1)], pos: 0 }
     }
     fn forward(
         &self,
@@ -140,10 +141,10 @@ impl frognano_model::CausalLm for ScriptedLm {
         let frognano_model::cache::LayerCache::Attention { k, v } = &mut cache.layers[0] else {
             unreachable!("ScriptedLm's cache has one attention layer")
         };
-        k.extend(ids.iter().map(|&id| id as f32));
-        v.extend(ids.iter().map(|_| 0.0));
+        k.push(&ids.iter().map(|&id| id as f32).collect::<Vec<_>>());
+        v.push(&vec![0.0; ids.len()]);
         cache.pos += ids.len();
-        let history: Vec<u32> = k.iter().map(|&x| x as u32).collect();
+        let history: Vec<u32> = k.f32_values().unwrap_or_default().iter().map(|&x| x as u32).collect();
         let done = (1..=self.script.len().min(history.len()))
             .rev()
             .find(|&m| history.ends_with(&self.script[..m]))

@@ -23,6 +23,7 @@
 use rayon::prelude::*;
 
 use super::round_f16;
+use crate::cache::KvRows;
 use crate::quant::ggml::{self, F16Dot};
 
 /// Shapes of one [`causal`] call.
@@ -42,18 +43,36 @@ pub struct AttnShape {
     pub scale: f32,
 }
 
+/// Prompts from this many cache positions on (cached plus new) take the tiled kernel
+/// ([`super::flash`]) for a batch: below it the batch-order kernels reproduce llama.cpp's
+/// non-flash-attention sums to the bit at a cost that grows with the square of the length
+/// (a full score row per query, the keys transposed per call); above it the tiled kernel's
+/// online softmax keeps memory and per-token time flat and sums in its own order.
+pub const TILED_FROM: usize = 512;
+
 /// Causal attention of `q` (`[t, heads, head_dim]`, values already f16-rounded) against the
-/// cache `kc`/`vc` (`[pos0 + t, kv_heads, head_dim]`, f16-rounded) in llama.cpp's summation
-/// `order` for the batch ([`F16Dot::for_batch`]). Returns `[t, heads · head_dim]`.
-/// Bit-identical to [`causal_reference`].
-pub fn causal(q: &[f32], kc: &[f32], vc: &[f32], s: AttnShape, order: F16Dot) -> Vec<f32> {
-    #[cfg(target_arch = "x86_64")]
-    if s.head_dim.is_multiple_of(16) && !super::plain_kernels() {
-        if let Some(isa) = x86::Isa::best() {
-            return x86::causal(isa, q, kc, vc, s, order);
-        }
+/// cache `k`/`v` (`[pos0 + t, kv_heads · head_dim]`). For an f16 cache it follows llama.cpp's
+/// summation `order` ([`F16Dot::for_batch`]): one token (decode) always, a batch below
+/// [`TILED_FROM`] positions, bit-identical to [`causal_reference`]. A longer batch, and every
+/// call on a quantized (Q8_0/Q4_0) or f32 cache, runs the tiled online-softmax kernel
+/// ([`super::flash::causal_tiled`]). `FROGNANO_PLAIN_KERNELS=1` asks for [`causal_reference`]
+/// on the cache's values throughout. Returns `[t, heads · head_dim]`.
+pub fn causal(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape, order: F16Dot) -> Vec<f32> {
+    if super::plain_kernels() {
+        return causal_reference(q, &k.to_f32(), &v.to_f32(), s, order);
     }
-    causal_reference(q, kc, vc, s, order)
+    let tiled = order == F16Dot::Gemm && s.pos0 + s.t >= TILED_FROM;
+    if let (Some(kb), Some(vb), false) = (k.f16_bits(), v.f16_bits(), tiled) {
+        #[cfg(target_arch = "x86_64")]
+        if s.head_dim.is_multiple_of(16) {
+            if let Some(isa) = x86::Isa::best() {
+                return x86::causal(isa, q, kb, vb, s, order);
+            }
+        }
+        let _ = (kb, vb);
+        return causal_reference(q, &k.to_f32(), &v.to_f32(), s, order);
+    }
+    super::flash::causal_tiled(q, k, v, s)
 }
 
 /// The plain version of [`causal`] (what the llama forward computed before the vector kernels,
@@ -134,8 +153,10 @@ mod x86 {
 
     /// One KV head of the cache, and for the batch order its keys transposed.
     struct Kv<'a> {
-        kc: &'a [f32],
-        vc: &'a [f32],
+        /// Key rows, f16 bits.
+        kc: &'a [u16],
+        /// Value rows, f16 bits.
+        vc: &'a [u16],
         /// [`transpose_keys`] of this head (batch order only, else empty).
         kt: &'a [f32],
         hkv: usize,
@@ -182,21 +203,21 @@ mod x86 {
 
     /// Keys of one KV head transposed into blocks of 16: `kt[(b·dh + e)·16 + l]` is element
     /// `e` of key `16b + l` (zero past the last key).
-    fn transpose_keys(kc: &[f32], n: usize, hkv: usize, kvh: usize, dh: usize) -> Vec<f32> {
+    fn transpose_keys(kc: &[u16], n: usize, hkv: usize, kvh: usize, dh: usize) -> Vec<f32> {
         let nb = n.div_ceil(16);
         let mut kt = vec![0.0f32; nb * dh * 16];
         for j in 0..n {
             let (b, l) = (j / 16, j % 16);
             let key = &kc[(j * hkv + kvh) * dh..(j * hkv + kvh + 1) * dh];
             for (e, &v) in key.iter().enumerate() {
-                kt[(b * dh + e) * 16 + l] = v;
+                kt[(b * dh + e) * 16 + l] = half::f16::from_bits(v).to_f32();
             }
         }
         kt
     }
 
     /// [`super::causal`] on the kernel `isa` (which this CPU must run: checked).
-    pub(super) fn causal(isa: Isa, q: &[f32], kc: &[f32], vc: &[f32], s: AttnShape, order: F16Dot) -> Vec<f32> {
+    pub(super) fn causal(isa: Isa, q: &[f32], kc: &[u16], vc: &[u16], s: AttnShape, order: F16Dot) -> Vec<f32> {
         // The AVX-512 kernel takes one head per item (its loads do not share rows between
         // heads); the AVX2 one as many of a KV head's as the threads leave.
         let m = match isa {
@@ -212,8 +233,8 @@ mod x86 {
         isa: Isa,
         m: usize,
         q: &[f32],
-        kc: &[f32],
-        vc: &[f32],
+        kc: &[u16],
+        vc: &[u16],
         s: AttnShape,
         order: F16Dot,
     ) -> Vec<f32> {
@@ -270,11 +291,15 @@ mod x86 {
     /// The end of a one-token score: the body's tree sum plus, for a head not a multiple of
     /// 64, the products past the last whole step added in f64; then `· scale`.
     #[inline(always)]
-    fn vec_score(qh: &[f32], k: &[f32], np: usize, body: f32, scale: f32) -> f32 {
+    fn vec_score(qh: &[f32], k: &[u16], np: usize, body: f32, scale: f32) -> f32 {
         if np == qh.len() {
             body * scale
         } else {
-            let tail: f64 = qh[np..].iter().zip(&k[np..qh.len()]).map(|(x, y)| (x * y) as f64).sum();
+            let tail: f64 = qh[np..]
+                .iter()
+                .zip(&k[np..qh.len()])
+                .map(|(x, y)| (x * half::f16::from_bits(*y).to_f32()) as f64)
+                .sum();
             (body as f64 + tail) as f32 * scale
         }
     }
@@ -371,7 +396,7 @@ mod x86 {
                         let e = step + 16 * g;
                         *ag = _mm512_fmadd_ps(
                             _mm512_loadu_ps(qh.as_ptr().add(e)),
-                            _mm512_loadu_ps(k.as_ptr().add(e)),
+                            _mm512_cvtph_ps(_mm256_loadu_si256(k.as_ptr().add(e).cast())),
                             *ag,
                         );
                     }
@@ -422,7 +447,7 @@ mod x86 {
                             if j < n {
                                 let p = _mm512_set1_ps(*sc.get_unchecked(j));
                                 let v = kv.vc.as_ptr().add(kv.row(j) + 16 * c);
-                                *sk = _mm512_fmadd_ps(p, _mm512_loadu_ps(v), *sk);
+                                *sk = _mm512_fmadd_ps(p, _mm512_cvtph_ps(_mm256_loadu_si256(v.cast())), *sk);
                             }
                         }
                         j0 += slots;
@@ -541,7 +566,8 @@ mod x86 {
                         for (g, ag) in a.iter_mut().enumerate() {
                             for (hf, agh) in ag.iter_mut().enumerate() {
                                 let e = step + 16 * g + 8 * hf;
-                                let (x, y) = (_mm256_loadu_ps(qh.as_ptr().add(e)), _mm256_loadu_ps(k.as_ptr().add(e)));
+                                let x = _mm256_loadu_ps(qh.as_ptr().add(e));
+                                let y = _mm256_cvtph_ps(_mm_loadu_si128(k.as_ptr().add(e).cast()));
                                 *agh = _mm256_fmadd_ps(x, y, *agh);
                             }
                         }
@@ -599,7 +625,7 @@ mod x86 {
                 for s in 0..slots.min(n - t0) {
                     let j0 = t0 + s;
                     let rounds = (n - j0).div_ceil(slots).min(ROUNDS);
-                    let rows: [*const f32; ROUNDS] = std::array::from_fn(|r| {
+                    let rows: [*const u16; ROUNDS] = std::array::from_fn(|r| {
                         let j = if r < rounds { j0 + r * slots } else { j0 };
                         kv.vc.as_ptr().add(kv.row(j))
                     });
@@ -651,14 +677,14 @@ mod x86 {
         unsafe fn add_rounds<const R: usize>(
             a: *mut f32,
             p: &[__m256; ROUNDS],
-            rows: &[*const f32; ROUNDS],
+            rows: &[*const u16; ROUNDS],
             dh: usize,
             first: bool,
         ) {
             for i in (0..dh).step_by(8) {
                 let mut sum = if first { _mm256_setzero_ps() } else { _mm256_loadu_ps(a.add(i)) };
                 for r in 0..R {
-                    sum = _mm256_fmadd_ps(p[r], _mm256_loadu_ps(rows[r].add(i)), sum);
+                    sum = _mm256_fmadd_ps(p[r], _mm256_cvtph_ps(_mm_loadu_si128(rows[r].add(i).cast())), sum);
                 }
                 _mm256_storeu_ps(a.add(i), sum);
             }
@@ -742,7 +768,7 @@ mod tests {
                     // Every grouping of a KV head's query heads into work items gives the same
                     // bits (what the thread count picks must not matter).
                     for m in (1..=group).filter(|m| group % m == 0) {
-                        let got = x86::causal_items(isa, m, &q, &k, &v, s, order);
+                        let got = x86::causal_items(isa, m, &q, &bits(&k), &bits(&v), s, order);
                         let what =
                             format!("{isa:?} {order:?} t={t} pos0={pos0} hq={hq} hkv={hkv} dh={dh}, {m} per item");
                         assert_same_bits(&got, &want, &what);
@@ -752,16 +778,37 @@ mod tests {
         }
     }
 
+    /// The f16 bits of f16-exact values.
+    fn bits(x: &[f32]) -> Vec<u16> {
+        x.iter().map(|&e| half::f16::from_f32(e).to_bits()).collect()
+    }
+
+    /// An f16 cache holding `x` (`[n, hkv · dh]`).
+    fn f16_cache(x: &[f32], hkv: usize, dh: usize) -> KvRows {
+        let mut r = KvRows::new(crate::cache::KvType::F16, hkv * dh, dh);
+        r.push(x);
+        r
+    }
+
     #[test]
     fn causal_equals_the_reference_on_every_shape() {
-        // Whatever `causal` picks here (a vector kernel, or the plain path for a head of 40 or
-        // a CPU without one), it returns the reference's bits.
+        // Whatever `causal` picks here for an f16 cache (a vector kernel, or the plain path for
+        // a head of 40 or a CPU without one), it returns the reference's bits, except that a
+        // batch from `TILED_FROM` positions on takes the tiled kernel (its own order).
         for (t, pos0, hq, hkv, dh, amp) in CASES {
             let [q, k, v] = inputs(t, pos0, hq, hkv, dh, amp);
             let s = shape(t, pos0, hq, hkv, dh);
+            let (kc, vc) = (f16_cache(&k, hkv, dh), f16_cache(&v, hkv, dh));
             for order in [F16Dot::Gemm, F16Dot::Vec] {
                 let want = causal_reference(&q, &k, &v, s, order);
-                assert_same_bits(&causal(&q, &k, &v, s, order), &want, &format!("{order:?} t={t} pos0={pos0} dh={dh}"));
+                let got = causal(&q, &kc, &vc, s, order);
+                let what = format!("{order:?} t={t} pos0={pos0} dh={dh}");
+                if order == F16Dot::Gemm && pos0 + t >= TILED_FROM {
+                    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                    assert!(worst < 2e-3, "{what}: the tiled kernel is {worst} off");
+                } else {
+                    assert_same_bits(&got, &want, &what);
+                }
             }
         }
     }
@@ -777,7 +824,7 @@ mod tests {
         let k: Vec<f32> = (0..n * dh).map(|i| (i / dh) as f32 / 4.0).collect();
         let v: Vec<f32> = (0..n * dh).map(|i| (i / dh) as f32).collect();
         for order in [F16Dot::Gemm, F16Dot::Vec] {
-            let o = causal(&q, &k, &v, s, order);
+            let o = causal(&q, &f16_cache(&k, 1, dh), &f16_cache(&v, 1, dh), s, order);
             for (i, row) in o.chunks_exact(dh).enumerate() {
                 let (lo, hi) = (i as f32 - 1.0, i as f32 + 0.5);
                 assert!(row.iter().all(|&x| x > lo && x < hi), "{order:?}: query {i} gave {}", row[0]);

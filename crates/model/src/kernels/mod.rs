@@ -5,6 +5,7 @@ pub mod attention;
 pub mod conv;
 pub mod delta_rule;
 pub mod f16_rows;
+pub mod flash;
 pub mod gemm;
 pub mod matmul;
 

@@ -1,0 +1,606 @@
+//! Tiled causal attention with an online softmax (flash-attention style, docs/model.md §4):
+//! what long prompts and quantized KV caches run.
+//!
+//! Work items are a tile of [`TILE_QUERIES`] new tokens × one KV head (all the query heads of
+//! its group). An item walks the keys its last query sees in tiles of [`tile_keys`]: it
+//! brings the tile's keys (transposed, one lane per key) and values into f32 buffers — from
+//! f16 bits, or ggml's dequantization of Q8_0/Q4_0 blocks — and every row (query, head) of the
+//! item then takes one step on them:
+//!
+//! ```text
+//! s_j  = (Σ_e q_e·k_je, e ascending, one fused multiply-add each) · scale   (−∞ past the row's causal end)
+//! m'   = max(m, max_j s_j);   α = expf(m − m');   p_j = expf(s_j − m')
+//! l    = l·α + Σ_j p_j        (eight lanes, key j in lane j mod 8, then a fixed tree)
+//! o_e  = o_e·α, then o_e += p_j·v_je for j ascending (fused)
+//! ```
+//!
+//! and the output is `o / l`. Memory is the item's tile buffers and `rows · head_dim` sums,
+//! whatever the length. A row's result depends only on its query, the keys and the tile size,
+//! not on the query tiling or the thread count. `expf` is ggml's ([`ggml::expf`]); the AVX2
+//! kernel computes exactly the steps above, eight keys or eight elements per register, and
+//! tests hold it to [`causal_tiled_reference`] bit for bit. Against llama.cpp's
+//! non-flash-attention order ([`super::attention::causal_reference`]) results differ by
+//! rounding only (the weights are not rounded to f16, the normalisation comes last).
+
+use rayon::prelude::*;
+
+use super::attention::AttnShape;
+use crate::cache::KvRows;
+use crate::quant::ggml;
+
+/// New tokens per work item.
+pub const TILE_QUERIES: usize = 32;
+
+/// Keys per tile for heads of `head_dim`: the transposed keys and the values of a tile take
+/// 16 KiB each at most (both stay in L1 while every row of the item reads them).
+pub fn tile_keys(head_dim: usize) -> usize {
+    if head_dim <= 64 {
+        64
+    } else {
+        32
+    }
+}
+
+/// [`causal_tiled_reference`] with the AVX2 kernel where the CPU has AVX2, FMA and F16C and
+/// `head_dim` is a multiple of 8 (same bits).
+pub fn causal_tiled(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    if s.head_dim.is_multiple_of(8) && x86::supported() {
+        return run(q, k, v, s, true, |o, ml, qg, tile, visible, scale| {
+            // SAFETY: AVX2, FMA and F16C were detected; head_dim is a multiple of 8.
+            unsafe { x86::step_group(o, ml, qg, tile, visible, scale) }
+        });
+    }
+    causal_tiled_reference(q, k, v, s)
+}
+
+/// The tiled kernel in plain code, one element at a time (the vector kernel's test reference).
+pub fn causal_tiled_reference(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape) -> Vec<f32> {
+    run(q, k, v, s, false, |o, ml, qg, tile, visible, scale| {
+        let dh = tile.dh;
+        for ((or, (m, l)), qr) in o.chunks_exact_mut(dh).zip(ml.iter_mut()).zip(qg.chunks_exact(dh)) {
+            let mut st = RowState { m: *m, l: *l, o: or };
+            step_reference(&mut st, qr, tile, visible, scale);
+            (*m, *l) = (st.m, st.l);
+        }
+    })
+}
+
+/// What the driver calls for the rows of one query (its KV head's `group` query heads, which
+/// see the same keys): their sums `o` (`rows · dh`), `(m, l)` pairs and queries `qg`, on a
+/// tile of which the first `visible` keys are in their causal window.
+type GroupStep<'a> = dyn Fn(&mut [f32], &mut [(f32, f32)], &[f32], &Tile, usize, f32) + Sync + 'a;
+
+/// One row's running state: the maximum score so far, the sum of weights and the weighted
+/// value sums (`head_dim`).
+struct RowState<'a> {
+    m: f32,
+    l: f32,
+    o: &'a mut [f32],
+}
+
+/// A tile's keys and values as f32: `kt[e·tk + j]` is element `e` of key `j`, `vt[j·dh + e]`
+/// element `e` of value `j`; keys and values past the tile's end are zero.
+struct Tile {
+    kt: Vec<f32>,
+    vt: Vec<f32>,
+    tk: usize,
+    dh: usize,
+    /// The KV head the tile holds.
+    kvh: usize,
+}
+
+/// The weight sum's lane tree: `[l0..l7]` as `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`
+/// (the AVX2 kernel's halves, then `movehl`, then `movehdup`).
+#[inline(always)]
+fn tree8(l: &[f32; 8]) -> f32 {
+    let s: [f32; 4] = std::array::from_fn(|i| l[i + 4] + l[i]);
+    (s[2] + s[0]) + (s[3] + s[1])
+}
+
+/// The online-softmax update once the tile's maximum `mt` and weight sum `psum` are known:
+/// returns `α`, the factor for the old sums.
+#[inline(always)]
+fn rescale(st: &mut RowState, mt: f32) -> (f32, f32) {
+    let m_new = st.m.max(mt);
+    let alpha = ggml::expf(st.m - m_new);
+    st.m = m_new;
+    (alpha, m_new)
+}
+
+/// One row's step on a tile (keys `0..visible` of it are in its causal window), plain.
+fn step_reference(st: &mut RowState, qr: &[f32], tile: &Tile, visible: usize, scale: f32) {
+    let (tk, dh) = (tile.tk, tile.dh);
+    let mut sc = vec![f32::NEG_INFINITY; tk];
+    for (j, out) in sc.iter_mut().enumerate().take(visible) {
+        let mut acc = 0.0f32;
+        for (e, &qe) in qr.iter().enumerate() {
+            acc = qe.mul_add(tile.kt[e * tk + j], acc);
+        }
+        *out = acc * scale;
+    }
+    let mt = sc.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    let (alpha, m_new) = rescale(st, mt);
+    let mut lanes = [0.0f32; 8];
+    for (j, x) in sc.iter_mut().enumerate() {
+        *x = if j < visible { ggml::expf(*x - m_new) } else { 0.0 };
+        lanes[j % 8] += *x;
+    }
+    st.l = st.l * alpha + tree8(&lanes);
+    for (e, o) in st.o.iter_mut().enumerate() {
+        let mut acc = *o * alpha;
+        for (j, &p) in sc.iter().enumerate().take(visible) {
+            acc = p.mul_add(tile.vt[j * dh + e], acc);
+        }
+        *o = acc;
+    }
+}
+
+/// The driver: work items of [`TILE_QUERIES`] tokens × one KV head in parallel, each walking
+/// its key tiles and taking `step` for each of its rows.
+/// `f16c`: the CPU converts f16 with F16C (then an f16 tile is loaded eight values at a time;
+/// the values are the same either way).
+fn run<F>(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape, f16c: bool, step: F) -> Vec<f32>
+where
+    F: Fn(&mut [f32], &mut [(f32, f32)], &[f32], &Tile, usize, f32) + Sync,
+{
+    let step: &GroupStep = &step;
+    let AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, .. } = s;
+    let group = hq / hkv;
+    assert_eq!(k.len(), pos0 + t, "the cache holds {} keys, not pos0 + t = {}", k.len(), pos0 + t);
+    assert_eq!((k.width(), v.width(), k.head_dim()), (hkv * dh, hkv * dh, dh), "cache rows do not match the shape");
+    let tk = tile_keys(dh);
+    let items: Vec<(usize, usize)> =
+        (0..t.div_ceil(TILE_QUERIES)).flat_map(|b| (0..hkv).map(move |h| (b, h))).collect();
+    let outs: Vec<Vec<f32>> = items
+        .par_iter()
+        .map(|&(b, kvh)| {
+            let (i0, i1) = (b * TILE_QUERIES, ((b + 1) * TILE_QUERIES).min(t));
+            let rows = (i1 - i0) * group;
+            let mut o = vec![0.0f32; rows * dh];
+            let mut ml: Vec<(f32, f32)> = vec![(f32::NEG_INFINITY, 0.0); rows];
+            let mut tile = Tile { kt: vec![0.0; dh * tk], vt: vec![0.0; tk * dh], tk, dh, kvh };
+            let mut row = vec![0.0f32; dh];
+            let n_keys = pos0 + i1;
+            for j0 in (0..n_keys).step_by(tk) {
+                let nk = tk.min(n_keys - j0);
+                #[cfg(target_arch = "x86_64")]
+                if let (true, Some(kb), Some(vb)) = (f16c, k.f16_bits(), v.f16_bits()) {
+                    // SAFETY: `f16c` says F16C (and AVX2) were detected; dh is a multiple of 8.
+                    unsafe { x86::load_f16_tile(&mut tile, kb, vb, j0, nk, hkv * dh, kvh) };
+                    step_rows(&mut o, &mut ml, &tile, (i0, j0, nk), q, s, &step);
+                    continue;
+                }
+                let _ = f16c;
+                for j in 0..tk {
+                    if j < nk {
+                        k.head_into(j0 + j, kvh, &mut row);
+                        for (e, &x) in row.iter().enumerate() {
+                            tile.kt[e * tk + j] = x;
+                        }
+                        v.head_into(j0 + j, kvh, &mut tile.vt[j * dh..(j + 1) * dh]);
+                    } else {
+                        for e in 0..dh {
+                            tile.kt[e * tk + j] = 0.0;
+                        }
+                        tile.vt[j * dh..(j + 1) * dh].fill(0.0);
+                    }
+                }
+                step_rows(&mut o, &mut ml, &tile, (i0, j0, nk), q, s, &step);
+            }
+            for (or, (_, l)) in o.chunks_exact_mut(dh).zip(&ml) {
+                or.iter_mut().for_each(|x| *x /= l);
+            }
+            o
+        })
+        .collect();
+    let mut out = vec![0.0f32; t * hq * dh];
+    for (&(b, kvh), o) in items.iter().zip(&outs) {
+        for (r, or) in o.chunks_exact(dh).enumerate() {
+            let (i, h) = (b * TILE_QUERIES + r / group, kvh * group + r % group);
+            out[(i * hq + h) * dh..(i * hq + h + 1) * dh].copy_from_slice(or);
+        }
+    }
+    out
+}
+
+/// Every row of a work item (first token `i0`) takes `step` on the tile of `nk` keys from `j0`,
+/// those it sees of them.
+fn step_rows(
+    o: &mut [f32],
+    ml: &mut [(f32, f32)],
+    tile: &Tile,
+    (i0, j0, nk): (usize, usize, usize),
+    q: &[f32],
+    s: AttnShape,
+    step: &GroupStep,
+) {
+    let (hq, dh, group) = (s.heads, s.head_dim, s.heads / s.kv_heads);
+    for (r, (og, mlg)) in o.chunks_exact_mut(group * dh).zip(ml.chunks_exact_mut(group)).enumerate() {
+        let i = i0 + r;
+        let visible = nk.min((s.pos0 + i + 1).saturating_sub(j0));
+        if visible == 0 {
+            continue;
+        }
+        let h0 = tile.kvh * group;
+        let qg = &q[(i * hq + h0) * dh..(i * hq + h0 + group) * dh];
+        step(og, mlg, qg, tile, visible, s.scale);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! [`step`]: [`super::step_reference`] eight keys (scores, weights) or eight elements
+    //! (value sums) per AVX2 register.
+
+    use std::arch::x86_64::*;
+
+    use super::{rescale, tree8, RowState, Tile};
+    use crate::quant::ggml::x86::expf8;
+
+    /// Whether this CPU runs [`step`].
+    pub(super) fn supported() -> bool {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+    }
+
+    /// Keys `j0..j0 + nk` of KV head `tile.kvh` from f16 rows (`width` values each) into the
+    /// tile: values row by row, keys transposed, zeros past `nk` (what
+    /// [`crate::cache::KvRows::head_into`] gives, eight values per conversion).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn load_f16_tile(
+        tile: &mut Tile,
+        kb: &[u16],
+        vb: &[u16],
+        j0: usize,
+        nk: usize,
+        width: usize,
+        kvh: usize,
+    ) {
+        let (tk, dh) = (tile.tk, tile.dh);
+        let mut row = [0.0f32; 8];
+        for j in 0..tk {
+            let vr = tile.vt.as_mut_ptr().add(j * dh);
+            if j >= nk {
+                for e in 0..dh {
+                    *tile.kt.get_unchecked_mut(e * tk + j) = 0.0;
+                    *vr.add(e) = 0.0;
+                }
+                continue;
+            }
+            let at = (j0 + j) * width + kvh * dh;
+            assert!(at + dh <= kb.len() && at + dh <= vb.len());
+            for e0 in (0..dh).step_by(8) {
+                let v = _mm256_cvtph_ps(_mm_loadu_si128(vb.as_ptr().add(at + e0).cast()));
+                _mm256_storeu_ps(vr.add(e0), v);
+                let k = _mm256_cvtph_ps(_mm_loadu_si128(kb.as_ptr().add(at + e0).cast()));
+                _mm256_storeu_ps(row.as_mut_ptr(), k);
+                for (l, &x) in row.iter().enumerate() {
+                    *tile.kt.get_unchecked_mut((e0 + l) * tk + j) = x;
+                }
+            }
+        }
+    }
+
+    /// [`super::step_reference`] for each row of a query's group, up to three rows at a time
+    /// sharing every key and value load.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn step_group(
+        o: &mut [f32],
+        ml: &mut [(f32, f32)],
+        qg: &[f32],
+        tile: &Tile,
+        visible: usize,
+        scale: f32,
+    ) {
+        let dh = tile.dh;
+        let mut r = 0;
+        while r < ml.len() {
+            let n = (ml.len() - r).min(3);
+            let (os, mls, qs) = (&mut o[r * dh..(r + n) * dh], &mut ml[r..r + n], &qg[r * dh..(r + n) * dh]);
+            match n {
+                3 => multi::<3>(os, mls, qs, tile, visible, scale),
+                2 => multi::<2>(os, mls, qs, tile, visible, scale),
+                _ => {
+                    let mut st = RowState { m: mls[0].0, l: mls[0].1, o: os };
+                    step(&mut st, qs, tile, visible, scale);
+                    mls[0] = (st.m, st.l);
+                }
+            }
+            r += n;
+        }
+    }
+
+    /// [`step`] for `R` rows at once: the scores four chunks of eight keys at a time for all
+    /// rows (one load of each key vector for `R` multiply-adds), the value sums four registers
+    /// of the head at a time for all rows. Each row's arithmetic is [`step`]'s.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn multi<const R: usize>(
+        o: &mut [f32],
+        ml: &mut [(f32, f32)],
+        qg: &[f32],
+        tile: &Tile,
+        visible: usize,
+        scale: f32,
+    ) {
+        let (tk, dh) = (tile.tk, tile.dh);
+        let chunks = visible.div_ceil(8);
+        let mut acc = [[_mm256_setzero_ps(); 8]; R];
+        for c0 in (0..chunks).step_by(4) {
+            let mut a = [[_mm256_setzero_ps(); 4]; R];
+            for e in 0..dh {
+                let kr = tile.kt.as_ptr().add(e * tk + 8 * c0);
+                let k: [__m256; 4] = std::array::from_fn(|c| _mm256_loadu_ps(kr.add(8 * c)));
+                for (r, ar) in a.iter_mut().enumerate() {
+                    let qv = _mm256_set1_ps(*qg.get_unchecked(r * dh + e));
+                    for (c, ac) in ar.iter_mut().enumerate() {
+                        *ac = _mm256_fmadd_ps(qv, k[c], *ac);
+                    }
+                }
+            }
+            for (r, ar) in a.iter().enumerate() {
+                for (c, ac) in ar.iter().enumerate() {
+                    if c0 + c < 8 {
+                        acc[r][c0 + c] = *ac;
+                    }
+                }
+            }
+        }
+        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let neg_inf = _mm256_set1_ps(f32::NEG_INFINITY);
+        let scale_v = _mm256_set1_ps(scale);
+        let mut p = [[0.0f32; 64]; R];
+        let mut alpha = [_mm256_setzero_ps(); R];
+        for r in 0..R {
+            let mut masks = [_mm256_setzero_ps(); 8];
+            let mut maxv = neg_inf;
+            for c in 0..chunks {
+                let live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((visible - 8 * c) as i32), lane));
+                masks[c] = live;
+                acc[r][c] = _mm256_blendv_ps(neg_inf, _mm256_mul_ps(acc[r][c], scale_v), live);
+                maxv = _mm256_max_ps(maxv, acc[r][c]);
+            }
+            let mut mx = [0.0f32; 8];
+            _mm256_storeu_ps(mx.as_mut_ptr(), maxv);
+            let mt = mx.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let mut st = RowState { m: ml[r].0, l: ml[r].1, o: &mut [] };
+            let (al, m_new) = rescale(&mut st, mt);
+            let mv = _mm256_set1_ps(m_new);
+            let mut sum = _mm256_setzero_ps();
+            for c in 0..chunks {
+                let e = _mm256_and_ps(masks[c], expf8(_mm256_sub_ps(acc[r][c], mv)));
+                sum = _mm256_add_ps(sum, e);
+                _mm256_storeu_ps(p[r].as_mut_ptr().add(8 * c), e);
+            }
+            let mut lanes = [0.0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
+            ml[r] = (st.m, st.l * al + tree8(&lanes));
+            alpha[r] = _mm256_set1_ps(al);
+        }
+        let mut e0 = 0;
+        while e0 + 32 <= dh {
+            let mut a: [[__m256; 4]; R] = std::array::from_fn(|r| {
+                std::array::from_fn(|i| _mm256_mul_ps(_mm256_loadu_ps(o.as_ptr().add(r * dh + e0 + 8 * i)), alpha[r]))
+            });
+            for j in 0..visible {
+                let vr = tile.vt.as_ptr().add(j * dh + e0);
+                let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(vr.add(8 * i)));
+                for (r, ar) in a.iter_mut().enumerate() {
+                    let pv = _mm256_set1_ps(*p[r].get_unchecked(j));
+                    for (i, ai) in ar.iter_mut().enumerate() {
+                        *ai = _mm256_fmadd_ps(pv, v[i], *ai);
+                    }
+                }
+            }
+            for (r, ar) in a.iter().enumerate() {
+                for (i, ai) in ar.iter().enumerate() {
+                    _mm256_storeu_ps(o.as_mut_ptr().add(r * dh + e0 + 8 * i), *ai);
+                }
+            }
+            e0 += 32;
+        }
+        for r in 0..R {
+            let mut e = e0;
+            while e < dh {
+                values::<1>(&mut o[r * dh..(r + 1) * dh], e, &p[r], tile, visible, alpha[r]);
+                e += 8;
+            }
+        }
+    }
+
+    /// [`super::step_reference`] with AVX2 (`tile.dh` a multiple of 8, `tile.tk` of 8 and at
+    /// most 64).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn step(st: &mut RowState, qr: &[f32], tile: &Tile, visible: usize, scale: f32) {
+        let dh = tile.dh;
+        let chunks = visible.div_ceil(8);
+        let mut acc = [_mm256_setzero_ps(); 8];
+        match chunks {
+            1 => scores::<1>(qr, tile, &mut acc),
+            2 => scores::<2>(qr, tile, &mut acc),
+            3 => scores::<3>(qr, tile, &mut acc),
+            4 => scores::<4>(qr, tile, &mut acc),
+            5 => scores::<5>(qr, tile, &mut acc),
+            6 => scores::<6>(qr, tile, &mut acc),
+            7 => scores::<7>(qr, tile, &mut acc),
+            _ => scores::<8>(qr, tile, &mut acc),
+        }
+        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let neg_inf = _mm256_set1_ps(f32::NEG_INFINITY);
+        let scale_v = _mm256_set1_ps(scale);
+        let mut masks = [_mm256_setzero_ps(); 8];
+        let mut maxv = neg_inf;
+        for c in 0..chunks {
+            let live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((visible - 8 * c) as i32), lane));
+            masks[c] = live;
+            acc[c] = _mm256_blendv_ps(neg_inf, _mm256_mul_ps(acc[c], scale_v), live);
+            maxv = _mm256_max_ps(maxv, acc[c]);
+        }
+        let mut mx = [0.0f32; 8];
+        _mm256_storeu_ps(mx.as_mut_ptr(), maxv);
+        let mt = mx.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        let (alpha, m_new) = rescale(st, mt);
+        let mv = _mm256_set1_ps(m_new);
+        let mut sum = _mm256_setzero_ps();
+        let mut p = [0.0f32; 64];
+        for c in 0..chunks {
+            let e = _mm256_and_ps(masks[c], expf8(_mm256_sub_ps(acc[c], mv)));
+            sum = _mm256_add_ps(sum, e);
+            _mm256_storeu_ps(p.as_mut_ptr().add(8 * c), e);
+        }
+        let mut lanes = [0.0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
+        st.l = st.l * alpha + tree8(&lanes);
+        let alpha_v = _mm256_set1_ps(alpha);
+        let mut e0 = 0;
+        while e0 < dh {
+            let nv = ((dh - e0) / 8).min(8);
+            match nv {
+                8 => values::<8>(st.o, e0, &p, tile, visible, alpha_v),
+                4..=7 => values::<4>(st.o, e0, &p, tile, visible, alpha_v),
+                2 | 3 => values::<2>(st.o, e0, &p, tile, visible, alpha_v),
+                _ => values::<1>(st.o, e0, &p, tile, visible, alpha_v),
+            }
+            e0 += 8 * match nv {
+                8 => 8,
+                4..=7 => 4,
+                2 | 3 => 2,
+                _ => 1,
+            };
+        }
+    }
+
+    /// `acc[c]` = the dot products of `qr` with keys `8c..8c + 8` of the tile (`c < C`), one
+    /// fused multiply-add per element, `e` ascending; `C` fixed so the loop is straight code.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scores<const C: usize>(qr: &[f32], tile: &Tile, acc: &mut [__m256; 8]) {
+        let mut a = [_mm256_setzero_ps(); C];
+        for (e, &qe) in qr.iter().enumerate() {
+            let qv = _mm256_set1_ps(qe);
+            let kr = tile.kt.as_ptr().add(e * tile.tk);
+            for (c, ac) in a.iter_mut().enumerate() {
+                *ac = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kr.add(8 * c)), *ac);
+            }
+        }
+        acc[..C].copy_from_slice(&a);
+    }
+
+    /// `o[e0..e0 + 8N] = o·α + Σ_j p_j·v_j` over the tile's visible keys, the sums in registers.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn values<const N: usize>(
+        o: &mut [f32],
+        e0: usize,
+        p: &[f32; 64],
+        tile: &Tile,
+        visible: usize,
+        alpha: __m256,
+    ) {
+        let op = o.as_mut_ptr().add(e0);
+        let mut acc: [__m256; N] = std::array::from_fn(|i| _mm256_mul_ps(_mm256_loadu_ps(op.add(8 * i)), alpha));
+        for (j, &pj) in p.iter().enumerate().take(visible) {
+            let pv = _mm256_set1_ps(pj);
+            let vr = tile.vt.as_ptr().add(j * tile.dh + e0);
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr.add(8 * i)), *a);
+            }
+        }
+        for (i, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(op.add(8 * i), *a);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::KvType;
+    use crate::kernels::attention::causal_reference;
+    use crate::quant::ggml::F16Dot;
+
+    fn lcg(seed: &mut u64) -> f32 {
+        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    fn values(n: usize, seed: u64, amp: f32) -> Vec<f32> {
+        let mut s = seed;
+        (0..n).map(|_| crate::kernels::round_f16(lcg(&mut s) * amp)).collect()
+    }
+
+    /// `(t, pos0, heads, kv_heads, head_dim, amplitude)`.
+    const CASES: [(usize, usize, usize, usize, usize, f32); 7] = [
+        (1, 0, 2, 1, 64, 1.0),
+        (5, 0, 9, 3, 64, 2.0),
+        (40, 90, 9, 3, 64, 8.0), // queries across key tiles, SmolLM2's heads
+        (20, 0, 3, 3, 48, 30.0), // wide scores: weights that underflow to 0
+        (17, 50, 4, 2, 128, 2.0),
+        (1, 300, 6, 1, 128, 4.0), // one token far into the cache (quantized decode)
+        (3, 7, 2, 1, 80, 1.0),    // a head of 80: value sums of 8 + 2 registers
+    ];
+
+    fn cache(ty: KvType, x: &[f32], hkv: usize, dh: usize) -> KvRows {
+        let mut r = KvRows::new(ty, hkv * dh, dh);
+        r.push(x);
+        r
+    }
+
+    fn shape(t: usize, pos0: usize, hq: usize, hkv: usize, dh: usize) -> AttnShape {
+        AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, scale: 1.0 / (dh as f32).sqrt() }
+    }
+
+    #[test]
+    fn the_vector_kernel_equals_its_reference_bit_for_bit() {
+        #[cfg(target_arch = "x86_64")]
+        if !x86::supported() {
+            crate::test_support::report_skip("avx2+fma+f16c", "kernels::flash tiled attention");
+            return;
+        }
+        for (t, pos0, hq, hkv, dh, amp) in CASES {
+            let n = pos0 + t;
+            let q = values(t * hq * dh, 1 + t as u64, amp);
+            let (k, v) = (values(n * hkv * dh, 2 + n as u64, amp), values(n * hkv * dh, 3, 1.0));
+            let s = shape(t, pos0, hq, hkv, dh);
+            for ty in [KvType::F16, KvType::Q8_0, KvType::F32] {
+                if ty.check_head_dim(dh).is_err() {
+                    continue;
+                }
+                let (kc, vc) = (cache(ty, &k, hkv, dh), cache(ty, &v, hkv, dh));
+                let got = causal_tiled(&q, &kc, &vc, s);
+                let want = causal_tiled_reference(&q, &kc, &vc, s);
+                let differ = got.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+                assert_eq!(differ, 0, "{ty} t={t} pos0={pos0} dh={dh}: {differ} of {} outputs differ", got.len());
+            }
+        }
+    }
+
+    #[test]
+    fn tiled_attention_matches_the_llama_cpp_order_within_rounding() {
+        // Same f16 cache: the online softmax (no f16 weights) against llama.cpp's batch order.
+        for (t, pos0, hq, hkv, dh, amp) in CASES {
+            let n = pos0 + t;
+            let q = values(t * hq * dh, 1 + t as u64, amp);
+            let (k, v) = (values(n * hkv * dh, 2 + n as u64, amp), values(n * hkv * dh, 3, 1.0));
+            let s = shape(t, pos0, hq, hkv, dh);
+            let got = causal_tiled(&q, &cache(KvType::F16, &k, hkv, dh), &cache(KvType::F16, &v, hkv, dh), s);
+            let want = causal_reference(&q, &k, &v, s, F16Dot::for_batch(t));
+            let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+            // Values are in [-1, 1]; the reference's f16 weights alone move an output by up to
+            // about 2^-11 of it.
+            assert!(worst < 2e-3, "t={t} pos0={pos0} dh={dh}: {worst}");
+        }
+    }
+
+    #[test]
+    fn results_do_not_depend_on_where_a_query_falls_in_its_tile() {
+        // The last 5 of 37 tokens computed alone (after the first 32 are cached) give the
+        // bits the whole prompt gave them.
+        let (hq, hkv, dh, n) = (4, 2, 64, 37);
+        let q = values(n * hq * dh, 9, 3.0);
+        let (k, v) = (values(n * hkv * dh, 10, 3.0), values(n * hkv * dh, 11, 1.0));
+        let (kc, vc) = (cache(KvType::F16, &k, hkv, dh), cache(KvType::F16, &v, hkv, dh));
+        let all = causal_tiled(&q, &kc, &vc, shape(n, 0, hq, hkv, dh));
+        let tail = causal_tiled(&q[32 * hq * dh..], &kc, &vc, shape(5, 32, hq, hkv, dh));
+        assert!(all[32 * hq * dh..].iter().zip(&tail).all(|(a, b)| a.to_bits() == b.to_bits()));
+    }
+}
