@@ -23,6 +23,10 @@ pub struct ServeArgs {
     /// Context length in tokens (prompt + completion); default and maximum: the model's.
     #[arg(short = 'c', long = "ctx-size", visible_alias = "ctx", value_name = "N")]
     pub ctx: Option<usize>,
+    /// KV cache element type: f16 (the default for GGUF models), q8_0 or q4_0 (llama.cpp's
+    /// block formats: half and a quarter of f16's bytes per token, a little less exact), f32.
+    #[arg(long = "kv-cache", value_name = "TYPE", value_parser = crate::run::parse_kv_cache)]
+    pub kv_cache: Option<frognano_model::KvType>,
     /// The model name clients send in `model` (default: the file or folder name of MODEL).
     #[arg(long)]
     pub model_name: Option<String>,
@@ -79,6 +83,7 @@ impl From<ServeArgs> for ServeConfig {
             port: a.port,
             max_concurrent: a.max_concurrent,
             ctx: a.ctx,
+            kv_cache: a.kv_cache,
             model_name: a.model_name,
             cached_sessions: a.cached_sessions,
             no_prefix_reuse: a.no_prefix_reuse,

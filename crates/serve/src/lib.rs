@@ -57,6 +57,8 @@ pub struct ServeConfig {
     pub max_concurrent: usize,
     /// Context length in tokens (prompt + completion); default and maximum: the model's.
     pub ctx: Option<usize>,
+    /// KV cache element type (`--kv-cache`; default: the model's own, f16 for GGUF models).
+    pub kv_cache: Option<frognano_model::KvType>,
     /// The model name clients send in `model` (default: the file or folder name of `model`).
     pub model_name: Option<String>,
     /// Idle conversation states kept for prefix reuse, beyond one per concurrent sequence.
@@ -100,6 +102,7 @@ impl ServeConfig {
             port: 8000,
             max_concurrent: 4,
             ctx: None,
+            kv_cache: None,
             model_name: None,
             cached_sessions: 8,
             no_prefix_reuse: false,
@@ -163,7 +166,12 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
             .tokenizer
             .with_context(|| format!("{}: the model has no tokenizer; the server needs one", args.model))?,
     );
-    let model: Arc<dyn frognano_model::CausalLm> = Arc::from(loaded.model);
+    let mut model = loaded.model;
+    if let Some(ty) = args.kv_cache {
+        model.set_kv_type(ty).with_context(|| format!("--kv-cache {ty}"))?;
+    }
+    let kv_cache = model.kv_type().to_string();
+    let model: Arc<dyn frognano_model::CausalLm> = Arc::from(model);
     let model_max = model.max_context();
     let ctx = match args.ctx {
         None => model_max,
@@ -213,6 +221,7 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
     Ok(Arc::new(AppState {
         model_name: args.model_name.clone().unwrap_or_else(|| default_model_name(&args.model)),
         ctx,
+        kv_cache,
         vocab_size,
         tokenizer,
         template: loaded.chat_template,

@@ -42,6 +42,8 @@ pub struct AppState {
     pub model_name: String,
     /// Context length in tokens (prompt + completion).
     pub ctx: usize,
+    /// The KV cache element type in use (`--kv-cache`), as `/health` reports it.
+    pub kv_cache: String,
     /// Rows of the model's output head (valid token ids are below this).
     pub vocab_size: usize,
     /// The tokenizer.
@@ -853,6 +855,7 @@ async fn health(State(app): State<Arc<AppState>>) -> Response {
         "status": "ok",
         "model": app.model_name,
         "max_model_len": app.ctx,
+        "kv_cache": app.kv_cache,
         "max_concurrent": c.max_batch,
         "prefix_reuse": c.prefix_reuse,
         "running": s.running.load(r),

@@ -459,3 +459,20 @@ fn client_disconnect_stops_generation() {
     let h = wait_idle(&url, 2);
     assert!(h["generated_tokens"].as_u64().unwrap() - before < 1000, "{h}");
 }
+
+#[test]
+fn a_quantized_kv_cache_serves_and_reuses_prompts() {
+    // `serve --kv-cache q8_0`: the cache holds ggml Q8_0 rows; replies stay deterministic and a
+    // repeated prompt is still served from the session that holds it.
+    let mut a = args(&tiny());
+    a.kv_cache = Some(KvType::Q8_0);
+    let s = frognano_serve::spawn_server(a).expect("server starts with --kv-cache q8_0");
+    assert_eq!(health(&s.url())["kv_cache"], "q8_0");
+    assert_eq!(health(&tiny_server().url())["kv_cache"], "f32", "a checkpoint folder keeps f32 unless asked");
+    let url = format!("{}/v1/chat/completions", s.url());
+    let (st, first) = post(&url, &chat_body("Say something."));
+    assert_eq!(st, 200, "{first}");
+    let (_, second) = post(&url, &chat_body("Say something."));
+    assert_eq!(first["choices"][0]["message"]["content"], second["choices"][0]["message"]["content"]);
+    assert_eq!(second["usage"]["prompt_tokens_details"]["cached_tokens"], second["usage"]["prompt_tokens"]);
+}
