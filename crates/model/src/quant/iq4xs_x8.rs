@@ -192,8 +192,8 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::tests::random_blocks;
-    use crate::quant::{dot_reference, QuantType, QuantizedActs};
+    use crate::quant::tests::check_packing;
+    use crate::quant::QuantType;
 
     #[test]
     fn packed_groups_match_the_reference_dot_and_each_other() {
@@ -201,39 +201,6 @@ mod tests {
             crate::test_support::report_skip("avx2", "quant::iq4xs_x8 packed IQ4_XS group kernels (1, 4, 8 tokens)");
             return;
         };
-        let ty = QuantType::IQ4_XS;
-        let (rows, cols) = (16, 768);
-        let rb = cols / QK_K * 136;
-        let w = random_blocks(ty, rows * cols / QK_K, 5);
-        let p = pack(&w, rows, cols);
-        // Activations that reach ±127, so the products meet their bound.
-        let x: Vec<f32> = (0..8 * cols).map(|i| ((i * 7919 % 1013) as f32 - 506.0) / 97.0).collect();
-        let acts = QuantizedActs::new(ty.act_format(), &x, 8);
-        let rows8: [ActRow; 8] = std::array::from_fn(|k| acts.row(k));
-        let gb = cols / QK_K * BLOCK_BYTES;
-        for g in 0..rows / GROUP {
-            let pg = &p[g * gb..(g + 1) * gb];
-            let y8 = k8(pg, &rows8);
-            let y4 = k4(pg, &[rows8[4], rows8[5], rows8[6], rows8[7]]);
-            for k in 0..8 {
-                let y1 = k1(pg, &[rows8[k]]);
-                assert_eq!(y1[0], y8[k], "group {g} token {k}: one token vs eight");
-                if k >= 4 {
-                    assert_eq!(y4[k - 4], y8[k], "group {g} token {k}: four vs eight");
-                }
-                for (r, got) in y8[k].iter().enumerate() {
-                    let row = g * GROUP + r;
-                    let want = dot_reference(ty, &w[row * rb..][..rb], &rows8[k]);
-                    assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "row {row} token {k}: {got} vs {want}");
-                }
-            }
-        }
-        for row in 0..rows {
-            let mut want = vec![0.0; cols];
-            crate::quant::dequantize(ty, &w[row * rb..][..rb], &mut want);
-            let mut got = vec![0.0; cols];
-            dequantize_row(&p[row / GROUP * gb..][..gb], row % GROUP, &mut got);
-            assert_eq!(got, want, "row {row} dequantized");
-        }
+        check_packing(QuantType::IQ4_XS, pack, dequantize_row, BLOCK_BYTES, (k1, k4, k8));
     }
 }

@@ -1126,6 +1126,55 @@ pub(crate) mod tests {
         (*seed >> 33) as u32
     }
 
+    /// Holds an eight-row packing of `ty` (its `pack`, its row `dequant` and its packed
+    /// super-block size) to the reference: its 1-, 4- and 8-token kernels against
+    /// [`dot_reference`] on every row and token (and one, four and eight tokens against each
+    /// other, bit for bit), and every packed row against [`dequantize`]. Activations reach ±127,
+    /// so the kernels' word sums meet their bounds.
+    pub(crate) fn check_packing(
+        ty: QuantType,
+        pack: fn(&[u8], usize, usize) -> Vec<u8>,
+        dequant: fn(&[u8], usize, &mut [f32]),
+        packed_block_bytes: usize,
+        (k1, k4, k8): (GroupKernel<1>, GroupKernel<4>, GroupKernel<8>),
+    ) {
+        let (rows, cols) = (16, 768);
+        let rb = cols / QK_K * ty.block_bytes();
+        let w = random_blocks(ty, rows * cols / QK_K, 5);
+        let p = pack(&w, rows, cols);
+        let gb = cols / QK_K * packed_block_bytes;
+        assert_eq!(p.len(), rows / PACK_GROUP * gb, "{ty} packed length");
+        let x: Vec<f32> = (0..8 * cols).map(|i| ((i * 7919 % 1013) as f32 - 506.0) / 97.0).collect();
+        let acts = QuantizedActs::new(ty.act_format(), &x, 8);
+        let rows8: [ActRow; 8] = std::array::from_fn(|k| acts.row(k));
+        for g in 0..rows / PACK_GROUP {
+            let pg = &p[g * gb..(g + 1) * gb];
+            let y8 = k8(pg, &rows8);
+            let y4 = k4(pg, &[rows8[4], rows8[5], rows8[6], rows8[7]]);
+            for k in 0..8 {
+                assert_eq!(k1(pg, &[rows8[k]])[0], y8[k], "{ty} group {g} token {k}: one token vs eight");
+                if k >= 4 {
+                    assert_eq!(y4[k - 4], y8[k], "{ty} group {g} token {k}: four vs eight");
+                }
+                for (r, got) in y8[k].iter().enumerate() {
+                    let row = g * PACK_GROUP + r;
+                    let want = dot_reference(ty, &w[row * rb..][..rb], &rows8[k]);
+                    assert!(
+                        (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+                        "{ty} row {row} token {k}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+        for row in 0..rows {
+            let mut want = vec![0.0; cols];
+            dequantize(ty, &w[row * rb..][..rb], &mut want);
+            let mut got = vec![0.0; cols];
+            dequant(&p[row / PACK_GROUP * gb..][..gb], row % PACK_GROUP, &mut got);
+            assert_eq!(got, want, "{ty} row {row} dequantized");
+        }
+    }
+
     /// Random blocks whose f16 scales are small finite numbers.
     pub(crate) fn random_blocks(ty: QuantType, n: usize, seed: u64) -> Vec<u8> {
         let mut s = seed;

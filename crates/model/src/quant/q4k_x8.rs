@@ -477,55 +477,13 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::tests::random_blocks;
-    use crate::quant::{dot_reference, QuantizedActs};
+    use crate::quant::tests::check_packing;
 
-    /// The packed kernels of `ty` (Q4_K or Q5_K) against the reference dot (and one token, four
-    /// and eight against each other, bit for bit), and the packed rows against `dequantize`.
     fn check(ty: QuantType, kernels: (GroupKernel<1>, GroupKernel<4>, GroupKernel<8>)) {
-        type Pack = fn(&[u8], usize, usize) -> Vec<u8>;
-        type Dequant = fn(&[u8], usize, &mut [f32]);
-        let (pack_fn, dequant, bb): (Pack, Dequant, usize) = if ty == QuantType::Q4_K {
-            (pack, dequantize_row, BLOCK_BYTES)
+        if ty == QuantType::Q4_K {
+            check_packing(ty, pack, dequantize_row, BLOCK_BYTES, kernels);
         } else {
-            (pack_q5k, dequantize_row_q5k, BLOCK_BYTES_Q5K)
-        };
-        let (k1, k4, k8) = kernels;
-        let (rows, cols) = (16, 768);
-        let rb = cols / QK_K * ty.block_bytes();
-        let w = random_blocks(ty, rows * cols / QK_K, 5);
-        let p = pack_fn(&w, rows, cols);
-        // Activations that reach ±127, so the word sums meet their bound.
-        let x: Vec<f32> = (0..8 * cols).map(|i| ((i * 7919 % 1013) as f32 - 506.0) / 97.0).collect();
-        let acts = QuantizedActs::new(ty.act_format(), &x, 8);
-        let rows8: [ActRow; 8] = std::array::from_fn(|k| acts.row(k));
-        let gb = cols / QK_K * bb;
-        for g in 0..rows / GROUP {
-            let pg = &p[g * gb..(g + 1) * gb];
-            let y8 = k8(pg, &rows8);
-            let y4 = k4(pg, &[rows8[4], rows8[5], rows8[6], rows8[7]]);
-            for k in 0..8 {
-                let y1 = k1(pg, &[rows8[k]]);
-                assert_eq!(y1[0], y8[k], "{ty} group {g} token {k}: one token vs eight");
-                if k >= 4 {
-                    assert_eq!(y4[k - 4], y8[k], "{ty} group {g} token {k}: four vs eight");
-                }
-                for (r, got) in y8[k].iter().enumerate() {
-                    let row = g * GROUP + r;
-                    let want = dot_reference(ty, &w[row * rb..][..rb], &rows8[k]);
-                    assert!(
-                        (got - want).abs() <= 1e-4 * want.abs().max(1.0),
-                        "{ty} row {row} token {k}: {got} vs {want}"
-                    );
-                }
-            }
-        }
-        for row in 0..rows {
-            let mut want = vec![0.0; cols];
-            crate::quant::dequantize(ty, &w[row * rb..][..rb], &mut want);
-            let mut got = vec![0.0; cols];
-            dequant(&p[row / GROUP * gb..][..gb], row % GROUP, &mut got);
-            assert_eq!(got, want, "{ty} row {row} dequantized");
+            check_packing(ty, pack_q5k, dequantize_row_q5k, BLOCK_BYTES_Q5K, kernels);
         }
     }
 
