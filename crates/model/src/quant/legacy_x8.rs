@@ -255,18 +255,12 @@ mod x86 {
         let with_min = T == Q4_1 || T == Q5_1;
         let signed = T == Q8_0 || T == IQ4_NL;
         let ones = _mm256_set1_epi16(1);
-        // Lane L ← float L / 2 of four (one row's scale for both of its lanes).
-        let dup = _mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0);
         // The minimum term goes into one lane of each row.
         let first_lane = _mm256_set_ps(0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0);
         let vo = if with_min { 32 } else { 16 };
         let w = weights::<T>(blk.add(vo), h);
-        let widen = |off: usize| {
-            _mm256_permutevar8x32_ps(
-                _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(blk.add(off + 8 * h) as *const __m128i))),
-                dup,
-            )
-        };
+        // One row's scale (and minimum) for both of its lanes.
+        let widen = |off: usize| crate::quant::row_scales4(blk.add(off + 8 * h));
         let d8 = widen(0);
         let m8 = if with_min { _mm256_mul_ps(widen(16), first_lane) } else { _mm256_setzero_ps() };
         let aw: [__m256i; 4] = if signed { w.map(|x| _mm256_sign_epi8(x, x)) } else { w };

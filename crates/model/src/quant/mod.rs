@@ -835,6 +835,27 @@ pub(crate) unsafe fn row_pair_sums(v: std::arch::x86_64::__m256) -> [f32; 4] {
     std::array::from_fn(|r| lanes[2 * r] + lanes[2 * r + 1])
 }
 
+/// The eight dots of a packed group from its two accumulators of `(row, half)` lanes (rows
+/// 0..4 in `lo`, 4..8 in `hi`).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn group_sums(lo: std::arch::x86_64::__m256, hi: std::arch::x86_64::__m256) -> [f32; 8] {
+    let (a, b) = (row_pair_sums(lo), row_pair_sums(hi));
+    std::array::from_fn(|r| if r < 4 { a[r] } else { b[r - 4] })
+}
+
+/// Four rows' f16 scales at `p` (one half of a packed group's eight) widened to f32, each in
+/// both `(row, half)` lanes of its row: what every packed kernel's float step multiplies by.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn row_scales4(p: *const u8) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let four = _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(p as *const __m128i)));
+    _mm256_permutevar8x32_ps(four, _mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0))
+}
+
 /// Eight rows (one packed group, `nb` blocks) against `N` tokens: `out[k][r]`, the kernel of
 /// an eight-row packing ([`q4k_x8`], [`q6k_x8`], [`q2k_x8`], [`iq4xs_x8`], [`legacy_x8`]).
 pub type GroupKernel<const N: usize> = fn(&[u8], &[ActRow; N]) -> [[f32; 8]; N];

@@ -310,8 +310,6 @@ mod x86 {
             let c: [i8; 32] = std::array::from_fn(|i| if i % 2 == 0 { (4 * h + i / 8) as i8 } else { -128 });
             _mm256_loadu_si256(c.as_ptr() as *const __m256i)
         });
-        // Lane L ← float L / 2 of four (one row's `d` or `dmin` for both of its lanes).
-        let dup = _mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0);
         // The sums of 32 come in the order [B0, B1, B4, B5, B2, B3, B6, B7] (words); back to
         // B0..B7.
         let natural = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
@@ -364,14 +362,8 @@ mod x86 {
                 }
                 // This half's rows: d and dmin per lane, and the minimum words of rows (0, 1)
                 // and (2, 3) of the half, [row][sub-block].
-                let d8 = _mm256_permutevar8x32_ps(
-                    _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(blk.add(8 * h) as *const __m128i))),
-                    dup,
-                );
-                let dmin8 = _mm256_permutevar8x32_ps(
-                    _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(blk.add(16 + 8 * h) as *const __m128i))),
-                    dup,
-                );
+                let d8 = crate::quant::row_scales4(blk.add(8 * h));
+                let dmin8 = crate::quant::row_scales4(blk.add(16 + 8 * h));
                 let mins01 = _mm256_cvtepu8_epi16(_mm_loadu_si128(blk.add(OFF_MINS + 32 * h) as *const __m128i));
                 let mins23 = _mm256_cvtepu8_epi16(_mm_loadu_si128(blk.add(OFF_MINS + 32 * h + 16) as *const __m128i));
                 for k in 0..N {
@@ -385,10 +377,7 @@ mod x86 {
                 }
             }
         }
-        acc.map(|[lo, hi]| {
-            let (a, b) = (crate::quant::row_pair_sums(lo), crate::quant::row_pair_sums(hi));
-            std::array::from_fn(|r| if r < 4 { a[r] } else { b[r - 4] })
-        })
+        acc.map(|[lo, hi]| crate::quant::group_sums(lo, hi))
     }
 
     /// [`group_dot_avx2`] for one token (decode): both halves of every sub-block in one pass,
@@ -405,7 +394,6 @@ mod x86 {
             let c: [i8; 32] = std::array::from_fn(|i| if i % 2 == 0 { (4 * h + i / 8) as i8 } else { -128 });
             _mm256_loadu_si256(c.as_ptr() as *const __m256i)
         });
-        let dup = _mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0);
         let natural = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
         let mut acc = [_mm256_setzero_ps(); 2];
         for ib in 0..nb {
@@ -452,14 +440,8 @@ mod x86 {
             }
             let da = _mm256_set1_ps(*a.d.get_unchecked(ib));
             for (h, (acc_h, s_h)) in acc.iter_mut().zip(s).enumerate() {
-                let d8 = _mm256_permutevar8x32_ps(
-                    _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(blk.add(8 * h) as *const __m128i))),
-                    dup,
-                );
-                let dmin8 = _mm256_permutevar8x32_ps(
-                    _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(blk.add(16 + 8 * h) as *const __m128i))),
-                    dup,
-                );
+                let d8 = crate::quant::row_scales4(blk.add(8 * h));
+                let dmin8 = crate::quant::row_scales4(blk.add(16 + 8 * h));
                 let mins01 = _mm256_cvtepu8_epi16(_mm_loadu_si128(blk.add(OFF_MINS + 32 * h) as *const __m128i));
                 let mins23 = _mm256_cvtepu8_epi16(_mm_loadu_si128(blk.add(OFF_MINS + 32 * h + 16) as *const __m128i));
                 let m01 = _mm256_madd_epi16(mins01, bsum);
@@ -469,8 +451,7 @@ mod x86 {
                 *acc_h = _mm256_fmadd_ps(da, v, *acc_h);
             }
         }
-        let (lo, hi) = (crate::quant::row_pair_sums(acc[0]), crate::quant::row_pair_sums(acc[1]));
-        std::array::from_fn(|r| if r < 4 { lo[r] } else { hi[r - 4] })
+        crate::quant::group_sums(acc[0], acc[1])
     }
 }
 

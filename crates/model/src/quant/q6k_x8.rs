@@ -155,8 +155,6 @@ mod x86 {
             let c: [i8; 32] = std::array::from_fn(|i| (4 * (i / 8) + 2 * e + i % 2) as i8);
             _mm256_loadu_si256(c.as_ptr() as *const __m256i)
         });
-        // Lane L ← float L / 2 of four.
-        let dup = _mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0);
         let mut acc = [[_mm256_setzero_ps(); 2]; N];
         for ib in 0..nb {
             let blk = p.as_ptr().add(ib * BLOCK_BYTES);
@@ -213,10 +211,7 @@ mod x86 {
                         );
                     }
                 }
-                let d8 = _mm256_permutevar8x32_ps(
-                    _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(blk.add(8 * h) as *const __m128i))),
-                    dup,
-                );
+                let d8 = crate::quant::row_scales4(blk.add(8 * h));
                 for k in 0..N {
                     // This half's four row offsets into lanes (row, 0), zeros in (row, 1).
                     let off = if h == 0 {
@@ -230,10 +225,7 @@ mod x86 {
                 }
             }
         }
-        acc.map(|[lo, hi]| {
-            let (a, b) = (crate::quant::row_pair_sums(lo), crate::quant::row_pair_sums(hi));
-            std::array::from_fn(|r| if r < 4 { a[r] } else { b[r - 4] })
-        })
+        acc.map(|[lo, hi]| crate::quant::group_sums(lo, hi))
     }
 }
 
