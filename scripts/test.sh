@@ -25,5 +25,8 @@ export FROGNANO_SKIP_LOG
 # The summary is printed even when a test failed; either failure fails the run.
 status=0
 cargo test --workspace || status=$?
+# Disk left after the build: a clean CI machine once ran out while linking test binaries.
+df -h . | tail -1 | awk '{print "disk after tests: " $4 " free of " $2 " (target/: " }' | tr -d '\n'
+du -sh target 2>/dev/null | cut -f1 | tr -d '\n'; echo ')'
 ./scripts/skip-summary.sh "$FROGNANO_SKIP_LOG" || status=1
 exit "$status"
