@@ -116,6 +116,11 @@ pub struct ChatArgs {
     /// Ask a thinking model to think first (`enable_thinking`).
     #[arg(long)]
     pub think: bool,
+    /// Keep the conversation in FILE: its messages and the model's state after each reply.
+    /// Run again with the same FILE to go on where it stopped, without prefilling the history
+    /// again (docs/serve.md §Sessions on disk).
+    #[arg(long, value_name = "FILE")]
+    pub session: Option<PathBuf>,
     #[command(flatten)]
     pub gen: GenFlags,
 }
@@ -354,6 +359,30 @@ pub fn chat(a: ChatArgs) -> anyhow::Result<()> {
     if let Some(s) = system {
         msgs.push(Message::system(s));
     }
+    // The saved state belongs to these weights, quantized this way (the KV type is checked
+    // from the cache layout).
+    let model_id = format!(
+        "{}|quant={:?}",
+        frognano_engine::persist::model_identity(&frognano_model::load::resolve_path(&model_spec(a.model.clone())?)?),
+        a.gen.quant
+    );
+    if let Some(path) = a.session.as_ref().filter(|p| p.exists()) {
+        let (session, extra) = frognano_engine::persist::load_session_file(path, &model_id, t.session.model())
+            .with_context(|| format!("--session {}: cannot resume (the file is left as it is)", path.display()))?;
+        let saved: Vec<Message> = serde_json::from_value(extra.get("messages").cloned().unwrap_or_default())
+            .with_context(|| format!("--session {}: the field messages is not a list of chat messages", path.display()))?;
+        if !msgs.is_empty() && saved.first().is_some_and(|m| m.role == "system") {
+            eprintln!("note: the resumed conversation keeps its own system message; --system/-f is ignored");
+        }
+        eprintln!(
+            "resumed {} messages from {} ({} tokens of state, nothing prefilled again)",
+            saved.len(),
+            path.display(),
+            session.tokens().len()
+        );
+        msgs = saved;
+        t.session = session;
+    }
     eprintln!("chatting; an empty line or end of input quits");
     let stdin = std::io::stdin();
     loop {
@@ -366,6 +395,11 @@ pub fn chat(a: ChatArgs) -> anyhow::Result<()> {
         let text = t.render(&msgs, a.think)?;
         let reply = t.reply(&text, true)?;
         msgs.push(Message::assistant(reply));
+        if let Some(path) = &a.session {
+            let extra = serde_json::json!({ "messages": msgs });
+            frognano_engine::persist::save_session_file(path, &model_id, &t.session, extra)
+                .with_context(|| format!("--session {}: saving the conversation", path.display()))?;
+        }
     }
 }
 

@@ -70,6 +70,15 @@ pub struct ServeArgs {
     /// Tool calls of `tool_choice: "auto"` replies under a grammar.
     #[command(flatten)]
     pub constrain: crate::constrain::ConstrainToolsArgs,
+    /// Save every reply's conversation state in DIR and start a prompt from the longest saved
+    /// one it extends, also after a restart: an agent's next turn does not prefill its history
+    /// again (docs/serve.md §Sessions on disk).
+    #[arg(long, value_name = "DIR")]
+    pub session_dir: Option<std::path::PathBuf>,
+    /// The most disk the states in --session-dir take (e.g. 8G, 500M); least recently used go
+    /// first.
+    #[arg(long, value_name = "BYTES", default_value = "8G", value_parser = frognano_engine::persist::parse_bytes)]
+    pub session_budget: u64,
     /// Threads of the model (`-t/--threads`).
     #[command(flatten)]
     pub threads: crate::threads::ThreadArgs,
@@ -96,6 +105,8 @@ impl From<ServeArgs> for ServeConfig {
             body_timeout_secs: a.body_timeout_secs,
             tool_parser: a.tool_parser,
             constrain_tools: a.constrain.choice(),
+            session_dir: a.session_dir,
+            session_budget: a.session_budget,
         }
     }
 }

@@ -180,3 +180,35 @@ fn serve_reports_its_threads_and_context() {
         assert!(line.contains("(context 64 tokens, 4 concurrent, 3 threads,"), "{ctx_flag}: {line}");
     }
 }
+
+/// `chat --session FILE`: a second run with the same file goes on with the conversation
+/// (its messages and the model's state, nothing prefilled again) and says the same as one
+/// sitting; a FILE saved with another cache type is refused and left as it is.
+#[test]
+fn chat_with_a_session_file_goes_on_where_it_stopped() {
+    let Some(demo) = frognano_testkit::demo_model() else { return };
+    let demo = demo.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("talk.fnstate");
+    let chat = |input: &str, extra: &[&str]| {
+        let mut c = bin();
+        c.args([&["chat", demo, "--temp", "0", "-n", "12"][..], extra].concat());
+        c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let session = ["--session", file.to_str().unwrap()];
+    let (first, _) = ok(&chat("What is the capital of France?\n\n", &session));
+    assert!(file.exists(), "the conversation is saved after the reply");
+    let (second, said) = ok(&chat("And of Italy?\n\n", &session));
+    assert!(said.contains("resumed 2 messages") && said.contains("nothing prefilled again"), "{said}");
+    let (together, _) = ok(&chat("What is the capital of France?\nAnd of Italy?\n\n", &[]));
+    assert_eq!(format!("{first}{second}"), together, "two sittings say what one does");
+
+    let before = std::fs::read(&file).unwrap();
+    let err = failed(&chat("Hi\n\n", &[&session[..], &["--kv-cache", "q8_0"]].concat()));
+    assert!(err.contains("talk.fnstate") && err.contains("cannot resume") && err.contains("kv-cache"), "{err}");
+    assert_eq!(std::fs::read(&file).unwrap(), before, "the refused file is untouched");
+}

@@ -11,10 +11,12 @@
 //! conversation; optional token-level recording of each turn for RL, [`TurnRecord`]).
 //! [`constraint`] and [`tool_grammar`]: grammar-constrained decoding with llguidance (JSON
 //! schemas, any JSON object, Lark grammars, tool calls in a model's own format), its masks
-//! computed on a helper thread while the forward pass runs.
+//! computed on a helper thread while the forward pass runs. [`persist`]: conversation states on
+//! disk (`serve --session-dir`, `chat --session`), restored on a matching prefix.
 
 pub mod constraint;
 pub mod llm;
+pub mod persist;
 pub mod sampler;
 pub mod scheduler;
 pub mod session;
@@ -24,6 +26,7 @@ pub use constraint::{
     CompiledGrammar, Constraint, ConstraintError, ConstraintFactory, ConstraintStats, Grammar, LazyConstraints,
 };
 pub use llm::{ChatParts, EngineLlm, TurnRecord};
+pub use persist::{PersistError, SessionStore};
 
 pub use sampler::{SamplingParams, TokenChoice};
 pub use scheduler::{Flow, Job, QueueFull, Scheduler, SchedulerConfig, SchedulerStats, TokenSink};

@@ -44,6 +44,7 @@ use frognano_protocol::{ChatRequest, Completion, FinishReason, Llm, LlmError, Me
 use serde_json::Value;
 
 use crate::constraint::{Constraint, LazyConstraints};
+use crate::persist::SessionStore;
 use crate::sampler::SamplingParams;
 use crate::scheduler::Scheduler;
 use crate::session::{EngineError, FinishReason as EngineFinish, GenerateRequest, Generation, Session};
@@ -202,7 +203,7 @@ impl EngineLlm {
         let max_context = model.max_context();
         EngineLlm {
             name: name.into(),
-            runner: Runner::Own(Session::new(model)),
+            runner: Runner::Own(Session::new(model), None),
             chat,
             max_context,
             recorder: None,
@@ -226,6 +227,18 @@ impl EngineLlm {
             architecture: None,
             tool_constraint: None,
         }
+    }
+
+    /// Saves the conversation's state in `store` after every reply, and starts a turn from
+    /// the longest saved state its prompt extends when that is more than the session holds:
+    /// an agent run that is continued later (another process) does not prefill its history
+    /// again. No effect on an engine [on a scheduler](Self::on_scheduler), whose own
+    /// [`SchedulerConfig::store`](crate::SchedulerConfig::store) does this.
+    pub fn with_session_store(mut self, store: Arc<SessionStore>) -> Self {
+        if let Runner::Own(_, slot) = &mut self.runner {
+            *slot = Some(store);
+        }
+        self
     }
 
     /// Caps the context at `max_context` tokens (never above the model's own limit).
@@ -475,8 +488,9 @@ impl Llm for EngineLlm {
 
 /// Where an [`EngineLlm`]'s generations run.
 enum Runner {
-    /// A session of its own (one conversation at a time, as `frognano solve` runs).
-    Own(Session),
+    /// A session of its own (one conversation at a time, as `frognano solve` runs), and
+    /// where its states are saved, if anywhere ([`EngineLlm::with_session_store`]).
+    Own(Session, Option<Arc<SessionStore>>),
     /// A scheduler shared with other conversations.
     Shared(Arc<Scheduler>),
 }
@@ -484,7 +498,7 @@ enum Runner {
 impl Runner {
     fn model(&self) -> &Arc<dyn CausalLm> {
         match self {
-            Runner::Own(s) => s.model(),
+            Runner::Own(s, _) => s.model(),
             Runner::Shared(s) => s.model(),
         }
     }
@@ -496,7 +510,19 @@ impl Runner {
         constraint: Option<Constraint>,
     ) -> Result<Generation, EngineError> {
         match self {
-            Runner::Own(s) => s.generate_constrained(&prompt, req, constraint, |_| ControlFlow::Continue(())),
+            Runner::Own(s, store) => {
+                if let Some(store) = store {
+                    let held = s.tokens().iter().zip(&prompt).take_while(|(a, b)| a == b).count();
+                    if let Some((restored, _)) = store.restore(&prompt, held, s.model()) {
+                        *s = restored;
+                    }
+                }
+                let g = s.generate_constrained(&prompt, req, constraint, |_| ControlFlow::Continue(()))?;
+                if let Some(store) = store {
+                    store.save(s);
+                }
+                Ok(g)
+            }
             Runner::Shared(s) => s.generate_constrained(prompt, req.clone(), constraint, |_| ControlFlow::Continue(())),
         }
     }

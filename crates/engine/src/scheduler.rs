@@ -41,6 +41,7 @@ use std::thread::JoinHandle;
 use frognano_model::CausalLm;
 
 use crate::constraint::Constraint;
+use crate::persist::SessionStore;
 use crate::sampler::TokenChoice;
 use crate::session::{decode_step, Decoding, EngineError, FinishReason, GenerateRequest, Generation, Session};
 
@@ -110,6 +111,10 @@ pub struct SchedulerConfig {
     /// and `prefill_chunk`. 0: always `prefill_chunk` tokens. Smaller: streams stall less;
     /// larger: the long prompt goes faster.
     pub prefill_stall: f64,
+    /// Conversation states on disk (`serve --session-dir`): every finished reply's state is
+    /// saved there, and a prompt that extends a saved state further than any session in
+    /// memory starts from it (after a restart, or once its session has been let go).
+    pub store: Option<Arc<SessionStore>>,
 }
 
 /// [`SchedulerConfig::prefill_stall`]'s default (bench/RESULTS.md, "Serve fairness").
@@ -136,6 +141,7 @@ impl Default for SchedulerConfig {
             max_waiting: 1024,
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
             prefill_stall: DEFAULT_PREFILL_STALL,
+            store: None,
         }
     }
 }
@@ -169,6 +175,9 @@ pub struct SchedulerStats {
     pub cached_tokens: AtomicU64,
     /// Jobs that started from a fork of another session's state.
     pub forks: AtomicU64,
+    /// Jobs that started from a state restored from the session store
+    /// ([`SchedulerConfig::store`]).
+    pub restored: AtomicU64,
     /// Decode steps run, and the sequences they advanced (their ratio is the mean batch).
     pub decode_steps: AtomicU64,
     /// Sequences advanced by decode steps, all steps together.
@@ -678,6 +687,12 @@ fn finish(shared: &Shared, r: Running) {
         return;
     }
     let generation: Generation = decoding.into_generation();
+    if let Some(store) = &shared.config.store {
+        // A failure to save costs only the reuse after a restart: the reply still goes out.
+        if !abandoned && catch_unwind(AssertUnwindSafe(|| store.save(&session))).is_err() {
+            tracing::warn!("session store: saving a state panicked; it was not saved");
+        }
+    }
     return_session(shared, session);
     let stats = &shared.stats;
     stats.generated_tokens.fetch_add(generation.tokens.len() as u64, Ordering::Relaxed);
@@ -733,6 +748,19 @@ fn take_session(shared: &Shared, prompt: &[u32], running: &[Running]) -> Session
         .filter(|(lcp, _)| *lcp > 0)
         .max_by_key(|(lcp, _)| *lcp);
     let idle_lcp = best_idle.map_or(0, |(lcp, _, _)| lcp);
+    if let Some(store) = &shared.config.store {
+        let in_memory = idle_lcp.max(best_running.as_ref().map_or(0, |(lcp, _)| *lcp));
+        if let Some((session, _)) = store.restore(prompt, in_memory, &shared.model) {
+            shared.stats.restored.fetch_add(1, Ordering::Relaxed);
+            if !under_limit && !idle.is_empty() {
+                let lru = least_recently_used(&idle);
+                idle.swap_remove(lru);
+            } else {
+                shared.session_count.fetch_add(1, Ordering::SeqCst);
+            }
+            return session;
+        }
+    }
     if under_limit {
         let source = match best_running {
             Some((lcp, s)) if lcp >= idle_lcp => Some((lcp, s)),

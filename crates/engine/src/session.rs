@@ -121,6 +121,48 @@ impl Session {
         &self.model
     }
 
+    /// A session holding a given state: `cache` after `tokens`, and the logits after the last
+    /// of them when known (otherwise the next prompt reruns its last token). The caller
+    /// vouches that the cache is the model's state after those tokens; [`crate::persist`]
+    /// restores saved states this way (and bench/ builds long synthetic ones).
+    pub fn from_state(
+        model: Arc<dyn CausalLm>,
+        cache: Cache,
+        tokens: Vec<u32>,
+        logits: Option<Vec<f32>>,
+    ) -> Session {
+        let known = logits.is_some();
+        let mut s = Session { model, cache, tokens, last_logits: logits, snapshots: Vec::new() };
+        if known {
+            s.remember();
+        }
+        s
+    }
+
+    /// The state itself.
+    pub(crate) fn cache(&self) -> &Cache {
+        &self.cache
+    }
+
+    /// The points of this history worth saving, latest first: the end (when its logits are
+    /// known), then the latest earlier prompt end (where the next turn of a conversation
+    /// whose template re-renders the reply differently starts). Each is the position, the
+    /// snapshot holding its recurrent state (`None`: the cache's current one) and its logits.
+    pub(crate) fn save_points(&self) -> Vec<(usize, Option<&CacheSnapshot>, &[f32])> {
+        let end = self.tokens.len();
+        let mut points = Vec::new();
+        if let Some(logits) = &self.last_logits {
+            if end > 0 {
+                points.push((end, None, logits.as_slice()));
+            }
+        }
+        let earlier = self.snapshots.iter().rev().find(|(s, l)| s.pos > 0 && s.pos < end && !l.is_empty());
+        if let Some((snap, logits)) = earlier {
+            points.push((snap.pos, Some(snap), logits.as_slice()));
+        }
+        points
+    }
+
     /// Forgets everything.
     pub fn reset(&mut self) {
         self.cache = self.model.new_cache();

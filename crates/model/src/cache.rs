@@ -190,6 +190,35 @@ impl KvRows {
         }
     }
 
+    /// The stored bytes of rows `rows` (little-endian f32 or f16 values, or ggml blocks), as
+    /// a state file keeps them ([`push_raw`](Self::push_raw) appends them back).
+    pub fn raw_rows(&self, rows: std::ops::Range<usize>) -> &[u8] {
+        let per_row = self.kv_type().row_bytes(self.width);
+        let (a, b) = (rows.start.min(self.len) * per_row, rows.end.min(self.len) * per_row);
+        let bytes: &[u8] = match &self.store {
+            Store::F32(v) => as_bytes(v),
+            Store::F16(v) => as_bytes(v),
+            Store::Blocks(_, v) => v,
+        };
+        &bytes[a.min(b)..b]
+    }
+
+    /// Appends whole rows given as stored bytes (from [`raw_rows`](Self::raw_rows) of rows of
+    /// the same type and width). Fails, changing nothing, when `bytes` is not whole rows.
+    pub fn push_raw(&mut self, bytes: &[u8]) -> Result<(), String> {
+        let per_row = self.kv_type().row_bytes(self.width);
+        if per_row == 0 || !bytes.len().is_multiple_of(per_row) {
+            return Err(format!("{} bytes are not whole {} rows of {per_row} bytes", bytes.len(), self.kv_type()));
+        }
+        match &mut self.store {
+            Store::F32(v) => v.extend(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+            Store::F16(v) => v.extend(bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]))),
+            Store::Blocks(_, v) => v.extend_from_slice(bytes),
+        }
+        self.len += bytes.len() / per_row;
+        Ok(())
+    }
+
     /// The f16 bit patterns, `[len, width]`, when stored as f16.
     pub fn f16_bits(&self) -> Option<&[u16]> {
         match &self.store {
@@ -236,6 +265,28 @@ impl KvRows {
         }
     }
 }
+
+/// The bytes of a slice of plain numbers, in this machine's order (little-endian: x86-64 and
+/// aarch64, the only targets; a big-endian build fails below).
+pub fn as_bytes<T: Plain>(v: &[T]) -> &[u8] {
+    // SAFETY: `Plain` types have no padding and every byte pattern of them is initialised.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+/// Number types whose bytes can be viewed directly ([`as_bytes`]).
+pub trait Plain: Copy + private::Sealed {}
+impl Plain for f32 {}
+impl Plain for u16 {}
+impl Plain for u32 {}
+mod private {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for u16 {}
+    impl Sealed for u32 {}
+}
+
+#[cfg(target_endian = "big")]
+compile_error!("state files and KV rows are stored little-endian; big-endian targets are not supported");
 
 /// ggml's `quantize_row_q8_0_ref` for one block of 32: `d = max|x| / 127`, `q = round(x / d)`.
 fn quantize_q8_0(x: &[f32], out: &mut Vec<u8>) {
@@ -285,6 +336,29 @@ impl LayerCache {
     }
 }
 
+/// The shape of one layer's state: what a saved state must match to be loaded into a model's
+/// cache (`frognano_engine::persist`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum LayerLayout {
+    /// Keys and values of `width` values a row, in heads of `head_dim`, stored as `kv_type`.
+    Attention {
+        /// The storage type's name (`f16`, `q8_0`, …).
+        kv_type: String,
+        /// Values per row.
+        width: usize,
+        /// Values per head.
+        head_dim: usize,
+    },
+    /// A Gated DeltaNet layer's conv window and recurrent state, in f32 values.
+    Linear {
+        /// Values of the conv window.
+        conv: usize,
+        /// Values of the recurrent state.
+        state: usize,
+    },
+}
+
 /// A point in a cache's history that it can return to (see [`Cache::snapshot`]).
 #[derive(Debug, Clone)]
 pub struct CacheSnapshot {
@@ -295,6 +369,12 @@ pub struct CacheSnapshot {
 }
 
 impl CacheSnapshot {
+    /// Layer `layer`'s conv window and recurrent state at the snapshot (`None` for an
+    /// attention layer, whose keys and values the snapshot does not copy).
+    pub fn linear(&self, layer: usize) -> Option<(&[f32], &[f32])> {
+        self.linear.get(layer)?.as_ref().map(|(c, s)| (c.as_slice(), s.as_slice()))
+    }
+
     /// Bytes this snapshot holds.
     pub fn byte_len(&self) -> usize {
         self.linear.iter().flatten().map(|(c, s)| (c.len() + s.len()) * 4).sum()
@@ -357,6 +437,21 @@ impl Cache {
         Ok(())
     }
 
+    /// Each layer's shape ([`LayerLayout`]).
+    pub fn layout(&self) -> Vec<LayerLayout> {
+        self.layers
+            .iter()
+            .map(|l| match l {
+                LayerCache::Attention { k, .. } => LayerLayout::Attention {
+                    kv_type: k.kv_type().to_string(),
+                    width: k.width(),
+                    head_dim: k.head_dim(),
+                },
+                LayerCache::Linear { conv, state } => LayerLayout::Linear { conv: conv.len(), state: state.len() },
+            })
+            .collect()
+    }
+
     /// True when every layer can be rewound to any earlier position without a snapshot
     /// (pure attention models).
     pub fn is_rewindable(&self) -> bool {
@@ -415,6 +510,23 @@ mod tests {
             r.truncate(1);
             assert_eq!((r.len(), r.byte_len()), (1, per_row), "{ty} truncated");
             assert_eq!(r.to_f32(), all[..w], "{ty}: truncation keeps the first rows");
+        }
+    }
+
+    #[test]
+    fn raw_rows_copy_back_to_the_same_values() {
+        let (w, dh) = (64, 32);
+        let x = values(4 * w);
+        for ty in [KvType::F32, KvType::F16, KvType::Q8_0, KvType::Q4_0] {
+            let mut r = KvRows::new(ty, w, dh);
+            r.push(&x);
+            let mut copy = KvRows::new(ty, w, dh);
+            copy.push_raw(r.raw_rows(0..1)).unwrap();
+            copy.push_raw(r.raw_rows(1..4)).unwrap();
+            assert_eq!((copy.len(), copy.to_f32()), (4, r.to_f32()), "{ty}");
+            assert_eq!(r.raw_rows(3..9).len(), ty.row_bytes(w), "{ty}: rows past the end are left out");
+            let e = copy.push_raw(&r.raw_rows(0..1)[1..]).unwrap_err();
+            assert!(e.contains("not whole") && copy.len() == 4, "{ty}: {e}");
         }
     }
 

@@ -37,7 +37,7 @@ pub mod test_support;
 pub mod tokenizer;
 pub mod weights;
 
-pub use cache::{Cache, CacheSnapshot, KvRows, KvType, LayerCache};
+pub use cache::{Cache, CacheSnapshot, KvRows, KvType, LayerCache, LayerLayout};
 pub use error::{ModelError, Result};
 pub use load::{load, LoadedModel};
 

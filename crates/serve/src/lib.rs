@@ -91,6 +91,11 @@ pub struct ServeConfig {
     /// tools' calls, so a reply is free text or well-formed calls (`Some(true)`), or leave
     /// them free (`Some(false)`); `None`: on unless the model is a Qwen3.5/FrogNano one.
     pub constrain_tools: Option<bool>,
+    /// A folder where every reply's conversation state is saved and restored from on a
+    /// matching prefix, also after a restart (`--session-dir`; docs/serve.md §Sessions on disk).
+    pub session_dir: Option<std::path::PathBuf>,
+    /// The most bytes of states kept in `session_dir` (least recently used go first).
+    pub session_budget: u64,
 }
 
 impl ServeConfig {
@@ -115,6 +120,8 @@ impl ServeConfig {
             body_timeout_secs: 30,
             tool_parser: None,
             constrain_tools: None,
+            session_dir: None,
+            session_budget: DEFAULT_SESSION_BUDGET,
         }
     }
 
@@ -152,6 +159,9 @@ fn default_model_name(spec: &str) -> String {
     name.map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| spec.to_string())
 }
 
+/// [`ServeConfig::session_budget`]'s default: 8 GiB.
+pub const DEFAULT_SESSION_BUDGET: u64 = 8 << 30;
+
 /// Loads the model and starts the generation scheduler.
 fn load_state(args: &ServeConfig) -> anyhow::Result<Arc<AppState>> {
     args.validate()?; // before the model loads: a bad flag should not wait for it
@@ -172,6 +182,24 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
     }
     let kv_cache = model.kv_type().to_string();
     let model: Arc<dyn frognano_model::CausalLm> = Arc::from(model);
+    let store = match &args.session_dir {
+        None => None,
+        Some(dir) => {
+            let model_path = frognano_model::load::resolve_path(&args.model).unwrap_or_else(|_| args.model.clone().into());
+            let id = frognano_engine::persist::model_identity(&model_path);
+            let store = frognano_engine::SessionStore::open(dir, &id, model.as_ref(), args.session_budget)
+                .with_context(|| format!("--session-dir {}", dir.display()))?;
+            let st = store.stats();
+            tracing::info!(
+                "session store {}: {} states, {:.1} of {:.1} GB",
+                dir.display(),
+                st.files,
+                st.bytes as f64 / 1e9,
+                st.budget as f64 / 1e9
+            );
+            Some(Arc::new(store))
+        }
+    };
     let model_max = model.max_context();
     let ctx = match args.ctx {
         None => model_max,
@@ -212,6 +240,7 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
             max_waiting: args.max_waiting,
             prefill_chunk: args.prefill_chunk,
             prefill_stall: args.prefill_stall,
+            store,
         },
     )
     .context("starting the generation scheduler")?;

@@ -873,6 +873,8 @@ async fn health(State(app): State<Arc<AppState>>) -> Response {
         "prompt_tokens": s.prompt_tokens.load(r),
         "cached_tokens": s.cached_tokens.load(r),
         "forked_sessions": s.forks.load(r),
+        "restored_sessions": s.restored.load(r),
+        "session_store": c.store.as_ref().map(|st| st.stats()),
         "decode_steps": s.decode_steps.load(r),
         "decoded_rows": s.decoded_rows.load(r),
     }))
