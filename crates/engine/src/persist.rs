@@ -43,7 +43,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
 use frognano_model::cache::as_bytes;
-use frognano_model::{Cache, CacheSnapshot, CausalLm, LayerCache, LayerLayout};
+use frognano_model::{CacheSnapshot, CausalLm, LayerCache, LayerLayout};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -303,10 +303,15 @@ fn load_chain(
     let layout = cache.layout();
     let leaf = files.last().expect("a chain has a file");
     let mut at = 0;
+    let mut tokens = leaf.tokens()?;
     for f in files {
         f.check_model(model_id, &layout)?;
         if f.header.from != at {
             return Err(invalid(&f.path, format!("continues from position {} but its parent ends at {at}", f.header.from)));
+        }
+        // Every file of the chain is of this conversation (and undamaged).
+        if f.tokens()? != tokens[..f.header.pos.min(tokens.len())] {
+            return Err(invalid(&f.path, "its tokens are not the start of the conversation it continues into"));
         }
         at = f.header.pos;
     }
@@ -335,7 +340,6 @@ fn load_chain(
         }
     }
     cache.pos = leaf.header.pos;
-    let mut tokens = leaf.tokens()?;
     let mut logits = Some(leaf.f32s("logits")?);
     if logits.as_ref().is_some_and(|l| l.len() != model.vocab_size()) {
         return Err(invalid(&leaf.path, format!("logits: {} values, vocabulary {}", logits.map_or(0, |l| l.len()), model.vocab_size())));
@@ -607,7 +611,10 @@ impl SessionStore {
     pub fn flush(&self) {
         let mut index = lock(&self.inner.index);
         while index.pending > 0 {
-            index = self.inner.settled.wait_timeout(index, Duration::from_millis(100)).unwrap_or_else(|e| e.0.into_inner()).0;
+            index = match self.inner.settled.wait_timeout(index, Duration::from_millis(100)) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
         }
     }
 
@@ -631,10 +638,12 @@ impl SessionStore {
                     .filter(|(keep, _, _)| *keep > better_than)
                     .max()
                     .map(|(keep, _, n)| (n.clone(), keep))?;
+                // Every parent must be a file the store holds (not one skipped as damaged).
                 let mut chain = vec![name.clone()];
                 while let Some(parent) = index.entries.get(chain.last().expect("nonempty")).and_then(|e| e.parent.clone()) {
+                    let known = index.entries.contains_key(&parent);
                     chain.push(parent);
-                    if chain.len() > 100_000 {
+                    if !known || chain.len() > 100_000 {
                         break;
                     }
                 }

@@ -27,7 +27,7 @@ fn rewindable(kv: KvType) -> Option<Arc<dyn CausalLm>> {
 }
 
 fn greedy(n: usize) -> GenerateRequest {
-    GenerateRequest { sampling: SamplingParams::default(), max_tokens: n, stop_ids: vec![], top_logprobs: 0 }
+    GenerateRequest { sampling: SamplingParams::greedy(), max_tokens: n, stop_ids: vec![], top_logprobs: 0 }
 }
 
 fn sampled(n: usize, seed: u64) -> GenerateRequest {
@@ -140,7 +140,7 @@ fn later_turns_write_only_their_new_keys_and_values() {
     // and two logits rows, far less than the 434-token history.
     assert!(added * 3 < after_one, "turn 2 wrote {added} bytes, turn 1 {after_one}: it should only add its rows");
     // And the chain restores the whole history.
-    let (_, kept) = store.restore(&[next.clone(), vec![5]].concat(), 0, &m).unwrap();
+    let (_, kept) = store.restore(&[s.tokens().to_vec(), vec![5]].concat(), 0, &m).unwrap();
     assert_eq!(kept, s.tokens().len());
 }
 
