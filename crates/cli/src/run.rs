@@ -370,7 +370,9 @@ pub fn chat(a: ChatArgs) -> anyhow::Result<()> {
         let (session, extra) = frognano_engine::persist::load_session_file(path, &model_id, t.session.model())
             .with_context(|| format!("--session {}: cannot resume (the file is left as it is)", path.display()))?;
         let saved: Vec<Message> = serde_json::from_value(extra.get("messages").cloned().unwrap_or_default())
-            .with_context(|| format!("--session {}: the field messages is not a list of chat messages", path.display()))?;
+            .with_context(|| {
+                format!("--session {}: the field messages is not a list of chat messages", path.display())
+            })?;
         if !msgs.is_empty() && saved.first().is_some_and(|m| m.role == "system") {
             eprintln!("note: the resumed conversation keeps its own system message; --system/-f is ignored");
         }

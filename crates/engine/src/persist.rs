@@ -150,7 +150,10 @@ impl StateFile {
         if at.checked_add(len).is_none_or(|end| end > map.len() as u64) {
             return Err(invalid(
                 path,
-                format!("the header ({len} bytes at {at}) is past the end of the file ({} bytes): cut short", map.len()),
+                format!(
+                    "the header ({len} bytes at {at}) is past the end of the file ({} bytes): cut short",
+                    map.len()
+                ),
             ));
         }
         let header: Header = serde_json::from_slice(&map[at as usize..(at + len) as usize])
@@ -307,7 +310,10 @@ fn load_chain(
     for f in files {
         f.check_model(model_id, &layout)?;
         if f.header.from != at {
-            return Err(invalid(&f.path, format!("continues from position {} but its parent ends at {at}", f.header.from)));
+            return Err(invalid(
+                &f.path,
+                format!("continues from position {} but its parent ends at {at}", f.header.from),
+            ));
         }
         // Every file of the chain is of this conversation (and undamaged).
         if f.tokens()? != tokens[..f.header.pos.min(tokens.len())] {
@@ -325,7 +331,10 @@ fn load_chain(
                     k.push_raw(rows(format!("k{i}"))?).map_err(|e| invalid(&f.path, format!("k{i}: {e}")))?;
                     v.push_raw(rows(format!("v{i}"))?).map_err(|e| invalid(&f.path, format!("v{i}: {e}")))?;
                     if k.len() != f.header.pos || v.len() != f.header.pos {
-                        return Err(invalid(&f.path, format!("k{i}/v{i}: {} rows, expected {}", k.len(), f.header.pos)));
+                        return Err(invalid(
+                            &f.path,
+                            format!("k{i}/v{i}: {} rows, expected {}", k.len(), f.header.pos),
+                        ));
                     }
                 }
             }
@@ -342,7 +351,10 @@ fn load_chain(
     cache.pos = leaf.header.pos;
     let mut logits = Some(leaf.f32s("logits")?);
     if logits.as_ref().is_some_and(|l| l.len() != model.vocab_size()) {
-        return Err(invalid(&leaf.path, format!("logits: {} values, vocabulary {}", logits.map_or(0, |l| l.len()), model.vocab_size())));
+        return Err(invalid(
+            &leaf.path,
+            format!("logits: {} values, vocabulary {}", logits.map_or(0, |l| l.len()), model.vocab_size()),
+        ));
     }
     if keep < tokens.len() {
         // An attention-only cache cut back to the prefix the prompt shares.
@@ -640,7 +652,9 @@ impl SessionStore {
                     .map(|(keep, _, n)| (n.clone(), keep))?;
                 // Every parent must be a file the store holds (not one skipped as damaged).
                 let mut chain = vec![name.clone()];
-                while let Some(parent) = index.entries.get(chain.last().expect("nonempty")).and_then(|e| e.parent.clone()) {
+                while let Some(parent) =
+                    index.entries.get(chain.last().expect("nonempty")).and_then(|e| e.parent.clone())
+                {
                     let known = index.entries.contains_key(&parent);
                     chain.push(parent);
                     if !known || chain.len() > 100_000 {
@@ -747,7 +761,9 @@ impl Inner {
                     let _ = std::fs::remove_file(self.dir.join(&n));
                 }
             }
-            gone.extend(index.entries.iter().filter(|(_, e)| e.parent.as_deref() == Some(n.as_str())).map(|(c, _)| c.clone()));
+            gone.extend(
+                index.entries.iter().filter(|(_, e)| e.parent.as_deref() == Some(n.as_str())).map(|(c, _)| c.clone()),
+            );
         }
         self.settled.notify_all();
     }

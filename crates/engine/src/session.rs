@@ -125,12 +125,7 @@ impl Session {
     /// of them when known (otherwise the next prompt reruns its last token). The caller
     /// vouches that the cache is the model's state after those tokens; [`crate::persist`]
     /// restores saved states this way (and bench/ builds long synthetic ones).
-    pub fn from_state(
-        model: Arc<dyn CausalLm>,
-        cache: Cache,
-        tokens: Vec<u32>,
-        logits: Option<Vec<f32>>,
-    ) -> Session {
+    pub fn from_state(model: Arc<dyn CausalLm>, cache: Cache, tokens: Vec<u32>, logits: Option<Vec<f32>>) -> Session {
         let known = logits.is_some();
         let mut s = Session { model, cache, tokens, last_logits: logits, snapshots: Vec::new() };
         if known {

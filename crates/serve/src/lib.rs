@@ -185,7 +185,8 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
     let store = match &args.session_dir {
         None => None,
         Some(dir) => {
-            let model_path = frognano_model::load::resolve_path(&args.model).unwrap_or_else(|_| args.model.clone().into());
+            let model_path =
+                frognano_model::load::resolve_path(&args.model).unwrap_or_else(|_| args.model.clone().into());
             let id = frognano_engine::persist::model_identity(&model_path);
             let store = frognano_engine::SessionStore::open(dir, &id, model.as_ref(), args.session_budget)
                 .with_context(|| format!("--session-dir {}", dir.display()))?;

@@ -8,7 +8,7 @@ use frognano_serve::spawn_server;
 use serde_json::{json, Value};
 
 fn chat(url: &str, messages: &Value) -> Value {
-    let body = json!({"model": "m", "messages": messages, "max_tokens": 8, "temperature": 0});
+    let body = json!({"model": "qwen35-tiny", "messages": messages, "max_tokens": 8, "temperature": 0});
     let (status, reply) = post(&format!("{url}/v1/chat/completions"), &body);
     assert_eq!(status, 200, "{reply}");
     reply
