@@ -293,12 +293,13 @@ fn to_messages(system: Option<&Value>, input: &[InputMessage]) -> Result<Vec<Mes
                     name: None,
                 });
             }
-            other => return Err(ApiError::invalid_param(
-                format!("{at}.role"),
-                format!(
-                    "{at}.role must be \"user\" or \"assistant\" (the system prompt goes in `system`); found {other:?}"
-                ),
-            )),
+            other => {
+                let why = "the system prompt goes in `system`";
+                return Err(ApiError::invalid_param(
+                    format!("{at}.role"),
+                    format!("{at}.role must be \"user\" or \"assistant\" ({why}); found {other:?}"),
+                ));
+            }
         }
     }
     Ok(out)
@@ -318,8 +319,8 @@ fn to_tools(tools: &[Value], choice: Option<&Value>) -> Result<(Vec<Value>, crat
                 return Err(ApiError::invalid_param(
                     format!("{at}.type"),
                     format!(
-                        "{at}.type {kind} is a tool that Anthropic's servers define; this server runs custom tools only \
-                         (name, description, input_schema)"
+                        "{at}.type {kind} is a tool that Anthropic's servers define; this server runs custom \
+                         tools only (name, description, input_schema)"
                     ),
                 ));
             }
@@ -387,7 +388,8 @@ fn thinking_on(thinking: Option<&Value>) -> Result<bool, ApiError> {
         _ => Err(ApiError::invalid_param(
             "thinking.type",
             format!(
-                "thinking must be {{\"type\": \"enabled\" | \"adaptive\" | \"between_tools\" | \"disabled\"}}, found {t}"
+                "thinking must be {{\"type\": \"enabled\" | \"adaptive\" | \"between_tools\" | \"disabled\"}}; \
+                 found {t}"
             ),
         )),
     }

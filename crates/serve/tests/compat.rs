@@ -536,10 +536,17 @@ fn anthropic_errors_are_anthropics() {
 }
 
 #[test]
-fn a_full_queue_is_a_429_in_each_apis_own_form() {
+fn a_full_queue_is_a_429_and_a_large_body_a_413_in_each_apis_own_form() {
     let mut a = args(&tiny());
     a.max_waiting = 0;
+    a.max_body_bytes = 4096;
     let s = frognano_serve::spawn_server(a).expect("server starts");
+    let big = json!([{"role": "user", "content": "frog ".repeat(1000)}]);
+    let (st, e) = post(&format!("{}/api/chat", s.url()), &json!({"model": MODEL, "messages": big}));
+    assert_eq!(st, 413, "{e}");
+    assert!(e["error"].as_str().unwrap().contains("larger than the server's limit of 4096 bytes"), "{e}");
+    let (st, e) = anthropic(&s.url(), &json!({"model": MODEL, "max_tokens": 4, "messages": big}));
+    assert_eq!((st, e["error"]["type"].as_str()), (413, Some("request_too_large")), "{e}");
     let user = json!([{"role": "user", "content": "hi"}]);
     let refused = |path: &str, body: Value| match ureq::post(&format!("{}{path}", s.url())).send_json(body) {
         Err(ureq::Error::Status(429, r)) => {
