@@ -29,5 +29,12 @@ if ! "$openai_venv/bin/python" -c 'import openai' >/dev/null 2>&1; then
     python3 -m venv "$openai_venv" && "$openai_venv/bin/pip" install --quiet "openai==3.57.0"
 fi
 
+# The official ollama and anthropic Python clients for crates/serve/tests/compat_sdk.rs
+# (git-ignored venv).
+compat_venv=.venv-compat
+if ! "$compat_venv/bin/python" -c 'import ollama, anthropic' >/dev/null 2>&1; then
+    python3 -m venv "$compat_venv" && "$compat_venv/bin/pip" install --quiet "ollama==0.6.3" "anthropic==2.10.0"
+fi
+
 # Demo model (SmolLM2-135M-Instruct Q4_1 GGUF): smollm2 parity, serve load test, solve e2e.
 ./scripts/fetch-demo-model.sh

@@ -118,7 +118,7 @@ pub struct ChatArgs {
     pub think: bool,
     /// Keep the conversation in FILE: its messages and the model's state after each reply.
     /// Run again with the same FILE to go on where it stopped, without prefilling the history
-    /// again (docs/serve.md §Sessions on disk).
+    /// again (docs/serve.md §9).
     #[arg(long, value_name = "FILE")]
     pub session: Option<PathBuf>,
     #[command(flatten)]

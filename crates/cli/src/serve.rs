@@ -72,7 +72,7 @@ pub struct ServeArgs {
     pub constrain: crate::constrain::ConstrainToolsArgs,
     /// Save every reply's conversation state in DIR and start a prompt from the longest saved
     /// one it extends, also after a restart: an agent's next turn does not prefill its history
-    /// again (docs/serve.md §Sessions on disk).
+    /// again (docs/serve.md §9).
     #[arg(long, value_name = "DIR")]
     pub session_dir: Option<std::path::PathBuf>,
     /// The most disk the states in --session-dir take (e.g. 8G, 500M); least recently used go

@@ -1,6 +1,6 @@
 //! Conversation states on disk, so an agent's conversation survives a restart of the server
 //! (`serve --session-dir`), of `frognano chat --session FILE`, or of the agent itself, without
-//! prefilling its history again (docs/serve.md §Sessions on disk).
+//! prefilling its history again (docs/serve.md §9).
 //!
 //! **What is saved.** A *state file* holds one point of a conversation: its tokens, the logits
 //! after the last of them, every Gated DeltaNet layer's conv window and recurrent state, and

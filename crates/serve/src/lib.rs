@@ -5,6 +5,8 @@
 //! Endpoints: `POST /v1/chat/completions` (tools, streaming, logprobs, reasoning),
 //! `POST /v1/completions` (text or token-id prompts), `GET /v1/models`, `GET /health`,
 //! `POST /tokenize`, `POST /detokenize`; the OpenAI ones also without the `/v1` prefix.
+//! Ollama's API ([`ollama`]: `/api/chat`, `/api/generate`, `/api/tags`, `/api/show`) and
+//! Anthropic's Messages API ([`anthropic`]: `/v1/messages`) run on the same chat path.
 //! Bad input gets OpenAI-shaped error JSON ([`error::ApiError`]) that never shows the server's
 //! paths ([`error::PathScrubber`]). What is read and sent, field by field: docs/serve.md. Generation runs on one scheduler thread that batches the decode
 //! steps of all running sequences, over prefix-routed
@@ -22,8 +24,10 @@
 //! server.shutdown().unwrap();
 //! ```
 
+pub mod anthropic;
 pub mod api;
 pub mod error;
+pub mod ollama;
 pub mod output;
 pub mod pool;
 pub mod routes;
@@ -92,7 +96,7 @@ pub struct ServeConfig {
     /// them free (`Some(false)`); `None`: on unless the model is a Qwen3.5/FrogNano one.
     pub constrain_tools: Option<bool>,
     /// A folder where every reply's conversation state is saved and restored from on a
-    /// matching prefix, also after a restart (`--session-dir`; docs/serve.md §Sessions on disk).
+    /// matching prefix, also after a restart (`--session-dir`; docs/serve.md §9).
     pub session_dir: Option<std::path::PathBuf>,
     /// The most bytes of states kept in `session_dir` (least recently used go first).
     pub session_budget: u64,
@@ -171,6 +175,7 @@ fn load_state(args: &ServeConfig) -> anyhow::Result<Arc<AppState>> {
 
 /// Starts the generation scheduler over an already loaded model.
 fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<Arc<AppState>> {
+    let facts = ollama::ModelFacts::read(&loaded.path, &loaded.architecture);
     let tokenizer = Arc::new(
         loaded
             .tokenizer
@@ -268,6 +273,7 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
         scrubber,
         constraints,
         constrain_tools,
+        facts,
     }))
 }
 

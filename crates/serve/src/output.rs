@@ -81,12 +81,14 @@ impl Delta {
 pub struct StopScanner {
     stops: Vec<String>,
     held: String,
+    /// The stop string that ended the text, once one has.
+    matched: Option<String>,
 }
 
 impl StopScanner {
     /// A scanner for `stops` (empty strings are ignored).
     pub fn new(stops: Vec<String>) -> Self {
-        StopScanner { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), held: String::new() }
+        StopScanner { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), held: String::new(), matched: None }
     }
 
     /// Adds text; returns the text that is safe to emit and whether a stop string was hit
@@ -96,8 +98,11 @@ impl StopScanner {
             return (text.to_string(), false);
         }
         self.held.push_str(text);
-        let first = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min();
-        if let Some(at) = first {
+        // The earliest match wins; of two starting at the same byte, the first listed.
+        let first =
+            self.stops.iter().filter_map(|s| self.held.find(s.as_str()).map(|at| (at, s))).min_by_key(|&(at, _)| at);
+        if let Some((at, stop)) = first {
+            self.matched = Some(stop.clone());
             let out = self.held[..at].to_string();
             self.held.clear();
             return (out, true);
@@ -126,6 +131,11 @@ impl StopScanner {
     /// Ends the text: whatever is held back is emitted.
     pub fn finish(&mut self) -> String {
         std::mem::take(&mut self.held)
+    }
+
+    /// The stop string that ended the text, if one did (Anthropic's `stop_sequence`).
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.as_deref()
     }
 }
 
@@ -211,6 +221,11 @@ impl ReplyAssembler {
             delta.logprobs = std::mem::take(&mut self.pending_logprobs);
         }
         (delta, false)
+    }
+
+    /// The stop string that ended the reply, if one did.
+    pub fn stop_sequence(&self) -> Option<&str> {
+        self.stops.matched()
     }
 
     /// Ends the reply: flushes held-back text and the parser.
@@ -326,6 +341,10 @@ mod tests {
         let mut s = StopScanner::new(vec!["\n\n".into(), "é!".into()]);
         assert_eq!(s.push("aé"), ("a".to_string(), false));
         assert_eq!(s.push("!b"), (String::new(), true));
+        assert_eq!(s.matched(), Some("é!"));
+        let mut s = StopScanner::new(vec!["cd".into(), "b".into()]);
+        assert_eq!(s.push("abcd"), ("a".to_string(), true));
+        assert_eq!(s.matched(), Some("b"), "the earliest match, not the first listed");
     }
 
     #[test]

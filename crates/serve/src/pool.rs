@@ -7,6 +7,7 @@
 //! token. Batching, prefix reuse and prefix sharing are the engine's.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use frognano_engine::{
     EngineError, Flow, GenerateRequest, Generation, Scheduler, SchedulerConfig, SchedulerStats, TokenChoice, TokenSink,
@@ -42,6 +43,13 @@ pub struct JobSummary {
     pub completion_tokens: usize,
     /// Prompt tokens whose state came from an earlier request.
     pub cached_tokens: usize,
+    /// The stop string that ended the reply, if one did.
+    pub stop_sequence: Option<String>,
+    /// From the job's queuing to its first generated token: any wait for a free slot, the
+    /// prompt's prefill and the first draw (Ollama's `prompt_eval_duration`).
+    pub prompt_eval: Duration,
+    /// From the first generated token to the end (Ollama's `eval_duration`).
+    pub eval: Duration,
 }
 
 /// One generation to run.
@@ -93,7 +101,7 @@ impl EnginePool {
         let Job { prompt, request, mode, stop_strings, logprobs, events, constraint } = job;
         let reply =
             ReplyAssembler::new(Arc::clone(&self.tokenizer), &mode, stop_strings, request.stop_ids.clone(), logprobs);
-        let sink = ReplySink { reply, events };
+        let sink = ReplySink { reply, events, queued: Instant::now(), first_token: None };
         frognano_engine::Job { prompt, request, sink: Box::new(sink), constraint }
     }
 
@@ -113,6 +121,10 @@ struct ReplySink {
     reply: ReplyAssembler,
     /// Closed once the client has gone (its receiver dropped); it stays closed.
     events: mpsc::UnboundedSender<JobEvent>,
+    /// When the job was queued.
+    queued: Instant,
+    /// When its first token came.
+    first_token: Option<Instant>,
 }
 
 impl TokenSink for ReplySink {
@@ -120,6 +132,7 @@ impl TokenSink for ReplySink {
         if self.events.is_closed() {
             return Flow::Abandon;
         }
+        self.first_token.get_or_insert_with(Instant::now);
         let (delta, stop) = self.reply.push_token(choice);
         if delta.has_output() && self.events.send(JobEvent::Delta(delta)).is_err() {
             return Flow::Abandon;
@@ -132,7 +145,9 @@ impl TokenSink for ReplySink {
     }
 
     fn done(self: Box<Self>, result: Result<Generation, EngineError>) {
-        let ReplySink { mut reply, events } = *self;
+        let ReplySink { mut reply, events, queued, first_token } = *self;
+        let now = Instant::now();
+        let first_token = first_token.unwrap_or(now);
         let generation = match result {
             Ok(g) => g,
             Err(e) => {
@@ -158,6 +173,9 @@ impl TokenSink for ReplySink {
             prompt_tokens: generation.prompt_tokens,
             completion_tokens: generation.tokens.len(),
             cached_tokens: generation.cached_tokens,
+            stop_sequence: reply.stop_sequence().map(str::to_string),
+            prompt_eval: first_token.duration_since(queued),
+            eval: now.duration_since(first_token),
         }));
     }
 

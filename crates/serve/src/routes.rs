@@ -79,16 +79,18 @@ pub struct AppState {
     /// `tool_choice: "auto"` replies are sampled under the tools' grammar (free text or
     /// well-formed calls), `ServeConfig::constrain_tools`.
     pub constrain_tools: bool,
+    /// What Ollama's `/api/tags` and `/api/show` report about the model file.
+    pub facts: crate::ollama::ModelFacts,
 }
 
 impl AppState {
-    fn response_id(&self, prefix: &str) -> String {
+    pub(crate) fn response_id(&self, prefix: &str) -> String {
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         format!("{prefix}-{:x}{n:08x}", self.created)
     }
 
     /// `error` as the client may see it: without the server's paths.
-    fn public(&self, error: ApiError) -> ApiError {
+    pub(crate) fn public(&self, error: ApiError) -> ApiError {
         self.scrubber.error(error)
     }
 
@@ -116,6 +118,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/health", get(health))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
+        .merge(crate::ollama::routes())
+        .merge(crate::anthropic::routes())
         .fallback(|| async { ApiError::not_found("No such endpoint.") })
         .method_not_allowed_fallback(|| async {
             ApiError { status: axum::http::StatusCode::METHOD_NOT_ALLOWED, ..ApiError::invalid("Method not allowed.") }
@@ -123,7 +127,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
@@ -131,7 +135,7 @@ fn unix_now() -> u64 {
 const OVERSIZED_BODY_DRAIN_BYTES: u64 = 64 * 1024 * 1024;
 
 /// The request body, within `--max-body-bytes` (413) and `--body-timeout` (408).
-async fn read_body(app: &AppState, headers: &HeaderMap, body: Body) -> Result<axum::body::Bytes, ApiError> {
+pub(crate) async fn read_body(app: &AppState, headers: &HeaderMap, body: Body) -> Result<axum::body::Bytes, ApiError> {
     match tokio::time::timeout(app.body_timeout, read_body_untimed(app, headers, body)).await {
         Ok(result) => result,
         Err(_) => Err(ApiError::body_timeout(app.body_timeout.as_secs())),
@@ -194,7 +198,7 @@ pub fn longest_token_bytes(tokenizer: &Tokenizer) -> usize {
 /// Refuses a text that cannot fit the context before it is tokenized (tokenizing megabytes
 /// takes seconds and gigabytes): `bytes` of text are at least `bytes / (max_token_bytes ×
 /// NORMALIZER_SLACK)` tokens. Texts under the bound are tokenized and checked exactly.
-fn check_text_fits(app: &AppState, bytes: usize, param: &str) -> Result<(), ApiError> {
+pub(crate) fn check_text_fits(app: &AppState, bytes: usize, param: &str) -> Result<(), ApiError> {
     let at_least = bytes / (app.max_token_bytes * NORMALIZER_SLACK);
     if at_least >= app.ctx {
         return Err(ApiError {
@@ -211,7 +215,7 @@ fn check_text_fits(app: &AppState, bytes: usize, param: &str) -> Result<(), ApiE
 }
 
 /// Turns sampling fields and a length limit into an engine request.
-fn generate_request(
+pub(crate) fn generate_request(
     app: &AppState,
     fields: &SamplingFields,
     max_tokens: Option<u64>,
@@ -262,17 +266,24 @@ fn generate_request(
 }
 
 fn check_stops(stop: Option<crate::api::StopField>) -> Result<Vec<String>, ApiError> {
-    let stops = stop.map(|s| s.into_vec()).unwrap_or_default();
+    check_stop_list(stop.map(|s| s.into_vec()).unwrap_or_default(), "stop")
+}
+
+/// Checks a request's stop strings (`param`: the field they came in): at most 16, none empty.
+pub(crate) fn check_stop_list(stops: Vec<String>, param: &str) -> Result<Vec<String>, ApiError> {
     if stops.len() > MAX_STOP_STRINGS {
-        return Err(ApiError::invalid_param("stop", format!("at most {MAX_STOP_STRINGS} stop strings are allowed")));
+        return Err(ApiError::invalid_param(
+            param,
+            format!("{param}: at most {MAX_STOP_STRINGS} stop strings are allowed"),
+        ));
     }
     if stops.iter().any(String::is_empty) {
-        return Err(ApiError::invalid_param("stop", "stop strings must not be empty"));
+        return Err(ApiError::invalid_param(param, format!("{param}: stop strings must not be empty")));
     }
     Ok(stops)
 }
 
-fn submit(app: &AppState, job: Job) -> Result<(), ApiError> {
+pub(crate) fn submit(app: &AppState, job: Job) -> Result<(), ApiError> {
     submit_all(app, vec![job])
 }
 
@@ -282,7 +293,7 @@ fn submit_all(app: &AppState, jobs: Vec<Job>) -> Result<(), ApiError> {
 }
 
 /// Collects a job's events up to its end.
-async fn collect(mut rx: mpsc::UnboundedReceiver<JobEvent>) -> Result<(Delta, JobSummary), ApiError> {
+pub(crate) async fn collect(mut rx: mpsc::UnboundedReceiver<JobEvent>) -> Result<(Delta, JobSummary), ApiError> {
     let mut acc = Delta::default();
     while let Some(event) = rx.recv().await {
         match event {
@@ -341,14 +352,17 @@ fn text_logprobs(lps: &[TokenLogprob], offset: &mut usize) -> Value {
 /// The job's next event, or `None` once the client has gone (its stream was dropped) even
 /// while the job sends nothing (a long prompt being prefilled): the caller then returns and
 /// drops `rx`, which cancels the job at its next chunk or token.
-async fn next_event(rx: &mut mpsc::UnboundedReceiver<JobEvent>, tx: &mpsc::Sender<Event>) -> Option<JobEvent> {
+pub(crate) async fn next_event<T>(
+    rx: &mut mpsc::UnboundedReceiver<JobEvent>,
+    tx: &mpsc::Sender<T>,
+) -> Option<JobEvent> {
     tokio::select! {
         event = rx.recv() => event,
         () = tx.closed() => None,
     }
 }
 
-fn sse_response(rx: mpsc::Receiver<Event>) -> Response {
+pub(crate) fn sse_response(rx: mpsc::Receiver<Event>) -> Response {
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|event| (Ok::<_, Infallible>(event), rx))
     });
@@ -361,14 +375,8 @@ fn data_event(v: &Value) -> Event {
 
 // ---- /v1/chat/completions -----------------------------------------------------------------
 
-/// What a prepared chat request needs to run.
-struct ChatPlan {
-    prompt: Vec<u32>,
-    mode: OutputMode,
-}
-
 /// Renders a chat request to prompt ids (also used by `/tokenize`).
-fn render_chat(
+pub(crate) fn render_chat(
     app: &AppState,
     messages: &[Message],
     tools: &[Value],
@@ -421,12 +429,98 @@ fn render_chat(
 }
 
 /// Whether a rendered prompt ends inside an open `<think>` block.
-fn ends_in_open_think(prompt: &str) -> bool {
+pub(crate) fn ends_in_open_think(prompt: &str) -> bool {
     match (prompt.rfind("<think>"), prompt.rfind("</think>")) {
         (Some(open), Some(close)) => open > close,
         (Some(_), None) => true,
         _ => false,
     }
+}
+
+/// A chat request in the server's own terms, whichever API it came in through (OpenAI's
+/// `/v1/chat/completions`, Ollama's `/api/chat`, Anthropic's `/v1/messages`): each front end
+/// reads its own body into this, and [`start_chat`] renders, checks and queues it the same way.
+pub(crate) struct ChatInput<'a> {
+    /// The conversation in OpenAI form.
+    pub messages: &'a [Message],
+    /// OpenAI function tools (already checked by [`validate_tools`]).
+    pub tools: Vec<Value>,
+    /// What the reply may or must do with the tools.
+    pub choice: ToolChoice,
+    /// Sampling fields (unset ones fall back to the model's generation config).
+    pub sampling: SamplingFields,
+    /// Most tokens to generate (`None`: what the context leaves).
+    pub max_tokens: Option<u64>,
+    /// Stop strings (checked by [`check_stop_list`]).
+    pub stops: Vec<String>,
+    /// Extra chat-template variables (`enable_thinking`).
+    pub template_kwargs: Option<&'a Map<String, Value>>,
+    /// The shape the reply must have.
+    pub response_format: crate::structured::ResponseFormat,
+    /// `Some(k)`: report log-probabilities with `k` alternatives.
+    pub logprobs: Option<usize>,
+}
+
+/// A chat job queued by [`start_chat`].
+pub(crate) struct StartedChat {
+    /// The job's deltas and its end.
+    pub events: mpsc::UnboundedReceiver<JobEvent>,
+    /// Tokens of the rendered prompt.
+    pub prompt_tokens: usize,
+    /// The chat template shows the model no tools, so FrogNano described them in the system
+    /// prompt (`x-frognano-tool-prompt: injected`).
+    pub tool_prompt_injected: bool,
+}
+
+/// Renders a chat request with the model's template, compiles its grammar (structured
+/// outputs, forced or constrained tool calls), checks its length against the context and
+/// queues it (429 when the queue is full). Every chat front end goes through here.
+pub(crate) async fn start_chat(app: &Arc<AppState>, input: ChatInput<'_>) -> Result<StartedChat, ApiError> {
+    let ChatInput { messages, tools, choice, sampling, max_tokens, stops, template_kwargs, response_format, logprobs } =
+        input;
+    let (text, prompt) = render_chat(app, messages, &tools, true, template_kwargs)?;
+    let injected = app.template.as_ref().is_some_and(|t| t.injects_tool_prompt(messages, Some(&tools)));
+    // Structured outputs (crate::structured): the grammar is compiled before the job is
+    // queued, so a schema it cannot enforce is a 400 now. A forced call is written in the
+    // tool-call format the reply is parsed with (output.rs).
+    let format = app.tool_parser.format().name();
+    let grammar = crate::structured::reply_grammar(
+        &response_format,
+        &choice,
+        format,
+        &tools,
+        ends_in_open_think(&text),
+        app.constrain_tools,
+    )?;
+    let constraint = match grammar {
+        None => None,
+        Some((grammar, param)) => Some(compile_grammar(app, grammar, param).await?),
+    };
+    let mode = OutputMode::Chat {
+        format: app.tool_parser,
+        thinking_prompted: ends_in_open_think(&text),
+        parse_tool_calls: !tools.is_empty() && choice != ToolChoice::None,
+        tools,
+    };
+    let gen = generate_request(app, &sampling, max_tokens, None, prompt.len(), "messages", logprobs.unwrap_or(0))?;
+    let prompt_tokens = prompt.len();
+    let (tx, rx) = mpsc::unbounded_channel();
+    submit(app, Job { prompt, request: gen, mode, stop_strings: stops, logprobs, events: tx, constraint })?;
+    Ok(StartedChat { events: rx, prompt_tokens, tool_prompt_injected: injected })
+}
+
+/// Compiles a reply grammar off the async threads (llguidance can take a while on a large
+/// schema); `param` is the request field it came from, for the error.
+pub(crate) async fn compile_grammar(
+    app: &Arc<AppState>,
+    grammar: frognano_engine::Grammar,
+    param: &'static str,
+) -> Result<frognano_engine::Constraint, ApiError> {
+    let state = Arc::clone(app);
+    let compiled = tokio::task::spawn_blocking(move || crate::structured::compile(&state.constraints, &grammar, param))
+        .await
+        .map_err(|e| ApiError::internal(format!("compiling the grammar failed: {e}")))??;
+    Ok(compiled.start())
 }
 
 async fn chat_completions(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
@@ -458,62 +552,22 @@ async fn chat_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> Resul
     }
     let stops = check_stops(req.stop.clone())?;
     let response_format = crate::structured::parse_response_format(req.response_format.as_ref())?;
-    let (text, prompt) = render_chat(&app, &req.messages, &tools, true, req.chat_template_kwargs.as_ref())?;
-    let injected = app.template.as_ref().is_some_and(|t| t.injects_tool_prompt(&req.messages, Some(&tools)));
-    // Structured outputs (crate::structured): the grammar is compiled before the job is
-    // queued, so a schema it cannot enforce is a 400 now. A forced call is written in the
-    // tool-call format the reply is parsed with (output.rs).
-    let format = app.tool_parser.format().name();
-    let grammar = crate::structured::reply_grammar(
-        &response_format,
-        &choice,
-        format,
-        &tools,
-        ends_in_open_think(&text),
-        app.constrain_tools,
-    )?;
-    let constraint = match grammar {
-        None => None,
-        Some((grammar, param)) => {
-            let state = Arc::clone(&app);
-            let compiled =
-                tokio::task::spawn_blocking(move || crate::structured::compile(&state.constraints, &grammar, param))
-                    .await
-                    .map_err(|e| ApiError::internal(format!("compiling the grammar failed: {e}")))??;
-            Some(compiled.start())
-        }
-    };
-    let plan = ChatPlan {
-        prompt,
-        mode: OutputMode::Chat {
-            format: app.tool_parser,
-            thinking_prompted: ends_in_open_think(&text),
-            tools: tools.clone(),
-            parse_tool_calls: !tools.is_empty() && choice != ToolChoice::None,
-        },
-    };
-    let gen = generate_request(
+    let started = start_chat(
         &app,
-        &req.sampling(),
-        req.max_completion_tokens.or(req.max_tokens),
-        None,
-        plan.prompt.len(),
-        "messages",
-        top as usize,
-    )?;
-    let (tx, rx) = mpsc::unbounded_channel();
-    submit(
-        &app,
-        Job {
-            prompt: plan.prompt,
-            request: gen,
-            mode: plan.mode,
-            stop_strings: stops,
+        ChatInput {
+            messages: &req.messages,
+            tools,
+            choice,
+            sampling: req.sampling(),
+            max_tokens: req.max_completion_tokens.or(req.max_tokens),
+            stops,
+            template_kwargs: req.chat_template_kwargs.as_ref(),
+            response_format,
             logprobs: want_logprobs.then_some(top as usize),
-            events: tx,
-            constraint,
         },
-    )?;
+    )
+    .await?;
+    let (rx, injected) = (started.events, started.tool_prompt_injected);
     let id = app.response_id("chatcmpl");
     if req.stream.unwrap_or(false) {
         let include_usage = req.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false);
@@ -553,7 +607,7 @@ async fn chat_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> Resul
 
 /// Marks a reply whose prompt got its tools described by FrogNano because the chat template
 /// shows the model none (`x-frognano-tool-prompt: injected`; docs/agent.md §7).
-fn with_tool_prompt_header(mut response: Response, injected: bool) -> Response {
+pub(crate) fn with_tool_prompt_header(mut response: Response, injected: bool) -> Response {
     if injected {
         response.headers_mut().insert("x-frognano-tool-prompt", header::HeaderValue::from_static("injected"));
     }
