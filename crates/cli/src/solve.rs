@@ -512,5 +512,13 @@ mod tests {
             TestCli::try_parse_from(["solve", "--replay", "t.json", "--no-sandbox"]).unwrap().solve.config().unwrap();
         assert_eq!((c.task, c.model), (TaskInput::Recorded, ModelChoice::Replay("t.json".into())));
         assert_eq!(c.isolation, Isolation::Unconfined);
+        let c = TestCli::try_parse_from(["solve", "--continue-from", "runs/a", "--comment", "also b", "--model", "m"])
+            .unwrap()
+            .solve
+            .config()
+            .unwrap();
+        assert_eq!(c.task, TaskInput::Continue { run: "runs/a".into(), comment: "also b".into() });
+        assert!(TestCli::try_parse_from(["solve", "--continue-from", "runs/a"]).is_err(), "--comment is required");
+        assert!(TestCli::try_parse_from(["solve", "--continue-from", "a", "--comment", "b", "--task", "c"]).is_err());
     }
 }

@@ -134,7 +134,9 @@ function sideBySide(lines, lang) {
     else rows.push(`<tr><td class="ln">${l.old ?? ""}</td><td class="code">${highlight(l.text, lang)}</td><td class="ln sep">${l.new ?? ""}</td><td class="code">${highlight(l.text, lang)}</td></tr>`);
   }
   flush();
-  return `<table class="diff">${rows.join("")}</table>`;
+  // Fixed column widths: with table-layout fixed the first row (often a hunk header spanning
+  // all four) would otherwise split the width in four equal columns.
+  return `<table class="diff"><colgroup><col style="width:48px"><col><col style="width:48px"><col></colgroup>${rows.join("")}</table>`;
 }
 
 function fileCard(f) {
@@ -245,9 +247,14 @@ function stepsHtml(view) {
 
 // ---------- runs list ----------
 let listFilter = "all";
+// Each render counts itself; one whose data arrives after a newer render started draws nothing
+// (otherwise a slow answer for the page just left would overwrite the page now shown).
+let renderSeq = 0;
 async function showList() {
+  const seq = ++renderSeq;
   let data;
-  try { data = await api("/api/runs"); } catch (e) { return problemPage("The runs cannot be listed", e.message); }
+  try { data = await api("/api/runs"); } catch (e) { return seq === renderSeq && problemPage("The runs cannot be listed", e.message); }
+  if (seq !== renderSeq) return;
   document.getElementById("root").textContent = data.root;
   document.getElementById("reviewer").textContent = `reviewing as ${data.reviewer}`;
   const runs = data.runs;
@@ -283,8 +290,10 @@ async function showList() {
 
 // ---------- one solve run ----------
 async function showRun(id) {
+  const seq = ++renderSeq;
   let view;
-  try { view = await api(`/api/run?id=${encodeURIComponent(id)}`); } catch (e) { return problemPage("This run cannot be shown", e.message); }
+  try { view = await api(`/api/run?id=${encodeURIComponent(id)}`); } catch (e) { return seq === renderSeq && problemPage("This run cannot be shown", e.message); }
+  if (seq !== renderSeq) return;
   if (view.kind === "eval") return showEval(view);
   if (view.kind === "train") return showTrain(view);
   if (view.problem && !view.starting) {
@@ -352,7 +361,7 @@ function renderDecide(view) {
       <div class="row"><button class="btn danger" id="reject-btn" ${busy ? "disabled" : ""}>Reject</button></div></div>
     <div id="decision-msg"></div>
     ${history ? `<h2 style="margin-top:16px">History</h2><ul class="history" id="history">${history}</ul>` : ""}`;
-  const msg = (cls, text) => { document.getElementById("decision-msg").innerHTML = `<div class="alert ${cls}" id="decision-${cls === "red" ? "error" : "ok"}">${esc(text)}</div>`; };
+  const msg = (cls, text) => { const box = document.getElementById("decision-msg"); if (box) box.innerHTML = `<div class="alert ${cls}" id="decision-${cls === "red" ? "error" : "ok"}">${esc(text)}</div>`; };
   const act = async (btn, path, body, done) => {
     btn.disabled = true;
     try { const r = await api(path, body); await done(r); } catch (e) { msg("red", e.message); btn.disabled = false; }

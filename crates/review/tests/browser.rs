@@ -188,10 +188,17 @@ async fn shot(c: &Client, name: &str) {
     std::fs::write(Path::new(&dir).join(format!("review-{name}.png")), png).unwrap();
 }
 
+/// Types `text` into the field `css` selects (found again if the page re-rendered it).
 async fn set_text(c: &Client, css: &str, text: &str) {
-    let field = wait_css(c, css).await;
-    field.clear().await.unwrap();
-    field.send_keys(text).await.unwrap();
+    for _ in 0..100 {
+        let field = wait_css(c, css).await;
+        match field.clear().await.and(field.send_keys(text).await) {
+            Ok(()) => return,
+            Err(e) if stale(&e) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => panic!("{css}: {e}"),
+        }
+    }
+    panic!("{css} kept being re-rendered")
 }
 
 /// An eval run directory as `frognano eval run` leaves it: results.jsonl and the logs of each
@@ -527,4 +534,57 @@ fn review_lists_opens_applies_rejects_and_sends_back_in_a_real_browser() {
         assert!(text_of(&c, "#problem").await.contains("not a run under the review folder"));
         c.close().await.unwrap();
     });
+}
+
+/// One raw HTTP/1.1 request to `addr`; returns the status line and headers, and the body.
+fn http(addr: &str, request: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    (head.to_string(), body.to_string())
+}
+
+/// On loopback, a request whose Host is another name (DNS rebinding) is refused; a change
+/// that is not a JSON POST is refused; beyond loopback every request needs the token, and
+/// `?token=` once sets the cookie that lets the page's own requests in.
+#[test]
+fn the_server_answers_only_its_own_host_and_beyond_loopback_only_with_the_token() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = ReviewServer::bind(ReviewConfig::new(tmp.path())).unwrap().spawn();
+    let addr = url.trim_start_matches("http://").trim_end_matches('/').to_string();
+    let (head, body) = http(&addr, &format!("GET /api/runs HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(body.contains("\"runs\":[]"), "{body}");
+    let (head, _) = http(&addr, "GET /api/runs HTTP/1.1\r\nHost: evil.example:80\r\nConnection: close\r\n\r\n");
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    let form = "id=x";
+    let (head, _) = http(
+        &addr,
+        &format!("POST /api/apply HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{form}", form.len()),
+    );
+    assert!(head.starts_with("HTTP/1.1 415"), "a form post from another page is refused: {head}");
+
+    let mut open = ReviewConfig::new(tmp.path());
+    open.host = "0.0.0.0".into();
+    let url = ReviewServer::bind(open).unwrap().spawn();
+    let (base, token) = url.split_once("?token=").expect("a token is printed beyond loopback");
+    assert_eq!(token.len(), 32);
+    let addr = base.trim_start_matches("http://").trim_end_matches('/').to_string();
+    let (head, body) = http(&addr, &format!("GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"));
+    assert!(head.starts_with("HTTP/1.1 401") && body.contains("Token needed"), "{head}");
+    let (head, _) = http(&addr, &format!("GET /?token=wrong HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"));
+    assert!(head.starts_with("HTTP/1.1 401"), "{head}");
+    let (head, _) = http(&addr, &format!("GET /?token={token} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.to_ascii_lowercase().contains(&format!("set-cookie: frognano_review={token}")), "{head}");
+    let (head, _) = http(
+        &addr,
+        &format!(
+            "GET /api/runs HTTP/1.1\r\nHost: {addr}\r\nCookie: frognano_review={token}\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
 }
