@@ -8,12 +8,16 @@ cd "$(dirname "$0")/.."
 # - bubblewrap: frognano-sandbox confines commands with it (tests in crates/sandbox need it);
 # - python3-pip and python3-venv: `synth --pypi` downloads the sdist with pip and builds a
 #   virtualenv with pytest (crates/synth/tests/network.rs);
-# - curl: `synth --crate` downloads the .crate file with it.
+# - curl: `synth --crate` downloads the .crate file with it;
+# - chromium and chromium-driver: the browser test of `frognano review`
+#   (crates/review/tests/browser.rs) drives a headless chromium through chromedriver.
 packages=()
 command -v bwrap >/dev/null 2>&1 || packages+=(bubblewrap)
 python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
 python3 -c 'import ensurepip' >/dev/null 2>&1 || packages+=(python3-venv)
 command -v curl >/dev/null 2>&1 || packages+=(curl)
+command -v chromium >/dev/null 2>&1 || packages+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || packages+=(chromium-driver)
 if [ ${#packages[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" = 0 ] || sudo=sudo

@@ -4,7 +4,7 @@
 //! off under [`Guards::leaf_exact`].
 
 use crate::tools::{self, ToolBox, Truncation};
-use crate::trajectory::{ExitReason, Observation, Step, Trajectory, FORMAT};
+use crate::trajectory::{ExitReason, Observation, Step, StepUsage, Trajectory, FORMAT};
 use frognano_protocol::{
     ChatRequest, Completion, FinishReason, Llm, LlmError, Message, Sampling, ToolCall, ToolChoice,
 };
@@ -183,14 +183,55 @@ pub fn run_with_events(
     checkpoint: &mut dyn FnMut(&Trajectory),
     on_event: &mut dyn FnMut(AgentEvent<'_>),
 ) -> Trajectory {
+    run_from(llm, tools, new_trajectory(task, config), config, cancel, checkpoint, on_event)
+}
+
+/// Goes on with the conversation of a finished run: `previous`'s messages, then `comment` as
+/// the next user message, and the loop runs from there for up to `config.max_steps` more
+/// steps, as if the model had never stopped. The new trajectory (fresh id, partial until it
+/// ends) keeps `previous`'s messages and steps first, and numbers its own steps after them.
+/// `tools` should work on a workspace that already holds `previous`'s changes.
+#[allow(clippy::too_many_arguments)]
+pub fn continue_with_events(
+    llm: &mut dyn Llm,
+    tools: &mut ToolBox,
+    previous: &Trajectory,
+    comment: &str,
+    config: &AgentConfig,
+    cancel: &AtomicBool,
+    checkpoint: &mut dyn FnMut(&Trajectory),
+    on_event: &mut dyn FnMut(AgentEvent<'_>),
+) -> Trajectory {
+    let mut t = new_trajectory("", config);
+    t.instance_id = previous.instance_id.clone();
+    t.messages = previous.messages.clone();
+    t.messages.push(Message::user(comment));
+    t.tools = if previous.tools.is_empty() { config.tools.clone() } else { previous.tools.clone() };
+    t.steps = previous.steps.clone();
+    t.n_steps = previous.steps.len();
+    run_from(llm, tools, t, config, cancel, checkpoint, on_event)
+}
+
+/// The loop over `t`, whose messages end with the user message the model answers next.
+fn run_from(
+    llm: &mut dyn Llm,
+    tools: &mut ToolBox,
+    mut t: Trajectory,
+    config: &AgentConfig,
+    cancel: &AtomicBool,
+    checkpoint: &mut dyn FnMut(&Trajectory),
+    on_event: &mut dyn FnMut(AgentEvent<'_>),
+) -> Trajectory {
     let started = Instant::now();
     if config.guards.head_tail_truncation {
         tools.truncation = Truncation::HeadTail;
     }
-    let mut t = new_trajectory(task, config);
+    // Steps of a continued run are numbered after the ones it continues.
+    let first = t.steps.len();
     let mut drift = DriftState::default();
     t.exit_reason = 'run: {
-        for step in 0..config.max_steps {
+        for turn in 0..config.max_steps {
+            let step = first + turn;
             if cancel.load(Ordering::Relaxed) {
                 break 'run ExitReason::Cancelled;
             }
@@ -215,6 +256,12 @@ pub fn run_with_events(
                 }
             };
             let mut assistant = reply.message.clone();
+            let mut usage = StepUsage {
+                prompt_tokens: reply.usage.map(|u| u.prompt_tokens),
+                completion_tokens: reply.usage.map(|u| u.completion_tokens),
+                model_sec: asked.elapsed().as_secs_f64(),
+                tools_sec: 0.0,
+            };
             t.context_tokens = reply.usage.map_or_else(
                 || estimate_tokens(&t.messages) + estimate_tokens(std::slice::from_ref(&assistant)),
                 |u| u.prompt_tokens + u.completion_tokens,
@@ -226,20 +273,20 @@ pub fn run_with_events(
                 let notice = cut_notice(config);
                 on_event(AgentEvent::Notice { step, notice: &notice.text() });
                 t.messages.extend([assistant.clone(), notice]);
-                t.steps.push(Step { step, assistant, observations: vec![] });
+                t.steps.push(Step { step, assistant, observations: vec![], usage: Some(usage) });
                 continue;
             }
             if !cut && assistant.calls().is_empty() && drift.may_send_act_notice(config, tools) {
                 let notice = act_notice();
                 on_event(AgentEvent::Notice { step, notice: &notice.text() });
                 t.messages.extend([assistant.clone(), notice]);
-                t.steps.push(Step { step, assistant, observations: vec![] });
+                t.steps.push(Step { step, assistant, observations: vec![], usage: Some(usage) });
                 continue;
             }
             t.messages.push(assistant.clone());
             if cut || assistant.calls().is_empty() {
                 t.final_message = assistant.text().to_string();
-                t.steps.push(Step { step, assistant, observations: vec![] });
+                t.steps.push(Step { step, assistant, observations: vec![], usage: Some(usage) });
                 break 'run match cut {
                     false => ExitReason::Agent,
                     true if context_full(&reply, config) => ExitReason::MaxContextLen,
@@ -252,16 +299,17 @@ pub fn run_with_events(
                 let ran = Instant::now();
                 let observation = tools.execute(&call.function.name, &call.function.arguments);
                 let took = ran.elapsed();
+                usage.tools_sec += took.as_secs_f64();
                 on_event(AgentEvent::Observation { step, tool: &call.function.name, observation: &observation, took });
                 observations.push(Observation { tool: call.function.name.clone(), observation });
             }
-            drift.annotate(&mut observations, &assistant, config, step);
+            drift.annotate(&mut observations, &assistant, config, turn);
             let first_new = t.messages.len();
             for (call, obs) in assistant.calls().iter().zip(&observations) {
                 t.messages.push(Message::tool(&call.id, &obs.observation));
             }
             t.context_tokens += estimate_tokens(&t.messages[first_new..]);
-            t.steps.push(Step { step, assistant, observations });
+            t.steps.push(Step { step, assistant, observations, usage: Some(usage) });
             t.elapsed_sec = started.elapsed().as_secs_f64();
             checkpoint(&t);
             if config.max_context_tokens > 0 && t.context_tokens >= config.max_context_tokens {
@@ -349,7 +397,7 @@ impl DriftState {
     }
 
     /// Appends the repeated-action and steps-left notices to the step's last observation.
-    fn annotate(&mut self, observations: &mut [Observation], assistant: &Message, config: &AgentConfig, step: usize) {
+    fn annotate(&mut self, observations: &mut [Observation], assistant: &Message, config: &AgentConfig, turn: usize) {
         self.cuts_in_a_row = 0;
         // Changed a file: an Edit or Write that succeeded (their success lines, tools.rs).
         self.acted |= observations.iter().any(|o| {
@@ -367,7 +415,8 @@ impl DriftState {
                 self.repeats + 1
             ));
         }
-        let left = config.max_steps - step - 1;
+        // `turn` counts this run's steps (a continued run has the whole budget again).
+        let left = config.max_steps - turn - 1;
         if config.guards.steps_left_notice && (1..=3).contains(&left) {
             last.observation
                 .push_str(&format!("\n\n[{left} step(s) left: finish the work and give your final answer.]"));

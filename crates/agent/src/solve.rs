@@ -13,6 +13,7 @@
 use crate::agent::{self, AgentConfig, AgentEvent, Guards};
 use crate::demo;
 use crate::replay::ReplayLlm;
+use crate::run_dir::{self, ParentRun, RunInfo};
 use crate::tools::ToolBox;
 use crate::trajectory::{ExitReason, Trajectory};
 use crate::workspace::{self, Workspace};
@@ -47,10 +48,21 @@ pub enum TaskInput {
     Demo,
     /// The first user message of the replayed trajectory (only with [`ModelChoice::Replay`]).
     Recorded,
+    /// Go on with a finished run (`--continue-from RUN --comment TEXT`): its conversation,
+    /// then `comment` as the next user message, in a workspace at the run's base commit that
+    /// already holds its patch. The repository and base commit are the run's (`run.json`,
+    /// [`crate::run_dir::RunInfo`]); the new run records the one it continues.
+    Continue {
+        /// The output directory of the run to continue.
+        run: PathBuf,
+        /// The reviewer's comment.
+        comment: String,
+    },
 }
 
-/// Who answers the agent.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Who answers the agent (recorded in `run.json`, so a run sent back goes to the same model).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ModelChoice {
     /// A model run in this process: a checkpoint folder, .gguf file or cached hub id (`None`:
     /// the demo model).
@@ -150,6 +162,14 @@ impl SolveConfig {
         if let TaskInput::Text(text) = &self.task {
             if text.trim().is_empty() {
                 bail!("the task text is empty");
+            }
+        }
+        if let TaskInput::Continue { comment, .. } = &self.task {
+            if comment.trim().is_empty() {
+                bail!("--comment is empty: say what the agent should do next");
+            }
+            if matches!(self.model, ModelChoice::Replay(_)) {
+                bail!("--continue-from needs a model to answer (--model or --endpoint), not --replay");
             }
         }
         let s = &self.sampling;
@@ -256,15 +276,71 @@ pub fn solve_with_events(
     cancel: &AtomicBool,
     on_event: &mut dyn FnMut(AgentEvent<'_>),
 ) -> anyhow::Result<SolveReport> {
+    solve_inner(args, None, cancel, on_event)
+}
+
+/// [`solve_with_events`] with `llm` answering instead of the model `args.model` names (which
+/// is still what `run.json` records): for callers that hold a model already, such as
+/// `frognano review` sending a run back, or a test's scripted model.
+pub fn solve_with_llm(
+    args: &SolveConfig,
+    llm: Box<dyn Llm>,
+    cancel: &AtomicBool,
+    on_event: &mut dyn FnMut(AgentEvent<'_>),
+) -> anyhow::Result<SolveReport> {
+    solve_inner(args, Some(llm), cancel, on_event)
+}
+
+/// The run a [`TaskInput::Continue`] goes on from.
+struct Parent {
+    dir: PathBuf,
+    trajectory: Trajectory,
+    info: RunInfo,
+    patch: Vec<u8>,
+    comment: String,
+}
+
+/// Reads the run `dir` to continue, refusing one that is still going or cannot be continued.
+fn load_parent(dir: &Path, comment: &str) -> anyhow::Result<Parent> {
+    if !dir.is_dir() {
+        bail!("--continue-from {}: no such run directory", dir.display());
+    }
+    let trajectory = Trajectory::load(&dir.join(run_dir::TRAJECTORY))?;
+    if trajectory.partial || trajectory.exit_reason == ExitReason::Running {
+        bail!(
+            "--continue-from {}: the run is still going (its trajectory is a checkpoint); wait until it ends",
+            dir.display()
+        );
+    }
+    let info = RunInfo::load(dir).with_context(|| {
+        format!("--continue-from {}: the run does not say which repository and commit it started from", dir.display())
+    })?;
+    let patch_path = dir.join(run_dir::PATCH);
+    let patch = std::fs::read(&patch_path).with_context(|| format!("cannot read {}", patch_path.display()))?;
+    // Canonical, so that a reader anywhere finds the parent (`frognano review` links them).
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    Ok(Parent { dir, trajectory, info, patch, comment: comment.to_string() })
+}
+
+fn solve_inner(
+    args: &SolveConfig,
+    given: Option<Box<dyn Llm>>,
+    cancel: &AtomicBool,
+    on_event: &mut dyn FnMut(AgentEvent<'_>),
+) -> anyhow::Result<SolveReport> {
     // 1. Everything that can be checked without side effects.
     args.validate()?;
     let recorded = match &args.model {
         ModelChoice::Replay(p) => Some(Trajectory::load(p)?),
         _ => None,
     };
+    let parent = match &args.task {
+        TaskInput::Continue { run, comment } => Some(load_parent(run, comment)?),
+        _ => None,
+    };
     // The in-process model is loaded before anything is written, so a bad model name
     // leaves no half-made output behind.
-    let in_process = if let ModelChoice::InProcess(model) = &args.model {
+    let in_process = if let (ModelChoice::InProcess(model), None) = (&args.model, &given) {
         let spec = model.clone().unwrap_or_else(|| frognano_model::load::DEMO_MODEL.to_string());
         let llm = EngineLlm::load(&spec).with_context(|| {
             format!(
@@ -294,6 +370,11 @@ pub fn solve_with_events(
             (user.unwrap_or_default(), t.instance_id.clone())
         }
         (TaskInput::Recorded, None) => bail!("no task: pass --issue FILE, --task TEXT or --demo"),
+        (TaskInput::Continue { .. }, _) => {
+            let p = parent.as_ref().context("the parent run was loaded above")?;
+            let user = p.trajectory.messages.iter().find(|m| m.role == "user").map(|m| m.text().to_string());
+            (user.unwrap_or_default(), p.trajectory.instance_id.clone())
+        }
     };
     if task.trim().is_empty() {
         bail!("the task text is empty");
@@ -319,19 +400,36 @@ pub fn solve_with_events(
     let demo_dir = frognano_sandbox::scratch::scratch_dir(&std::env::temp_dir(), "demo")?;
     let repo = if args.task == TaskInput::Demo {
         demo::materialize(&demo_dir.path().join("demo-repo"))?
+    } else if let Some(p) = &parent {
+        // The clone is taken at the recorded commit, so the user's working tree may be dirty
+        // (it is, once a run's patch was applied).
+        workspace::check_repo(&p.info.repo, true)?
     } else {
         workspace::check_repo(&args.repo, args.allow_dirty)?
     };
 
     // 2. The run.
-    let ws = Workspace::create(&repo, args.allow_dirty)?;
+    let ws = match &parent {
+        Some(p) => {
+            let ws = Workspace::create_at(&repo, &p.info.base_commit)?;
+            // The parent's changes, so the agent finds the workspace as it left it. Trusted git
+            // on a fresh clone, before any tool ran in it.
+            if !p.patch.iter().all(u8::is_ascii_whitespace) {
+                workspace::apply_patch(ws.path(), &p.patch)
+                    .with_context(|| format!("cannot restore the workspace of {}", p.dir.display()))?;
+            }
+            ws
+        }
+        None => Workspace::create(&repo, args.allow_dirty)?,
+    };
     let mut tools = ToolBox::new(agent_sandbox(ws.path(), isolation, &args.sandbox)?);
     if args.confirm {
         tools.confirm = Some(Box::new(ask_before_running));
     }
-    let mut llm: Box<dyn Llm> = match (&recorded, &args.model) {
-        (Some(t), ModelChoice::Replay(path)) => Box::new(ReplayLlm::new(t, path.display().to_string())),
-        (_, ModelChoice::Endpoint { url, model }) => {
+    let mut llm: Box<dyn Llm> = match (given, &recorded, &args.model) {
+        (Some(llm), _, _) => llm,
+        (None, Some(t), ModelChoice::Replay(path)) => Box::new(ReplayLlm::new(t, path.display().to_string())),
+        (None, _, ModelChoice::Endpoint { url, model }) => {
             Box::new(HttpLlm::new(url, model, args.request_timeout)?.with_tool_parser(args.tool_parser))
         }
         _ => Box::new(in_process.context("the in-process model was loaded above")?),
@@ -345,13 +443,45 @@ pub fn solve_with_events(
         instance_id,
         ..AgentConfig::default()
     };
-    let checkpoint_path = output_dir.join("trajectory.json");
+    let info = RunInfo {
+        format: run_dir::RUN_INFO_FORMAT.to_string(),
+        instance_id: config.instance_id.clone(),
+        repo: ws.repo().to_path_buf(),
+        base_commit: ws.base_commit().to_string(),
+        model: llm.describe(),
+        model_choice: args.model.clone(),
+        started_unix: run_dir::unix_now(),
+        parent: parent.as_ref().map(|p| ParentRun {
+            dir: p.dir.clone(),
+            trajectory_id: p.trajectory.trajectory_id.clone(),
+            steps: p.trajectory.steps.len(),
+            comment: p.comment.clone(),
+        }),
+    };
+    let checkpoint_path = output_dir.join(run_dir::TRAJECTORY);
+    let mut info_written = false;
     let mut checkpoint = |t: &Trajectory| {
         if std::fs::create_dir_all(&output_dir).is_ok() {
+            // run.json first, so a reader that sees the checkpoint knows where the run started.
+            if !info_written {
+                info_written = info.save(&output_dir).is_ok();
+            }
             let _ = t.save(&checkpoint_path);
         }
     };
-    let mut t = agent::run_with_events(llm.as_mut(), &mut tools, &task, &config, cancel, &mut checkpoint, on_event);
+    let mut t = match &parent {
+        Some(p) => agent::continue_with_events(
+            llm.as_mut(),
+            &mut tools,
+            &p.trajectory,
+            &p.comment,
+            &config,
+            cancel,
+            &mut checkpoint,
+            on_event,
+        ),
+        None => agent::run_with_events(llm.as_mut(), &mut tools, &task, &config, cancel, &mut checkpoint, on_event),
+    };
     if t.exit_reason == ExitReason::LlmQueryError && t.steps.is_empty() {
         // Nothing happened: a setup problem (endpoint, model), not a run worth recording.
         bail!(
@@ -384,9 +514,13 @@ pub fn solve_with_events(
         eprintln!("warning: {} ({}) is not in the patch: {}", f.path, human_bytes(f.bytes), f.reason);
     }
     std::fs::create_dir_all(&output_dir).with_context(|| format!("cannot create {}", output_dir.display()))?;
-    t.save(&output_dir.join("trajectory.json"))?;
+    info.save(&output_dir)?;
+    t.save(&output_dir.join(run_dir::TRAJECTORY))?;
     std::fs::write(output_dir.join("patch.diff"), &patch.bytes)?;
-    std::fs::write(output_dir.join("summary.md"), summary(&t, &patch, patch_error.as_deref(), llm.as_ref(), &ws))?;
+    std::fs::write(
+        output_dir.join("summary.md"),
+        summary(&t, &patch, patch_error.as_deref(), llm.as_ref(), &ws, info.parent.as_ref()),
+    )?;
     if args.apply {
         apply_to_user_tree(&repo, &patch.bytes, args.yes)?;
     }
@@ -426,7 +560,14 @@ pub fn changed_files(patch: &str) -> Vec<String> {
     frognano_sandbox::patch::changed_files(patch.as_bytes())
 }
 
-fn summary(t: &Trajectory, patch: &Patch, patch_error: Option<&str>, llm: &dyn Llm, ws: &Workspace) -> String {
+fn summary(
+    t: &Trajectory,
+    patch: &Patch,
+    patch_error: Option<&str>,
+    llm: &dyn Llm,
+    ws: &Workspace,
+    parent: Option<&ParentRun>,
+) -> String {
     let files = patch.files();
     let mut s = format!(
         "# frognano solve: {}\n\n- model: {}\n- repository: {} (base {})\n- exit reason: {}\n- steps: {}\n- elapsed: {:.1} s\n- context tokens: {}\n",
@@ -439,6 +580,9 @@ fn summary(t: &Trajectory, patch: &Patch, patch_error: Option<&str>, llm: &dyn L
         t.elapsed_sec,
         t.context_tokens,
     );
+    if let Some(p) = parent {
+        s.push_str(&format!("- continues: {} (its {} steps come first)\n", p.dir.display(), p.steps));
+    }
     if let Some(e) = &t.error {
         s.push_str(&format!("- error: {e}\n"));
     }

@@ -65,6 +65,25 @@ pub struct Step {
     pub assistant: Message,
     /// Tool results, in call order.
     pub observations: Vec<Observation>,
+    /// What the step cost (a FrogNano addition, absent in records of other tools and of
+    /// older runs; Leaf's readers ignore it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<StepUsage>,
+}
+
+/// Tokens and time of one step (`frognano review` shows them per step).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepUsage {
+    /// Prompt tokens the model server reported for this step's request (`None`: not reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    /// Tokens generated in this step's reply (`None`: not reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens: Option<u64>,
+    /// Seconds the model took to reply (retries of malformed replies included).
+    pub model_sec: f64,
+    /// Seconds the step's tool calls ran, together.
+    pub tools_sec: f64,
 }
 
 /// A whole run.

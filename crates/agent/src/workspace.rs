@@ -71,6 +71,22 @@ impl Workspace {
     pub fn create(repo: &Path, allow_dirty: bool) -> anyhow::Result<Self> {
         let repo = check_repo(repo, allow_dirty)?;
         let base_commit = git(&repo, &["rev-parse", "HEAD"])?.trim().to_string();
+        Self::clone_at(repo, base_commit)
+    }
+
+    /// Clones `repo` at `commit` (not its HEAD: a continued run goes on from the commit its
+    /// parent started at, whatever the repository did since). The working tree of `repo` may
+    /// be dirty; only committed objects are copied.
+    pub fn create_at(repo: &Path, commit: &str) -> anyhow::Result<Self> {
+        let repo = check_repo(repo, true)?;
+        let base_commit = git(&repo, &["rev-parse", "--verify", "-q", &format!("{commit}^{{commit}}")])
+            .map_err(|_| anyhow::anyhow!("{} has no commit {commit} (was it rebased away?)", repo.display()))?
+            .trim()
+            .to_string();
+        Self::clone_at(repo, base_commit)
+    }
+
+    fn clone_at(repo: PathBuf, base_commit: String) -> anyhow::Result<Self> {
         let root = std::env::temp_dir();
         let dir = scratch::scratch_dir(&root, "workspace")
             .with_context(|| format!("cannot create a temporary workspace in {}", root.display()))?;

@@ -162,3 +162,67 @@ fn a_hostile_model_cannot_touch_the_users_repository_or_the_host() {
     assert!(patch.contains("+PATH="), "env.txt is in the patch: {patch}");
     assert!(!patch.contains("README.md"));
 }
+
+/// `frognano solve --continue-from RUN --comment TEXT`: the model is asked with the whole old
+/// conversation and the comment after it, in a workspace at the old base commit that holds
+/// the old patch (even though the repository has a new commit since and a dirty tree), and the
+/// new run records its parent and numbers its steps after the old ones.
+#[test]
+fn a_run_continues_from_its_trajectory_with_the_comment_as_the_next_user_message() {
+    use frognano_agent::replay::ReplayLlm;
+    use frognano_agent::run_dir::RunInfo;
+    use frognano_agent::solve::{solve_with_llm, TaskInput};
+    use std::sync::atomic::AtomicBool;
+    let first = run(&["echo '# first change' >> stats.py"]);
+    let old = Trajectory::load(&first.output.join("trajectory.json")).unwrap();
+    let old_info = RunInfo::load(&first.output).unwrap();
+    assert_eq!(old_info.repo, first.repo.canonicalize().unwrap());
+    // The repository moves on and its tree is dirty: the continuation does not care.
+    std::fs::write(first.repo.join("later.txt"), "later\n").unwrap();
+    frognano_testkit::commit(&first.repo, "a later commit");
+    std::fs::write(first.repo.join("README.md"), "dirty\n").unwrap();
+
+    let script = replay_of(first._root.path(), &["cat stats.py | tail -1 && echo '# second change' >> stats.py"]);
+    let llm = ReplayLlm::new(&Trajectory::load(&script).unwrap(), "script");
+    let output = first._root.path().join("continued");
+    let comment = "Also add a second change.";
+    let args = SolveConfig {
+        task: TaskInput::Continue { run: first.output.clone(), comment: comment.into() },
+        model: ModelChoice::InProcess(Some("scripted".into())),
+        output: Some(output.clone()),
+        ..SolveConfig::for_repo("/nonexistent: the repository comes from run.json")
+    };
+    let report = solve_with_llm(&args, Box::new(llm), &AtomicBool::new(false), &mut |_| {}).unwrap();
+    let t = report.trajectory;
+    assert_eq!(&t.messages[..old.messages.len()], &old.messages[..], "the old conversation comes first");
+    assert_eq!(
+        (t.messages[old.messages.len()].role.as_str(), &*t.messages[old.messages.len()].text()),
+        ("user", comment)
+    );
+    assert_eq!(t.steps.len(), old.steps.len() + 2);
+    assert_eq!(t.steps[old.steps.len()].step, old.steps.len(), "new steps are numbered after the old ones");
+    let seen = &t.steps[old.steps.len()].observations[0].observation;
+    assert!(seen.contains("# first change"), "the workspace holds the old patch: {seen}");
+    let patch = std::fs::read_to_string(output.join("patch.diff")).unwrap();
+    assert!(patch.contains("+# first change") && patch.contains("+# second change"), "{patch}");
+    assert!(!patch.contains("later.txt"), "the workspace is at the old base commit: {patch}");
+    let info = RunInfo::load(&output).unwrap();
+    assert_eq!(info.base_commit, old_info.base_commit);
+    let parent = info.parent.expect("the parent is recorded");
+    assert_eq!(
+        (parent.dir, parent.steps, parent.comment.as_str()),
+        (first.output.canonicalize().unwrap(), old.steps.len(), comment)
+    );
+    let summary = std::fs::read_to_string(output.join("summary.md")).unwrap();
+    assert!(summary.contains("- continues: "), "{summary}");
+
+    // A run still going, and an empty comment, are refused before anything runs.
+    let mut partial = old.clone();
+    partial.partial = true;
+    partial.save(&first.output.join("trajectory.json")).unwrap();
+    let again = SolveConfig { output: Some(first._root.path().join("never")), ..args.clone() };
+    let err = frognano_agent::solve::solve(&again).unwrap_err().to_string();
+    assert!(err.contains("the run is still going"), "{err}");
+    let empty = SolveConfig { task: TaskInput::Continue { run: first.output.clone(), comment: " ".into() }, ..again };
+    assert!(empty.validate().unwrap_err().to_string().contains("--comment is empty"));
+}

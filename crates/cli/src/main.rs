@@ -4,6 +4,7 @@ mod constrain;
 mod eval;
 mod progress;
 mod pull;
+mod review;
 mod run;
 mod serve;
 mod solve;
@@ -44,6 +45,8 @@ enum Command {
     /// Online RL of the agent on synthesized tasks (rollouts, clipped policy loss, frontier
     /// curriculum, checkpoints that resume exactly); `--toy` shows the loop in a minute.
     Train(Box<train::TrainArgs>),
+    /// A local web page to review runs (solve, eval, train) and apply, reject or send back.
+    Review(review::ReviewArgs),
 }
 
 impl Command {
@@ -61,7 +64,7 @@ impl Command {
             },
             Command::Train(a) => a.threads,
             Command::Logits(a) => a.threads,
-            Command::Pull(_) | Command::Eval(_) => return None,
+            Command::Pull(_) | Command::Eval(_) | Command::Review(_) => return None,
         };
         flags.threads
     }
@@ -95,6 +98,7 @@ fn main() {
         Command::Synth(cmd) => synth::run(*cmd),
         Command::Eval(cmd) => eval::run(cmd),
         Command::Train(a) => train::run(*a),
+        Command::Review(a) => review::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

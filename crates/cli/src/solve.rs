@@ -29,6 +29,15 @@ pub struct SolveArgs {
     /// issue; the repository is created inside the output directory.
     #[arg(long, conflicts_with_all = ["issue", "task"])]
     pub demo: bool,
+    /// Go on with a finished run (its output directory): the agent gets the run's whole
+    /// conversation, then --comment as the next user message, in a workspace at the run's
+    /// base commit that holds its patch; the new run records the one it continues. The
+    /// repository is the run's own (its run.json).
+    #[arg(long, value_name = "RUN_DIR", requires = "comment", conflicts_with_all = ["issue", "task", "demo", "replay"])]
+    pub continue_from: Option<PathBuf>,
+    /// With --continue-from: what the agent should do next (a reviewer's comment).
+    #[arg(long, requires = "continue_from")]
+    pub comment: Option<String>,
     /// OpenAI-compatible endpoint (Ollama, llama.cpp server, vLLM, `frognano serve`), e.g.
     /// http://127.0.0.1:8080
     #[arg(long, requires = "model")]
@@ -203,7 +212,9 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 impl SolveArgs {
     /// The config these flags describe.
     pub fn config(&self) -> anyhow::Result<SolveConfig> {
-        let task = if self.demo {
+        let task = if let Some(run) = &self.continue_from {
+            TaskInput::Continue { run: run.clone(), comment: self.comment.clone().unwrap_or_default() }
+        } else if self.demo {
             TaskInput::Demo
         } else if let Some(path) = &self.issue {
             TaskInput::IssueFile(path.clone())
@@ -501,5 +512,13 @@ mod tests {
             TestCli::try_parse_from(["solve", "--replay", "t.json", "--no-sandbox"]).unwrap().solve.config().unwrap();
         assert_eq!((c.task, c.model), (TaskInput::Recorded, ModelChoice::Replay("t.json".into())));
         assert_eq!(c.isolation, Isolation::Unconfined);
+        let c = TestCli::try_parse_from(["solve", "--continue-from", "runs/a", "--comment", "also b", "--model", "m"])
+            .unwrap()
+            .solve
+            .config()
+            .unwrap();
+        assert_eq!(c.task, TaskInput::Continue { run: "runs/a".into(), comment: "also b".into() });
+        assert!(TestCli::try_parse_from(["solve", "--continue-from", "runs/a"]).is_err(), "--comment is required");
+        assert!(TestCli::try_parse_from(["solve", "--continue-from", "a", "--comment", "b", "--task", "c"]).is_err());
     }
 }
