@@ -259,6 +259,7 @@ fn run_from(
             let mut usage = StepUsage {
                 prompt_tokens: reply.usage.map(|u| u.prompt_tokens),
                 completion_tokens: reply.usage.map(|u| u.completion_tokens),
+                cached_tokens: reply.usage.map(|u| u.cached_tokens),
                 model_sec: asked.elapsed().as_secs_f64(),
                 tools_sec: 0.0,
             };

@@ -17,6 +17,12 @@ pub const SUMMARY: &str = "summary.md";
 pub const RUN_INFO: &str = "run.json";
 /// The review decisions, one JSON object a line (written by `frognano review`).
 pub const REVIEW_LOG: &str = "review.jsonl";
+/// The in-process model's conversation states (`frognano_engine::persist`): a run continued
+/// later (`solve --continue-from`) starts from them instead of prefilling its history again.
+pub const STATE_DIR: &str = "state";
+/// The most bytes of states a run keeps in [`STATE_DIR`] (older turns' recurrent states go
+/// first; the keys and values of the conversation are kept once).
+pub const STATE_BUDGET: u64 = 2 << 30;
 
 /// The format name written into every `run.json`.
 pub const RUN_INFO_FORMAT: &str = "frognano-run";

@@ -322,6 +322,30 @@ fn load_parent(dir: &Path, comment: &str) -> anyhow::Result<Parent> {
     Ok(Parent { dir, trajectory, info, patch, comment: comment.to_string() })
 }
 
+/// Keeps the in-process model's conversation states in the run's folder
+/// ([`run_dir::STATE_DIR`]). A continued run starts with its parent's states (hard-linked, or
+/// copied across file systems), so its first turn does not prefill the parent's history.
+fn keep_states(llm: EngineLlm, spec: &str, output_dir: &Path, parent: Option<&Parent>) -> anyhow::Result<EngineLlm> {
+    let dir = output_dir.join(run_dir::STATE_DIR);
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    if let Some(p) = parent {
+        if let Ok(items) = std::fs::read_dir(p.dir.join(run_dir::STATE_DIR)) {
+            for item in items.flatten() {
+                let to = dir.join(item.file_name());
+                if std::fs::hard_link(item.path(), &to).is_err() {
+                    // Not fatal: without them the history is prefilled, as before.
+                    let _ = std::fs::copy(item.path(), &to);
+                }
+            }
+        }
+    }
+    let path = frognano_model::load::resolve_path(spec).unwrap_or_else(|_| PathBuf::from(spec));
+    let id = frognano_engine::persist::model_identity(&path);
+    let store = frognano_engine::SessionStore::open(&dir, &id, llm.model().as_ref(), run_dir::STATE_BUDGET)
+        .with_context(|| format!("the run's state folder {}", dir.display()))?;
+    Ok(llm.with_session_store(std::sync::Arc::new(store)))
+}
+
 fn solve_inner(
     args: &SolveConfig,
     given: Option<Box<dyn Llm>>,
@@ -432,7 +456,14 @@ fn solve_inner(
         (None, _, ModelChoice::Endpoint { url, model }) => {
             Box::new(HttpLlm::new(url, model, args.request_timeout)?.with_tool_parser(args.tool_parser))
         }
-        _ => Box::new(in_process.context("the in-process model was loaded above")?),
+        _ => {
+            let llm = in_process.context("the in-process model was loaded above")?;
+            let spec = match &args.model {
+                ModelChoice::InProcess(Some(spec)) => spec.clone(),
+                _ => frognano_model::load::DEMO_MODEL.to_string(),
+            };
+            Box::new(keep_states(llm, &spec, &output_dir, parent.as_ref())?)
+        }
     };
     let config = AgentConfig {
         sampling: args.sampling.clone(),

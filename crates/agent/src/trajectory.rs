@@ -80,6 +80,10 @@ pub struct StepUsage {
     /// Tokens generated in this step's reply (`None`: not reported).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_tokens: Option<u64>,
+    /// Of the prompt tokens, those whose state was reused instead of computed again (the
+    /// conversation so far, in memory or restored from the run's saved states).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u64>,
     /// Seconds the model took to reply (retries of malformed replies included).
     pub model_sec: f64,
     /// Seconds the step's tool calls ran, together.

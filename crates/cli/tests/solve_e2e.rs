@@ -157,3 +157,58 @@ fn solve_shows_each_tool_call_and_its_result_as_it_goes() {
     assert!(!quiet_err.contains("→") && !quiet_err.contains("asking the model"), "--quiet still shows:\n{quiet_err}");
     assert_eq!(quiet_out.lines().next(), stdout.lines().next());
 }
+
+/// A run continued later (`--continue-from`, in a new process) starts from the conversation
+/// states its parent saved in `state/`, not from a prefill of the parent's whole history.
+#[test]
+fn a_continued_run_starts_from_its_parents_saved_state() {
+    if frognano_testkit::demo_model().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    frognano_testkit::git(&repo, &["init", "-q"]);
+    frognano_testkit::write(&repo, "calc.py", "def add(a, b):\n    return a - b\n");
+    frognano_testkit::commit(&repo, "calc");
+    let issue = dir.path().join("issue.md");
+    std::fs::write(&issue, "add(2, 3) returns -1 instead of 5. Fix calc.py.\n").unwrap();
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    let run = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_frognano"))
+            .args(["solve", "--max-tokens-per-turn", "48", "--seed", "7"])
+            .args(args)
+            .current_dir(root())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "solve failed: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    let (repo_s, issue_s) = (repo.to_str().unwrap(), issue.to_str().unwrap());
+    run(&["--repo", repo_s, "--issue", issue_s, "--max-steps", "2", "--output", first.to_str().unwrap()]);
+    let saved = std::fs::read_dir(first.join("state")).unwrap().count();
+    assert!(saved >= 2, "the run keeps its conversation states ({saved} files)");
+    run(&[
+        "--continue-from",
+        first.to_str().unwrap(),
+        "--comment",
+        "Look at calc.py again.",
+        "--max-steps",
+        "1",
+        "--output",
+        second.to_str().unwrap(),
+    ]);
+    let steps = |dir: &Path| -> Vec<serde_json::Value> {
+        let t: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("trajectory.json")).unwrap()).unwrap();
+        t["steps"].as_array().unwrap().iter().filter(|s| s.get("usage").is_some()).cloned().collect()
+    };
+    let parent = steps(&first);
+    let parent_prompt = parent.last().unwrap()["usage"]["prompt_tokens"].as_u64().unwrap();
+    // The continued trajectory keeps the parent's steps first.
+    let usage = &steps(&second)[parent.len()]["usage"];
+    let cached = usage["cached_tokens"].as_u64().unwrap();
+    assert!(
+        cached >= parent_prompt,
+        "the continued run's first turn reuses at least the parent's last prompt ({parent_prompt} tokens): {usage}"
+    );
+}

@@ -241,6 +241,11 @@ impl EngineLlm {
         self
     }
 
+    /// The model.
+    pub fn model(&self) -> &Arc<dyn CausalLm> {
+        self.runner.model()
+    }
+
     /// Caps the context at `max_context` tokens (never above the model's own limit).
     pub fn with_max_context(mut self, max_context: usize) -> Self {
         self.max_context = max_context.min(self.runner.model().max_context());
@@ -447,7 +452,11 @@ impl Llm for EngineLlm {
         }
         let ids: Vec<u32> = g.tokens.iter().map(|t| t.id).filter(|id| !self.chat.eos_ids.contains(id)).collect();
         let raw = self.chat.tokenizer.decode(&ids, true).map_err(|e| LlmError::Other(format!("detokenize: {e}")))?;
-        let usage = Some(Usage { prompt_tokens: g.prompt_tokens as u64, completion_tokens: g.tokens.len() as u64 });
+        let usage = Some(Usage {
+            prompt_tokens: g.prompt_tokens as u64,
+            completion_tokens: g.tokens.len() as u64,
+            cached_tokens: g.cached_tokens as u64,
+        });
         if matches!(g.finish, EngineFinish::Length | EngineFinish::ContextFull) {
             // A cut reply is not parsed: the loop tells the model and asks for less.
             return Ok(Completion { message: Message::assistant(raw), finish_reason: FinishReason::Length, usage });

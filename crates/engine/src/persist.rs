@@ -412,6 +412,10 @@ struct Entry {
     last_used: u64,
     /// Being written: a parent for new files, not yet a source for restores.
     pending: bool,
+    /// Holds its recurrent state and logits: a conversation can start here. A file that
+    /// others continue loses them when the budget runs short (it is *stripped*), keeping only
+    /// the keys and values its children need.
+    restorable: bool,
 }
 
 #[derive(Default)]
@@ -502,6 +506,7 @@ impl SessionStore {
                         bytes: f.map.len() as u64,
                         last_used: 0,
                         pending: false,
+                        restorable: f.header.sections.iter().any(|s| s.name == "logits"),
                     };
                     found.push((mtime, name, entry));
                 }
@@ -566,11 +571,16 @@ impl SessionStore {
                 let tokens = &session.tokens()[..pos];
                 index.clock += 1;
                 let now = index.clock;
+                let mut rewrite = None;
                 if let Some((name, e)) = index.entries.iter_mut().find(|(_, e)| &e.tokens[..] == tokens) {
                     e.last_used = now;
-                    let path = self.inner.dir.join(name);
-                    touch(&path);
-                    continue;
+                    if e.restorable || e.pending {
+                        touch(&self.inner.dir.join(name));
+                        continue;
+                    }
+                    // Stripped earlier: written again whole, under its name (its children
+                    // read it as they did; the old file serves them until the new one is in).
+                    rewrite = Some((name.clone(), e.bytes));
                 }
                 let parent = index
                     .entries
@@ -579,7 +589,13 @@ impl SessionStore {
                     .max_by_key(|(_, e)| e.tokens.len())
                     .map(|(n, e)| (n.clone(), e.tokens.len()));
                 let from = parent.as_ref().map_or(0, |p| p.1);
-                let name = file_name(tokens);
+                let name = match rewrite {
+                    Some((name, old_bytes)) => {
+                        index.bytes = index.bytes.saturating_sub(old_bytes);
+                        name
+                    }
+                    None => file_name(tokens),
+                };
                 let header = Header {
                     version: VERSION,
                     model: self.inner.model_id.clone(),
@@ -599,6 +615,7 @@ impl SessionStore {
                         bytes: 0,
                         last_used: now,
                         pending: true,
+                        restorable: true,
                     },
                 );
                 index.pending += 1;
@@ -641,7 +658,7 @@ impl SessionStore {
                 let (name, keep) = index
                     .entries
                     .iter()
-                    .filter(|(_, e)| !e.pending)
+                    .filter(|(_, e)| !e.pending && e.restorable)
                     .map(|(n, e)| {
                         let shared = e.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
                         let keep = if shared == e.tokens.len() || self.inner.rewindable { shared } else { 0 };
@@ -727,7 +744,10 @@ impl Inner {
         self.settled.notify_all();
     }
 
-    /// Deletes least recently used files that no other file continues, until within budget.
+    /// Until within budget, takes the least recently used of: the files no other file
+    /// continues (deleted), and the restorable files others continue (stripped to the keys
+    /// and values their children need). A long conversation thus keeps its keys and values
+    /// once and only its latest recurrent states, whatever its number of turns.
     fn evict(&self, index: &mut Index) {
         while index.bytes > self.budget {
             let victim = {
@@ -736,14 +756,38 @@ impl Inner {
                 index
                     .entries
                     .iter()
-                    .filter(|(n, e)| !e.pending && !parents.contains(n))
+                    .filter(|(n, e)| !e.pending && (!parents.contains(n) || e.restorable))
                     .min_by_key(|(_, e)| e.last_used)
-                    .map(|(n, _)| n.clone())
+                    .map(|(n, _)| (n.clone(), parents.contains(n)))
             };
-            let Some(victim) = victim else { break };
+            let Some((victim, continued)) = victim else { break };
+            let path = self.dir.join(&victim);
+            if continued {
+                match strip(&path) {
+                    Ok(bytes) => {
+                        let e = index.entries.get_mut(&victim).expect("present");
+                        index.bytes = index.bytes.saturating_sub(e.bytes) + bytes;
+                        e.bytes = bytes;
+                        e.restorable = false;
+                        continue;
+                    }
+                    // Cannot be stripped: it goes, and the files continuing it with it.
+                    Err(err) => tracing::warn!("session store: cannot strip {victim}: {err}"),
+                }
+                let mut gone = vec![victim];
+                while let Some(n) = gone.pop() {
+                    if let Some(e) = index.entries.remove(&n) {
+                        index.bytes = index.bytes.saturating_sub(e.bytes);
+                        let _ = std::fs::remove_file(self.dir.join(&n));
+                    }
+                    let children = index.entries.iter().filter(|(_, e)| e.parent.as_deref() == Some(n.as_str()));
+                    gone.extend(children.map(|(c, _)| c.clone()));
+                }
+                continue;
+            }
             let e = index.entries.remove(&victim).expect("present");
             index.bytes = index.bytes.saturating_sub(e.bytes);
-            if let Err(err) = std::fs::remove_file(self.dir.join(&victim)) {
+            if let Err(err) = std::fs::remove_file(&path) {
                 tracing::warn!("session store: cannot delete {victim}: {err}");
             }
         }
@@ -767,6 +811,23 @@ impl Inner {
         }
         self.settled.notify_all();
     }
+}
+
+/// Rewrites a state file with only its tokens and keys and values (what the files continuing
+/// it read); returns the new size.
+fn strip(path: &Path) -> Result<u64, PersistError> {
+    let file = StateFile::open(path)?;
+    let keep: Vec<(String, Vec<u8>)> = file
+        .header
+        .sections
+        .iter()
+        .filter(|s| s.name == "tokens" || s.name.starts_with('k') || s.name.starts_with('v'))
+        .map(|s| Ok((s.name.clone(), file.section(&s.name)?.to_vec())))
+        .collect::<Result<_, PersistError>>()?;
+    let header = file.header.clone();
+    drop(file);
+    let refs: Vec<(String, &[u8])> = keep.iter().map(|(n, b)| (n.clone(), b.as_slice())).collect();
+    write_file(path, header, &refs)
 }
 
 /// Marks a file used now (its modification time is the store's memory of use).

@@ -248,3 +248,41 @@ fn a_scheduler_with_a_store_resumes_a_conversation_after_a_restart() {
     run(&mut live, &prompt1, &greedy(5));
     assert_identical(&got, &run(&mut live, &prompt2, &sampled(6, 3)), "after the restart");
 }
+
+#[test]
+fn a_long_conversation_stays_within_the_budget_and_its_latest_turn_restores() {
+    // Every turn's file holds a recurrent state; the files others continue are stripped to
+    // their keys and values when the budget runs short, so twelve turns fit in the room of
+    // about four files, and the latest turn still restores exactly.
+    let m = hybrid();
+    let dir = tempfile::tempdir().unwrap();
+    let mut live = Session::new(m.clone());
+    let mut prompt = ids(30, 1);
+    let g = run(&mut live, &prompt, &greedy(3));
+    let probe = tempfile::tempdir().unwrap();
+    let one_file = {
+        let store = SessionStore::open(probe.path(), "model-a", m.as_ref(), BIG).unwrap();
+        store.save(&live);
+        store.flush();
+        store.stats().bytes / 2
+    };
+    let store = SessionStore::open(dir.path(), "model-a", m.as_ref(), 4 * one_file).unwrap();
+    store.save(&live);
+    let mut last = g;
+    for turn in 0..11 {
+        prompt = [prompt, token_ids(&last), ids(8, turn + 2)].concat();
+        last = run(&mut live, &prompt, &greedy(3));
+        store.save(&live);
+    }
+    store.flush();
+    let st = store.stats();
+    assert!(st.bytes <= st.budget, "{st:?}");
+    assert_eq!(st.files, 24, "no file was deleted: the early ones were stripped, the chain holds");
+    let next = [prompt.clone(), token_ids(&last), ids(6, 40)].concat();
+    let (mut restored, kept) = store.restore(&next, 0, &m).expect("the latest turn restores");
+    assert_eq!(kept, live.tokens().len());
+    let want = run(&mut live, &next, &greedy(4));
+    assert_identical(&run(&mut restored, &next, &greedy(4)), &want, "after stripping");
+    // A stripped point is no longer a place to start from.
+    assert!(store.restore(&[ids(30, 1), vec![7]].concat(), 0, &m).is_none());
+}

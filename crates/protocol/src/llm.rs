@@ -97,6 +97,10 @@ pub struct Usage {
     pub prompt_tokens: u64,
     /// Generated tokens.
     pub completion_tokens: u64,
+    /// Prompt tokens whose state was reused (kept in memory, or restored from disk) instead
+    /// of being computed again (OpenAI's `prompt_tokens_details.cached_tokens`; 0 when not
+    /// reported).
+    pub cached_tokens: u64,
 }
 
 /// One model reply.
@@ -387,6 +391,7 @@ pub fn completion_from_openai(
         Some(Usage {
             prompt_tokens: u.get("prompt_tokens")?.as_u64()?,
             completion_tokens: u.get("completion_tokens")?.as_u64()?,
+            cached_tokens: u.pointer("/prompt_tokens_details/cached_tokens").and_then(|c| c.as_u64()).unwrap_or(0),
         })
     });
     Ok(Completion { message: Message::assistant_reply(content, reasoning, calls), finish_reason, usage })

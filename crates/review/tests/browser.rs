@@ -106,7 +106,7 @@ impl Llm for Scripted {
         Ok(Completion {
             message,
             finish_reason,
-            usage: Some(Usage { prompt_tokens: 900 + n as u64, completion_tokens: 40 }),
+            usage: Some(Usage { prompt_tokens: 900 + n as u64, completion_tokens: 40, cached_tokens: 0 }),
         })
     }
     fn describe(&self) -> String {

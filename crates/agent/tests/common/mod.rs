@@ -50,7 +50,7 @@ impl Llm for ScriptedLlm {
             });
         }
         let usage = (finish_reason == FinishReason::Length)
-            .then_some(Usage { prompt_tokens: 100, completion_tokens: u64::from(request.sampling.max_tokens) });
+            .then_some(Usage { prompt_tokens: 100, completion_tokens: u64::from(request.sampling.max_tokens), cached_tokens: 0 });
         Ok(Completion {
             message: Message::assistant_reply(
                 Some(parsed.content).filter(|c| !c.is_empty()),
