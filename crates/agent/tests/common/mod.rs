@@ -49,8 +49,11 @@ impl Llm for ScriptedLlm {
                 call_syntax: QwenXml.call_syntax().to_string(),
             });
         }
-        let usage = (finish_reason == FinishReason::Length)
-            .then_some(Usage { prompt_tokens: 100, completion_tokens: u64::from(request.sampling.max_tokens), cached_tokens: 0 });
+        let usage = (finish_reason == FinishReason::Length).then_some(Usage {
+            prompt_tokens: 100,
+            completion_tokens: u64::from(request.sampling.max_tokens),
+            cached_tokens: 0,
+        });
         Ok(Completion {
             message: Message::assistant_reply(
                 Some(parsed.content).filter(|c| !c.is_empty()),
