@@ -67,7 +67,8 @@ fn main() -> anyhow::Result<()> {
             store.flush();
             let st = store.stats();
             println!(
-                "saved {n} tokens: {} file(s), {:.1} MB in {:.2} s",
+                "KV cache {}; saved {n} tokens: {} file(s), {:.1} MB in {:.2} s",
+                model.kv_type(),
                 st.files,
                 st.bytes as f64 / 1e6,
                 t.elapsed().as_secs_f64()

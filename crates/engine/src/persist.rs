@@ -324,8 +324,11 @@ fn load_chain(
     for (i, layer) in cache.layers.iter_mut().enumerate() {
         match layer {
             LayerCache::Attention { k, v } => {
-                k.reserve(leaf.header.pos);
-                v.reserve(leaf.header.pos);
+                // Room for the conversation to go on without moving a gigabyte at its next
+                // token (a Vec that is exactly full doubles by copying).
+                let room = (leaf.header.pos + (leaf.header.pos / 4).max(4096)).min(model.max_context().max(leaf.header.pos));
+                k.reserve(room);
+                v.reserve(room);
                 for f in files {
                     let rows = |name: String| f.section(&name);
                     k.push_raw(rows(format!("k{i}"))?).map_err(|e| invalid(&f.path, format!("k{i}: {e}")))?;

@@ -211,8 +211,8 @@ impl KvRows {
             return Err(format!("{} bytes are not whole {} rows of {per_row} bytes", bytes.len(), self.kv_type()));
         }
         match &mut self.store {
-            Store::F32(v) => v.extend(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
-            Store::F16(v) => v.extend(bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]))),
+            Store::F32(v) => extend_from_bytes(v, bytes),
+            Store::F16(v) => extend_from_bytes(v, bytes),
             Store::Blocks(_, v) => v.extend_from_slice(bytes),
         }
         self.len += bytes.len() / per_row;
@@ -271,6 +271,19 @@ impl KvRows {
 pub fn as_bytes<T: Plain>(v: &[T]) -> &[u8] {
     // SAFETY: `Plain` types have no padding and every byte pattern of them is initialised.
     unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+/// Appends the values whose little-endian bytes are `bytes` (a whole number of them): one
+/// copy, as a restored 32K-token cache is a gigabyte.
+fn extend_from_bytes<T: Plain>(v: &mut Vec<T>, bytes: &[u8]) {
+    let n = bytes.len() / std::mem::size_of::<T>();
+    v.reserve(n);
+    // SAFETY: the spare capacity holds at least `n` values; every byte pattern is a valid
+    // `Plain` value, and the bytes are the values in this machine's (little-endian) order.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), v.as_mut_ptr().add(v.len()).cast::<u8>(), n * std::mem::size_of::<T>());
+        v.set_len(v.len() + n);
+    }
 }
 
 /// Number types whose bytes can be viewed directly ([`as_bytes`]).

@@ -188,6 +188,9 @@ fn load_gguf(path: &Path, quant: Option<QuantType>) -> Result<LoadedModel> {
         GgufArch::Qwen35 => {
             let cfg = crate::qwen35_gguf::config_from_gguf(&f)?;
             let mut m = Qwen35::load(cfg, &weights, Some(Act::F32))?;
+            // An f16 KV cache, as llama.cpp and every other GGUF model here (it was f32:
+            // twice the memory per token of context).
+            m.set_kv_type(crate::KvType::F16)?;
             if let Some(q) = quant {
                 m.quantize_weights(q);
                 quantized_bytes = Some(m.weight_bytes());

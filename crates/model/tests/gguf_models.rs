@@ -136,3 +136,11 @@ fn the_qwen35_weight_map_resolves_in_safetensors_and_gguf_alike() {
         }
     }
 }
+
+/// Every GGUF model keeps its attention keys and values in f16 by default, as llama.cpp does
+/// (the qwen35 loader used to keep f32: twice the memory per token of context).
+#[test]
+fn gguf_models_load_with_an_f16_kv_cache() {
+    let lm = frognano_model::load(repo("fixtures/qwen35-tiny.gguf").to_str().unwrap()).unwrap();
+    assert_eq!(lm.model.kv_type(), frognano_model::KvType::F16);
+}
