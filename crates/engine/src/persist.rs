@@ -137,11 +137,19 @@ struct StateFile {
 }
 
 impl StateFile {
-    fn open(path: &Path) -> Result<StateFile, PersistError> {
+    /// Maps `path` and checks its header. `populate`: map every page now (for a file about
+    /// to be read whole; not for a scan of headers).
+    fn open(path: &Path, populate: bool) -> Result<StateFile, PersistError> {
         let file = File::open(path).map_err(io_err(path))?;
         // SAFETY: state files are written once under a temporary name and renamed; nothing
         // writes them in place while they are mapped.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(path))?;
+        // Populated: the kernel maps every page at once instead of one fault per 4 KiB page
+        // as the rows are copied (a 32K-token 4B state is a gigabyte).
+        let mut options = memmap2::MmapOptions::new();
+        if populate {
+            options.populate();
+        }
+        let map = unsafe { options.map(&file) }.map_err(io_err(path))?;
         if map.len() < 24 || &map[..8] != MAGIC {
             return Err(invalid(path, "not a FrogNano state file (no FNSTATE magic at the start)"));
         }
@@ -397,7 +405,7 @@ pub fn load_session_file(
     model_id: &str,
     model: &Arc<dyn CausalLm>,
 ) -> Result<(Session, Value), PersistError> {
-    let file = StateFile::open(path)?;
+    let file = StateFile::open(path, true)?;
     if file.header.parent.is_some() {
         return Err(invalid(path, "a file of a --session-dir chain, not a single session file"));
     }
@@ -493,7 +501,7 @@ impl SessionStore {
             if path.extension().and_then(|e| e.to_str()) != Some(STATE_EXTENSION) {
                 continue;
             }
-            match StateFile::open(&path).and_then(|f| f.check_model(model_id, &layout).map(|()| f)) {
+            match StateFile::open(&path, false).and_then(|f| f.check_model(model_id, &layout).map(|()| f)) {
                 Ok(f) => {
                     let tokens = match f.tokens() {
                         Ok(t) => t,
@@ -692,7 +700,7 @@ impl SessionStore {
                 (name, keep, chain)
             };
             let files: Result<Vec<StateFile>, PersistError> =
-                chain.iter().map(|n| StateFile::open(&self.inner.dir.join(n))).collect();
+                chain.iter().map(|n| StateFile::open(&self.inner.dir.join(n), true)).collect();
             match files.and_then(|files| load_chain(&files, model, &self.inner.model_id, keep)) {
                 Ok(session) => {
                     for n in &chain {
@@ -819,7 +827,7 @@ impl Inner {
 /// Rewrites a state file with only its tokens and keys and values (what the files continuing
 /// it read); returns the new size.
 fn strip(path: &Path) -> Result<u64, PersistError> {
-    let file = StateFile::open(path)?;
+    let file = StateFile::open(path, true)?;
     let keep: Vec<(String, Vec<u8>)> = file
         .header
         .sections
@@ -891,7 +899,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("x.fnstate");
         std::fs::write(&p, b"hello world, not a state file").unwrap();
-        let e = StateFile::open(&p).err().unwrap().to_string();
+        let e = StateFile::open(&p, false).err().unwrap().to_string();
         assert!(e.contains("x.fnstate") && e.contains("magic"), "{e}");
         let header = Header {
             version: VERSION,
@@ -905,7 +913,7 @@ mod tests {
         };
         let tokens = 7u32.to_le_bytes();
         write_file(&p, header, &[("tokens".into(), &tokens[..])]).unwrap();
-        let f = StateFile::open(&p).unwrap();
+        let f = StateFile::open(&p, false).unwrap();
         assert_eq!(f.tokens().unwrap(), vec![7]);
         let e = f.check_model("m2", &[]).unwrap_err().to_string();
         assert!(e.contains("m1") && e.contains("m2"), "{e}");
@@ -915,10 +923,10 @@ mod tests {
         let mut bytes = std::fs::read(&p).unwrap();
         bytes[ALIGN as usize] ^= 1;
         std::fs::write(&p, &bytes).unwrap();
-        let e = StateFile::open(&p).unwrap().tokens().unwrap_err().to_string();
+        let e = StateFile::open(&p, false).unwrap().tokens().unwrap_err().to_string();
         assert!(e.contains("damaged"), "{e}");
         std::fs::write(&p, &bytes[..bytes.len() - 5]).unwrap();
-        let e = StateFile::open(&p).err().unwrap().to_string();
+        let e = StateFile::open(&p, false).err().unwrap().to_string();
         assert!(e.contains("cut short"), "{e}");
     }
 }
