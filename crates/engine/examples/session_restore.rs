@@ -16,21 +16,27 @@ use std::time::Instant;
 
 use frognano_engine::persist::model_identity;
 use frognano_engine::{GenerateRequest, SamplingParams, Session, SessionStore};
-use frognano_model::{CausalLm, LayerCache};
+use frognano_model::{CausalLm, KvType, LayerCache};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let [_, mode, model_path, dir, tokens] = &args[..] else {
-        anyhow::bail!("usage: session_restore save|restore MODEL DIR TOKENS");
+    let (mode, model_path, dir, tokens, kv) = match &args[..] {
+        [_, mode, model_path, dir, tokens] => (mode, model_path, dir, tokens, None),
+        [_, mode, model_path, dir, tokens, kv] => (mode, model_path, dir, tokens, Some(kv.parse::<KvType>().map_err(anyhow::Error::msg)?)),
+        _ => anyhow::bail!("usage: session_restore save|restore|fill MODEL DIR TOKENS [KV_TYPE]"),
     };
     let n: usize = tokens.parse()?;
     let t = Instant::now();
-    let model: Arc<dyn CausalLm> = Arc::from(frognano_model::load(model_path)?.model);
+    let mut boxed = frognano_model::load(model_path)?.model;
+    if let Some(kv) = kv {
+        boxed.set_kv_type(kv)?;
+    }
+    let model: Arc<dyn CausalLm> = Arc::from(boxed);
     let load_s = t.elapsed().as_secs_f64();
     let id = model_identity(Path::new(model_path));
     let history: Vec<u32> = (0..n).map(|i| (i * 7919 % 5000 + 10) as u32).collect();
     match mode.as_str() {
-        "save" => {
+        "save" | "fill" => {
             let mut cache = model.new_cache();
             let mut x = 0x2545_f491_u32;
             let mut noise = |len: usize| -> Vec<f32> {
@@ -60,7 +66,25 @@ fn main() -> anyhow::Result<()> {
             }
             cache.pos = n;
             let logits = noise(model.vocab_size());
-            let session = Session::from_state(Arc::clone(&model), cache, history, Some(logits));
+            let mut session = Session::from_state(Arc::clone(&model), cache, history.clone(), Some(logits));
+            if mode == "fill" {
+                // A real allocation of the whole context, then one token through it: the peak
+                // resident memory of a full context (bench/session_restore.sh --fill).
+                let prompt: Vec<u32> = history.iter().copied().chain([42]).collect();
+                let req = GenerateRequest { sampling: SamplingParams::greedy(), max_tokens: 1, stop_ids: vec![], top_logprobs: 0 };
+                let t = Instant::now();
+                session.generate(&prompt, &req, |_| ControlFlow::Continue(()))?;
+                let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+                let hwm = status.lines().find(|l| l.starts_with("VmHWM")).unwrap_or("VmHWM: ?").to_string();
+                println!(
+                    "KV cache {}; {n} positions held ({:.2} GB of state); one token through them in {:.2} s; peak {}",
+                    model.kv_type(),
+                    model.cache_bytes(n + 1) as f64 / 1e9,
+                    t.elapsed().as_secs_f64(),
+                    hwm.split_whitespace().skip(1).collect::<Vec<_>>().join(" ")
+                );
+                return Ok(());
+            }
             let store = SessionStore::open(Path::new(dir), &id, model.as_ref(), u64::MAX)?;
             let t = Instant::now();
             store.save(&session);
