@@ -146,23 +146,29 @@ pub fn apply_patch(repo: &Path, patch: &[u8]) -> anyhow::Result<()> {
         bail!("the patch is empty; nothing to apply");
     }
     for check in [true, false] {
-        let mut cmd = Command::new("git");
-        cmd.arg("-C").arg(repo).arg("apply");
-        if check {
-            cmd.arg("--check");
-        }
-        let mut child = cmd
-            .arg("-")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("cannot run git apply")?;
-        child.stdin.take().expect("stdin was piped").write_all(patch)?;
-        let out = child.wait_with_output()?;
-        if !out.status.success() {
-            bail!("the patch does not apply to {}: {}", repo.display(), String::from_utf8_lossy(&out.stderr).trim());
+        if let Err(reason) = git_apply(repo, patch, check)? {
+            bail!("the patch does not apply to {}: {}", repo.display(), reason.trim());
         }
     }
     Ok(())
+}
+
+/// `git apply [--check] -` on `repo` with `patch` on its stdin: `Ok(Err(stderr))` when git
+/// refuses it, `Err` when git cannot be run.
+pub fn git_apply(repo: &Path, patch: &[u8], check: bool) -> anyhow::Result<Result<(), String>> {
+    let mut cmd = Command::new("git");
+    cmd.arg("-C").arg(repo).arg("apply");
+    if check {
+        cmd.arg("--check");
+    }
+    let mut child = cmd
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot run git (is it installed?)")?;
+    child.stdin.take().context("git's stdin was piped")?.write_all(patch)?;
+    let out = child.wait_with_output()?;
+    Ok(if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).into_owned()) })
 }

@@ -22,7 +22,9 @@ fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let (mode, model_path, dir, tokens, kv) = match &args[..] {
         [_, mode, model_path, dir, tokens] => (mode, model_path, dir, tokens, None),
-        [_, mode, model_path, dir, tokens, kv] => (mode, model_path, dir, tokens, Some(kv.parse::<KvType>().map_err(anyhow::Error::msg)?)),
+        [_, mode, model_path, dir, tokens, kv] => {
+            (mode, model_path, dir, tokens, Some(kv.parse::<KvType>().map_err(anyhow::Error::msg)?))
+        }
         _ => anyhow::bail!("usage: session_restore save|restore|fill MODEL DIR TOKENS [KV_TYPE]"),
     };
     let n: usize = tokens.parse()?;
@@ -71,7 +73,12 @@ fn main() -> anyhow::Result<()> {
                 // A real allocation of the whole context, then one token through it: the peak
                 // resident memory of a full context (bench/session_restore.sh --fill).
                 let prompt: Vec<u32> = history.iter().copied().chain([42]).collect();
-                let req = GenerateRequest { sampling: SamplingParams::greedy(), max_tokens: 1, stop_ids: vec![], top_logprobs: 0 };
+                let req = GenerateRequest {
+                    sampling: SamplingParams::greedy(),
+                    max_tokens: 1,
+                    stop_ids: vec![],
+                    top_logprobs: 0,
+                };
                 let t = Instant::now();
                 session.generate(&prompt, &req, |_| ControlFlow::Continue(()))?;
                 let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();

@@ -334,7 +334,8 @@ fn load_chain(
             LayerCache::Attention { k, v } => {
                 // Room for the conversation to go on without moving a gigabyte at its next
                 // token (a Vec that is exactly full doubles by copying).
-                let room = (leaf.header.pos + (leaf.header.pos / 4).max(4096)).min(model.max_context().max(leaf.header.pos));
+                let room =
+                    (leaf.header.pos + (leaf.header.pos / 4).max(4096)).min(model.max_context().max(leaf.header.pos));
                 k.reserve(room);
                 v.reserve(room);
                 for f in files {

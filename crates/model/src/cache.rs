@@ -281,7 +281,11 @@ fn extend_from_bytes<T: Plain>(v: &mut Vec<T>, bytes: &[u8]) {
     // SAFETY: the spare capacity holds at least `n` values; every byte pattern is a valid
     // `Plain` value, and the bytes are the values in this machine's (little-endian) order.
     unsafe {
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), v.as_mut_ptr().add(v.len()).cast::<u8>(), n * std::mem::size_of::<T>());
+        std::ptr::copy_nonoverlapping(
+            bytes.as_ptr(),
+            v.as_mut_ptr().add(v.len()).cast::<u8>(),
+            n * std::mem::size_of::<T>(),
+        );
         v.set_len(v.len() + n);
     }
 }

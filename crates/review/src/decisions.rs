@@ -78,7 +78,7 @@ pub fn apply(dir: &Path) -> anyhow::Result<std::path::PathBuf> {
     if !repo.is_dir() {
         bail!("the run's repository {} does not exist any more", repo.display());
     }
-    let check = git_apply(&repo, &patch, true)?;
+    let check = frognano_agent::workspace::git_apply(&repo, &patch, true)?;
     if let Err(reason) = check {
         let head = git(&repo, &["rev-parse", "HEAD"]).unwrap_or_default();
         let moved = if !head.is_empty() && head != info.base_commit {
@@ -96,7 +96,7 @@ pub fn apply(dir: &Path) -> anyhow::Result<std::path::PathBuf> {
             reason.trim().trim_end_matches('.')
         );
     }
-    if let Err(reason) = git_apply(&repo, &patch, false)? {
+    if let Err(reason) = frognano_agent::workspace::git_apply(&repo, &patch, false)? {
         bail!("git apply failed in {}: {}", repo.display(), reason.trim());
     }
     Ok(repo)
@@ -104,25 +104,6 @@ pub fn apply(dir: &Path) -> anyhow::Result<std::path::PathBuf> {
 
 fn short(commit: &str) -> &str {
     &commit[..commit.len().min(12)]
-}
-
-/// `git apply [--check] -` on `repo`: `Ok(Err(stderr))` when git refuses.
-fn git_apply(repo: &Path, patch: &[u8], check: bool) -> anyhow::Result<Result<(), String>> {
-    let mut cmd = Command::new("git");
-    cmd.arg("-C").arg(repo).arg("apply");
-    if check {
-        cmd.arg("--check");
-    }
-    let mut child = cmd
-        .arg("-")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("cannot run git (is it installed?)")?;
-    child.stdin.take().context("git's stdin was piped")?.write_all(patch)?;
-    let out = child.wait_with_output()?;
-    Ok(if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).into_owned()) })
 }
 
 fn git(repo: &Path, args: &[&str]) -> anyhow::Result<String> {
