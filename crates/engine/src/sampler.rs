@@ -187,13 +187,49 @@ impl Sampler {
         TokenChoice { id, logprob: logprobs[id as usize], top: top_n_of(&logprobs, top_n) }
     }
 
-    fn draw(&mut self, logits: &[f32]) -> u32 {
+    /// [`sample_masked`](Self::sample_masked) at a position where speculative decoding
+    /// drafted `draft`: greedy picks the same token as ever; with sampling, the draft is kept
+    /// with the probability this sampler's distribution gives it and otherwise a token is
+    /// drawn from the rest ([`crate::speculative::pick_after_draft`]), so the token still
+    /// follows that distribution (temperature, top-k/p, min-p, penalties and bias included).
+    pub fn sample_after_draft(
+        &mut self,
+        logits: &[f32],
+        history: &[u32],
+        top_n: usize,
+        mask: Option<&TokenMask>,
+        draft: u32,
+    ) -> TokenChoice {
+        if self.params.temperature == 0.0 {
+            return self.sample_masked(logits, history, top_n, mask);
+        }
+        let logprobs = log_softmax(logits);
+        let mut l = self.adjusted_logits(logits, history);
+        if let Some(mask) = mask {
+            mask.apply(&mut l);
+        }
+        let (idx, probs) = self.distribution(&l);
+        let id = if idx.is_empty() {
+            0
+        } else {
+            let (u1, u2) = (self.rng.random::<f32>(), self.rng.random::<f32>());
+            crate::speculative::pick_after_draft(&idx, &probs, draft, u1, u2)
+        };
+        if self.params.presence_penalty != 0.0 || self.params.frequency_penalty != 0.0 {
+            *self.generated.entry(id).or_default() += 1;
+        }
+        TokenChoice { id, logprob: logprobs[id as usize], top: top_n_of(&logprobs, top_n) }
+    }
+
+    /// The tokens a draw picks among and their probabilities (not renormalised after top-p
+    /// and min-p), best first: top-k, the softmax at the temperature, top-p, min-p.
+    fn distribution(&self, logits: &[f32]) -> (Vec<u32>, Vec<f32>) {
         let p = &self.params;
         let inv_t = 1.0 / p.temperature;
         // Candidates sorted by logit, best first; cut by top-k before the softmax.
         let mut idx: Vec<u32> = (0..logits.len() as u32).filter(|&i| logits[i as usize].is_finite()).collect();
         if idx.is_empty() {
-            return 0;
+            return (idx, Vec::new());
         }
         let k = if p.top_k == 0 { idx.len() } else { p.top_k.min(idx.len()) };
         if k < idx.len() {
@@ -222,7 +258,17 @@ impl Sampler {
             let floor = probs[0] * p.min_p;
             keep = keep.min(probs.iter().take_while(|&&x| x >= floor).count().max(1));
         }
-        let probs = &probs[..keep];
+        probs.truncate(keep);
+        idx.truncate(keep);
+        (idx, probs)
+    }
+
+    fn draw(&mut self, logits: &[f32]) -> u32 {
+        let (idx, probs) = self.distribution(logits);
+        if idx.is_empty() {
+            return 0;
+        }
+        let keep = probs.len();
         let total: f32 = probs.iter().sum();
         let mut u = self.rng.random::<f32>() * total;
         for (i, pr) in probs.iter().enumerate() {
