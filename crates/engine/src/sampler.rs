@@ -324,6 +324,36 @@ mod tests {
         c
     }
 
+    /// A draft changes nothing in the distribution: picks after a draft (temperature, top-k
+    /// and a presence penalty in play) against the plain sampler's probabilities, by
+    /// chi-square (3 degrees of freedom for the 4 tokens top-k keeps; 16.27 is the 0.1 %
+    /// critical value).
+    #[test]
+    fn picks_after_a_draft_follow_the_samplers_own_distribution() {
+        let logits = [1.0f32, 0.2, 2.0, -0.5, 0.7, -3.0];
+        let params = SamplingParams { temperature: 0.8, top_k: 4, seed: Some(5), ..Default::default() };
+        let (idx, probs) = Sampler::new(params.clone()).distribution(&logits);
+        let total: f32 = probs.iter().sum();
+        let n = 100_000;
+        for draft in [2u32, 4, 5] {
+            let mut s = Sampler::new(params.clone());
+            let mut c = [0usize; 6];
+            for _ in 0..n {
+                c[s.sample_after_draft(&logits, &[], 0, None, draft).id as usize] += 1;
+            }
+            let chi2: f64 = idx
+                .iter()
+                .zip(&probs)
+                .map(|(&i, &p)| {
+                    let e = (p / total) as f64 * n as f64;
+                    (c[i as usize] as f64 - e).powi(2) / e
+                })
+                .sum();
+            assert!(chi2 < 16.27, "draft {draft}: chi-square {chi2:.2}, counts {c:?}");
+            assert_eq!(c[5] + c[3], 0, "tokens outside top-k are never picked, a draft of one either: {c:?}");
+        }
+    }
+
     #[test]
     fn greedy_picks_argmax_and_reports_logprobs() {
         let mut s = Sampler::new(SamplingParams::greedy());

@@ -240,6 +240,18 @@ mod tests {
     }
 
     #[test]
+    fn modes_parse_and_mtp_is_refused_with_a_reason() {
+        assert_eq!("auto".parse(), Ok(SpeculativeMode::Auto));
+        assert_eq!("lookup".parse(), Ok(SpeculativeMode::Lookup));
+        assert_eq!("none".parse(), Ok(SpeculativeMode::None));
+        assert_eq!(SpeculativeMode::default(), SpeculativeMode::Auto);
+        let mtp = "mtp".parse::<SpeculativeMode>().unwrap_err();
+        assert!(mtp.contains("not implemented") && mtp.contains("lookup or auto"), "{mtp}");
+        let bad = "fast".parse::<SpeculativeMode>().unwrap_err();
+        assert!(bad.contains("none, lookup or auto") && bad.contains("\"fast\""), "{bad}");
+    }
+
+    #[test]
     fn auto_pauses_after_a_window_of_rejections_and_lookup_does_not() {
         let ctx = [1, 2, 1, 2, 1, 2, 1];
         let mut auto = LookupDrafter::new(SpeculativeMode::Auto);
