@@ -61,9 +61,10 @@ pub struct GenFlags {
     #[arg(long = "kv-cache", value_name = "TYPE", value_parser = parse_kv_cache)]
     pub kv_cache: Option<KvType>,
     /// Speculative decoding (docs/speculative.md): `lookup` drafts tokens copied from the
-    /// prompt and the reply and checks them in one forward; `auto` does so while the drafts
-    /// pay and pauses while they do not; `none` decodes one token per forward. The output is
-    /// the same either way (greedy: token for token; sampling: the same distribution).
+    /// prompt and the reply and checks them in one forward; `auto` does so for greedy
+    /// replies (`--temperature 0`) while the drafts pay and pauses while they do not; `none`
+    /// decodes one token per forward. The output is the same either way (greedy: token for
+    /// token; sampling under `lookup`: the same distribution).
     /// `mtp` (the checkpoint's multi-token-prediction head) is not implemented yet.
     #[arg(long, value_name = "MODE", default_value = "auto", value_parser = parse_speculative)]
     pub speculative: SpeculativeMode,

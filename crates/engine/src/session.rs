@@ -434,7 +434,12 @@ impl Session {
         let room_len = decoding.req.max_tokens.saturating_sub(decoding.tokens.len() + 1);
         let room_ctx = self.model.max_context().saturating_sub(self.tokens.len() + 2);
         let limit = room_len.min(room_ctx).min(MAX_DRAFT);
-        if limit == 0 || self.drafter.mode() == SpeculativeMode::None {
+        // `auto` leaves sampled replies plain: drafting keeps their distribution but draws
+        // another random stream, and a seeded reply should be the same text here as on the
+        // scheduler's plain batched decode (`serve`). `lookup` drafts for them too.
+        let sampled = decoding.req.sampling.temperature > 0.0;
+        let mode = self.drafter.mode();
+        if limit == 0 || mode == SpeculativeMode::None || (mode == SpeculativeMode::Auto && sampled) {
             return Ok(None);
         }
         let mut context = Vec::with_capacity(self.tokens.len() + 1);

@@ -33,7 +33,9 @@ pub enum SpeculativeMode {
     None,
     /// Prompt-lookup drafts whenever the context has a match, whatever the acceptance.
     Lookup,
-    /// Prompt-lookup drafts, paused while they do not pay (the default).
+    /// Prompt-lookup drafts for greedy replies, paused while they do not pay (the default).
+    /// Sampled replies decode plainly, so a seeded one is the same text as on the
+    /// scheduler's batched decode.
     #[default]
     Auto,
 }
