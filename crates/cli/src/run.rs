@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use frognano_engine::{FinishReason, GenerateRequest, SamplingParams, Session};
+use frognano_engine::{FinishReason, GenerateRequest, SamplingParams, Session, SpeculativeMode};
 use frognano_protocol::Message;
 
 use frognano_model::load::DEMO_MODEL;
@@ -60,8 +60,21 @@ pub struct GenFlags {
     /// checkpoint folders keep f32, their activations' numerics].
     #[arg(long = "kv-cache", value_name = "TYPE", value_parser = parse_kv_cache)]
     pub kv_cache: Option<KvType>,
+    /// Speculative decoding (docs/speculative.md): `lookup` drafts tokens copied from the
+    /// prompt and the reply and checks them in one forward; `auto` does so for greedy
+    /// replies (`--temperature 0`) while the drafts pay and pauses while they do not; `none`
+    /// decodes one token per forward. The output is the same either way (greedy: token for
+    /// token; sampling under `lookup`: the same distribution).
+    /// `mtp` (the checkpoint's multi-token-prediction head) is not implemented yet.
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = parse_speculative)]
+    pub speculative: SpeculativeMode,
     #[command(flatten)]
     pub threads: crate::threads::ThreadArgs,
+}
+
+/// `--speculative`'s value.
+pub fn parse_speculative(s: &str) -> Result<SpeculativeMode, String> {
+    s.parse()
 }
 
 /// `--kv-cache`'s value.
@@ -229,8 +242,10 @@ impl Talker {
             eos_ids.clone()
         };
         let req = GenerateRequest { sampling, max_tokens: gen.max_tokens, stop_ids, top_logprobs: 0 };
+        let mut session = Session::new(Arc::from(model));
+        session.set_speculative(gen.speculative);
         Ok(Talker {
-            session: Session::new(Arc::from(model)),
+            session,
             tok: tokenizer.expect("checked above"),
             template: chat_template,
             eos_ids,
@@ -270,6 +285,7 @@ impl Talker {
         let mut first: Option<f64> = None;
         let mut err = None;
         let eos = &self.eos_ids;
+        let spec_before = self.session.speculation_stats();
         let g = self.session.generate(&prompt, &req, |c| {
             first.get_or_insert_with(|| t0.elapsed().as_secs_f64());
             if eos.contains(&c.id) {
@@ -319,6 +335,15 @@ impl Talker {
                 g.finish,
                 if threads == 1 { "" } else { "s" }
             );
+            let spec = self.session.speculation_stats();
+            let (drafted, accepted) = (spec.drafted - spec_before.drafted, spec.accepted - spec_before.accepted);
+            if self.session.speculative() != SpeculativeMode::None {
+                eprintln!(
+                    "speculative {}: {} verifications, {accepted}/{drafted} drafted tokens accepted",
+                    self.session.speculative(),
+                    spec.verifications - spec_before.verifications,
+                );
+            }
         }
         Ok(reply)
     }
@@ -383,7 +408,9 @@ pub fn chat(a: ChatArgs) -> anyhow::Result<()> {
             session.tokens().len()
         );
         msgs = saved;
+        let mode = t.session.speculative();
         t.session = session;
+        t.session.set_speculative(mode);
     }
     eprintln!("chatting; an empty line or end of input quits");
     let stdin = std::io::stdin();

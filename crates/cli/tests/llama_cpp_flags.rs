@@ -214,3 +214,23 @@ fn chat_with_a_session_file_goes_on_where_it_stopped() {
     assert!(err.contains("talk.fnstate") && err.contains("cannot resume") && err.contains("kv-cache"), "{err}");
     assert_eq!(std::fs::read(&file).unwrap(), before, "the refused file is untouched");
 }
+
+/// `--speculative`: greedy text is the same with lookup drafts as without, `--stats` says how
+/// many drafts held, and `mtp` (not built yet) and unknown modes are refused by name.
+#[test]
+fn speculative_lookup_keeps_the_greedy_text_and_mtp_is_refused() {
+    let Some(demo) = frognano_testkit::demo_model() else { return };
+    let demo = demo.to_str().unwrap();
+    let prompt = "Repeat this line twice: the quick brown fox jumps over the lazy dog.";
+    let base = ["run", demo, "--chat", "-p", prompt, "--temp", "0", "-n", "40", "--stats"];
+    let (plain, plain_err) = ok(&run(&[&base[..], &["--speculative", "none"]].concat()));
+    assert!(!plain_err.contains("speculative none"), "{plain_err}");
+    let (spec, spec_err) = ok(&run(&[&base[..], &["--speculative", "lookup"]].concat()));
+    assert_eq!(spec, plain, "lookup changed the greedy text");
+    let line = spec_err.lines().find(|l| l.starts_with("speculative lookup:")).unwrap_or_else(|| panic!("{spec_err}"));
+    assert!(line.contains("drafted tokens accepted"), "{line}");
+    let err = failed(&run(&[&base[..], &["--speculative", "mtp"]].concat()));
+    assert!(err.contains("not implemented") && err.contains("lookup or auto"), "{err}");
+    let err = failed(&run(&[&base[..], &["--speculative", "fast"]].concat()));
+    assert!(err.contains("none, lookup or auto"), "{err}");
+}

@@ -7,7 +7,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Instant;
 
-use frognano_engine::{GenerateRequest, SamplingParams, Session};
+use frognano_engine::{GenerateRequest, SamplingParams, Session, SpeculativeMode};
 
 fn vm_hwm_kib() -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -37,6 +37,8 @@ fn main() -> anyhow::Result<()> {
     // Deterministic ids below 1000 exist in every vocabulary we bench.
     let prompt: Vec<u32> = (0..n_prefill as u64).map(|i| ((i * 7919 + 13) % vocab.min(1000)) as u32).collect();
     let mut session = Session::new(model.clone());
+    // Plain decode speed, one forward per token (bench/speculative.sh measures drafting).
+    session.set_speculative(SpeculativeMode::None);
     let t = Instant::now();
     session.prefill(&prompt)?;
     let prefill_s = t.elapsed().as_secs_f64();

@@ -13,6 +13,8 @@
 //! schemas, any JSON object, Lark grammars, tool calls in a model's own format), its masks
 //! computed on a helper thread while the forward pass runs. [`persist`]: conversation states on
 //! disk (`serve --session-dir`, `chat --session`), restored on a matching prefix.
+//! [`speculative`]: prompt-lookup drafts checked in one forward ([`Session::generate`]), exact
+//! for greedy and sampled decoding.
 
 pub mod constraint;
 pub mod llm;
@@ -20,6 +22,7 @@ pub mod persist;
 pub mod sampler;
 pub mod scheduler;
 pub mod session;
+pub mod speculative;
 pub mod tool_grammar;
 
 pub use constraint::{
@@ -31,3 +34,4 @@ pub use persist::{PersistError, SessionStore};
 pub use sampler::{SamplingParams, TokenChoice};
 pub use scheduler::{Flow, Job, QueueFull, Scheduler, SchedulerConfig, SchedulerStats, TokenSink};
 pub use session::{decode_step, Decoding, EngineError, FinishReason, GenerateRequest, Generation, Session};
+pub use speculative::{LookupDrafter, SpeculationStats, SpeculativeMode};

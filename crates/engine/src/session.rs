@@ -10,6 +10,7 @@ use frognano_model::{Cache, CacheSnapshot, CausalLm, ModelError};
 
 use crate::constraint::{Commit, Constraint, ConstraintStats};
 use crate::sampler::{Sampler, SamplingParams, TokenChoice};
+use crate::speculative::{LookupDrafter, SpeculationStats, SpeculativeMode, MAX_DRAFT};
 
 /// Snapshots kept per session (each holds the recurrent state, ~50 MB for the 4B model, and
 /// the logits at that point).
@@ -102,13 +103,41 @@ pub struct Session {
     last_logits: Option<Vec<f32>>,
     /// Earlier points of this history: (snapshot, logits after it), oldest first.
     snapshots: Vec<(CacheSnapshot, Vec<f32>)>,
+    /// Drafts for [`Session::generate`]'s speculative steps.
+    drafter: LookupDrafter,
+    /// What speculation did so far.
+    spec_stats: SpeculationStats,
 }
 
 impl Session {
     /// An empty session.
     pub fn new(model: Arc<dyn CausalLm>) -> Self {
         let cache = model.new_cache();
-        Session { model, cache, tokens: Vec::new(), last_logits: None, snapshots: Vec::new() }
+        Session {
+            model,
+            cache,
+            tokens: Vec::new(),
+            last_logits: None,
+            snapshots: Vec::new(),
+            drafter: LookupDrafter::new(SpeculativeMode::default()),
+            spec_stats: SpeculationStats::default(),
+        }
+    }
+
+    /// Sets how [`generate`](Self::generate) drafts tokens (`auto` by default; see
+    /// [`crate::speculative`]). The scheduler's batched [`decode_step`] does not speculate.
+    pub fn set_speculative(&mut self, mode: SpeculativeMode) {
+        self.drafter = LookupDrafter::new(mode);
+    }
+
+    /// How [`generate`](Self::generate) drafts tokens.
+    pub fn speculative(&self) -> SpeculativeMode {
+        self.drafter.mode()
+    }
+
+    /// What speculation did over this session's generations so far.
+    pub fn speculation_stats(&self) -> SpeculationStats {
+        self.spec_stats
     }
 
     /// Tokens whose state the session holds.
@@ -127,15 +156,23 @@ impl Session {
     /// restores saved states this way (and bench/ builds long synthetic ones).
     pub fn from_state(model: Arc<dyn CausalLm>, cache: Cache, tokens: Vec<u32>, logits: Option<Vec<f32>>) -> Session {
         let known = logits.is_some();
-        let mut s = Session { model, cache, tokens, last_logits: logits, snapshots: Vec::new() };
+        let mut s = Session {
+            model,
+            cache,
+            tokens,
+            last_logits: logits,
+            snapshots: Vec::new(),
+            drafter: LookupDrafter::new(SpeculativeMode::default()),
+            spec_stats: SpeculationStats::default(),
+        };
         if known {
             s.remember();
         }
         s
     }
 
-    /// The state itself.
-    pub(crate) fn cache(&self) -> &Cache {
+    /// The model's state after [`tokens`](Self::tokens).
+    pub fn cache(&self) -> &Cache {
         &self.cache
     }
 
@@ -178,6 +215,8 @@ impl Session {
             tokens: self.tokens[..len].to_vec(),
             last_logits: logits,
             snapshots: Vec::new(),
+            drafter: LookupDrafter::new(self.drafter.mode()),
+            spec_stats: SpeculationStats::default(),
         };
         if upto == self.tokens.len() && upto > 0 {
             let mut s = copy(self.cache.clone(), upto, self.last_logits.clone());
@@ -354,22 +393,101 @@ impl Session {
         constraint: Option<Constraint>,
         mut on_token: impl FnMut(&TokenChoice) -> ControlFlow<()>,
     ) -> Result<Generation, EngineError> {
-        let (mut decoding, mut token) = self.start_constrained(prompt, req, constraint)?;
+        let (mut decoding, first) = self.start_constrained(prompt, req, constraint)?;
+        let mut new: Vec<TokenChoice> = first.into_iter().collect();
         loop {
-            if let Some(choice) = &token {
+            for (i, choice) in new.iter().enumerate() {
                 if on_token(choice).is_break() {
+                    // Tokens after the one that stopped it were never seen: not part of the reply.
+                    let unseen = new.len() - i - 1;
+                    decoding.tokens.truncate(decoding.tokens.len() - unseen);
                     decoding.cancel();
+                    break;
                 }
             }
             if decoding.is_finished() {
                 break;
             }
-            token = decode_step(&mut [(&mut *self, &mut decoding)])?.pop().flatten();
+            new = match self.speculative_step(&mut decoding)? {
+                Some(tokens) => tokens,
+                None => decode_step(&mut [(&mut *self, &mut decoding)])?.pop().flatten().into_iter().collect(),
+            };
         }
         if let Some(failure) = decoding.take_failure() {
             return Err(EngineError::Failed(failure));
         }
         Ok(decoding.into_generation())
+    }
+
+    /// One speculative step of `decoding` (docs/speculative.md): drafts from the context,
+    /// runs the last token and the drafts through [`CausalLm::forward_stepwise`] (each row's
+    /// logits the bits a decode step gives), samples position by position while the model
+    /// agrees with the drafts, and brings the state back to the last token kept: an
+    /// attention-only cache is cut back, a hybrid one returns to a snapshot taken before and
+    /// runs the kept tokens again. Returns the new tokens (at least one), or `None` when
+    /// there is nothing to draft (the caller takes a plain [`decode_step`]). On an error no
+    /// state has advanced.
+    fn speculative_step(&mut self, decoding: &mut Decoding) -> Result<Option<Vec<TokenChoice>>, EngineError> {
+        let last = decoding.tokens.last().expect("an unfinished generation has sampled a token").id;
+        // Room for the drafts: all of them plus the token after them within max_tokens, and
+        // in the context.
+        let room_len = decoding.req.max_tokens.saturating_sub(decoding.tokens.len() + 1);
+        let room_ctx = self.model.max_context().saturating_sub(self.tokens.len() + 2);
+        let limit = room_len.min(room_ctx).min(MAX_DRAFT);
+        // `auto` leaves sampled replies plain: drafting keeps their distribution but draws
+        // another random stream, and a seeded reply should be the same text here as on the
+        // scheduler's plain batched decode (`serve`). `lookup` drafts for them too.
+        let sampled = decoding.req.sampling.temperature > 0.0;
+        let mode = self.drafter.mode();
+        if limit == 0 || mode == SpeculativeMode::None || (mode == SpeculativeMode::Auto && sampled) {
+            return Ok(None);
+        }
+        let mut context = Vec::with_capacity(self.tokens.len() + 1);
+        context.extend_from_slice(&self.tokens);
+        context.push(last);
+        let drafts = self.drafter.draft(&context, limit);
+        if drafts.is_empty() {
+            return Ok(None);
+        }
+        let base = self.tokens.len();
+        let snapshot = (!self.cache.is_rewindable()).then(|| self.cache.snapshot());
+        let mut ids = Vec::with_capacity(drafts.len() + 1);
+        ids.push(last);
+        ids.extend_from_slice(&drafts);
+        let logits = self.model.forward_stepwise(&ids, &mut self.cache)?;
+        let vocab = self.model.vocab_size();
+        let mut out = Vec::new();
+        let mut kept = 0;
+        for (j, &id) in ids.iter().enumerate() {
+            self.tokens.push(id);
+            kept = j + 1;
+            let draft = drafts.get(j).copied();
+            let Some(choice) = choose_guarded(decoding, &logits[j * vocab..(j + 1) * vocab], self, draft) else {
+                break;
+            };
+            let agreed = Some(choice.id) == draft;
+            out.push(choice);
+            if !agreed || decoding.is_finished() {
+                break;
+            }
+        }
+        self.last_logits = Some(logits[(kept - 1) * vocab..kept * vocab].to_vec());
+        if kept < ids.len() {
+            match snapshot {
+                None => self.cache.truncate(base + kept).map_err(EngineError::Failed)?,
+                Some(snap) => {
+                    self.cache.restore(&snap).map_err(EngineError::Failed)?;
+                    self.model.forward_stepwise(&ids[..kept], &mut self.cache)?;
+                    self.spec_stats.recomputed += 1;
+                }
+            }
+        }
+        let accepted = kept - 1;
+        self.drafter.record(drafts.len(), accepted);
+        self.spec_stats.verifications += 1;
+        self.spec_stats.drafted += drafts.len() as u64;
+        self.spec_stats.accepted += accepted as u64;
+        Ok(Some(out))
     }
 
     /// Starts a generation: runs `prompt` (reusing what it can) and samples the first token,
@@ -424,7 +542,7 @@ impl Session {
             decoding.finish = Some(FinishReason::Length);
             return (decoding, None);
         }
-        let choice = decoding.choose(logits, self);
+        let choice = decoding.choose(logits, self, None);
         (decoding, choice)
     }
 }
@@ -492,7 +610,9 @@ impl Decoding {
     /// the allowed ones, and committing it starts the next mask on the constraint's thread,
     /// so it is computed while the next forward pass runs. `None` (and the generation ended)
     /// when the grammar allows no token.
-    fn choose(&mut self, logits: &[f32], session: &Session) -> Option<TokenChoice> {
+    /// With `draft`, the position was drafted and the sampler keeps the draft by the
+    /// speculative rule ([`Sampler::sample_after_draft`]).
+    fn choose(&mut self, logits: &[f32], session: &Session, draft: Option<u32>) -> Option<TokenChoice> {
         let history: &[u32] = if self.req.sampling.repetition_penalty != 1.0 { &session.tokens } else { &[] };
         let mask = match self.constraint.as_mut().map(Constraint::mask) {
             None => None,
@@ -503,7 +623,12 @@ impl Decoding {
                 return None;
             }
         };
-        let choice = self.sampler.sample_masked(logits, history, self.req.top_logprobs, mask.as_ref());
+        let choice = match draft {
+            Some(draft) => {
+                self.sampler.sample_after_draft(logits, history, self.req.top_logprobs, mask.as_ref(), draft)
+            }
+            None => self.sampler.sample_masked(logits, history, self.req.top_logprobs, mask.as_ref()),
+        };
         self.tokens.push(choice.clone());
         let stop_id = self.req.stop_ids.contains(&choice.id);
         // An end-of-turn token ends the reply; any other goes into the grammar, which may be
@@ -556,20 +681,29 @@ pub fn decode_step(batch: &mut [(&mut Session, &mut Decoding)]) -> Result<Vec<Op
     for ((&i, id), logits) in live.iter().zip(ids).zip(logits) {
         let (session, decoding) = &mut batch[i];
         session.tokens.push(id);
-        // One sequence's sampling (its grammar, its penalties) panicking ends that sequence
-        // only; the others of the step go on.
-        let chosen = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decoding.choose(&logits, session)));
-        out[i] = chosen.unwrap_or_else(|panic| {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "no message".into());
-            decoding.failure = Some(format!("the engine panicked while sampling a token: {message}"));
-            decoding.finish = Some(FinishReason::Cancelled);
-            None
-        });
+        out[i] = choose_guarded(decoding, &logits, session, None);
         session.last_logits = Some(logits);
     }
     Ok(out)
+}
+
+/// [`Decoding::choose`] with a panic in one sequence's sampling (its grammar, its penalties)
+/// ending that sequence only: the others of a batched step go on.
+fn choose_guarded(
+    decoding: &mut Decoding,
+    logits: &[f32],
+    session: &Session,
+    draft: Option<u32>,
+) -> Option<TokenChoice> {
+    let chosen = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decoding.choose(logits, session, draft)));
+    chosen.unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".into());
+        decoding.failure = Some(format!("the engine panicked while sampling a token: {message}"));
+        decoding.finish = Some(FinishReason::Cancelled);
+        None
+    })
 }

@@ -20,8 +20,11 @@ pub(crate) trait LayerStack: CausalLm {
     /// cache)` takes the next `rows` ids at that cache's positions. Norms, projections and
     /// MLPs run over the rows of all segments together; attention and recurrent steps per
     /// segment. Returns the last hidden states `[ids.len(), d]` and advances every cache. Ids
-    /// and cache layouts have been checked.
-    fn decode_layers(&self, ids: &[u32], segs: &mut [(usize, &mut Cache)]) -> Vec<f32>;
+    /// and cache layouts have been checked. When `stepwise`, the attention and recurrent steps
+    /// take a segment's rows one at a time, through the one-token kernels a decode step uses
+    /// (the row-wise norms and matmuls give those bits for any number of rows), so each row's
+    /// result is the bits a decode step of that token alone gives ([`forward_stepwise`]).
+    fn decode_layers(&self, ids: &[u32], segs: &mut [(usize, &mut Cache)], stepwise: bool) -> Vec<f32>;
 
     /// Final norm and output head over `n` hidden rows: `[n, vocab]`.
     fn logits(&self, rows: &[f32], n: usize) -> Vec<f32>;
@@ -45,9 +48,24 @@ pub(crate) fn forward<M: LayerStack>(m: &M, ids: &[u32], cache: &mut Cache, all_
         return Err(ModelError::Input(format!("token id {bad} is out of vocabulary (vocab_size {vocab})")));
     }
     check_caches(m, [&*cache])?;
-    let h = m.decode_layers(ids, &mut [(t, cache)]);
+    let h = m.decode_layers(ids, &mut [(t, cache)], false);
     let rows = if all_logits { &h[..] } else { &h[(t - 1) * d..] };
     Ok(m.logits(rows, rows.len() / d))
+}
+
+/// [`CausalLm::forward_stepwise`] of a layer stack, on the calling thread: every row's
+/// logits, each the bits [`forward_batch`] gives that token fed alone after the ones before it.
+pub(crate) fn forward_stepwise<M: LayerStack>(m: &M, ids: &[u32], cache: &mut Cache) -> Result<Vec<f32>> {
+    let vocab = m.vocab_size();
+    if ids.is_empty() {
+        return Err(ModelError::Input("no input tokens".into()));
+    }
+    if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+        return Err(ModelError::Input(format!("token id {bad} is out of vocabulary (vocab_size {vocab})")));
+    }
+    check_caches(m, [&*cache])?;
+    let h = m.decode_layers(ids, &mut [(ids.len(), cache)], true);
+    Ok(m.logits(&h, ids.len()))
 }
 
 /// [`CausalLm::forward_batch`] of a layer stack, on the calling thread.
@@ -59,7 +77,7 @@ pub(crate) fn forward_batch<M: LayerStack>(m: &M, batch: &mut [(u32, &mut Cache)
     check_caches(m, batch.iter().map(|(_, c)| &**c))?;
     let ids: Vec<u32> = batch.iter().map(|(id, _)| *id).collect();
     let mut segs: Vec<(usize, &mut Cache)> = batch.iter_mut().map(|(_, c)| (1, &mut **c)).collect();
-    let h = m.decode_layers(&ids, &mut segs);
+    let h = m.decode_layers(&ids, &mut segs, false);
     let logits = m.logits(&h, ids.len());
     Ok(logits.chunks_exact(m.vocab_size()).map(<[f32]>::to_vec).collect())
 }

@@ -83,6 +83,28 @@ pub trait CausalLm: Send + Sync {
         check_batch_ids(batch, self.vocab_size())?;
         batch.iter_mut().map(|(id, cache)| self.forward(&[*id], cache, false)).collect()
     }
+
+    /// Runs `ids` at positions `cache.len()..` and returns logits for every new position
+    /// (`[ids.len(), vocab]`), each with the same bits that feeding the tokens one at a time
+    /// through [`CausalLm::forward_batch`] gives: speculative decoding checks drafted tokens
+    /// with it, and its greedy output must be plain decoding's. (A multi-token
+    /// [`CausalLm::forward`] sums attention and the recurrent rule in a prompt's order, whose
+    /// rounding differs.) Models implement it so the weights are read once for all the rows;
+    /// the default runs one decode step per token. An id outside the vocabulary is an error;
+    /// the cache is then left unchanged.
+    fn forward_stepwise(&self, ids: &[u32], cache: &mut Cache) -> Result<Vec<f32>> {
+        if let Some(bad) = ids.iter().find(|&&id| id as usize >= self.vocab_size()) {
+            return Err(ModelError::Input(format!(
+                "token id {bad} is out of vocabulary (vocab_size {})",
+                self.vocab_size()
+            )));
+        }
+        let mut out = Vec::with_capacity(ids.len() * self.vocab_size());
+        for &id in ids {
+            out.extend(self.forward_batch(&mut [(id, &mut *cache)])?.concat());
+        }
+        Ok(out)
+    }
 }
 
 /// Rejects a batch with a token id outside the vocabulary (before any cache is touched).

@@ -889,6 +889,10 @@ impl CausalLm for Llama {
     fn forward_batch(&self, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
         crate::kernels::on_pool(|| decoder::forward_batch(self, batch))
     }
+
+    fn forward_stepwise(&self, ids: &[u32], cache: &mut Cache) -> Result<Vec<f32>> {
+        crate::kernels::on_pool(|| decoder::forward_stepwise(self, ids, cache))
+    }
 }
 
 impl LayerStack for Llama {
@@ -901,7 +905,7 @@ impl LayerStack for Llama {
             && cache.layers.iter().all(|l| matches!(l, LayerCache::Attention { .. }))
     }
 
-    fn decode_layers(&self, ids: &[u32], segs: &mut [(usize, &mut Cache)]) -> Vec<f32> {
+    fn decode_layers(&self, ids: &[u32], segs: &mut [(usize, &mut Cache)], stepwise: bool) -> Vec<f32> {
         let c = &self.cfg;
         let (d, t) = (c.hidden_size, ids.len());
         let (q_w, kv_w, ffn) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.intermediate_size);
@@ -930,8 +934,16 @@ impl LayerStack for Llama {
             let outs: Vec<Vec<f32>> = work
                 .into_par_iter()
                 .map(|(r0, rows, pos0, kc, vc)| {
-                    let (qs, ks) = (q[r0 * q_w..(r0 + rows) * q_w].to_vec(), k[r0 * kv_w..(r0 + rows) * kv_w].to_vec());
-                    self.attend(qs, ks, &v[r0 * kv_w..(r0 + rows) * kv_w], rows, pos0, kc, vc)
+                    // Stepwise: each row alone, as a decode step attends (the batch-size
+                    // dependent summation order of one token).
+                    let (step, pieces) = if stepwise { (1, rows) } else { (rows, 1) };
+                    let mut out = Vec::with_capacity(rows * q_w);
+                    for p in 0..pieces {
+                        let a = r0 + p * step;
+                        let (qs, ks) = (q[a * q_w..(a + step) * q_w].to_vec(), k[a * kv_w..(a + step) * kv_w].to_vec());
+                        out.extend(self.attend(qs, ks, &v[a * kv_w..(a + step) * kv_w], step, pos0 + p * step, kc, vc));
+                    }
+                    out
                 })
                 .collect();
             let a = l.wo.matmul(&outs.concat(), t);

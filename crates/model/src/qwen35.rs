@@ -469,6 +469,8 @@ struct Segment<'a> {
     rows: usize,
     pos0: usize,
     state: &'a mut LayerCache,
+    /// Take the rows one at a time through the one-token path (`decode_layers`' `stepwise`).
+    stepwise: bool,
 }
 
 /// `x[r0·w .. (r0+rows)·w]`, copied.
@@ -514,11 +516,24 @@ impl GatedAttention {
                 rows_of(&k, r0, seg.rows, hkv * dh),
                 rows_of(&v, r0, seg.rows, hkv * dh),
             );
-            work.push((qs, ks, vs, seg.rows, seg.pos0, kc, vc));
+            work.push((qs, ks, vs, seg.rows, seg.pos0, kc, vc, seg.stepwise));
             r0 += seg.rows;
         }
-        let outs: Vec<Vec<f32>> =
-            work.into_par_iter().map(|(q, k, v, rows, pos0, kc, vc)| attend(q, k, &v, rows, pos0, kc, vc, m)).collect();
+        let outs: Vec<Vec<f32>> = work
+            .into_par_iter()
+            .map(|(q, k, v, rows, pos0, kc, vc, stepwise)| {
+                if !stepwise {
+                    return attend(q, k, &v, rows, pos0, kc, vc, m);
+                }
+                let (qw, kw) = (hq * dh, hkv * dh);
+                let mut out = Vec::with_capacity(rows * qw);
+                for i in 0..rows {
+                    let (qi, ki) = (q[i * qw..(i + 1) * qw].to_vec(), k[i * kw..(i + 1) * kw].to_vec());
+                    out.extend(attend(qi, ki, &v[i * kw..(i + 1) * kw], 1, pos0 + i, kc, vc, m));
+                }
+                out
+            })
+            .collect();
         let mut o = outs.concat();
         let width = o.len() / t.max(1);
         crate::kernels::for_each_row(&mut o, width, |i, row| {
@@ -629,12 +644,28 @@ impl GatedDeltaNet {
             };
             // The recurrent form for one token after a prefix, the chunked one otherwise.
             let decode = seg.rows == 1 && seg.pos0 > 0;
-            work.push((rows, seg.rows, conv, state, decode));
+            work.push((rows, seg.rows, conv, state, decode, seg.pos0, seg.stepwise));
             r0 += seg.rows;
         }
         let outs: Vec<Vec<f32>> = work
             .into_par_iter()
-            .map(|(rows, t, conv, state, decode)| self.step(rows, t, conv, state, m, decode))
+            .map(|(rows, t, conv, state, decode, pos0, stepwise)| {
+                if !stepwise {
+                    return self.step(rows, t, conv, state, m, decode);
+                }
+                // Each row as a decode step of its own advances the state.
+                let mut out = Vec::with_capacity(t * hv * dv);
+                for i in 0..t {
+                    let one = DeltaRows {
+                        mix: rows_of(&rows.mix, i, 1, c.conv_dim()),
+                        z: rows_of(&rows.z, i, 1, hv * dv),
+                        b: rows_of(&rows.b, i, 1, hv),
+                        a: rows_of(&rows.a, i, 1, hv),
+                    };
+                    out.extend(self.step(one, 1, conv, state, m, pos0 + i > 0));
+                }
+                out
+            })
             .collect();
         let o = outs.concat();
         let mut y = self.out_proj.matmul(&o, t);
@@ -726,7 +757,7 @@ impl LayerStack for Qwen35 {
             })
     }
 
-    fn decode_layers(&self, ids: &[u32], segs: &mut [(usize, &mut Cache)]) -> Vec<f32> {
+    fn decode_layers(&self, ids: &[u32], segs: &mut [(usize, &mut Cache)], stepwise: bool) -> Vec<f32> {
         let d = self.cfg.hidden_size;
         let t = ids.len();
         let act = self.act;
@@ -739,7 +770,7 @@ impl LayerStack for Qwen35 {
             act.round(&mut u);
             let mut parts: Vec<Segment<'_>> = segs
                 .iter_mut()
-                .map(|(rows, cache)| Segment { rows: *rows, pos0: cache.pos, state: &mut cache.layers[li] })
+                .map(|(rows, cache)| Segment { rows: *rows, pos0: cache.pos, state: &mut cache.layers[li], stepwise })
                 .collect();
             let u = match &layer.mixer {
                 Mixer::Attention(a) => a.forward(&u, &mut parts, self),
@@ -822,5 +853,9 @@ impl CausalLm for Qwen35 {
 
     fn forward_batch(&self, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
         crate::kernels::on_pool(|| decoder::forward_batch(self, batch))
+    }
+
+    fn forward_stepwise(&self, ids: &[u32], cache: &mut Cache) -> Result<Vec<f32>> {
+        crate::kernels::on_pool(|| decoder::forward_stepwise(self, ids, cache))
     }
 }

@@ -1,0 +1,180 @@
+//! Speculative decoding is exact: the verification forward gives each drafted position the
+//! bits a decode step gives, greedy output with prompt-lookup drafts is plain decoding's token
+//! for token, and the state after a rejected draft is the state plain decoding reaches
+//! (SmolLM2, Q4_1 GGUF; the tiny hybrid Qwen3.5 fixture, whose recurrent state is restored
+//! from a snapshot and recomputed).
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use frognano_engine::{GenerateRequest, SamplingParams, Session, SpeculativeMode};
+use frognano_model::qwen35::Qwen35;
+use frognano_model::{Cache, CausalLm, LayerCache};
+
+fn hybrid() -> Arc<dyn CausalLm> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/qwen35-tiny");
+    Arc::new(Qwen35::from_safetensors(&dir).unwrap())
+}
+
+fn smollm2() -> Option<Arc<dyn CausalLm>> {
+    let path = frognano_testkit::demo_model()?;
+    Some(Arc::from(frognano_model::load::load(path.to_str().unwrap()).unwrap().model))
+}
+
+fn greedy(n: usize) -> GenerateRequest {
+    GenerateRequest { sampling: SamplingParams::greedy(), max_tokens: n, stop_ids: vec![], top_logprobs: 0 }
+}
+
+/// A prompt that repeats itself, so lookup always finds something to draft.
+fn repetitive(n: usize) -> Vec<u32> {
+    (0..n).map(|i| ((i % 23) * 37 + 5) as u32).collect()
+}
+
+/// Every layer's state, as f32 values (keys and values widened), for bit comparison.
+fn state_bits(c: &Cache) -> Vec<Vec<u32>> {
+    c.layers
+        .iter()
+        .flat_map(|l| match l {
+            LayerCache::Attention { k, v } => [k.to_f32(), v.to_f32()],
+            LayerCache::Linear { conv, state } => [conv.clone(), state.clone()],
+        })
+        .map(|v| v.iter().map(|x| x.to_bits()).collect())
+        .collect()
+}
+
+/// The logits `forward_stepwise` gives for a run of tokens are those of one decode step per
+/// token, to the bit; a multi-token `forward` (the prompt path) is not held to that.
+fn stepwise_matches_decode_steps(m: Arc<dyn CausalLm>, what: &str) {
+    let prompt = repetitive(40);
+    let next: Vec<u32> = (0..6).map(|i| 100 + 7 * i).collect();
+    let mut base = m.new_cache();
+    m.forward(&prompt, &mut base, false).unwrap();
+    let mut stepped = base.clone();
+    let mut one_by_one = Vec::new();
+    for &id in &next {
+        one_by_one.extend(m.forward_batch(&mut [(id, &mut stepped)]).unwrap().concat());
+    }
+    let mut verified = base.clone();
+    let all = m.forward_stepwise(&next, &mut verified).unwrap();
+    assert_eq!(all.len(), one_by_one.len(), "{what}");
+    let differing = all.iter().zip(&one_by_one).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+    assert_eq!(differing, 0, "{what}: {differing} of {} logits differ from decode steps", all.len());
+    assert_eq!(state_bits(&verified), state_bits(&stepped), "{what}: the states differ");
+    assert_eq!(verified.pos, stepped.pos);
+}
+
+#[test]
+fn stepwise_verification_gives_decode_step_bits_on_smollm2() {
+    if let Some(m) = smollm2() {
+        stepwise_matches_decode_steps(m, "SmolLM2 Q4_1");
+    }
+}
+
+#[test]
+fn stepwise_verification_gives_decode_step_bits_on_the_hybrid_fixture() {
+    stepwise_matches_decode_steps(hybrid(), "qwen35 tiny");
+}
+
+/// Greedy generation with lookup drafts (some accepted, some rejected) gives plain decoding's
+/// tokens and log-probabilities, and leaves the session in plain decoding's state.
+fn greedy_is_unchanged(m: Arc<dyn CausalLm>, prompt: &[u32], n: usize, what: &str) {
+    let mut plain = Session::new(Arc::clone(&m));
+    plain.set_speculative(SpeculativeMode::None);
+    let a = plain.generate(prompt, &greedy(n), |_| ControlFlow::Continue(())).unwrap();
+    assert_eq!(plain.speculation_stats().verifications, 0);
+    let mut spec = Session::new(m);
+    spec.set_speculative(SpeculativeMode::Lookup);
+    let b = spec.generate(prompt, &greedy(n), |_| ControlFlow::Continue(())).unwrap();
+    let stats = spec.speculation_stats();
+    let ids = |g: &frognano_engine::Generation| g.tokens.iter().map(|t| t.id).collect::<Vec<_>>();
+    assert_eq!(ids(&b), ids(&a), "{what}: speculation changed the greedy tokens ({stats:?})");
+    for (x, y) in a.tokens.iter().zip(&b.tokens) {
+        assert_eq!(x.logprob.to_bits(), y.logprob.to_bits(), "{what}: log-probabilities differ");
+    }
+    assert_eq!(b.finish, a.finish);
+    assert!(stats.accepted > 0, "{what}: no draft was accepted ({stats:?})");
+    assert!(stats.drafted > stats.accepted, "{what}: no draft was rejected ({stats:?})");
+    assert!(stats.verifications < n as u64, "{what}: speculation saved no forward ({stats:?})");
+    assert_eq!(spec.tokens(), plain.tokens(), "{what}: the sessions hold different tokens");
+    assert_eq!(state_bits(spec.cache()), state_bits(plain.cache()), "{what}: states after a rejected draft differ");
+    // The session goes on from there as a plain one does.
+    let mut more = plain.tokens().to_vec();
+    more.push(b.tokens.last().unwrap().id);
+    more.extend(repetitive(5));
+    let c = plain.generate(&more, &greedy(8), |_| ControlFlow::Continue(())).unwrap();
+    let d = spec.generate(&more, &greedy(8), |_| ControlFlow::Continue(())).unwrap();
+    assert_eq!(ids(&d), ids(&c), "{what}: the next turn differs");
+}
+
+#[test]
+fn greedy_tokens_and_states_are_unchanged_by_lookup_on_smollm2() {
+    let Some(m) = smollm2() else { return };
+    // Real text that the reply copies: a list the model is asked to repeat.
+    let tok = frognano_model::load::load(frognano_testkit::demo_model().unwrap().to_str().unwrap())
+        .unwrap()
+        .tokenizer
+        .unwrap();
+    let text = "Copy this list exactly.\nalpha, beta, gamma, delta, epsilon, zeta, eta, theta, iota, kappa.\n\
+                Copy: alpha, beta, gamma, delta,";
+    let prompt = tok.encode_with(text, true).unwrap();
+    greedy_is_unchanged(m, &prompt, 40, "SmolLM2 Q4_1");
+}
+
+#[test]
+fn greedy_tokens_and_states_are_unchanged_by_lookup_on_the_hybrid_fixture() {
+    let m = hybrid();
+    // Every id of the fixture's 1024 once, in a scrambled order, then a repeating run: any
+    // token the model writes has been followed by a random one in the prompt, so the first
+    // drafts are mostly rejected, and the reply's own repeats give drafts that hold.
+    let mut prompt: Vec<u32> = (0..1024u32).map(|i| (i * 389 + 11) % 1024).collect();
+    prompt.extend(repetitive(60));
+    let mut probe = Session::new(Arc::clone(&m));
+    greedy_is_unchanged(Arc::clone(&m), &prompt, 48, "qwen35 tiny");
+    // The hybrid state was restored from a snapshot and recomputed.
+    probe.set_speculative(SpeculativeMode::Lookup);
+    probe.generate(&prompt, &greedy(48), |_| ControlFlow::Continue(())).unwrap();
+    assert!(probe.speculation_stats().recomputed > 0, "{:?}", probe.speculation_stats());
+}
+
+/// With sampling the output follows the sampler's distribution either way; with a seed the
+/// random stream differs, so what is checked here is that a stop callback and the length
+/// limit hold, and that every token's log-probability is the model's.
+#[test]
+fn sampled_generation_with_drafts_keeps_the_limits_and_the_models_logprobs() {
+    let m = hybrid();
+    let req = GenerateRequest {
+        sampling: SamplingParams { temperature: 0.8, seed: Some(7), ..Default::default() },
+        max_tokens: 30,
+        stop_ids: vec![],
+        top_logprobs: 0,
+    };
+    let mut s = Session::new(Arc::clone(&m));
+    s.set_speculative(SpeculativeMode::Lookup);
+    let prompt = repetitive(50);
+    let g = s.generate(&prompt, &req, |_| ControlFlow::Continue(())).unwrap();
+    assert_eq!(g.tokens.len(), 30);
+    // Replaying the tokens one decode step at a time gives the recorded log-probabilities.
+    let mut cache = m.new_cache();
+    let mut logits = m.forward(&prompt, &mut cache, false).unwrap();
+    for t in &g.tokens {
+        let lp = frognano_engine::sampler::log_softmax(&logits);
+        assert_eq!(lp[t.id as usize].to_bits(), t.logprob.to_bits());
+        logits = m.forward_batch(&mut [(t.id, &mut cache)]).unwrap().concat();
+    }
+    // A callback that stops after 5 tokens gets a reply of 5, even when a verification
+    // accepted more at once.
+    let mut s = Session::new(m);
+    s.set_speculative(SpeculativeMode::Lookup);
+    let mut seen = 0;
+    let g = s
+        .generate(&prompt, &req, |_| {
+            seen += 1;
+            if seen == 5 {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })
+        .unwrap();
+    assert_eq!(g.tokens.len(), 5);
+}
