@@ -77,7 +77,7 @@ pub struct ServeArgs {
     pub session_dir: Option<std::path::PathBuf>,
     /// The most disk the states in --session-dir take (e.g. 8G, 500M); least recently used go
     /// first.
-    #[arg(long, value_name = "BYTES", default_value = "8G", value_parser = frognano_engine::persist::parse_bytes)]
+    #[arg(long, value_name = "BYTES", default_value = "8G", value_parser = crate::solve::parse_size)]
     pub session_budget: u64,
     /// Threads of the model (`-t/--threads`).
     #[command(flatten)]

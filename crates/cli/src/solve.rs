@@ -450,6 +450,7 @@ mod tests {
         assert_eq!(parse_size("4G"), Ok(4 << 30));
         assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
         assert_eq!(parse_size("2kb"), Ok(2048));
+        assert_eq!(parse_size("1.5k"), Ok(1536));
         assert_eq!(parse_size("4X").unwrap_err(), "\"4X\" has an unknown unit \"X\" (expected K, M, G or T)");
         assert!(parse_size("lots").unwrap_err().contains("is not a size"));
     }
