@@ -11,9 +11,6 @@ use std::io::{BufRead, BufReader};
 use common::*;
 use serde_json::{json, Value};
 
-/// The scripted reply: thinking, then one Bash call in Qwen's XML form.
-const TOOL_REPLY: &str = "Let me list the files.\n</think>\n\n<tool_call>\n<function=Bash>\n<parameter=command>\nls -la\n</parameter>\n<parameter=timeout>\n30\n</parameter>\n</function>\n</tool_call>";
-
 const MODEL: &str = "qwen35-tiny";
 
 fn openai_chat(url: &str, messages: &Value, max_tokens: u64) -> Value {

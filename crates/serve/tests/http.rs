@@ -171,8 +171,6 @@ fn completions_accept_text_and_token_ids() {
     assert_eq!(text, by_text["choices"][0]["text"].as_str().unwrap());
 }
 
-const TOOL_REPLY: &str = "Let me list the files.\n</think>\n\n<tool_call>\n<function=Bash>\n<parameter=command>\nls -la\n</parameter>\n<parameter=timeout>\n30\n</parameter>\n</function>\n</tool_call>";
-
 fn tool_request(stream: bool) -> Value {
     json!({"model": "qwen35-tiny", "stream": stream, "tools": [bash_tool()],
         "chat_template_kwargs": {"enable_thinking": true},

@@ -120,3 +120,36 @@ pub fn bash_tool() -> Value {
             "timeout": {"type": "integer", "description": "Seconds."}},
         "required": ["command"]}}})
 }
+
+/// The reply of the scripted tool-calling server the Python client checks talk to: a Qwen3.5
+/// XML call of `Bash`.
+pub const TOOL_REPLY: &str = "Let me list the files.\n</think>\n\n<tool_call>\n<function=Bash>\n<parameter=command>\nls -la\n</parameter>\n<parameter=timeout>\n30\n</parameter>\n</function>\n</tool_call>";
+
+/// Runs `scripts/SCRIPT` with the python of the git-ignored venv `VENV` (made by
+/// scripts/ci-setup.sh) against a plain tiny server (`--plain`) and one that always writes
+/// [`TOOL_REPLY`] (`--tool`); the script must end with `all checks passed`. Without the venv
+/// the check is skipped, except under `FROGNANO_REQUIRE_FIXTURES` (CI), where it fails.
+pub fn run_python_client_checks(venv: &str, script: &str, test: &str, what: &str) {
+    let python = root().join(venv).join("bin/python");
+    if !python.exists() {
+        assert!(
+            std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_none(),
+            "{} is missing; run scripts/ci-setup.sh",
+            python.display()
+        );
+        eprintln!("SKIPPED {test}: no {} (run scripts/ci-setup.sh)", python.display());
+        return;
+    }
+    let plain = tiny_server();
+    let tool = qwen_server(Some(TOOL_REPLY));
+    let out = std::process::Command::new(&python)
+        .arg(root().join("scripts").join(script))
+        .args(["--plain", &plain.url(), "--tool", &tool.url()])
+        .output()
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stdout}{stderr}");
+    assert!(out.status.success(), "the {what} checks failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("all checks passed"));
+}
