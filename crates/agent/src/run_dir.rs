@@ -47,6 +47,11 @@ pub struct RunInfo {
     /// The run this one continues (`frognano solve --continue-from`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ParentRun>,
+    /// How the in-process model stored attention keys and values (`--kv-cache`: `f16`,
+    /// `q8_0`, `q4_0`), when it was not the default; a continued run uses the same type, so
+    /// the states in [`STATE_DIR`] apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache: Option<String>,
 }
 
 /// The run a continued run goes on from.

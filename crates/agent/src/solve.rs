@@ -125,6 +125,9 @@ pub struct SolveConfig {
     /// The tool-call format the model writes (`None`: the chat template's for a model in
     /// this process; for an endpoint, the markers of calls a server leaves in the content).
     pub tool_parser: Option<ToolParser>,
+    /// How the in-process model stores attention keys and values (`--kv-cache`; `None`: the
+    /// model's default, f16). Its saved states in the run's `state/` folder are of this type.
+    pub kv_cache: Option<frognano_model::KvType>,
 }
 
 impl SolveConfig {
@@ -151,6 +154,7 @@ impl SolveConfig {
             guards: Guards::default(),
             constrain_tools: None,
             tool_parser: None,
+            kv_cache: None,
         }
     }
 
@@ -184,6 +188,9 @@ impl SolveConfig {
         }
         if self.request_timeout.is_zero() {
             bail!("--request-timeout must be at least 1 second, got 0");
+        }
+        if self.kv_cache.is_some() && !matches!(self.model, ModelChoice::InProcess(_)) {
+            bail!("--kv-cache sets the in-process model's cache; it does nothing with --endpoint or --replay");
         }
         if self.constrain_tools == Some(true) && !matches!(self.model, ModelChoice::InProcess(_)) {
             bail!("--constrain-tools needs a model run in this process (not --endpoint or --replay)");
@@ -362,11 +369,24 @@ fn solve_inner(
         TaskInput::Continue { run, comment } => Some(load_parent(run, comment)?),
         _ => None,
     };
+    // A continued run keeps its parent's KV cache type unless told otherwise: the parent's
+    // saved states are of that type, and only then does its history need no prefill.
+    let kv_cache = match (args.kv_cache, &parent) {
+        (Some(ty), _) => Some(ty),
+        (None, Some(p)) => match p.info.kv_cache.as_deref() {
+            Some(name) => Some(
+                name.parse::<frognano_model::KvType>()
+                    .map_err(|e| anyhow::anyhow!("{}: kv_cache: {e}", p.dir.join(run_dir::RUN_INFO).display()))?,
+            ),
+            None => None,
+        },
+        (None, None) => None,
+    };
     // The in-process model is loaded before anything is written, so a bad model name
     // leaves no half-made output behind.
     let in_process = if let (ModelChoice::InProcess(model), None) = (&args.model, &given) {
         let spec = model.clone().unwrap_or_else(|| frognano_model::load::DEMO_MODEL.to_string());
-        let llm = EngineLlm::load(&spec).with_context(|| {
+        let llm = EngineLlm::load_with_kv_cache(&spec, kv_cache).with_context(|| {
             format!(
                 "no model to ask: loading {spec} in this process failed (fetch the demo model with \
                  scripts/fetch-demo-model.sh, pass --model MODEL, or --endpoint URL --model NAME, \
@@ -380,6 +400,7 @@ fn solve_inner(
     } else {
         None
     };
+    let recorded_kv_cache = in_process.as_ref().and(kv_cache).map(|ty| ty.to_string());
     let (task, default_id) = match (&args.task, &recorded) {
         (TaskInput::Demo, _) => (demo::DEMO_ISSUE.to_string(), "demo".to_string()),
         (TaskInput::IssueFile(path), _) => {
@@ -482,6 +503,7 @@ fn solve_inner(
         model: llm.describe(),
         model_choice: args.model.clone(),
         started_unix: run_dir::unix_now(),
+        kv_cache: recorded_kv_cache,
         parent: parent.as_ref().map(|p| ParentRun {
             dir: p.dir.clone(),
             trajectory_id: p.trajectory.trajectory_id.clone(),

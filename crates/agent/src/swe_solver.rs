@@ -49,10 +49,13 @@ impl AgentSolver {
     /// and a chat template) and starts its scheduler with decode batches of up to
     /// `max_batch` sequences (the number of instances run at once is the useful value).
     /// Settings are the defaults of `frognano solve`, commands confined by bubblewrap.
-    pub fn load(spec: &str, max_batch: usize) -> anyhow::Result<Self> {
-        let loaded = frognano_model::load(spec).with_context(|| {
+    pub fn load(spec: &str, max_batch: usize, kv_cache: Option<frognano_model::KvType>) -> anyhow::Result<Self> {
+        let mut loaded = frognano_model::load(spec).with_context(|| {
             format!("no model to ask: loading {spec} in this process failed (pass --model MODEL, or --endpoint URL --model NAME)")
         })?;
+        if let Some(ty) = kv_cache {
+            loaded.model.set_kv_type(ty).with_context(|| format!("--kv-cache {ty}"))?;
+        }
         let architecture = loaded.architecture.clone();
         let (model, chat) =
             ChatParts::split(loaded).with_context(|| format!("{spec}: the model cannot be used by the agent"))?;

@@ -59,7 +59,8 @@ fn eval_run_with_the_in_process_agent_writes_predictions_and_results_with_exit_r
         max_time: Some(Duration::from_secs(120)),
         ..AgentConfig::default()
     };
-    let solver = AgentSolver::load(model.to_str().unwrap(), 2).unwrap().with_config(config).with_isolation(isolation);
+    let solver =
+        AgentSolver::load(model.to_str().unwrap(), 2, None).unwrap().with_config(config).with_isolation(isolation);
     let opts = SolveRunOptions {
         run_id: "inproc".into(),
         output: dir.path().join("out"),

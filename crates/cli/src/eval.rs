@@ -134,6 +134,10 @@ pub struct SolverArgs {
     /// The agent's tool calls under a grammar, as `frognano solve --constrain-tools`.
     #[command(flatten)]
     pub constrain: crate::constrain::ConstrainToolsArgs,
+    /// How the agent's in-process model stores attention keys and values: f16 (default),
+    /// q8_0 or q4_0, as `frognano solve --kv-cache` (llama.cpp's -ctk/-ctv).
+    #[arg(long = "kv-cache", value_name = "TYPE", value_parser = crate::run::parse_kv_cache, conflicts_with_all = ["solver_cmd", "endpoint"])]
+    pub kv_cache: Option<frognano_model::KvType>,
     /// Threads of the agent's in-process model (`-t/--threads`).
     #[command(flatten)]
     pub threads: crate::threads::ThreadArgs,
@@ -155,6 +159,7 @@ impl SolverArgs {
                 tool_parser: self.tool_parser.map(|p| p.to_string()),
                 limits: AgentLimits { max_steps: self.max_steps, max_tokens_per_turn: self.max_tokens_per_turn },
                 constrain_tools: self.constrain.choice(),
+                kv_cache: self.kv_cache.map(|kv| kv.to_string()),
             },
             (None, None) => anyhow::bail!("pass --model (with --endpoint) or --solver-cmd"),
         })
@@ -266,14 +271,23 @@ pub fn run(cmd: EvalCommand) -> anyhow::Result<()> {
 /// or `--frognano-bin`): the model is loaded once, on one scheduler whose decode batches hold
 /// up to `workers` attempts, each held to the solver's limits. `None` for every other solver.
 pub fn in_process_solver(solver: &SolverConfig, workers: usize) -> anyhow::Result<Option<AgentSolver>> {
-    let SolverConfig::Agent { frognano: None, model, endpoint: None, no_sandbox, tool_parser, limits, constrain_tools } =
-        solver
+    let SolverConfig::Agent {
+        frognano: None,
+        model,
+        endpoint: None,
+        no_sandbox,
+        tool_parser,
+        limits,
+        constrain_tools,
+        kv_cache,
+    } = solver
     else {
         return Ok(None);
     };
     let isolation = if *no_sandbox { Isolation::Unconfined } else { Isolation::Bubblewrap };
     let tool_parser = tool_parser.as_deref().map(ToolParser::from_name).transpose()?;
-    let mut agent = AgentSolver::load(model, workers.max(1))?
+    let kv_cache = kv_cache.as_deref().map(crate::run::parse_kv_cache).transpose().map_err(anyhow::Error::msg)?;
+    let mut agent = AgentSolver::load(model, workers.max(1), kv_cache)?
         .with_isolation(isolation)
         .with_tool_parser(tool_parser)
         .with_constrained_tools(*constrain_tools);

@@ -145,6 +145,10 @@ pub struct SolveArgs {
     /// Threads of the in-process model (`-t/--threads`).
     #[command(flatten)]
     pub threads: crate::threads::ThreadArgs,
+    /// How the in-process model stores attention keys and values: f16 (default), q8_0 or
+    /// q4_0 (53 % / 28 % of f16's memory), as `run --kv-cache` (llama.cpp's -ctk/-ctv).
+    #[arg(long = "kv-cache", value_name = "TYPE", value_parser = crate::run::parse_kv_cache, conflicts_with_all = ["endpoint", "replay"])]
+    pub kv_cache: Option<frognano_model::KvType>,
 }
 
 impl SolveArgs {
@@ -259,6 +263,7 @@ impl SolveArgs {
             guards: self.guards(),
             constrain_tools: self.constrain.choice(),
             tool_parser: self.tool_parser,
+            kv_cache: self.kv_cache,
         })
     }
 }
@@ -521,5 +526,11 @@ mod tests {
         assert_eq!(c.task, TaskInput::Continue { run: "runs/a".into(), comment: "also b".into() });
         assert!(TestCli::try_parse_from(["solve", "--continue-from", "runs/a"]).is_err(), "--comment is required");
         assert!(TestCli::try_parse_from(["solve", "--continue-from", "a", "--comment", "b", "--task", "c"]).is_err());
+        let c = TestCli::try_parse_from(["solve", "--task", "fix", "--kv-cache", "q8_0"]).unwrap().solve;
+        assert_eq!(c.config().unwrap().kv_cache, Some(frognano_model::KvType::Q8_0));
+        let err = TestCli::try_parse_from(["solve", "--task", "fix", "--kv-cache", "q3"]).err().unwrap().to_string();
+        assert!(err.contains("--kv-cache") && err.contains("q3"), "{err}");
+        let with_endpoint = ["solve", "--task", "f", "--endpoint", "http://h:1", "--model", "m", "--kv-cache", "q8_0"];
+        assert!(TestCli::try_parse_from(with_endpoint).is_err(), "the cache type is the in-process model's");
     }
 }

@@ -184,9 +184,16 @@ fn a_continued_run_starts_from_its_parents_saved_state() {
         assert!(o.status.success(), "solve failed: {}", String::from_utf8_lossy(&o.stderr));
     };
     let (repo_s, issue_s) = (repo.to_str().unwrap(), issue.to_str().unwrap());
-    run(&["--repo", repo_s, "--issue", issue_s, "--max-steps", "2", "--output", first.to_str().unwrap()]);
+    // The first run stores keys and values as q8_0; the continued one is not told, and
+    // reuses the saved states only if it takes the type over from run.json (the store never
+    // loads a state of another cache type).
+    let first_args = ["--repo", repo_s, "--issue", issue_s, "--max-steps", "2", "--kv-cache", "q8_0"];
+    run(&[&first_args[..], &["--output", first.to_str().unwrap()]].concat());
     let saved = std::fs::read_dir(first.join("state")).unwrap().count();
     assert!(saved >= 2, "the run keeps its conversation states ({saved} files)");
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(first.join("run.json")).unwrap()).unwrap();
+    assert_eq!(info["kv_cache"], "q8_0", "run.json records the cache type: {info}");
     run(&[
         "--continue-from",
         first.to_str().unwrap(),

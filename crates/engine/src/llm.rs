@@ -158,7 +158,16 @@ impl EngineLlm {
     /// Loads `spec` (checkpoint folder, `.gguf` file or cached hub id). The model must have a
     /// tokenizer and a chat template.
     pub fn load(spec: &str) -> anyhow::Result<Self> {
-        let loaded = frognano_model::load(spec)?;
+        Self::load_with_kv_cache(spec, None)
+    }
+
+    /// [`load`](Self::load), with attention keys and values stored as `kv_cache` (`--kv-cache`;
+    /// `None`: the model's default, f16).
+    pub fn load_with_kv_cache(spec: &str, kv_cache: Option<frognano_model::KvType>) -> anyhow::Result<Self> {
+        let mut loaded = frognano_model::load(spec)?;
+        if let Some(ty) = kv_cache {
+            loaded.model.set_kv_type(ty).map_err(|e| anyhow::anyhow!("--kv-cache {ty}: {e}"))?;
+        }
         let architecture = loaded.architecture.clone();
         let (model, chat) = ChatParts::split(loaded)?;
         let mut llm = Self::from_parts(spec, model, chat);

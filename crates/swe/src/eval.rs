@@ -131,6 +131,9 @@ pub enum SolverConfig {
         /// `None`: on unless the model is a Qwen3.5/FrogNano one). Needs a model run in
         /// process, not an endpoint.
         constrain_tools: Option<bool>,
+        /// How the in-process model stores attention keys and values (a `--kv-cache` name:
+        /// `f16`, `q8_0`, `q4_0`; `None`: the model's default). Ignored at an endpoint.
+        kv_cache: Option<String>,
     },
 }
 
@@ -173,20 +176,28 @@ impl SolverConfig {
     pub fn solver(&self) -> anyhow::Result<Box<dyn Solver>> {
         Ok(match self {
             SolverConfig::Command(cmd) => Box::new(CommandSolver { command: cmd.clone(), name: "command".into() }),
-            SolverConfig::Agent { frognano, model, endpoint, no_sandbox, tool_parser, limits, constrain_tools } => {
-                Box::new(AgentCliSolver {
-                    frognano: match frognano {
-                        Some(p) => p.clone(),
-                        None => std::env::current_exe()?,
-                    },
-                    model: model.clone(),
-                    endpoint: endpoint.clone(),
-                    no_sandbox: *no_sandbox,
-                    tool_parser: tool_parser.clone(),
-                    limits: *limits,
-                    constrain_tools: *constrain_tools,
-                })
-            }
+            SolverConfig::Agent {
+                frognano,
+                model,
+                endpoint,
+                no_sandbox,
+                tool_parser,
+                limits,
+                constrain_tools,
+                kv_cache,
+            } => Box::new(AgentCliSolver {
+                frognano: match frognano {
+                    Some(p) => p.clone(),
+                    None => std::env::current_exe()?,
+                },
+                model: model.clone(),
+                endpoint: endpoint.clone(),
+                no_sandbox: *no_sandbox,
+                tool_parser: tool_parser.clone(),
+                limits: *limits,
+                constrain_tools: *constrain_tools,
+                kv_cache: kv_cache.clone(),
+            }),
         })
     }
 }
@@ -308,6 +319,7 @@ mod tests {
             tool_parser: None,
             limits: AgentLimits::default(),
             constrain_tools,
+            kv_cache: None,
         };
         agent(None, Some(true)).validate().unwrap();
         agent(Some("http://h:1/v1"), Some(false)).validate().unwrap();
@@ -344,6 +356,7 @@ mod tests {
                 tool_parser: None,
                 limits: AgentLimits::default(),
                 constrain_tools: choice,
+                kv_cache: Some("q8_0".into()),
             };
             config.solver().unwrap().solve(&inst, dir.path(), 0).unwrap();
             let args = std::fs::read_to_string(&log).unwrap();
@@ -351,6 +364,9 @@ mod tests {
             for f in ["--constrain-tools", "--no-constrain-tools"] {
                 assert_eq!(words.contains(&f), flag == Some(f), "{choice:?}: {args}");
             }
+            // The KV cache type goes on to the child as its own flag.
+            let kv = words.iter().position(|w| *w == "--kv-cache").map(|i| words[i + 1]);
+            assert_eq!(kv, Some("q8_0"), "{args}");
         }
     }
 }

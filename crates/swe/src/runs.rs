@@ -523,6 +523,8 @@ pub struct AgentCliSolver {
     /// `--constrain-tools` (`Some(true)`) or `--no-constrain-tools` (`Some(false)`); `None`
     /// leaves `frognano solve` its default.
     pub constrain_tools: Option<bool>,
+    /// `frognano solve --kv-cache TYPE`, when given.
+    pub kv_cache: Option<String>,
 }
 
 impl Solver for AgentCliSolver {
@@ -558,6 +560,9 @@ impl Solver for AgentCliSolver {
         }
         if let Some(p) = &self.tool_parser {
             cmd.arg("--tool-parser").arg(p);
+        }
+        if let Some(kv) = &self.kv_cache {
+            cmd.arg("--kv-cache").arg(kv);
         }
         match self.constrain_tools {
             Some(true) => {
@@ -615,6 +620,7 @@ mod tests {
             tool_parser: None,
             limits: Default::default(),
             constrain_tools: None,
+            kv_cache: None,
         };
         let line = r#"{"instance_id": "a__b-1", "repo": "a/b", "base_commit": "0", "patch": "", "problem_statement": "x", "FAIL_TO_PASS": ["t"], "PASS_TO_PASS": [], "version": "1", "test_cmd": "true", "log_parser": "gotest"}"#;
         let inst = crate::instance::parse_jsonl_instances(line, "t.jsonl").unwrap().remove(0);
