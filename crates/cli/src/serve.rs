@@ -79,6 +79,11 @@ pub struct ServeArgs {
     /// first.
     #[arg(long, value_name = "BYTES", default_value = "8G", value_parser = crate::solve::parse_size)]
     pub session_budget: u64,
+    /// Speculative decoding in the batched decode steps: none, lookup, or auto (the
+    /// default: a greedy reply that copies its context checks drafts of what follows, while
+    /// they pay; same text as plain decoding; docs/speculative.md).
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = crate::run::parse_speculative)]
+    pub speculative: frognano_engine::SpeculativeMode,
     /// Threads of the model (`-t/--threads`).
     #[command(flatten)]
     pub threads: crate::threads::ThreadArgs,
@@ -107,6 +112,7 @@ impl From<ServeArgs> for ServeConfig {
             constrain_tools: a.constrain.choice(),
             session_dir: a.session_dir,
             session_budget: a.session_budget,
+            speculative: a.speculative,
         }
     }
 }

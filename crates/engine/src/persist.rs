@@ -659,6 +659,18 @@ impl SessionStore {
         }
     }
 
+    /// Whether [`restore`](Self::restore) has a saved state to offer `prompt` that reaches
+    /// beyond `better_than` tokens: a look at the index only, no file is read (the scheduler
+    /// asks before it hands the restore to a thread of its own).
+    pub fn can_restore(&self, prompt: &[u32], better_than: usize) -> bool {
+        let index = lock(&self.inner.index);
+        index.entries.values().filter(|e| !e.pending && e.restorable).any(|e| {
+            let shared = e.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+            let keep = if shared == e.tokens.len() || self.inner.rewindable { shared } else { 0 };
+            keep > better_than
+        })
+    }
+
     /// The longest saved state `prompt` can start from, when it reaches beyond `better_than`
     /// tokens (what the caller already holds in memory): the session and how many of the
     /// prompt's tokens it holds. A damaged or missing file is reported, dropped from the

@@ -2,9 +2,11 @@
 //! (the HTTP server's clients, the G attempts of a training group, parallel evaluation jobs)
 //! share one batched decode step and one pool of sessions.
 //!
-//! - **Batching.** Each loop iteration advances every running sequence by one token with a
-//!   single [`decode_step`] (one [`frognano_model::CausalLm::forward_batch`]): the weights are
-//!   read once per step for the whole batch. [`SchedulerConfig::max_batch`] bounds it.
+//! - **Batching.** Each loop iteration advances every running sequence with a single
+//!   [`speculative_decode_step`] (one [`frognano_model::CausalLm::forward_batch_stepwise`]):
+//!   the weights are read once per step for the whole batch. A sequence takes one token, or
+//!   several when its drafts ([`SchedulerConfig::speculative`]) are accepted.
+//!   [`SchedulerConfig::max_batch`] bounds the batch.
 //! - **Chunked prefill.** A new job's prompt is run a chunk per iteration, before that
 //!   iteration's decode step, so one long prompt delays each running sequence's next token by
 //!   one chunk's time instead of the whole prompt's. While sequences are decoding, a chunk is
@@ -43,7 +45,10 @@ use frognano_model::CausalLm;
 use crate::constraint::Constraint;
 use crate::persist::SessionStore;
 use crate::sampler::TokenChoice;
-use crate::session::{decode_step, Decoding, EngineError, FinishReason, GenerateRequest, Generation, Session};
+use crate::session::{
+    speculative_decode_step, Decoding, EngineError, FinishReason, GenerateRequest, Generation, Session,
+};
+use crate::speculative::SpeculativeMode;
 
 /// What a sink says after each token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +120,11 @@ pub struct SchedulerConfig {
     /// saved there, and a prompt that extends a saved state further than any session in
     /// memory starts from it (after a restart, or once its session has been let go).
     pub store: Option<Arc<SessionStore>>,
+    /// Drafting in the decode steps (`--speculative`; docs/speculative.md): each sequence
+    /// whose reply copies its context checks its drafts within the batched step
+    /// ([`speculative_decode_step`]). `auto` (the default) drafts for greedy replies while
+    /// the drafts pay; sampled replies decode plainly.
+    pub speculative: SpeculativeMode,
 }
 
 /// [`SchedulerConfig::prefill_stall`]'s default (bench/RESULTS.md, "Serve fairness").
@@ -142,6 +152,7 @@ impl Default for SchedulerConfig {
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
             prefill_stall: DEFAULT_PREFILL_STALL,
             store: None,
+            speculative: SpeculativeMode::default(),
         }
     }
 }
@@ -182,6 +193,10 @@ pub struct SchedulerStats {
     pub decode_steps: AtomicU64,
     /// Sequences advanced by decode steps, all steps together.
     pub decoded_rows: AtomicU64,
+    /// Tokens drafted by speculation ([`SchedulerConfig::speculative`]), all steps together.
+    pub drafted_tokens: AtomicU64,
+    /// Drafted tokens the model agreed with (each one a token with no forward of its own).
+    pub accepted_tokens: AtomicU64,
 }
 
 /// A job refused because too many are waiting.
@@ -377,20 +392,28 @@ struct Running {
 }
 
 impl Running {
-    fn take_token(&mut self, choice: &TokenChoice) {
-        let flow = catch_unwind(AssertUnwindSafe(|| self.sink.token(choice)));
-        match flow {
-            Ok(Flow::Continue) => {}
-            Ok(Flow::Stop) => self.decoding.cancel(),
-            Ok(Flow::Abandon) => {
-                self.abandoned = true;
-                self.decoding.cancel();
-            }
-            Err(panic) => {
-                self.failure = Some(panicked("while handing out a token", panic.as_ref()));
-                self.decoding.cancel();
+    /// Hands a step's tokens to the sink in order; when it stops the generation, the tokens
+    /// after the one that stopped it were never seen and are not part of the reply.
+    fn take_tokens(&mut self, new: &[TokenChoice]) {
+        for (i, choice) in new.iter().enumerate() {
+            if !self.take_token(choice) {
+                self.decoding.cancel_unseen(new.len() - i - 1);
+                break;
             }
         }
+    }
+
+    /// Hands one token to the sink; false when the sink ended the generation with it.
+    fn take_token(&mut self, choice: &TokenChoice) -> bool {
+        let flow = catch_unwind(AssertUnwindSafe(|| self.sink.token(choice)));
+        match flow {
+            Ok(Flow::Continue) => return true,
+            Ok(Flow::Stop) => {}
+            Ok(Flow::Abandon) => self.abandoned = true,
+            Err(panic) => self.failure = Some(panicked("while handing out a token", panic.as_ref())),
+        }
+        self.decoding.cancel();
+        false
     }
 }
 
@@ -450,10 +473,12 @@ impl Pace {
 /// chunk of the prompt whose turn it is (a finished prompt samples its first token and joins
 /// the batch); then one batched decode step for every running sequence; finished sequences
 /// leave.
-fn run(shared: &Shared) {
+fn run(shared: &Arc<Shared>) {
     let mut running: Vec<Running> = Vec::new();
     // Prompts being prefilled, in turn: the front one runs a chunk and goes to the back.
     let mut prefilling: VecDeque<Prefilling> = VecDeque::new();
+    // Jobs whose starting state is being read from the session store on a thread of its own.
+    let mut restoring: Vec<Restoring> = Vec::new();
     let mut pace = Pace::default();
     loop {
         let job = {
@@ -462,21 +487,31 @@ fn run(shared: &Shared) {
                 if shared.shutdown.load(Ordering::SeqCst) {
                     return;
                 }
-                if running.len() + prefilling.len() < shared.config.max_batch
+                if running.len() + prefilling.len() + restoring.len() < shared.config.max_batch
                     && q.front().is_some_and(|job| may_start_beside(shared, job, &prefilling))
                 {
                     let job = q.pop_front();
                     shared.stats.waiting.store(q.len(), Ordering::Relaxed);
                     break job;
                 }
-                if !running.is_empty() || !prefilling.is_empty() {
+                if !running.is_empty() || !prefilling.is_empty() || restoring.iter().any(Restoring::is_done) {
                     break None;
                 }
+                // A restore thread signals when it is done.
                 q = shared.queue_signal.wait(q).unwrap_or_else(|e| e.into_inner());
             }
         };
         if let Some(job) = job {
-            prefilling.extend(begin(shared, job, &running));
+            match begin(shared, job, &running) {
+                Begun::Prefill(p) => prefilling.push_back(p),
+                Begun::Restoring(r) => restoring.push(r),
+                Begun::Ended => {}
+            }
+        }
+        let (done, waiting): (Vec<Restoring>, Vec<Restoring>) = restoring.into_iter().partition(Restoring::is_done);
+        restoring = waiting;
+        for r in done {
+            prefilling.extend(r.finish(shared, &running));
         }
         if let Some(p) = prefilling.pop_front() {
             let chunk = pace.chunk(&shared.config, running.iter().any(|r| !r.decoding.is_finished()));
@@ -492,18 +527,27 @@ fn run(shared: &Shared) {
             let mut batch: Vec<(&mut Session, &mut Decoding)> =
                 running.iter_mut().map(|r| (&mut r.session, &mut r.decoding)).collect();
             let rows = batch.iter().filter(|(_, d)| !d.is_finished()).count() as u64;
+            let speculated = |batch: &[(&mut Session, &mut Decoding)]| {
+                batch.iter().fold((0, 0), |(d, a), (s, _)| {
+                    let st = s.speculation_stats();
+                    (d + st.drafted, a + st.accepted)
+                })
+            };
+            let before = speculated(&batch);
             let started = std::time::Instant::now();
-            let step = catch_unwind(AssertUnwindSafe(|| decode_step(&mut batch)));
+            let step = catch_unwind(AssertUnwindSafe(|| speculative_decode_step(&mut batch)));
             Pace::update(&mut pace.decode_secs, started.elapsed().as_secs_f64());
+            let after = speculated(&batch);
             drop(batch);
             match step {
                 Ok(Ok(tokens)) => {
-                    shared.stats.decode_steps.fetch_add(1, Ordering::Relaxed);
-                    shared.stats.decoded_rows.fetch_add(rows, Ordering::Relaxed);
-                    for (r, t) in running.iter_mut().zip(tokens) {
-                        if let Some(t) = t {
-                            r.take_token(&t);
-                        }
+                    let stats = &shared.stats;
+                    stats.decode_steps.fetch_add(1, Ordering::Relaxed);
+                    stats.decoded_rows.fetch_add(rows, Ordering::Relaxed);
+                    stats.drafted_tokens.fetch_add(after.0.saturating_sub(before.0), Ordering::Relaxed);
+                    stats.accepted_tokens.fetch_add(after.1.saturating_sub(before.1), Ordering::Relaxed);
+                    for (r, new) in running.iter_mut().zip(tokens) {
+                        r.take_tokens(&new);
                     }
                 }
                 Ok(Err(e)) => {
@@ -542,13 +586,69 @@ fn may_start_beside(shared: &Shared, job: &Job, prefilling: &VecDeque<Prefilling
     prefilling.iter().all(|p| shared_prefix(&p.prompt, &job.prompt) <= worth_a_fork)
 }
 
-/// Starts a job's prefill: a session for its prompt and the reused part of it. `None` when it
-/// ended right away (abandoned while waiting, or refused); its sink has then been told.
-fn begin(shared: &Shared, job: Job, running: &[Running]) -> Option<Prefilling> {
+/// What became of a job taken from the queue.
+enum Begun {
+    /// Its prefill is under way.
+    Prefill(Prefilling),
+    /// Its starting state is being read from the session store.
+    Restoring(Restoring),
+    /// It ended right away (abandoned while waiting, or refused); its sink has been told.
+    Ended,
+}
+
+/// A job waiting for its starting state from the session store
+/// ([`SchedulerConfig::store`]). The store reads it on a thread of its own (a 32K-token state
+/// takes most of a second), so the running sequences keep decoding meanwhile.
+struct Restoring {
+    job: Job,
+    result: mpsc::Receiver<Option<(Session, usize)>>,
+    /// The restored state (or `None`: nothing could be restored), once it has arrived.
+    arrived: std::cell::OnceCell<Option<Session>>,
+}
+
+impl Restoring {
+    fn is_done(&self) -> bool {
+        if self.arrived.get().is_some() {
+            return true;
+        }
+        match self.result.try_recv() {
+            Ok(restored) => self.arrived.set(restored.map(|(session, _)| session)).is_ok(),
+            // The thread ended without an answer (it panicked): start without a restore.
+            Err(mpsc::TryRecvError::Disconnected) => self.arrived.set(None).is_ok(),
+            Err(mpsc::TryRecvError::Empty) => false,
+        }
+    }
+
+    /// Starts the job's prefill from the restored state, or as any job starts when none
+    /// arrived.
+    fn finish(self, shared: &Shared, running: &[Running]) -> Option<Prefilling> {
+        let restored = self.arrived.into_inner().flatten();
+        let session = match restored {
+            Some(session) => {
+                shared.stats.restored.fetch_add(1, Ordering::Relaxed);
+                let mut idle = lock(&shared.idle);
+                if shared.session_count.load(Ordering::SeqCst) >= shared.config.sessions && !idle.is_empty() {
+                    let lru = least_recently_used(&idle);
+                    idle.swap_remove(lru);
+                } else {
+                    shared.session_count.fetch_add(1, Ordering::SeqCst);
+                }
+                session
+            }
+            None => take_session(shared, &self.job.prompt, running),
+        };
+        start_prefill(shared, self.job, session)
+    }
+}
+
+/// Starts a job: checks it, then takes the session for its prompt and begins the prefill, or
+/// first has the session store read a saved state when that reaches further into the prompt
+/// than any state in memory.
+fn begin(shared: &Arc<Shared>, job: Job, running: &[Running]) -> Begun {
     let Job { prompt, request, sink, constraint } = job;
     if sink.abandoned() {
         shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
-        return None; // the caller left while waiting
+        return Begun::Ended; // the caller left while waiting
     }
     // Checked before any chunk runs, so a bad id at the end of a long prompt costs nothing
     // (the model would refuse it only at its chunk).
@@ -564,9 +664,41 @@ fn begin(shared: &Shared, job: Job, running: &[Running]) -> Option<Prefilling> {
     if let Err(e) = checked {
         shared.stats.failed.fetch_add(1, Ordering::Relaxed);
         report(shared, sink, Err(e));
-        return None;
+        return Begun::Ended;
     }
-    let mut session = take_session(shared, &prompt, running);
+    let job = Job { prompt, request, sink, constraint };
+    if let Some(store) = shared.config.store.as_ref().filter(|_| shared.config.prefix_reuse) {
+        let in_memory = in_memory_prefix(shared, &job.prompt, running);
+        if store.can_restore(&job.prompt, in_memory) {
+            let (tx, result) = mpsc::channel();
+            let (store, model, prompt) = (Arc::clone(store), Arc::clone(&shared.model), job.prompt.clone());
+            let signal = Arc::clone(shared);
+            let spawned = std::thread::Builder::new().name("session-restore".into()).spawn(move || {
+                let restored = catch_unwind(AssertUnwindSafe(|| store.restore(&prompt, in_memory, &model)));
+                let _ = tx.send(restored.unwrap_or(None));
+                // Wakes the scheduler if it waits for work.
+                let _q = lock(&signal.queue);
+                signal.queue_signal.notify_all();
+            });
+            if spawned.is_ok() {
+                return Begun::Restoring(Restoring { job, result, arrived: std::cell::OnceCell::new() });
+            }
+        }
+    }
+    let session = take_session(shared, &job.prompt, running);
+    match start_prefill(shared, job, session) {
+        Some(p) => Begun::Prefill(p),
+        None => Begun::Ended,
+    }
+}
+
+/// Begins the prefill of `job`'s prompt on `session`. `None` when it failed (its sink has been
+/// told).
+fn start_prefill(shared: &Shared, job: Job, mut session: Session) -> Option<Prefilling> {
+    let Job { prompt, request, sink, constraint } = job;
+    if session.speculative() != shared.config.speculative {
+        session.set_speculative(shared.config.speculative);
+    }
     match catch_unwind(AssertUnwindSafe(|| session.begin_prefill(&prompt))) {
         Ok(Ok(cached_tokens)) => Some(Prefilling { session, prompt, request, sink, constraint, cached_tokens }),
         Ok(Err(e)) => {
@@ -748,19 +880,6 @@ fn take_session(shared: &Shared, prompt: &[u32], running: &[Running]) -> Session
         .filter(|(lcp, _)| *lcp > 0)
         .max_by_key(|(lcp, _)| *lcp);
     let idle_lcp = best_idle.map_or(0, |(lcp, _, _)| lcp);
-    if let Some(store) = &shared.config.store {
-        let in_memory = idle_lcp.max(best_running.as_ref().map_or(0, |(lcp, _)| *lcp));
-        if let Some((session, _)) = store.restore(prompt, in_memory, &shared.model) {
-            shared.stats.restored.fetch_add(1, Ordering::Relaxed);
-            if !under_limit && !idle.is_empty() {
-                let lru = least_recently_used(&idle);
-                idle.swap_remove(lru);
-            } else {
-                shared.session_count.fetch_add(1, Ordering::SeqCst);
-            }
-            return session;
-        }
-    }
     if under_limit {
         let source = match best_running {
             Some((lcp, s)) if lcp >= idle_lcp => Some((lcp, s)),
@@ -780,6 +899,13 @@ fn take_session(shared: &Shared, prompt: &[u32], running: &[Running]) -> Session
     }
     let lru = least_recently_used(&idle);
     idle.swap_remove(lru).session
+}
+
+/// The longest prefix of `prompt` that a session in memory (idle or running) holds.
+fn in_memory_prefix(shared: &Shared, prompt: &[u32], running: &[Running]) -> usize {
+    let idle = lock(&shared.idle).iter().map(|s| shared_prefix(s.session.tokens(), prompt)).max().unwrap_or(0);
+    let busy = running.iter().map(|r| shared_prefix(r.session.tokens(), prompt)).max().unwrap_or(0);
+    idle.max(busy)
 }
 
 /// The index of the idle session used longest ago (0 for an empty list).

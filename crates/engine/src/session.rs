@@ -124,8 +124,8 @@ impl Session {
         }
     }
 
-    /// Sets how [`generate`](Self::generate) drafts tokens (`auto` by default; see
-    /// [`crate::speculative`]). The scheduler's batched [`decode_step`] does not speculate.
+    /// Sets how [`generate`](Self::generate) and [`speculative_decode_step`] draft tokens
+    /// (`auto` by default; see [`crate::speculative`]).
     pub fn set_speculative(&mut self, mode: SpeculativeMode) {
         self.drafter = LookupDrafter::new(mode);
     }
@@ -398,20 +398,14 @@ impl Session {
         loop {
             for (i, choice) in new.iter().enumerate() {
                 if on_token(choice).is_break() {
-                    // Tokens after the one that stopped it were never seen: not part of the reply.
-                    let unseen = new.len() - i - 1;
-                    decoding.tokens.truncate(decoding.tokens.len() - unseen);
-                    decoding.cancel();
+                    decoding.cancel_unseen(new.len() - i - 1);
                     break;
                 }
             }
             if decoding.is_finished() {
                 break;
             }
-            new = match self.speculative_step(&mut decoding)? {
-                Some(tokens) => tokens,
-                None => decode_step(&mut [(&mut *self, &mut decoding)])?.pop().flatten().into_iter().collect(),
-            };
+            new = speculative_decode_step(&mut [(&mut *self, &mut decoding)])?.pop().unwrap_or_default();
         }
         if let Some(failure) = decoding.take_failure() {
             return Err(EngineError::Failed(failure));
@@ -419,43 +413,37 @@ impl Session {
         Ok(decoding.into_generation())
     }
 
-    /// One speculative step of `decoding` (docs/speculative.md): drafts from the context,
-    /// runs the last token and the drafts through [`CausalLm::forward_stepwise`] (each row's
-    /// logits the bits a decode step gives), samples position by position while the model
-    /// agrees with the drafts, and brings the state back to the last token kept: an
-    /// attention-only cache is cut back, a hybrid one returns to a snapshot taken before and
-    /// runs the kept tokens again. Returns the new tokens (at least one), or `None` when
-    /// there is nothing to draft (the caller takes a plain [`decode_step`]). On an error no
-    /// state has advanced.
-    fn speculative_step(&mut self, decoding: &mut Decoding) -> Result<Option<Vec<TokenChoice>>, EngineError> {
-        let last = decoding.tokens.last().expect("an unfinished generation has sampled a token").id;
+    /// The drafts to check after `decoding`'s last token (docs/speculative.md): none when the
+    /// session's mode does not draft for this reply (`none`; `auto` for a sampled one), when
+    /// there is no room for them (`max_tokens`, the context) or when the context has no match.
+    fn drafts_for(&mut self, decoding: &Decoding) -> Vec<u32> {
+        let Some(last) = decoding.tokens.last().map(|t| t.id) else { return Vec::new() };
         // Room for the drafts: all of them plus the token after them within max_tokens, and
         // in the context.
         let room_len = decoding.req.max_tokens.saturating_sub(decoding.tokens.len() + 1);
         let room_ctx = self.model.max_context().saturating_sub(self.tokens.len() + 2);
         let limit = room_len.min(room_ctx).min(MAX_DRAFT);
         // `auto` leaves sampled replies plain: drafting keeps their distribution but draws
-        // another random stream, and a seeded reply should be the same text here as on the
-        // scheduler's plain batched decode (`serve`). `lookup` drafts for them too.
+        // another random stream, so a seeded reply is the same text with `none` as with
+        // `auto`. `lookup` drafts for them too.
         let sampled = decoding.req.sampling.temperature > 0.0;
         let mode = self.drafter.mode();
         if limit == 0 || mode == SpeculativeMode::None || (mode == SpeculativeMode::Auto && sampled) {
-            return Ok(None);
+            return Vec::new();
         }
         let mut context = Vec::with_capacity(self.tokens.len() + 1);
         context.extend_from_slice(&self.tokens);
         context.push(last);
-        let drafts = self.drafter.draft(&context, limit);
-        if drafts.is_empty() {
-            return Ok(None);
-        }
-        let base = self.tokens.len();
-        let snapshot = (!self.cache.is_rewindable()).then(|| self.cache.snapshot());
-        let mut ids = Vec::with_capacity(drafts.len() + 1);
-        ids.push(last);
-        ids.extend_from_slice(&drafts);
-        let logits = self.model.forward_stepwise(&ids, &mut self.cache)?;
+        self.drafter.draft(&context, limit)
+    }
+
+    /// Takes the logits of a verification of `ids` (the last token, then `drafts`) that has
+    /// just advanced the cache past all of them: samples position by position while the
+    /// model agrees with the drafts, and returns the tokens chosen and how many of `ids` are
+    /// kept. The caller brings the cache back to the kept ones ([`Self::keep_verified`]).
+    fn accept_drafts(&mut self, decoding: &mut Decoding, ids: &[u32], logits: &[f32]) -> (Vec<TokenChoice>, usize) {
         let vocab = self.model.vocab_size();
+        let drafts = &ids[1..];
         let mut out = Vec::new();
         let mut kept = 0;
         for (j, &id) in ids.iter().enumerate() {
@@ -472,22 +460,12 @@ impl Session {
             }
         }
         self.last_logits = Some(logits[(kept - 1) * vocab..kept * vocab].to_vec());
-        if kept < ids.len() {
-            match snapshot {
-                None => self.cache.truncate(base + kept).map_err(EngineError::Failed)?,
-                Some(snap) => {
-                    self.cache.restore(&snap).map_err(EngineError::Failed)?;
-                    self.model.forward_stepwise(&ids[..kept], &mut self.cache)?;
-                    self.spec_stats.recomputed += 1;
-                }
-            }
-        }
         let accepted = kept - 1;
         self.drafter.record(drafts.len(), accepted);
         self.spec_stats.verifications += 1;
         self.spec_stats.drafted += drafts.len() as u64;
         self.spec_stats.accepted += accepted as u64;
-        Ok(Some(out))
+        (out, kept)
     }
 
     /// Starts a generation: runs `prompt` (reusing what it can) and samples the first token,
@@ -564,6 +542,22 @@ pub struct Decoding {
 }
 
 impl Decoding {
+    /// Stops the generation ([`Self::cancel`]) after a token that its caller saw, leaving out
+    /// the `unseen` tokens a verification chose after it: they are not part of the reply.
+    pub(crate) fn cancel_unseen(&mut self, unseen: usize) {
+        if unseen > 0 {
+            self.tokens.truncate(self.tokens.len().saturating_sub(unseen));
+        }
+        self.cancel();
+    }
+
+    /// Ends the generation with an engine failure (its state could not be brought back after
+    /// a verification): its tokens are not a reply, and [`Self::take_failure`] tells why.
+    fn fail(&mut self, message: String) {
+        self.failure = Some(message);
+        self.finish = Some(FinishReason::Cancelled);
+    }
+
     /// The message of a panic that broke the generation off inside a [`decode_step`] (its
     /// sampling or grammar), taken once. The generation is then finished; its tokens are not
     /// a reply.
@@ -683,6 +677,110 @@ pub fn decode_step(batch: &mut [(&mut Session, &mut Decoding)]) -> Result<Vec<Op
         session.tokens.push(id);
         out[i] = choose_guarded(decoding, &logits, session, None);
         session.last_logits = Some(logits);
+    }
+    Ok(out)
+}
+
+/// [`decode_step`] with speculation (docs/speculative.md): every unfinished generation whose
+/// session drafts ([`Session::set_speculative`]; prompt lookup) puts its last token and its
+/// drafts through one [`CausalLm::forward_batch_stepwise`] together with the others' last
+/// tokens, so the weights are read once for all of them; each then keeps the drafts its model
+/// agrees with (greedy: the argmax, sampled: the rejection rule of
+/// [`crate::speculative::pick_after_draft`]) and its cache is brought back to the last token
+/// kept: an attention-only cache is cut back, a hybrid one returns to a snapshot taken before
+/// and runs the kept tokens again (all such sequences in one more forward). Each entry's
+/// tokens are those plain decoding would give (greedy: the same; sampled: the same
+/// distribution). Returns, per entry, its new tokens (at least one for an unfinished
+/// generation that goes on; none for one that had finished). When no session drafts it is
+/// [`decode_step`]. On an error no session has advanced.
+pub fn speculative_decode_step(
+    batch: &mut [(&mut Session, &mut Decoding)],
+) -> Result<Vec<Vec<TokenChoice>>, EngineError> {
+    let drafts: Vec<Vec<u32>> = batch
+        .iter_mut()
+        .map(|(session, decoding)| if decoding.is_finished() { Vec::new() } else { session.drafts_for(decoding) })
+        .collect();
+    if drafts.iter().all(Vec::is_empty) {
+        return Ok(decode_step(batch)?.into_iter().map(|t| t.into_iter().collect()).collect());
+    }
+    let live: Vec<usize> = (0..batch.len()).filter(|&i| !batch[i].1.is_finished()).collect();
+    let model = Arc::clone(&batch[live[0]].0.model);
+    if live.iter().any(|&i| !std::ptr::addr_eq(Arc::as_ptr(&batch[i].0.model), Arc::as_ptr(&model))) {
+        return Err(EngineError::Request("a decode step's sessions must share one model".into()));
+    }
+    // Per live entry: the last token and its drafts.
+    let ids: Vec<Vec<u32>> = live
+        .iter()
+        .map(|&i| {
+            let last = batch[i].1.tokens.last().expect("an unfinished generation has sampled a token").id;
+            std::iter::once(last).chain(drafts[i].iter().copied()).collect()
+        })
+        .collect();
+    let snapshots: Vec<Option<CacheSnapshot>> = live
+        .iter()
+        .map(|&i| {
+            let cache = &batch[i].0.cache;
+            (!drafts[i].is_empty() && !cache.is_rewindable()).then(|| cache.snapshot())
+        })
+        .collect();
+    let logits = {
+        let mut rows: Vec<(&[u32], &mut Cache)> = Vec::with_capacity(live.len());
+        let mut k = 0;
+        for (i, (session, _)) in batch.iter_mut().enumerate() {
+            if live.get(k) == Some(&i) {
+                rows.push((&ids[k], &mut session.cache));
+                k += 1;
+            }
+        }
+        model.forward_batch_stepwise(&mut rows)?
+    };
+    let mut out = vec![Vec::new(); batch.len()];
+    // Hybrid sequences that kept fewer tokens than they ran: (entry, kept).
+    let mut recompute = Vec::new();
+    for (k, &i) in live.iter().enumerate() {
+        let (session, decoding) = &mut batch[i];
+        let base = session.tokens.len();
+        let (tokens, kept) = if drafts[i].is_empty() {
+            session.tokens.push(ids[k][0]);
+            let choice = choose_guarded(decoding, &logits[k], session, None);
+            session.last_logits = Some(logits[k].clone());
+            (choice.into_iter().collect(), 1)
+        } else {
+            session.accept_drafts(decoding, &ids[k], &logits[k])
+        };
+        out[i] = tokens;
+        if kept < ids[k].len() {
+            match &snapshots[k] {
+                None => {
+                    if let Err(e) = session.cache.truncate(base + kept) {
+                        decoding.fail(format!("speculative decoding could not cut the cache back: {e}"));
+                    }
+                }
+                Some(snap) => match session.cache.restore(snap) {
+                    Ok(()) => recompute.push((k, i, kept)),
+                    Err(e) => decoding.fail(format!("speculative decoding could not restore a snapshot: {e}")),
+                },
+            }
+        }
+    }
+    if !recompute.is_empty() {
+        let mut rows: Vec<(&[u32], &mut Cache)> = Vec::with_capacity(recompute.len());
+        let mut r = 0;
+        for (i, (session, _)) in batch.iter_mut().enumerate() {
+            if let Some(&(k, _, kept)) = recompute.get(r).filter(|(_, entry, _)| *entry == i) {
+                rows.push((&ids[k][..kept], &mut session.cache));
+                r += 1;
+            }
+        }
+        let rerun = model.forward_batch_stepwise(&mut rows);
+        drop(rows);
+        for &(_, i, _) in &recompute {
+            let (session, decoding) = &mut batch[i];
+            match &rerun {
+                Ok(_) => session.spec_stats.recomputed += 1,
+                Err(e) => decoding.fail(format!("speculative decoding could not run the kept tokens again: {e}")),
+            }
+        }
     }
     Ok(out)
 }

@@ -178,3 +178,178 @@ fn sampled_generation_with_drafts_keeps_the_limits_and_the_models_logprobs() {
         .unwrap();
     assert_eq!(g.tokens.len(), 5);
 }
+
+/// `forward_batch_stepwise` over segments of different lengths gives every segment the bits
+/// its own `forward_stepwise` gives, and leaves each cache as that does.
+fn batch_stepwise_matches_alone(m: Arc<dyn CausalLm>, what: &str) {
+    let prompts = [repetitive(30), (0..25u32).map(|i| (i * 13 + 3) % 200).collect(), repetitive(12)];
+    let runs: [Vec<u32>; 3] = [vec![101, 7, 55, 9], vec![42], vec![8, 8, 8, 8, 8, 8, 8]];
+    let mut alone = Vec::new();
+    let mut batch_caches = Vec::new();
+    for (p, ids) in prompts.iter().zip(&runs) {
+        let mut c = m.new_cache();
+        m.forward(p, &mut c, false).unwrap();
+        batch_caches.push(c.clone());
+        let logits = m.forward_stepwise(ids, &mut c).unwrap();
+        alone.push((logits, c));
+    }
+    let mut rows: Vec<(&[u32], &mut Cache)> = runs.iter().map(|r| &r[..]).zip(batch_caches.iter_mut()).collect();
+    let together = m.forward_batch_stepwise(&mut rows).unwrap();
+    for (i, ((logits, cache), batched)) in alone.iter().zip(&together).enumerate() {
+        let differing = logits.iter().zip(batched).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert_eq!(logits.len(), batched.len(), "{what}: segment {i}");
+        assert_eq!(differing, 0, "{what}: segment {i}: {differing} logits differ from its own stepwise forward");
+        assert_eq!(state_bits(&batch_caches[i]), state_bits(cache), "{what}: segment {i}: states differ");
+    }
+    // A bad id anywhere changes no cache.
+    let before: Vec<_> = batch_caches.iter().map(state_bits).collect();
+    let bad = [1u32, m.vocab_size() as u32];
+    let (first, rest) = batch_caches.split_at_mut(1);
+    let mut rows: Vec<(&[u32], &mut Cache)> = vec![(&runs[0][..], &mut first[0]), (&bad[..], &mut rest[0])];
+    assert!(m.forward_batch_stepwise(&mut rows).is_err());
+    assert_eq!(
+        batch_caches.iter().map(state_bits).collect::<Vec<_>>(),
+        before,
+        "{what}: a refused batch moved a cache"
+    );
+}
+
+#[test]
+fn batched_stepwise_segments_give_their_own_bits_on_smollm2() {
+    if let Some(m) = smollm2() {
+        batch_stepwise_matches_alone(m, "SmolLM2 Q4_1");
+    }
+}
+
+#[test]
+fn batched_stepwise_segments_give_their_own_bits_on_the_hybrid_fixture() {
+    batch_stepwise_matches_alone(hybrid(), "qwen35 tiny");
+}
+
+/// Several generations advanced together by `speculative_decode_step`, some drafting and
+/// some not, each give the tokens, log-probabilities and final state of the same generation
+/// decoded plainly on its own; drafts were accepted and rejected on the way.
+fn batched_speculation_is_plain_decoding(m: Arc<dyn CausalLm>, prompts: &[Vec<u32>], n: usize, what: &str) {
+    use frognano_engine::speculative_decode_step;
+    let modes = [SpeculativeMode::Lookup, SpeculativeMode::None, SpeculativeMode::Auto];
+    let mut plain = Vec::new();
+    for p in prompts {
+        let mut s = Session::new(Arc::clone(&m));
+        s.set_speculative(SpeculativeMode::None);
+        let g = s.generate(p, &greedy(n), |_| ControlFlow::Continue(())).unwrap();
+        plain.push((g, s));
+    }
+    let mut sessions: Vec<Session> = prompts
+        .iter()
+        .zip(modes.iter().cycle())
+        .map(|(_, &mode)| {
+            let mut s = Session::new(Arc::clone(&m));
+            s.set_speculative(mode);
+            s
+        })
+        .collect();
+    let mut decodings = Vec::new();
+    let mut tokens: Vec<Vec<frognano_engine::sampler::TokenChoice>> = Vec::new();
+    for (s, p) in sessions.iter_mut().zip(prompts) {
+        let (d, first) = s.start(p, &greedy(n)).unwrap();
+        decodings.push(d);
+        tokens.push(first.into_iter().collect());
+    }
+    let mut steps = 0;
+    while decodings.iter().any(|d| !d.is_finished()) {
+        let mut batch: Vec<(&mut Session, &mut frognano_engine::Decoding)> =
+            sessions.iter_mut().zip(decodings.iter_mut()).collect();
+        for (t, new) in tokens.iter_mut().zip(speculative_decode_step(&mut batch).unwrap()) {
+            t.extend(new);
+        }
+        steps += 1;
+    }
+    let (mut drafted, mut accepted) = (0, 0);
+    for (i, ((g, alone), (s, t))) in plain.iter().zip(sessions.iter().zip(&tokens)).enumerate() {
+        let ids = |ts: &[frognano_engine::sampler::TokenChoice]| ts.iter().map(|t| t.id).collect::<Vec<_>>();
+        assert_eq!(ids(t), ids(&g.tokens), "{what}: sequence {i}: batched speculation changed the tokens");
+        for (x, y) in g.tokens.iter().zip(t) {
+            assert_eq!(x.logprob.to_bits(), y.logprob.to_bits(), "{what}: sequence {i}: log-probabilities differ");
+        }
+        assert_eq!(s.tokens(), alone.tokens(), "{what}: sequence {i}: the sessions hold different tokens");
+        assert_eq!(state_bits(s.cache()), state_bits(alone.cache()), "{what}: sequence {i}: states differ");
+        drafted += s.speculation_stats().drafted;
+        accepted += s.speculation_stats().accepted;
+    }
+    assert_eq!(sessions[1].speculation_stats().drafted, 0, "{what}: a session set to none drafted");
+    assert!(accepted > 0 && drafted > accepted, "{what}: drafts {drafted}, accepted {accepted}");
+    assert!(steps < n, "{what}: {steps} batched steps for {n} tokens: speculation saved nothing");
+}
+
+#[test]
+fn batched_speculation_gives_plain_decodings_tokens_and_states_on_smollm2() {
+    let Some(m) = smollm2() else { return };
+    let tok = frognano_model::load::load(frognano_testkit::demo_model().unwrap().to_str().unwrap())
+        .unwrap()
+        .tokenizer
+        .unwrap();
+    let texts = [
+        "Copy this list exactly.\nalpha, beta, gamma, delta, epsilon, zeta, eta, theta, iota, kappa.\nCopy: alpha, beta,",
+        "Write a short poem about the sea.",
+        "Repeat: one two three four five six seven eight nine ten. Again: one two three four",
+    ];
+    let prompts: Vec<Vec<u32>> = texts.iter().map(|t| tok.encode_with(t, true).unwrap()).collect();
+    batched_speculation_is_plain_decoding(m, &prompts, 32, "SmolLM2 Q4_1");
+}
+
+#[test]
+fn batched_speculation_gives_plain_decodings_tokens_and_states_on_the_hybrid_fixture() {
+    let mut scrambled: Vec<u32> = (0..1024u32).map(|i| (i * 389 + 11) % 1024).collect();
+    scrambled.extend(repetitive(60));
+    let prompts = [scrambled, (0..40u32).map(|i| (i * 71 + 5) % 1000).collect(), repetitive(70)];
+    batched_speculation_is_plain_decoding(hybrid(), &prompts, 40, "qwen35 tiny");
+}
+
+/// The scheduler speculates inside its batched decode steps (`serve`): concurrent greedy
+/// requests get plain decoding's tokens, drafted tokens are counted, and the steps are fewer.
+#[test]
+fn the_scheduler_speculates_within_its_batch_and_gives_plain_tokens() {
+    use frognano_engine::{Scheduler, SchedulerConfig};
+    use std::sync::atomic::Ordering;
+    let Some(m) = smollm2() else { return };
+    let tok = frognano_model::load::load(frognano_testkit::demo_model().unwrap().to_str().unwrap())
+        .unwrap()
+        .tokenizer
+        .unwrap();
+    let texts = [
+        "Copy this list exactly.\nred, orange, yellow, green, blue, indigo, violet.\nCopy: red, orange,",
+        "Repeat: one two three four five six seven eight nine ten. Again: one two three",
+        "Say something about cats.",
+    ];
+    let prompts: Vec<Vec<u32>> = texts.iter().map(|t| tok.encode_with(t, true).unwrap()).collect();
+    let run = |mode: SpeculativeMode| {
+        let config = SchedulerConfig { speculative: mode, ..Default::default() };
+        let scheduler = Arc::new(Scheduler::start(Arc::clone(&m), config).unwrap());
+        let got: Vec<Vec<u32>> = std::thread::scope(|s| {
+            let handles: Vec<_> = prompts
+                .iter()
+                .map(|p| {
+                    let (sch, p) = (Arc::clone(&scheduler), p.clone());
+                    s.spawn(move || {
+                        let g = sch.generate(p, greedy(32), |_| ControlFlow::Continue(())).unwrap();
+                        g.tokens.iter().map(|t| t.id).collect::<Vec<u32>>()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let st = scheduler.stats();
+        let counts = (
+            st.decode_steps.load(Ordering::Relaxed),
+            st.drafted_tokens.load(Ordering::Relaxed),
+            st.accepted_tokens.load(Ordering::Relaxed),
+        );
+        (got, counts)
+    };
+    let (plain, (plain_steps, plain_drafted, _)) = run(SpeculativeMode::None);
+    let (spec, (spec_steps, drafted, accepted)) = run(SpeculativeMode::Auto);
+    assert_eq!(spec, plain, "speculation in the scheduler changed greedy replies");
+    assert_eq!(plain_drafted, 0);
+    assert!(accepted > 0 && drafted >= accepted, "drafted {drafted}, accepted {accepted}");
+    assert!(spec_steps < plain_steps, "{spec_steps} speculative steps vs {plain_steps} plain ones");
+}

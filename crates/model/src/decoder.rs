@@ -68,6 +68,32 @@ pub(crate) fn forward_stepwise<M: LayerStack>(m: &M, ids: &[u32], cache: &mut Ca
     Ok(m.logits(&h, ids.len()))
 }
 
+/// [`CausalLm::forward_batch_stepwise`] of a layer stack, on the calling thread: one pass over
+/// every segment's rows, each row's logits the bits of a decode step of that token alone.
+pub(crate) fn forward_batch_stepwise<M: LayerStack>(
+    m: &M,
+    batch: &mut [(&[u32], &mut Cache)],
+) -> Result<Vec<Vec<f32>>> {
+    if batch.is_empty() {
+        return Ok(Vec::new());
+    }
+    let vocab = m.vocab_size();
+    crate::check_segment_ids(batch, vocab)?;
+    check_caches(m, batch.iter().map(|(_, c)| &**c))?;
+    let ids: Vec<u32> = batch.iter().flat_map(|(ids, _)| ids.iter().copied()).collect();
+    let mut segs: Vec<(usize, &mut Cache)> = batch.iter_mut().map(|(ids, c)| (ids.len(), &mut **c)).collect();
+    let h = m.decode_layers(&ids, &mut segs, true);
+    let logits = m.logits(&h, ids.len());
+    let mut rest = &logits[..];
+    let mut out = Vec::with_capacity(batch.len());
+    for (ids, _) in batch.iter() {
+        let (mine, tail) = rest.split_at(ids.len() * vocab);
+        out.push(mine.to_vec());
+        rest = tail;
+    }
+    Ok(out)
+}
+
 /// [`CausalLm::forward_batch`] of a layer stack, on the calling thread.
 pub(crate) fn forward_batch<M: LayerStack>(m: &M, batch: &mut [(u32, &mut Cache)]) -> Result<Vec<Vec<f32>>> {
     if batch.is_empty() {

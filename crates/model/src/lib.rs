@@ -105,6 +105,32 @@ pub trait CausalLm: Send + Sync {
         }
         Ok(out)
     }
+
+    /// [`CausalLm::forward_stepwise`] for several sequences in one forward: each `(ids,
+    /// cache)` entry runs its ids at its cache's positions, and gets back the logits of every
+    /// one of them (`[ids.len(), vocab]`), with the bits a decode step of each token alone
+    /// gives. Speculative decoding in a batch checks every sequence's drafts with it (a
+    /// sequence without drafts is an entry of one id). Models implement it so the weights are
+    /// read once for all the rows; the default runs [`CausalLm::forward_stepwise`] per entry.
+    /// An empty entry or an id outside the vocabulary is an error; no cache is then changed.
+    fn forward_batch_stepwise(&self, batch: &mut [(&[u32], &mut Cache)]) -> Result<Vec<Vec<f32>>> {
+        check_segment_ids(batch, self.vocab_size())?;
+        batch.iter_mut().map(|(ids, cache)| self.forward_stepwise(ids, cache)).collect()
+    }
+}
+
+/// Rejects a batch of segments with an empty one or a token id outside the vocabulary
+/// (before any cache is touched).
+pub(crate) fn check_segment_ids(batch: &[(&[u32], &mut Cache)], vocab_size: usize) -> Result<()> {
+    for (ids, _) in batch {
+        if ids.is_empty() {
+            return Err(ModelError::Input("no input tokens".into()));
+        }
+        if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab_size) {
+            return Err(ModelError::Input(format!("token id {bad} is out of vocabulary (vocab_size {vocab_size})")));
+        }
+    }
+    Ok(())
 }
 
 /// Rejects a batch with a token id outside the vocabulary (before any cache is touched).

@@ -893,6 +893,10 @@ impl CausalLm for Llama {
     fn forward_stepwise(&self, ids: &[u32], cache: &mut Cache) -> Result<Vec<f32>> {
         crate::kernels::on_pool(|| decoder::forward_stepwise(self, ids, cache))
     }
+
+    fn forward_batch_stepwise(&self, batch: &mut [(&[u32], &mut Cache)]) -> Result<Vec<Vec<f32>>> {
+        crate::kernels::on_pool(|| decoder::forward_batch_stepwise(self, batch))
+    }
 }
 
 impl LayerStack for Llama {

@@ -100,6 +100,8 @@ pub struct ServeConfig {
     pub session_dir: Option<std::path::PathBuf>,
     /// The most bytes of states kept in `session_dir` (least recently used go first).
     pub session_budget: u64,
+    /// Drafting in the batched decode steps (`--speculative`; docs/speculative.md).
+    pub speculative: frognano_engine::SpeculativeMode,
 }
 
 impl ServeConfig {
@@ -126,6 +128,7 @@ impl ServeConfig {
             constrain_tools: None,
             session_dir: None,
             session_budget: DEFAULT_SESSION_BUDGET,
+            speculative: frognano_engine::SpeculativeMode::default(),
         }
     }
 
@@ -247,6 +250,7 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
             prefill_chunk: args.prefill_chunk,
             prefill_stall: args.prefill_stall,
             store,
+            speculative: args.speculative,
         },
     )
     .context("starting the generation scheduler")?;

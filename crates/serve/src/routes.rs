@@ -931,6 +931,9 @@ async fn health(State(app): State<Arc<AppState>>) -> Response {
         "session_store": c.store.as_ref().map(|st| st.stats()),
         "decode_steps": s.decode_steps.load(r),
         "decoded_rows": s.decoded_rows.load(r),
+        "speculative": c.speculative.to_string(),
+        "drafted_tokens": s.drafted_tokens.load(r),
+        "accepted_tokens": s.accepted_tokens.load(r),
     }))
     .into_response()
 }
