@@ -127,7 +127,7 @@ fn main() -> anyhow::Result<()> {
         &format!("graded toy: frontier vs uniform vs dynamic sampling, {seeds} seeds, same warm start"),
     );
     let table = format!(
-        "Config: {} training / {} held-out tasks, levels 1..={}, B={} G={} lr={} (AdamW), budget {} rollout tokens per run, warm start {} supervised steps (lr {}) on training tasks of levels 1..={} whose names are the first {} of 3 per operator; {:.0} s in all.\n\n{}",
+        "Config: {} training / {} held-out tasks, levels 1..={}, B={} G={} lr={} (AdamW), budget {} rollout tokens per run, warm start {} supervised steps (lr {}) on training tasks of levels 1..={} whose names are the first {} of 3 per operator; {:.0} s in this invocation (finished runs are read back, not retrained).\n\n{}",
         split.train.len(),
         split.held_out.len(),
         cfg.tasks.max_level,

@@ -410,6 +410,23 @@ pub fn summarize(cfg: &ExperimentConfig, arms: &[ArmRuns], title: &str) -> Summa
             };
             t.push_str(&format!("| {name} | {} | {} | {} | {} |\n", r(n / 4), r(n / 2), r(3 * n / 4), r(n)));
         }
+        // Compute to reach what uniform reaches at a quarter, half, three quarters and all of
+        // the budget (mean curves): the arm's tokens, and uniform's tokens over the arm's.
+        t.push_str("\nRollout tokens to reach uniform's mean held-out rate at 25/50/75/100 % of the budget (compute ratio = uniform's tokens / the arm's):\n\n");
+        t.push_str("| arm | 25 % | 50 % | 75 % | 100 % |\n|---|---|---|---|---|\n");
+        for (name, m, _) in &curves {
+            let cells: Vec<String> = [n / 4, n / 2, 3 * n / 4, n]
+                .iter()
+                .map(|&i| {
+                    let target = curves[u].1[i] - 1e-9;
+                    match (tokens_to_reach(&grid, m, target), tokens_to_reach(&grid, &curves[u].1, target)) {
+                        (Some(a), Some(b)) => format!("{a:.0} ({:.2}×)", b / a.max(1.0)),
+                        _ => "not reached".to_string(),
+                    }
+                })
+                .collect();
+            t.push_str(&format!("| {name} | {} |\n", cells.join(" | ")));
+        }
         // Per-seed spread of the compute ratio for each arm: tokens each seed needs to reach
         // uniform's final mean.
         if let Some(uf) = uniform_final {
