@@ -54,11 +54,16 @@ fn frontier_training_raises_the_held_out_solve_rate() {
         // JSON keeps the values to the last bit or one ulp off.
         assert!(a.step == p.step && a.tokens == p.tokens && (a.held_out - p.held_out).abs() < 1e-12, "{a:?} vs {p:?}");
     }
-    // Same config: the warm start is reused; another config is refused, naming the file.
-    assert_eq!(warm_start(&cfg, &split, dir.path()).unwrap(), warm);
-    let other = ExperimentConfig { lr: 1.0, ..cfg.clone() };
+    // A larger budget continues the run from its last checkpoint: same curve so far, more after.
+    let longer = ExperimentConfig { token_budget: cfg.token_budget + 400, ..cfg.clone() };
+    let more = run_arm(&longer, Arm::Frontier, 1, &warm, &split, &run, |_| {}).unwrap();
+    assert!(more.len() > points.len() && more.last().unwrap().tokens >= longer.token_budget);
+    assert_eq!(more[points.len() - 1].step, points.last().unwrap().step);
+    // Other RL settings share the warm start; other warm-start settings are refused, naming the file.
+    assert_eq!(warm_start(&ExperimentConfig { lr: 1.0, ..cfg.clone() }, &split, dir.path()).unwrap(), warm);
+    let other = ExperimentConfig { warm_lr: 1.0, ..cfg.clone() };
     let err = warm_start(&other, &split, dir.path()).unwrap_err().to_string();
-    assert!(err.contains("warm-start.json") && err.contains("another experiment config"), "{err}");
+    assert!(err.contains("warm-start.json") && err.contains("other warm-start settings"), "{err}");
 }
 
 #[test]
