@@ -1,18 +1,71 @@
 #!/usr/bin/env bash
-# Benchmark (not CI): `frognano train` with the frontier curriculum vs uniform task sampling,
-# same budget, on tasks synthesized from a small fixture repository; held-out solve rate of
-# SmolLM2-135M-Instruct (dequantized to f32 from the demo GGUF, LoRA rank 8) before and after.
+# Benchmark (not CI): what the frontier curriculum buys, at two scales.
 #
-#   bench/train_curriculum.sh [STEPS]      (env: B, G, EVAL_ATTEMPTS, MAX_STEPS, LR, …)
+#   bench/train_curriculum.sh [toy|smol|all] [STEPS]
+#
+# toy (default): the graded toy (crates/rl/src/graded_toy.rs): frontier vs uniform vs uniform
+#   with DAPO dynamic sampling from one warm-started tiny policy, the same rollout-token budget,
+#   SEEDS seeds each (default 5); held-out expected solve rate against rollout tokens. Writes
+#   bench/out/train-curriculum/graded/{table.md,curves.svg}, copies the plot to
+#   docs/train-curriculum-toy.svg and puts the table with the machine's conditions into
+#   bench/RESULTS.md between the "graded toy" markers. Resumable (finished runs are read back).
+#   env: SEEDS, BUDGET, B, G, LR, WARM_STEPS, PARALLEL, PROFILE (release | dev)
+# smol: `frognano train` with the frontier curriculum vs uniform task sampling, same budget,
+#   on tasks synthesized from a small fixture repository; held-out solve rate of
+#   SmolLM2-135M-Instruct (dequantized to f32 from the demo GGUF, LoRA rank 8) before and
+#   after (env: B, G, EVAL_ATTEMPTS, MAX_STEPS, LR, …).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS="${1:-4}"
+PART="${1:-toy}"
+STEPS="${2:-4}"
+PROFILE="${PROFILE:-release}"
 OUT=bench/out/train-curriculum
+
+run_toy() {
+  local out="$OUT/graded"
+  mkdir -p "$out"
+  cargo build -q --profile "$PROFILE" -p frognano-rl --example graded_curriculum
+  local dir=release
+  [ "$PROFILE" = dev ] && dir=debug
+  local load_start started
+  load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
+  started="$(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "load average at start: $load_start"
+  nice -n 10 "./target/$dir/examples/graded_curriculum" "$out"
+  local load_end
+  load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "load average at end: $load_end"
+  cp "$out/curves.svg" docs/train-curriculum-toy.svg
+  local cpu flags
+  cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+  flags="$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|avx512f|avx512_vnni|avx512_bf16|amx_tile)$' | tr '\n' ' ')"
+  {
+    echo "**Conditions.** $cpu ($(nproc) cores; SIMD: $flags), started $started, profile \`$PROFILE\`, one process under \`nice -n 10\`; load average $load_start at start, $load_end at end (the machine was shared)."
+    echo
+    cat "$out/table.md"
+  } > "$out/report.md"
+  python3 - "$out/report.md" <<'PY'
+import sys
+begin, end = "<!-- train_curriculum.sh graded toy: begin -->", "<!-- train_curriculum.sh graded toy: end -->"
+report = open(sys.argv[1]).read().strip()
+path = "bench/RESULTS.md"
+text = open(path).read()
+if begin in text and end in text:
+    head, rest = text.split(begin, 1)
+    text = head + begin + "\n" + report + "\n" + end + rest.split(end, 1)[1]
+else:
+    text = text.rstrip("\n") + "\n\n## Curriculum: graded toy (`bench/train_curriculum.sh toy`)\n\n" + begin + "\n" + report + "\n" + end + "\n"
+open(path, "w").write(text)
+PY
+  echo "wrote $out/table.md, docs/train-curriculum-toy.svg and the graded-toy section of bench/RESULTS.md"
+}
+
+run_smol() {
+local OUT="$OUT/smol"
 ./scripts/fetch-demo-model.sh >/dev/null
 cargo build --release -q -p frognano -p frognano-rl --example curriculum_bench
 BIN=./target/release/frognano
 
-# The fixture repository: a few small functions with unittest-style tests pytest runs.
 REPO="$OUT/repo"
 if [ ! -d "$REPO/.git" ]; then
   rm -rf "$REPO" && mkdir -p "$REPO"
@@ -129,3 +182,11 @@ rm -rf "$OUT/frontier" "$OUT/uniform"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 ./target/release/examples/curriculum_bench models/SmolLM2-135M-Instruct.Q4_1.gguf "$TASKS" "$OUT" "$STEPS" | tee "$OUT/table.md"
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+case "$PART" in
+  toy) run_toy ;;
+  smol) run_smol ;;
+  all) run_toy; run_smol ;;
+  *) echo "usage: bench/train_curriculum.sh [toy|smol|all] [STEPS]; got part \"$PART\"" >&2; exit 2 ;;
+esac

@@ -225,6 +225,10 @@ pub struct TrainArgs {
     /// Attempts run at once.
     #[arg(long, default_value_t = 1)]
     pub parallel_rollouts: usize,
+    /// DAPO dynamic sampling: when fewer than --tasks-per-step groups carry gradient (all-equal
+    /// rewards), draw and roll out more tasks, up to ROUNDS extra rounds per step (0 = off).
+    #[arg(long, value_name = "ROUNDS", default_value_t = 0)]
+    pub dynamic_sampling: usize,
     /// Seed of every random choice.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -287,6 +291,7 @@ impl TrainArgs {
             save_every: a.save_every,
             save_format: a.save_format.into(),
             parallel_rollouts: a.parallel_rollouts,
+            dynamic_sampling_rounds: a.dynamic_sampling,
         };
         let rollout = RolloutConfig {
             temperature: a.temperature,

@@ -31,7 +31,8 @@ pub struct StepMetrics {
     pub infra_masked: usize,
     /// Groups sampled.
     pub groups: usize,
-    /// Groups with non-zero reward variance (the ones that carry gradient).
+    /// Groups with non-zero reward variance that went into the loss (with dynamic sampling,
+    /// the first `tasks_per_step` of them).
     pub usable_groups: usize,
     /// `usable_groups / groups`.
     pub usable_fraction: f64,
@@ -275,6 +276,105 @@ pub fn write_plot(jsonl: &Path, svg: &Path, title: &str) -> anyhow::Result<()> {
     std::fs::write(svg, plot_svg(&steps, title)).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", svg.display()))
 }
 
+/// A curve averaged over runs: mean and standard deviation at each x (NaN points are skipped).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Band {
+    /// Legend text.
+    pub label: String,
+    /// SVG colour.
+    pub color: String,
+    /// The x values (shared by `mean` and `std`).
+    pub x: Vec<f64>,
+    /// Mean at each x.
+    pub mean: Vec<f64>,
+    /// Spread at each x (drawn as mean ± std).
+    pub std: Vec<f64>,
+}
+
+/// One panel of [`bands_svg`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct BandPanel {
+    /// Panel title.
+    pub title: String,
+    /// y range shown.
+    pub y: (f64, f64),
+    /// The curves.
+    pub bands: Vec<Band>,
+}
+
+/// Renders panels of mean curves with shaded ± std bands over a shared x axis named
+/// `x_label` (e.g. learning curves of several arms over seeds).
+pub fn bands_svg(title: &str, x_label: &str, panels: &[BandPanel]) -> String {
+    let (pw, ph, gap) = (620.0, 170.0, 60.0);
+    let (w, h) = (900.0, 50.0 + panels.len() as f64 * (ph + gap));
+    let mut out = format!(
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif'>\n<rect width='100%' height='100%' fill='white'/>\n<text x='20' y='24' font-size='16'>{}</text>\n",
+        esc(title)
+    );
+    for (k, p) in panels.iter().enumerate() {
+        let (x0, y0) = (60.0, 60.0 + k as f64 * (ph + gap));
+        let xs = p.bands.iter().flat_map(|b| b.x.iter().copied());
+        let xmax = xs.clone().fold(f64::MIN, f64::max).max(1.0);
+        let xmin = xs.fold(xmax, f64::min).min(xmax - 1.0);
+        let (ymin, ymax) = (p.y.0, if p.y.1 > p.y.0 { p.y.1 } else { p.y.0 + 1.0 });
+        let px = |x: f64| x0 + (x - xmin) / (xmax - xmin) * pw;
+        let py = |y: f64| y0 + ph - (y.clamp(ymin, ymax) - ymin) / (ymax - ymin) * ph;
+        out.push_str(&format!(
+            "<rect x='{x0}' y='{y0}' width='{pw}' height='{ph}' fill='none' stroke='#999'/>\n<text x='{x0}' y='{}' font-size='13' font-weight='bold'>{}</text>\n",
+            y0 - 8.0,
+            esc(&p.title)
+        ));
+        for i in 0..=4 {
+            let y = ymin + (ymax - ymin) * i as f64 / 4.0;
+            out.push_str(&format!(
+                "<line x1='{x0}' x2='{}' y1='{yy:.1}' y2='{yy:.1}' stroke='#eee'/><text x='{}' y='{:.1}' font-size='10' text-anchor='end'>{}</text>\n",
+                x0 + pw,
+                x0 - 4.0,
+                py(y) + 3.0,
+                trim_num(y),
+                yy = py(y)
+            ));
+        }
+        out.push_str(&format!(
+            "<text x='{x0}' y='{}' font-size='10'>{}</text><text x='{}' y='{}' font-size='10' text-anchor='middle'>{}</text><text x='{}' y='{}' font-size='10' text-anchor='end'>{}</text>\n",
+            y0 + ph + 14.0,
+            trim_num(xmin),
+            x0 + pw / 2.0,
+            y0 + ph + 14.0,
+            esc(x_label),
+            x0 + pw,
+            y0 + ph + 14.0,
+            trim_num(xmax)
+        ));
+        for (i, b) in p.bands.iter().enumerate() {
+            let pts: Vec<(f64, f64, f64)> =
+                b.x.iter()
+                    .zip(b.mean.iter().zip(&b.std))
+                    .filter(|(_, (m, s))| m.is_finite() && s.is_finite())
+                    .map(|(&x, (&m, &s))| (x, m, s))
+                    .collect();
+            if pts.is_empty() {
+                continue;
+            }
+            let upper = pts.iter().map(|&(x, m, s)| format!("{:.1},{:.1}", px(x), py(m + s)));
+            let lower = pts.iter().rev().map(|&(x, m, s)| format!("{:.1},{:.1}", px(x), py(m - s)));
+            let band: Vec<String> = upper.chain(lower).collect();
+            let line: Vec<String> = pts.iter().map(|&(x, m, _)| format!("{:.1},{:.1}", px(x), py(m))).collect();
+            out.push_str(&format!(
+                "<polygon fill='{c}' fill-opacity='0.15' stroke='none' points='{}'/>\n<polyline fill='none' stroke='{c}' stroke-width='1.8' points='{}'/>\n<text x='{}' y='{}' font-size='11' fill='{c}'>{}</text>\n",
+                band.join(" "),
+                line.join(" "),
+                x0 + pw + 8.0,
+                y0 + 12.0 + 14.0 * i as f64,
+                esc(&b.label),
+                c = b.color
+            ));
+        }
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,5 +404,29 @@ mod tests {
         std::fs::write(&log, "{\"step\": 1}\nnot json\n").unwrap();
         let err = read(&log).unwrap_err().to_string();
         assert!(err.contains(":2:"), "{err}");
+    }
+
+    #[test]
+    fn bands_plot_has_a_band_and_a_line_per_curve() {
+        let band = |label: &str| Band {
+            label: label.into(),
+            color: "#123456".into(),
+            x: vec![0.0, 50.0, 100.0],
+            mean: vec![0.1, f64::NAN, 0.5],
+            std: vec![0.0, 0.1, 0.05],
+        };
+        let svg = bands_svg(
+            "arms <x>",
+            "rollout tokens",
+            &[BandPanel { title: "held-out".into(), y: (0.0, 1.0), bands: vec![band("a"), band("b")] }],
+        );
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert!(svg.contains("arms &lt;x&gt;") && svg.contains("rollout tokens"));
+        assert_eq!(svg.matches("<polygon").count(), 2);
+        assert_eq!(svg.matches("<polyline").count(), 2);
+        // The NaN point is skipped: two points per line.
+        let line = svg.split("<polyline").nth(1).unwrap();
+        let pts = line.split("points='").nth(1).unwrap().split('\'').next().unwrap();
+        assert_eq!(pts.split(' ').count(), 2, "{pts}");
     }
 }

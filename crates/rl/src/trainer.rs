@@ -64,6 +64,12 @@ pub struct TrainConfig {
     pub save_format: SaveFormatConfig,
     /// Rollouts run at once (each one's model calls are themselves multi-threaded).
     pub parallel_rollouts: usize,
+    /// DAPO dynamic sampling: when fewer than `tasks_per_step` groups carry gradient (the
+    /// others had all-equal rewards), draw another `tasks_per_step` tasks and roll them out,
+    /// up to this many extra rounds per step, and train on the first `tasks_per_step` usable
+    /// groups. 0 (the default) turns it off. Every extra rollout counts in the step's tokens.
+    #[serde(default)]
+    pub dynamic_sampling_rounds: usize,
 }
 
 /// [`SaveFormat`] in the config file.
@@ -99,6 +105,7 @@ impl Default for TrainConfig {
             save_every: 10,
             save_format: SaveFormatConfig::Merged,
             parallel_rollouts: 1,
+            dynamic_sampling_rounds: 0,
         }
     }
 }
@@ -249,8 +256,9 @@ impl Trainer {
 
     /// Runs `B·G` attempts on tasks drawn for step `step` with the current sampler, on one
     /// scheduler for the step: the attempts running at once share batched decode steps, and
-    /// the attempts of a group start from a fork of the first one's prompt state.
-    fn collect(&self, tasks: &[String]) -> anyhow::Result<Vec<Vec<Rollout>>> {
+    /// the attempts of a group start from a fork of the first one's prompt state. `first` is
+    /// the index of `tasks[0]` among the step's groups (nonzero for dynamic-sampling rounds).
+    fn collect(&self, tasks: &[String], first: usize) -> anyhow::Result<Vec<Vec<Rollout>>> {
         let g = self.cfg.group_size;
         let jobs: Vec<(usize, usize)> = (0..tasks.len()).flat_map(|i| (0..g).map(move |j| (i, j))).collect();
         let parallel = self.cfg.parallel_rollouts.max(1);
@@ -267,10 +275,12 @@ impl Trainer {
             )
             .context("starting the rollout scheduler")?,
         );
+        // Group ids stay unique across steps however many rounds a step samples.
+        let stride = (self.cfg.tasks_per_step * (1 + self.cfg.dynamic_sampling_rounds)) as u64;
         let run = |&(i, j): &(usize, usize)| -> anyhow::Result<Rollout> {
-            let seed = rollout_seed(self.cfg.seed, self.step, i, j);
+            let seed = rollout_seed(self.cfg.seed, self.step, first + i, j);
             let mut r = self.env.rollout(&sampler, &tasks[i], &self.rollout, seed)?;
-            r.group = self.step * tasks.len() as u64 + i as u64;
+            r.group = self.step * stride + (first + i) as u64;
             r.attempt = j as u32;
             r.policy_version = self.version;
             r.seed = seed;
@@ -293,13 +303,34 @@ impl Trainer {
     pub fn step(&mut self) -> anyhow::Result<StepMetrics> {
         let mut m = StepMetrics { step: self.step + 1, ..Default::default() };
         let mut rng = rand::rngs::StdRng::seed_from_u64(rollout_seed(self.cfg.seed, self.step, usize::MAX, 0));
-        let tasks = self.curriculum.sample(self.cfg.tasks_per_step, self.version, &mut rng);
+        let mut tasks = self.curriculum.sample(self.cfg.tasks_per_step, self.version, &mut rng);
         anyhow::ensure!(!tasks.is_empty(), "the task pool is empty: nothing to train on");
         m.sampled_p_hat = self.curriculum.mean_p_hat(&tasks).unwrap_or(0.5);
 
-        // 1. Rollouts.
+        // 1. Rollouts (with dynamic sampling, more rounds until B groups carry gradient).
         let t0 = Instant::now();
-        let groups = self.collect(&tasks)?;
+        let mut groups = self.collect(&tasks, 0)?;
+        let usable = |gs: &[Vec<Rollout>], adv: &AdvantageConfig| {
+            gs.iter()
+                .filter(|g| group_advantages(&g.iter().map(|r| r.outcome.clone()).collect::<Vec<_>>(), adv).usable)
+                .count()
+        };
+        for _ in 0..self.cfg.dynamic_sampling_rounds {
+            if usable(&groups, &self.cfg.advantage) >= self.cfg.tasks_per_step {
+                break;
+            }
+            let more: Vec<String> = self
+                .curriculum
+                .sample(self.cfg.tasks_per_step, self.version, &mut rng)
+                .into_iter()
+                .filter(|t| !tasks.contains(t))
+                .collect();
+            if more.is_empty() {
+                break;
+            }
+            groups.extend(self.collect(&more, tasks.len())?);
+            tasks.extend(more);
+        }
         m.rollout_s = t0.elapsed().as_secs_f64();
         for r in groups.iter().flatten() {
             self.store.append(r)?;
@@ -327,7 +358,9 @@ impl Trainer {
             m.sampled_tokens += group.iter().map(Rollout::sampled_tokens).sum::<usize>();
             let adv = group_advantages(&outcomes, &self.cfg.advantage);
             m.groups += 1;
-            if adv.usable {
+            // Dynamic sampling trains on the first B usable groups (DAPO's batch stays B).
+            let batch_full = self.cfg.dynamic_sampling_rounds > 0 && m.usable_groups >= self.cfg.tasks_per_step;
+            if adv.usable && !batch_full {
                 m.usable_groups += 1;
                 for (r, a) in group.iter().zip(&adv.advantages) {
                     if let Some(d) = a.and_then(|a| Datum::from_rollout(r, a, gi)) {
