@@ -1,5 +1,6 @@
 //! Concurrent requests are decoded together: the scheduler advances all running sequences in
-//! one `forward_batch` per step, and every client still gets exactly its own reply.
+//! one `forward_batch` (or, when some check drafts, one `forward_batch_stepwise`) per step,
+//! and every client still gets exactly its own reply.
 
 mod common;
 
@@ -38,6 +39,14 @@ impl CausalLm for BatchRecorder {
         self.steps.fetch_add(1, Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(4));
         self.inner.forward_batch(batch)
+    }
+    // A step in which some sequence checks drafts (`--speculative auto`, the default) runs
+    // every sequence's rows through this one instead.
+    fn forward_batch_stepwise(&self, batch: &mut [(&[u32], &mut Cache)]) -> frognano_model::Result<Vec<Vec<f32>>> {
+        self.largest_batch.fetch_max(batch.len(), Ordering::SeqCst);
+        self.steps.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(4));
+        self.inner.forward_batch_stepwise(batch)
     }
 }
 
