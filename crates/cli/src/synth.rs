@@ -14,7 +14,8 @@ use frognano_synth::pipeline::{GenOptions, SynthOptions};
 
 use crate::progress::Bar;
 
-/// `frognano synth`: `frognano synth [REPO] [--pypi N==V|FILE | --crate N@V|FILE] --out DIR`, or
+/// `frognano synth`: `frognano synth [REPO] [--pypi N==V|FILE | --crate N@V|FILE | --npm N@V |
+/// --go M@V] --out DIR`, or
 /// `frognano synth calibrate …`.
 #[derive(Debug, Clone, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -38,19 +39,25 @@ pub enum SynthSub {
 #[derive(Debug, Clone, clap::Args)]
 pub struct GenerateArgs {
     /// A local git repository.
-    #[arg(conflicts_with_all = ["pypi", "krate"])]
+    #[arg(conflicts_with_all = ["pypi", "krate", "npm", "go"])]
     pub repo: Option<PathBuf>,
     /// Commit of the local repository (default HEAD).
     #[arg(long, requires = "repo")]
     pub commit: Option<String>,
     /// A PyPI source distribution: NAME==VERSION (fetched with pip), or a local sdist file
     /// (`.tar.gz`, `.tgz`, `.zip`).
-    #[arg(long, conflicts_with = "krate")]
+    #[arg(long, conflicts_with_all = ["krate", "npm", "go"])]
     pub pypi: Option<String>,
     /// A crates.io crate: NAME@VERSION (downloaded from static.crates.io), or a local `.crate`
     /// file.
-    #[arg(long = "crate")]
+    #[arg(long = "crate", conflicts_with_all = ["npm", "go"])]
     pub krate: Option<String>,
+    /// An npm package: NAME@VERSION (the published tarball, fetched with `npm pack`).
+    #[arg(long, conflicts_with = "go")]
+    pub npm: Option<String>,
+    /// A Go module: MODULE@VERSION (fetched from the module proxy with `go mod download`).
+    #[arg(long)]
+    pub go: Option<String>,
     /// Output directory: tasks.jsonl (SWE-bench instances), tasks.git, candidates.jsonl, summary.json.
     #[arg(long, default_value = "synth-out")]
     pub out: PathBuf,
@@ -166,11 +173,15 @@ impl GenerateArgs {
 
     /// The pipeline options these arguments stand for (loads `--issue-model`).
     pub fn options(&self) -> anyhow::Result<SynthOptions> {
-        let source = match (&self.repo, &self.pypi, &self.krate) {
-            (Some(p), None, None) => Source::Local { path: p.clone(), commit: self.commit.clone() },
-            (None, Some(s), None) => Source::pypi(s)?,
-            (None, None, Some(s)) => Source::krate(s)?,
-            _ => anyhow::bail!("give one source: a repository path, --pypi NAME==VERSION or --crate NAME@VERSION"),
+        let source = match (&self.repo, &self.pypi, &self.krate, &self.npm, &self.go) {
+            (Some(p), None, None, None, None) => Source::Local { path: p.clone(), commit: self.commit.clone() },
+            (None, Some(s), None, None, None) => Source::pypi(s)?,
+            (None, None, Some(s), None, None) => Source::krate(s)?,
+            (None, None, None, Some(s), None) => Source::npm(s)?,
+            (None, None, None, None, Some(s)) => Source::go(s)?,
+            _ => anyhow::bail!(
+                "give one source: a repository path, --pypi NAME==VERSION, --crate NAME@VERSION, --npm NAME@VERSION or --go MODULE@VERSION"
+            ),
         };
         let mut opts = SynthOptions {
             source,

@@ -17,6 +17,7 @@ pub mod intake;
 pub mod issue;
 pub mod issue_model;
 pub mod jobs;
+pub mod langs;
 pub mod mutate;
 pub mod pipeline;
 pub mod project;

@@ -677,13 +677,11 @@ pub fn synthesize_with_progress(opts: &SynthOptions, progress: &dyn Progress) ->
         std::fs::remove_dir_all(&base_tree)?;
     }
     intake::export_tree(&intake.git_dir, &intake.commit, &base_tree)?;
-    let setup = project::prepare(&base_tree, &EnvOptions { python: opts.python.clone(), env_dir: out.join("env") })?;
+    let env_opts =
+        EnvOptions { python: opts.python.clone(), env_dir: out.join("env"), npm_before: intake.released.clone() };
+    let setup = project::prepare(&base_tree, &env_opts)?;
     let lang = setup.language.ok_or_else(|| {
-        anyhow::anyhow!(
-            "{}: {:?} projects have tests but no bug operators yet (Python and Rust only)",
-            intake.repo_name,
-            setup.runner
-        )
+        anyhow::anyhow!("{}: {:?} projects have tests but no bug operators yet", intake.repo_name, setup.runner)
     })?;
     let probe_timeout = opts.min_timeout.max(Duration::from_secs(600));
     let base = project::baseline(&base_tree, &setup, probe_timeout, opts.isolation)?;

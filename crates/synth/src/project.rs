@@ -23,12 +23,21 @@ pub enum TestRunner {
     Cargo,
     /// `go test -v ./...`.
     GoTest,
+    /// Node's built-in runner, `node --test` with the TAP reporter.
+    #[serde(rename = "node_test")]
+    NodeTest,
+    /// jest, `--verbose` (its ✓ / ✕ lines).
+    Jest,
+    /// vitest, `run --reporter=verbose`.
+    Vitest,
+    /// mocha with the TAP reporter.
+    Mocha,
 }
 
 /// How a project's tests are run and read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TestSetup {
-    /// Language the bug operators work on; `None` when no operator set exists (Go).
+    /// Language the bug operators work on; `None` when no operator set exists.
     pub language: Option<Language>,
     /// The framework.
     pub runner: TestRunner,
@@ -46,15 +55,19 @@ pub struct TestSetup {
 pub struct EnvOptions {
     /// Use this Python interpreter as is (no virtualenv is created).
     pub python: Option<PathBuf>,
-    /// Where a virtualenv is created when `python` is not given.
+    /// Where a virtualenv is created when `python` is not given; also the home of a Go
+    /// module cache and build cache, and of an npm project's installed dependencies.
     pub env_dir: PathBuf,
+    /// npm only: resolve dependency ranges as of this time (`npm install --before`, an ISO
+    /// date), so an old release gets the dependency versions of its era.
+    pub npm_before: Option<String>,
 }
 
-fn shell_quote(s: &str) -> String {
+pub(crate) fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-fn walk_files(root: &Path) -> Vec<String> {
+pub(crate) fn walk_files(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -85,6 +98,12 @@ pub fn is_test_path(path: &str) -> bool {
         || file.ends_with("_tests.py")
         || file == "conftest.py"
         || file.ends_with("_test.go")
+        || path.split('/').any(|c| matches!(c, "__tests__" | "__mocks__" | "spec" | "fixtures" | "node_modules"))
+        || [".test.", ".spec.", "-test.", "_test."].iter().any(|m| file.contains(m) && is_js_like(file))
+}
+
+fn is_js_like(file: &str) -> bool {
+    [".js", ".mjs", ".cjs", ".jsx", ".ts", ".mts", ".cts", ".tsx"].iter().any(|e| file.ends_with(e))
 }
 
 /// Detects the project kind of the exported tree `tree` and prepares its environment
@@ -96,31 +115,21 @@ pub fn prepare(tree: &Path, opts: &EnvOptions) -> anyhow::Result<TestSetup> {
     if has("Cargo.toml") {
         return prepare_rust(tree, &files);
     }
+    if has("go.mod") {
+        return crate::langs::prepare_go(tree, &files, opts);
+    }
+    let python_packaged = has("pyproject.toml") || has("setup.py") || has("setup.cfg");
+    if has("package.json") && !python_packaged {
+        return crate::langs::prepare_node(tree, &files, opts);
+    }
     let py_files: Vec<&String> = files.iter().filter(|f| f.ends_with(".py")).collect();
     if !py_files.is_empty() || has("pyproject.toml") || has("setup.py") {
         return prepare_python(tree, &files, opts);
     }
-    if has("go.mod") {
-        anyhow::ensure!(
-            files.iter().any(|f| f.ends_with("_test.go")),
-            "{}: Go module without any _test.go file: no tests to validate tasks with",
-            tree.display()
-        );
-        return Ok(TestSetup {
-            language: None,
-            runner: TestRunner::GoTest,
-            test_cmd: "go test -v ./... 2>&1".into(),
-            log_parser: "parse_log_gotest".into(),
-            readable_paths: Vec::new(),
-        });
-    }
-    if has("package.json") {
-        anyhow::bail!(
-            "{}: an npm project; `npm test` output has no log parser in frognano-swe yet, so its tasks cannot be graded",
-            tree.display()
-        );
-    }
-    anyhow::bail!("{}: no Python, Rust or Go project found (no .py files, Cargo.toml or go.mod)", tree.display())
+    anyhow::bail!(
+        "{}: no Python, Rust, Go or JavaScript/TypeScript project found (no .py files, Cargo.toml, go.mod or package.json)",
+        tree.display()
+    )
 }
 
 fn prepare_rust(tree: &Path, files: &[String]) -> anyhow::Result<TestSetup> {
@@ -151,7 +160,7 @@ fn prepare_rust(tree: &Path, files: &[String]) -> anyhow::Result<TestSetup> {
     })
 }
 
-fn run_host(cmd: &mut HostCommand, what: &str) -> anyhow::Result<()> {
+pub(crate) fn run_host(cmd: &mut HostCommand, what: &str) -> anyhow::Result<()> {
     let out = cmd.output().map_err(|e| anyhow::anyhow!("cannot run {what}: {e}"))?;
     anyhow::ensure!(out.status.success(), "{what} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
     Ok(())
