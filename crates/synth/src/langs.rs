@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command as HostCommand;
 
 use crate::mutate::Language;
-use crate::project::{run_host, shell_quote, EnvOptions, TestRunner, TestSetup};
+use crate::project::{ensure_tests, run_host, shell_quote, EnvOptions, TestRunner, TestSetup};
 
 /// A Go release number (`go1.22.3` → 1.22.3; a missing patch is 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -121,11 +121,9 @@ fn go_binary(want: Option<GoVersion>, modcache: &Path, scratch: &Path) -> anyhow
 /// Prepares a Go module: dependencies (and, if needed, the toolchain) into `env/gomodcache`,
 /// a warm build cache in `env/gocache`, and the offline `go test -v` command.
 pub fn prepare_go(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::Result<TestSetup> {
-    anyhow::ensure!(
-        files.iter().any(|f| f.ends_with("_test.go")),
-        "{}: Go module without any _test.go file: no tests to validate tasks with",
-        tree.display()
-    );
+    ensure_tests(files.iter().any(|f| f.ends_with("_test.go")), || {
+        format!("{}: Go module without any _test.go file: no tests to validate tasks with", tree.display())
+    })?;
     let env_dir = std::path::absolute(&opts.env_dir)?;
     let modcache = env_dir.join("gomodcache");
     let gocache = env_dir.join("gocache");
@@ -206,6 +204,10 @@ pub fn prepare_node(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow:
     let text = std::fs::read_to_string(&manifest)?;
     let package: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: not valid JSON: {e}", manifest.display()))?;
+    let has_tests = files.iter().any(|f| crate::project::is_test_path(f) && is_code(f));
+    ensure_tests(has_tests, || {
+        format!("{}: npm project without test files: no tests to validate tasks with", tree.display())
+    })?;
     let runner = detect_node_runner(&package).ok_or_else(|| {
         anyhow::anyhow!(
             "{}: no supported test runner (the `test` script or the dependencies name none of vitest, jest, mocha, `node --test`; found {:?})",
@@ -213,8 +215,6 @@ pub fn prepare_node(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow:
             package["scripts"]["test"].as_str().unwrap_or("no test script")
         )
     })?;
-    let has_tests = files.iter().any(|f| crate::project::is_test_path(f) && is_code(f));
-    anyhow::ensure!(has_tests, "{}: npm project without test files: no tests to validate tasks with", tree.display());
     let language = node_language(files)
         .ok_or_else(|| anyhow::anyhow!("{}: npm project without JavaScript or TypeScript sources", tree.display()))?;
     let needs_install =

@@ -11,6 +11,7 @@
 //! `synth` record of each task), [`jobs`] (the issue model and `synth calibrate` as configs
 //! with `validate()`; the flags are in `crates/cli`).
 
+pub mod batch;
 pub mod calibrate;
 pub mod harbor;
 pub mod intake;

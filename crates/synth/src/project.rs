@@ -34,6 +34,40 @@ pub enum TestRunner {
     Mocha,
 }
 
+/// The project ships no tests (no test files, no `#[test]`): nothing to validate tasks with.
+/// A distinct error type so that a batch can count such packages apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoTests(pub String);
+
+impl std::fmt::Display for NoTests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NoTests {}
+
+/// The clean tree's suite ran past its time limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SuiteTooSlow(pub String);
+
+impl std::fmt::Display for SuiteTooSlow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SuiteTooSlow {}
+
+/// Fails with [`NoTests`] unless `cond`.
+pub(crate) fn ensure_tests(cond: bool, message: impl FnOnce() -> String) -> anyhow::Result<()> {
+    if cond {
+        Ok(())
+    } else {
+        Err(NoTests(message()).into())
+    }
+}
+
 /// How a project's tests are run and read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TestSetup {
@@ -137,7 +171,9 @@ fn prepare_rust(tree: &Path, files: &[String]) -> anyhow::Result<TestSetup> {
         f.ends_with(".rs")
             && (f.starts_with("tests/") || std::fs::read_to_string(tree.join(f)).is_ok_and(|t| t.contains("#[test]")))
     });
-    anyhow::ensure!(has_tests, "{}: Rust crate without any #[test] function or tests/ file: no tests", tree.display());
+    ensure_tests(has_tests, || {
+        format!("{}: Rust crate without any #[test] function or tests/ file: no tests", tree.display())
+    })?;
     let out = HostCommand::new("cargo")
         .arg("fetch")
         .current_dir(tree)
@@ -171,11 +207,12 @@ fn prepare_python(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::R
         let file = f.rsplit('/').next().unwrap_or(f);
         f.ends_with(".py") && (file.starts_with("test_") || file.ends_with("_test.py") || file == "tests.py")
     });
-    anyhow::ensure!(
-        has_tests,
-        "{}: Python project without test files (test_*.py, *_test.py or tests.py): no tests to validate tasks with",
-        tree.display()
-    );
+    ensure_tests(has_tests, || {
+        format!(
+            "{}: Python project without test files (test_*.py, *_test.py or tests.py): no tests to validate tasks with",
+            tree.display()
+        )
+    })?;
     let python = match &opts.python {
         Some(p) => {
             let out = HostCommand::new(p).arg("--version").output();
@@ -323,12 +360,14 @@ fn last_lines(log: &str, n: usize) -> String {
 /// no tests, times out, or has no test passing.
 pub fn baseline(dir: &Path, setup: &TestSetup, timeout: Duration, isolation: Isolation) -> anyhow::Result<Baseline> {
     let first = run_tests(dir, setup, timeout, isolation)?;
-    anyhow::ensure!(
-        !first.timed_out,
-        "the test suite ran past the {} s timeout on the clean tree (`{}`)",
-        timeout.as_secs(),
-        setup.test_cmd
-    );
+    if first.timed_out {
+        return Err(SuiteTooSlow(format!(
+            "the test suite ran past the {} s timeout on the clean tree (`{}`)",
+            timeout.as_secs(),
+            setup.test_cmd
+        ))
+        .into());
+    }
     anyhow::ensure!(
         !first.statuses.is_empty(),
         "the test command found no tests or could not run (`{}`); last output:\n{}",
@@ -336,7 +375,13 @@ pub fn baseline(dir: &Path, setup: &TestSetup, timeout: Duration, isolation: Iso
         last_lines(&first.log, 15)
     );
     let second = run_tests(dir, setup, timeout, isolation)?;
-    anyhow::ensure!(!second.timed_out, "the test suite ran past the {} s timeout on its second run", timeout.as_secs());
+    if second.timed_out {
+        return Err(SuiteTooSlow(format!(
+            "the test suite ran past the {} s timeout on its second run",
+            timeout.as_secs()
+        ))
+        .into());
+    }
     let mut b = Baseline {
         passing: BTreeSet::new(),
         flaky: BTreeSet::new(),
