@@ -152,6 +152,7 @@ pub fn prepare_go(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::R
         test_cmd,
         log_parser: "parse_log_gotest".into(),
         readable_paths: vec![modcache, gocache],
+        python: None,
     })
 }
 
@@ -269,6 +270,7 @@ pub fn prepare_node(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow:
         test_cmd: format!("{link}{env} {cmd} 2>&1"),
         log_parser: parser.into(),
         readable_paths,
+        python: None,
     })
 }
 

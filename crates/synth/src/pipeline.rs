@@ -762,7 +762,7 @@ pub fn synthesize_until(
     intake::export_tree(&intake.git_dir, &intake.commit, &base_tree)?;
     let env_opts =
         EnvOptions { python: opts.python.clone(), env_dir: out.join("env"), npm_before: intake.released.clone() };
-    let setup = project::prepare(&base_tree, &env_opts).map_err(|e| {
+    let mut setup = project::prepare(&base_tree, &env_opts).map_err(|e| {
         let no_tests = e.downcast_ref::<project::NoTests>().is_some();
         stage(if no_tests { Failure::NoTestsShipped } else { Failure::EnvironmentFailed })(e)
     })?;
@@ -774,7 +774,21 @@ pub fn synthesize_until(
         ))
     })?;
     let probe_timeout = limits.suite_limit.unwrap_or_else(|| opts.min_timeout.max(Duration::from_secs(600)));
-    let base = project::baseline(&base_tree, &setup, probe_timeout, opts.isolation).map_err(|e| {
+    let mut reference = project::baseline(&base_tree, &setup, probe_timeout, opts.isolation);
+    // A Python suite that fails on the clean tree (not one that is too slow) is retried down
+    // the ladder: older pytest majors, then unittest; the first that passes is kept.
+    if reference.as_ref().is_err_and(|e| e.downcast_ref::<project::SuiteTooSlow>().is_none()) {
+        for step in project::python_ladder(&setup) {
+            let Ok(next) = project::apply_ladder_step(&setup, step) else { continue };
+            tracing::info!("baseline failed; retrying with {step:?}");
+            if let Ok(b) = project::baseline(&base_tree, &next, probe_timeout, opts.isolation) {
+                setup = next;
+                reference = Ok(b);
+                break;
+            }
+        }
+    }
+    let base = reference.map_err(|e| {
         let slow = e.downcast_ref::<project::SuiteTooSlow>().is_some();
         stage(if slow { Failure::SuiteTooSlow } else { Failure::BaselineFailing })(e)
     })?;

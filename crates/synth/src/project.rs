@@ -82,6 +82,55 @@ pub struct TestSetup {
     /// Host folders the test command needs to read (the virtualenv), shown read-only in the
     /// sandbox even where it would hide them (under `/tmp`, in a masked home).
     pub readable_paths: Vec<PathBuf>,
+    /// Python only: the interpreter and whether its virtualenv is synth's own (so that the
+    /// retry ladder may install another pytest into it).
+    pub python: Option<(PathBuf, bool)>,
+}
+
+/// One step down the retry ladder tried when a Python suite fails on the clean tree (finds
+/// no tests, or none passes): an older pytest major version, then the standard library's
+/// unittest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LadderStep {
+    /// Install `pytest<N` into synth's own virtualenv and run pytest again.
+    PytestBelow(u32),
+    /// `python -m unittest -v` with the same interpreter.
+    Unittest,
+}
+
+/// The steps tried after `setup`'s baseline failed, in order (empty when none applies: not
+/// pytest). Older pytest versions are tried only in a virtualenv synth created.
+pub fn python_ladder(setup: &TestSetup) -> Vec<LadderStep> {
+    match (&setup.runner, &setup.python) {
+        (TestRunner::Pytest, Some((_, true))) => {
+            vec![LadderStep::PytestBelow(8), LadderStep::PytestBelow(7), LadderStep::Unittest]
+        }
+        (TestRunner::Pytest, Some((_, false))) => vec![LadderStep::Unittest],
+        _ => Vec::new(),
+    }
+}
+
+/// `setup` after one ladder step (installing an older pytest needs PyPI).
+pub fn apply_ladder_step(setup: &TestSetup, step: LadderStep) -> anyhow::Result<TestSetup> {
+    let (python, _) = setup.python.clone().ok_or_else(|| anyhow::anyhow!("not a Python setup"))?;
+    match step {
+        LadderStep::PytestBelow(major) => {
+            run_host(
+                HostCommand::new(&python).args(["-m", "pip", "install", "--quiet", &format!("pytest<{major}")]),
+                &format!("pip install pytest<{major}"),
+            )?;
+            Ok(setup.clone())
+        }
+        LadderStep::Unittest => {
+            let env = setup.test_cmd.split(" -m pytest").next().unwrap_or_default();
+            Ok(TestSetup {
+                runner: TestRunner::Unittest,
+                test_cmd: format!("{env} -m unittest -v 2>&1"),
+                log_parser: "parse_log_django".into(),
+                ..setup.clone()
+            })
+        }
+    }
 }
 
 /// How the environment is prepared.
@@ -193,6 +242,7 @@ fn prepare_rust(tree: &Path, files: &[String]) -> anyhow::Result<TestSetup> {
                 .into(),
         log_parser: "parse_log_cargo".into(),
         readable_paths: Vec::new(),
+        python: None,
     })
 }
 
@@ -228,6 +278,7 @@ fn prepare_python(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::R
     // Absolute but not symlink-resolved: a venv interpreter resolves to its base Python.
     let python = if python.components().count() > 1 { std::path::absolute(&python)? } else { python };
     let has_pytest = HostCommand::new(&python).args(["-c", "import pytest"]).output().is_ok_and(|o| o.status.success());
+    let own_venv = opts.python.is_none();
     let mut env = "PYTHONDONTWRITEBYTECODE=1 PYTHONHASHSEED=0 TZ=UTC LC_ALL=C.UTF-8".to_string();
     if tree.join("src").is_dir() {
         env.push_str(" PYTHONPATH=src");
@@ -248,6 +299,7 @@ fn prepare_python(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::R
             test_cmd: format!("{env} {py} -m pytest -rA --tb=long -p no:cacheprovider -p no:randomly -o addopts= 2>&1"),
             log_parser: "parse_log_pytest".into(),
             readable_paths,
+            python: Some((python.clone(), own_venv)),
         }
     } else {
         TestSetup {
@@ -256,6 +308,7 @@ fn prepare_python(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::R
             test_cmd: format!("{env} {py} -m unittest -v 2>&1"),
             log_parser: "parse_log_django".into(),
             readable_paths,
+            python: Some((python.clone(), own_venv)),
         }
     })
 }
@@ -414,4 +467,39 @@ pub fn baseline(dir: &Path, setup: &TestSetup, timeout: Duration, isolation: Iso
         last_lines(&first.log, 15)
     );
     Ok(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pytest_setup(own_venv: bool) -> TestSetup {
+        TestSetup {
+            language: Some(Language::Python),
+            runner: TestRunner::Pytest,
+            test_cmd: "PYTHONHASHSEED=0 TZ=UTC '/env/venv/bin/python' -m pytest -rA --tb=long -p no:cacheprovider 2>&1"
+                .into(),
+            log_parser: "parse_log_pytest".into(),
+            readable_paths: vec![PathBuf::from("/env/venv")],
+            python: Some((PathBuf::from("/env/venv/bin/python"), own_venv)),
+        }
+    }
+
+    #[test]
+    fn the_retry_ladder_goes_to_older_pytest_then_unittest() {
+        assert_eq!(
+            python_ladder(&pytest_setup(true)),
+            [LadderStep::PytestBelow(8), LadderStep::PytestBelow(7), LadderStep::Unittest]
+        );
+        // A user's interpreter is never changed: straight to unittest.
+        assert_eq!(python_ladder(&pytest_setup(false)), [LadderStep::Unittest]);
+        let unittest = apply_ladder_step(&pytest_setup(false), LadderStep::Unittest).unwrap();
+        assert_eq!(unittest.test_cmd, "PYTHONHASHSEED=0 TZ=UTC '/env/venv/bin/python' -m unittest -v 2>&1");
+        assert_eq!((unittest.runner, unittest.log_parser.as_str()), (TestRunner::Unittest, "parse_log_django"));
+        assert_eq!(unittest.readable_paths, [PathBuf::from("/env/venv")]);
+        // Nothing below unittest, and nothing for other runners.
+        assert!(python_ladder(&unittest).is_empty());
+        let go = TestSetup { runner: TestRunner::GoTest, python: None, ..unittest };
+        assert!(python_ladder(&go).is_empty());
+    }
 }
