@@ -460,6 +460,7 @@ struct Shared<'a> {
     timeout: Duration,
     opts: &'a SynthOptions,
     out_lock: Mutex<()>,
+    environment: Value,
     deadline: Option<Instant>,
     accepted: AtomicUsize,
     summary: Mutex<SynthSummary>,
@@ -567,6 +568,7 @@ fn build_instance(sh: &Shared<'_>, cand: &Candidate, v: &Validated) -> anyhow::R
         },
         validation: ValidationTimes { reference_seconds: sh.base.seconds, bug_seconds: v.bug_seconds },
         issue: issue.record,
+        environment: sh.environment.clone(),
     };
     extra.insert(SYNTH_FIELD.into(), meta.to_value());
     Ok(SweInstance {
@@ -839,6 +841,7 @@ pub fn synthesize_until(
         timeout,
         opts,
         out_lock: Mutex::new(()),
+        environment: project::environment_record(&setup, &out.join("env")),
         deadline: limits.deadline,
         accepted: AtomicUsize::new(previously_accepted),
         summary: Mutex::new(SynthSummary {

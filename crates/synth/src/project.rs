@@ -355,6 +355,63 @@ fn create_venv(tree: &Path, opts: &EnvOptions) -> anyhow::Result<PathBuf> {
     Ok(python)
 }
 
+fn first_line_of(program: &str, args: &[&str]) -> Option<String> {
+    let out = HostCommand::new(program).args(args).output().ok().filter(|o| o.status.success())?;
+    let text = if out.stdout.is_empty() { out.stderr } else { out.stdout };
+    String::from_utf8_lossy(&text).lines().next().map(|l| l.trim().to_string())
+}
+
+/// What a task was validated with, for its record: runner, test command, log parser, the
+/// tool versions, and the exact package set — `pip freeze` of the interpreter, the npm
+/// lock file of the installed dependencies (`env/npm/node_modules/.package-lock.json`:
+/// name → version), the Go toolchain (the module's `go.sum` is in the task's tree).
+pub fn environment_record(setup: &TestSetup, env_dir: &Path) -> serde_json::Value {
+    let mut rec = serde_json::json!({
+        "runner": setup.runner,
+        "test_cmd": setup.test_cmd,
+        "log_parser": setup.log_parser,
+    });
+    match setup.runner {
+        TestRunner::Pytest | TestRunner::Unittest => {
+            if let Some((python, _)) = &setup.python {
+                let py = python.to_string_lossy().to_string();
+                rec["python"] = first_line_of(&py, &["--version"]).into();
+                let freeze = HostCommand::new(python).args(["-m", "pip", "freeze", "--all"]).output();
+                if let Some(out) = freeze.ok().filter(|o| o.status.success()) {
+                    let pins: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+                    rec["packages"] = pins.into();
+                }
+            }
+        }
+        TestRunner::Cargo => rec["cargo"] = first_line_of("cargo", &["--version"]).into(),
+        TestRunner::GoTest => {
+            // The toolchain the command names (a fetched one is called by its path).
+            let go = setup.test_cmd.split_whitespace().find(|w| w.ends_with("/bin/go'") || *w == "go");
+            let go = go.map(|g| g.trim_matches('\'').to_string()).unwrap_or_else(|| "go".into());
+            rec["go"] = first_line_of(&go, &["version"]).into();
+        }
+        TestRunner::NodeTest | TestRunner::Jest | TestRunner::Vitest | TestRunner::Mocha => {
+            rec["node"] = first_line_of("node", &["--version"]).into();
+            let lock = env_dir.join("npm/node_modules/.package-lock.json");
+            if let Some(packages) = std::fs::read_to_string(lock)
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                .and_then(|v| v["packages"].as_object().cloned())
+            {
+                let pins: serde_json::Map<String, serde_json::Value> = packages
+                    .iter()
+                    .filter_map(|(path, p)| {
+                        let name = path.rsplit("node_modules/").next().filter(|n| !n.is_empty())?;
+                        Some((name.to_string(), p["version"].clone()))
+                    })
+                    .collect();
+                rec["packages"] = pins.into();
+            }
+        }
+    }
+    rec
+}
+
 /// The result of one sandboxed test run.
 #[derive(Debug, Clone)]
 pub struct TestRun {

@@ -95,6 +95,8 @@ fn synth_and_grade(name: &str, parser: &str, want: usize, max_candidates: usize)
 #[test]
 fn go_module_yields_gradable_tasks() {
     let instances = synth_and_grade("gomod", "parse_log_gotest", 3, 40);
+    let env = &instances[0].extra["synth"]["environment"];
+    assert!(env["go"].as_str().unwrap().starts_with("go version go1."), "{env}");
     // go test -v names subtests Parent/child.
     assert!(instances.iter().flat_map(|i| i.fail_to_pass.iter().chain(&i.pass_to_pass)).any(|t| t.starts_with("Test")));
 }
@@ -111,4 +113,9 @@ fn typescript_vitest_project_yields_gradable_tasks() {
     for inst in &instances {
         assert!(inst.fail_to_pass.iter().all(|t| t.starts_with("test/money.test.ts > ")), "{:?}", inst.fail_to_pass);
     }
+    // The task records the exact package set it was validated with.
+    let env = &instances[0].extra["synth"]["environment"];
+    assert_eq!(env["packages"]["vitest"], "3.2.4", "{env}");
+    assert_eq!(env["runner"], "vitest");
+    assert!(env["node"].as_str().unwrap().starts_with('v'), "{env}");
 }
