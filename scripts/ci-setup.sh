@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 # - curl: `synth --crate` downloads the .crate file with it;
 # - chromium and chromium-driver: the browser test of `frognano review`
 #   (crates/review/tests/browser.rs) drives a headless chromium through chromedriver.
+# - nodejs, npm and golang-go: `synth` on JavaScript/TypeScript and Go projects runs
+#   `node --test`, vitest and `go test` (crates/synth/tests/langs.rs), and intake fetches
+#   npm tarballs and Go modules with npm and go.
 packages=()
 command -v bwrap >/dev/null 2>&1 || packages+=(bubblewrap)
 python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
@@ -18,6 +21,9 @@ python3 -c 'import ensurepip' >/dev/null 2>&1 || packages+=(python3-venv)
 command -v curl >/dev/null 2>&1 || packages+=(curl)
 command -v chromium >/dev/null 2>&1 || packages+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || packages+=(chromium-driver)
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
+command -v go >/dev/null 2>&1 || packages+=(golang-go)
 if [ ${#packages[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" = 0 ] || sudo=sudo
@@ -38,6 +44,15 @@ fi
 compat_venv=.venv-compat
 if ! "$compat_venv/bin/python" -c 'import ollama, anthropic' >/dev/null 2>&1; then
     python3 -m venv "$compat_venv" && "$compat_venv/bin/pip" install --quiet "ollama==0.6.3" "anthropic==2.10.0"
+fi
+
+# The TypeScript fixture's vitest (crates/synth/tests/langs.rs), put into npm's cache so the
+# test's `npm install --prefer-offline` needs no registry; skipped once installed.
+vitest_warm=target/npm-warm/tsvitest
+if [ ! -x "$vitest_warm/node_modules/.bin/vitest" ]; then
+    mkdir -p "$vitest_warm"
+    cp crates/synth/tests/fixtures/tsvitest/package.json crates/synth/tests/fixtures/tsvitest/package-lock.json "$vitest_warm/"
+    (cd "$vitest_warm" && npm install --ignore-scripts --no-audit --no-fund --loglevel=error)
 fi
 
 # Demo model (SmolLM2-135M-Instruct Q4_1 GGUF): smollm2 parity, serve load test, solve e2e.

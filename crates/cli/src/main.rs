@@ -37,7 +37,7 @@ enum Command {
     /// The coding agent: resolve an issue in a repository and hand back a patch for review.
     Solve(solve::SolveArgs),
     /// Task synthesis: validated bug-fix tasks from a repository (`frognano synth REPO |
-    /// --pypi N==V | --crate N@V`), and `synth calibrate`.
+    /// --pypi N==V | --crate N@V | --npm N@V | --go M@V`), `synth batch` and `synth calibrate`.
     Synth(Box<synth::SynthCommand>),
     /// SWE-bench-compatible evaluation (grade, run, parse-log, grade-log).
     #[command(subcommand)]
@@ -60,7 +60,7 @@ impl Command {
             Command::Eval(eval::EvalCommand::Run(a)) => a.solver.threads,
             Command::Synth(s) => match &s.sub {
                 Some(synth::SynthSub::Calibrate(a)) => a.solver.threads,
-                None => return None,
+                Some(synth::SynthSub::Batch(_)) | None => return None,
             },
             Command::Train(a) => a.threads,
             Command::Logits(a) => a.threads,

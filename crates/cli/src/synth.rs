@@ -14,7 +14,8 @@ use frognano_synth::pipeline::{GenOptions, SynthOptions};
 
 use crate::progress::Bar;
 
-/// `frognano synth`: `frognano synth [REPO] [--pypi N==V|FILE | --crate N@V|FILE] --out DIR`, or
+/// `frognano synth`: `frognano synth [REPO] [--pypi N==V|FILE | --crate N@V|FILE | --npm N@V |
+/// --go M@V] --out DIR`, or
 /// `frognano synth calibrate …`.
 #[derive(Debug, Clone, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -32,25 +33,118 @@ pub struct SynthCommand {
 pub enum SynthSub {
     /// K agent attempts per task → pass-rate estimates, band report, next knobs.
     Calibrate(CalibrateArgs),
+    /// Many packages from a manifest, in parallel, resumable, one merged tasks.jsonl and a
+    /// yield report.
+    Batch(BatchArgs),
+}
+
+/// `frognano synth batch MANIFEST`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BatchArgs {
+    /// One package per line: `pypi:NAME==VER`, `crate:NAME@VER`, `npm:NAME@VER`,
+    /// `go:MODULE@VER` or a local git repository path, optionally followed by a time budget
+    /// (`600`, `600s`, `10m`); `#` starts a comment.
+    pub manifest: PathBuf,
+    /// Output folder: tasks.jsonl (merged), batch.jsonl (finished packages), yield.json,
+    /// packages/ (one synth output per package). Rerun with the same folder to resume.
+    #[arg(long, default_value = "synth-batch")]
+    pub out: PathBuf,
+    /// Packages run at once.
+    #[arg(long, default_value_t = 2)]
+    pub jobs: usize,
+    /// Validation workers per package.
+    #[arg(long, default_value_t = 1)]
+    pub workers: usize,
+    /// Time budget of a package whose manifest line gives none (seconds, or with s/m/h).
+    #[arg(long, default_value = "10m")]
+    pub budget: String,
+    /// Time limit of a package's clean-tree suite run in seconds (slower: suite_too_slow).
+    #[arg(long, default_value_t = 300)]
+    pub suite_limit: u64,
+    /// Stop each package after this many accepted tasks.
+    #[arg(long, default_value_t = 3)]
+    pub max_tasks: usize,
+    /// Cap on single-bug candidates per package.
+    #[arg(long, default_value_t = 200)]
+    pub max_candidates: usize,
+    /// Seed of candidate generation.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Entities simpler than this are not mutated.
+    #[arg(long, default_value_t = 3)]
+    pub min_complexity: u32,
+    /// Minimum per-run timeout in seconds (actual: max(this, 3 × reference suite time)).
+    #[arg(long, default_value_t = 120)]
+    pub timeout: u64,
+    /// Largest share of tests one bug may fail.
+    #[arg(long, default_value_t = 0.5)]
+    pub max_f2p_fraction: f64,
+    /// Run tests without confinement.
+    #[arg(long)]
+    pub no_sandbox: bool,
+}
+
+impl BatchArgs {
+    /// The batch these arguments ask for (reads and checks the manifest).
+    pub fn options(&self) -> anyhow::Result<frognano_synth::batch::BatchOptions> {
+        let budget = frognano_synth::batch::parse_budget(&self.budget).ok_or_else(|| {
+            anyhow::anyhow!("--budget: expected a duration such as 600, 600s or 10m, found {:?}", self.budget)
+        })?;
+        let entries = frognano_synth::batch::parse_manifest(&self.manifest, budget)?;
+        let template = SynthOptions {
+            source: Source::Local { path: PathBuf::from("."), commit: None },
+            out: self.out.clone(),
+            gen: GenOptions {
+                seed: self.seed,
+                min_complexity: self.min_complexity,
+                operators: None,
+                max_candidates: self.max_candidates,
+            },
+            workers: self.workers.max(1),
+            max_tasks: Some(self.max_tasks),
+            combine: 0,
+            max_combos: 0,
+            min_timeout: Duration::from_secs(self.timeout),
+            max_f2p_fraction: self.max_f2p_fraction,
+            isolation: if self.no_sandbox { Isolation::Unconfined } else { Isolation::Bubblewrap },
+            python: None,
+            harbor: None,
+            issue_model: None,
+        };
+        template.validate()?;
+        Ok(frognano_synth::batch::BatchOptions {
+            entries,
+            out: self.out.clone(),
+            jobs: self.jobs,
+            template,
+            suite_limit: Duration::from_secs(self.suite_limit),
+        })
+    }
 }
 
 /// `frognano synth [REPO]`: repository intake, bug injection, validation, tasks.
 #[derive(Debug, Clone, clap::Args)]
 pub struct GenerateArgs {
     /// A local git repository.
-    #[arg(conflicts_with_all = ["pypi", "krate"])]
+    #[arg(conflicts_with_all = ["pypi", "krate", "npm", "go"])]
     pub repo: Option<PathBuf>,
     /// Commit of the local repository (default HEAD).
     #[arg(long, requires = "repo")]
     pub commit: Option<String>,
     /// A PyPI source distribution: NAME==VERSION (fetched with pip), or a local sdist file
     /// (`.tar.gz`, `.tgz`, `.zip`).
-    #[arg(long, conflicts_with = "krate")]
+    #[arg(long, conflicts_with_all = ["krate", "npm", "go"])]
     pub pypi: Option<String>,
     /// A crates.io crate: NAME@VERSION (downloaded from static.crates.io), or a local `.crate`
     /// file.
-    #[arg(long = "crate")]
+    #[arg(long = "crate", conflicts_with_all = ["npm", "go"])]
     pub krate: Option<String>,
+    /// An npm package: NAME@VERSION (the published tarball, fetched with `npm pack`).
+    #[arg(long, conflicts_with = "go")]
+    pub npm: Option<String>,
+    /// A Go module: MODULE@VERSION (fetched from the module proxy with `go mod download`).
+    #[arg(long)]
+    pub go: Option<String>,
     /// Output directory: tasks.jsonl (SWE-bench instances), tasks.git, candidates.jsonl, summary.json.
     #[arg(long, default_value = "synth-out")]
     pub out: PathBuf,
@@ -166,11 +260,15 @@ impl GenerateArgs {
 
     /// The pipeline options these arguments stand for (loads `--issue-model`).
     pub fn options(&self) -> anyhow::Result<SynthOptions> {
-        let source = match (&self.repo, &self.pypi, &self.krate) {
-            (Some(p), None, None) => Source::Local { path: p.clone(), commit: self.commit.clone() },
-            (None, Some(s), None) => Source::pypi(s)?,
-            (None, None, Some(s)) => Source::krate(s)?,
-            _ => anyhow::bail!("give one source: a repository path, --pypi NAME==VERSION or --crate NAME@VERSION"),
+        let source = match (&self.repo, &self.pypi, &self.krate, &self.npm, &self.go) {
+            (Some(p), None, None, None, None) => Source::Local { path: p.clone(), commit: self.commit.clone() },
+            (None, Some(s), None, None, None) => Source::pypi(s)?,
+            (None, None, Some(s), None, None) => Source::krate(s)?,
+            (None, None, None, Some(s), None) => Source::npm(s)?,
+            (None, None, None, None, Some(s)) => Source::go(s)?,
+            _ => anyhow::bail!(
+                "give one source: a repository path, --pypi NAME==VERSION, --crate NAME@VERSION, --npm NAME@VERSION or --go MODULE@VERSION"
+            ),
         };
         let mut opts = SynthOptions {
             source,
@@ -222,6 +320,7 @@ impl CalibrateArgs {
 pub fn run(cmd: SynthCommand) -> anyhow::Result<()> {
     match cmd.sub {
         Some(SynthSub::Calibrate(a)) => run_calibrate(&a),
+        Some(SynthSub::Batch(a)) => run_batch(&a),
         None => {
             let s = frognano_synth::pipeline::synthesize_with_progress(&cmd.generate.options()?, &Bar::candidates())?;
             let rate = if s.seconds > 0.0 { 60.0 * s.tasks_accepted as f64 / s.seconds } else { 0.0 };
@@ -240,6 +339,31 @@ pub fn run(cmd: SynthCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+fn run_batch(a: &BatchArgs) -> anyhow::Result<()> {
+    let opts = a.options()?;
+    let r = frognano_synth::batch::run_batch(&opts, &Bar::counting())?;
+    println!("{:<50} {:>5} {:>6} {:>7}  outcome", "package", "tasks", "tried", "seconds");
+    for p in &r.packages {
+        println!("{:<50} {:>5} {:>6} {:>7.0}  {}", p.spec, p.tasks, p.candidates_tried, p.seconds, p.outcome);
+    }
+    let outcomes: Vec<String> = r.outcomes.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    println!(
+        "{} tasks from {} packages ({}); {:.1} tasks per CPU-minute this run ({:.0} CPU s, {:.0} wall s)",
+        r.tasks,
+        r.packages.len(),
+        outcomes.join(", "),
+        r.tasks_per_cpu_minute,
+        r.cpu_seconds,
+        r.wall_seconds
+    );
+    if !r.unfinished.is_empty() {
+        println!("unfinished: {}", r.unfinished.join(" "));
+    }
+    println!("tasks: {}", opts.out.join("tasks.jsonl").display());
+    println!("report: {}", opts.out.join("yield.json").display());
+    Ok(())
 }
 
 fn run_calibrate(a: &CalibrateArgs) -> anyhow::Result<()> {

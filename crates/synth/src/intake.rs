@@ -1,5 +1,6 @@
-//! Repository intake: a local git repository, a PyPI source distribution or a crates.io
-//! crate, turned into a git repository and a commit the pipeline works from.
+//! Repository intake: a local git repository, a PyPI source distribution, a crates.io
+//! crate, an npm package tarball or a Go module from the module proxy, turned into a git
+//! repository and a commit the pipeline works from.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,6 +27,20 @@ pub enum Source {
         /// Crate name.
         name: String,
         /// Exact version.
+        version: String,
+    },
+    /// `NAME@VERSION` from the npm registry (the published tarball, fetched with `npm pack`).
+    Npm {
+        /// Package name (`@scope/name` included).
+        name: String,
+        /// Exact version.
+        version: String,
+    },
+    /// `MODULE@VERSION` from the Go module proxy (`go mod download`).
+    Go {
+        /// Module path.
+        module: String,
+        /// Exact version (`v1.2.3`).
         version: String,
     },
     /// A source archive already on disk (`--pypi FILE`: an sdist, `.tar.gz`/`.tgz`/`.zip`;
@@ -81,6 +96,28 @@ impl Source {
         Ok(Some(Source::Archive { path, repo_name: format!("{registry}/{stem}") }))
     }
 
+    /// Parses `--npm NAME@VERSION` (`@scope/name@1.2.3` included).
+    pub fn npm(spec: &str) -> anyhow::Result<Source> {
+        let (name, version) = spec
+            .rsplit_once('@')
+            .filter(|(n, v)| !n.trim().is_empty() && !n.ends_with('/') && !v.trim().is_empty())
+            .ok_or_else(|| anyhow::anyhow!("--npm expects NAME@VERSION (e.g. left-pad@1.3.0), got {spec:?}"))?;
+        Ok(Source::Npm { name: name.trim().to_string(), version: version.trim().to_string() })
+    }
+
+    /// Parses `--go MODULE@VERSION`.
+    pub fn go(spec: &str) -> anyhow::Result<Source> {
+        let (module, version) = spec
+            .rsplit_once('@')
+            .filter(|(m, v)| !m.trim().is_empty() && v.trim().starts_with('v'))
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--go expects MODULE@VERSION with a v-version (e.g. github.com/pkg/errors@v0.9.1), got {spec:?}"
+                )
+            })?;
+        Ok(Source::Go { module: module.trim().to_string(), version: version.trim().to_string() })
+    }
+
     /// `owner/name` used as the instances' `repo` field.
     pub fn repo_name(&self) -> String {
         match self {
@@ -94,6 +131,10 @@ impl Source {
             }
             Source::Pypi { name, version } => format!("pypi/{name}-{version}"),
             Source::Crate { name, version } => format!("crates/{name}-{version}"),
+            Source::Npm { name, version } => {
+                format!("npm/{}-{version}", name.trim_start_matches('@').replace('/', "__"))
+            }
+            Source::Go { module, version } => format!("go/{}-{version}", module.replace('/', "__")),
             Source::Archive { repo_name, .. } => repo_name.clone(),
         }
     }
@@ -108,6 +149,9 @@ pub struct IntakeRepo {
     pub commit: String,
     /// `owner/name` for the instances.
     pub repo_name: String,
+    /// When the release was published (ISO 8601), where the registry says: npm's `time`
+    /// field, the Go proxy's `.info` time. Dependencies are resolved as of this time.
+    pub released: Option<String>,
 }
 
 /// Runs git in `dir` with a fixed identity and dates, so created commits are reproducible.
@@ -164,7 +208,7 @@ pub fn intake(source: &Source, work: &Path) -> anyhow::Result<IntakeRepo> {
                 git(Path::new(&top), &["rev-parse", "--verify", &format!("{rev}^{{commit}}")]).map_err(|_| {
                     anyhow::anyhow!("{}: commit {rev:?} not found (is anything committed?)", path.display())
                 })?;
-            Ok(IntakeRepo { git_dir: PathBuf::from(top), commit: full, repo_name })
+            Ok(IntakeRepo { git_dir: PathBuf::from(top), commit: full, repo_name, released: None })
         }
         Source::Pypi { name, version } => {
             let dl = work.join("download");
@@ -207,6 +251,85 @@ pub fn intake(source: &Source, work: &Path) -> anyhow::Result<IntakeRepo> {
             );
             commit_archive(&file, &work.join("source"), &repo_name)
         }
+        Source::Npm { name, version } => {
+            let dl = work.join("download");
+            std::fs::create_dir_all(&dl)?;
+            let spec = format!("{name}@{version}");
+            let out = Command::new("npm")
+                .args(["pack", "--json", "--silent", "--pack-destination"])
+                .arg(&dl)
+                .arg(&spec)
+                .current_dir(&dl)
+                .output()
+                .map_err(|e| anyhow::anyhow!("cannot run npm: {e} (is npm installed?)"))?;
+            anyhow::ensure!(
+                out.status.success(),
+                "npm pack {spec} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            let packed: serde_json::Value = serde_json::from_slice(&out.stdout)
+                .map_err(|e| anyhow::anyhow!("npm pack {spec}: unreadable --json output: {e}"))?;
+            let file = packed[0]["filename"]
+                .as_str()
+                .ok_or_else(|| anyhow::anyhow!("npm pack {spec} named no tarball"))?
+                // Scoped packages: `@scope/name` packs to `scope-name-1.0.0.tgz`.
+                .trim_start_matches('@')
+                .replace('/', "-");
+            let released = Command::new("npm")
+                .args(["view", &spec, "time", "--json"])
+                .current_dir(&dl)
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .and_then(|o| serde_json::from_slice::<serde_json::Value>(&o.stdout).ok())
+                .and_then(|t| t[version.as_str()].as_str().map(str::to_string));
+            let mut repo = commit_archive(&dl.join(file), &work.join("source"), &repo_name)?;
+            repo.released = released;
+            Ok(repo)
+        }
+        Source::Go { module, version } => {
+            let dl = work.join("download");
+            let modcache = std::path::absolute(dl.join("gomodcache"))?;
+            std::fs::create_dir_all(&modcache)?;
+            let spec = format!("{module}@{version}");
+            let out = Command::new("go")
+                .args(["mod", "download", "-json", &spec])
+                .current_dir(&dl)
+                .env("GOMODCACHE", &modcache)
+                .env("GOFLAGS", "-mod=mod")
+                .env("GOTOOLCHAIN", "local")
+                .output()
+                .map_err(|e| anyhow::anyhow!("cannot run go: {e} (is Go installed?)"))?;
+            let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            anyhow::ensure!(
+                out.status.success() && info["Error"].is_null(),
+                "go mod download {spec} failed: {}{}",
+                info["Error"].as_str().unwrap_or(""),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            let dir = info["Dir"].as_str().ok_or_else(|| anyhow::anyhow!("go mod download {spec} gave no Dir"))?;
+            let released = info["Info"]
+                .as_str()
+                .and_then(|p| std::fs::read_to_string(p).ok())
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                .and_then(|i| i["Time"].as_str().map(str::to_string));
+            let dest = work.join("source");
+            if dest.exists() {
+                std::fs::remove_dir_all(&dest)?;
+            }
+            let cp = Command::new("cp").arg("-r").arg(dir).arg(&dest).output()?;
+            anyhow::ensure!(
+                cp.status.success(),
+                "copying {dir} failed: {}",
+                String::from_utf8_lossy(&cp.stderr).trim()
+            );
+            // The module cache is read-only; the imported tree must be writable.
+            let chmod = Command::new("chmod").args(["-R", "u+w"]).arg(&dest).output()?;
+            anyhow::ensure!(chmod.status.success(), "chmod of {} failed", dest.display());
+            let mut repo = commit_dir(&dest, &repo_name)?;
+            repo.released = released;
+            Ok(repo)
+        }
         Source::Archive { path, .. } => commit_archive(path, &work.join("source"), &repo_name),
     }
 }
@@ -242,10 +365,15 @@ fn commit_archive(archive: &Path, dest: &Path, repo_name: &str) -> anyhow::Resul
     };
     std::fs::rename(&top, dest)?;
     std::fs::remove_dir_all(&unpack).ok();
+    commit_dir(dest, repo_name)
+}
+
+/// Makes the folder `dest` a fresh repository whose only commit holds all of it.
+fn commit_dir(dest: &Path, repo_name: &str) -> anyhow::Result<IntakeRepo> {
     git(dest, &["init", "-q"])?;
     // Ignore Python and Rust build outputs so test runs leave the tree clean.
     let exclude = dest.join(".git/info/exclude");
-    std::fs::write(exclude, "__pycache__/\n*.pyc\n/target/\n*.egg-info/\n")?;
+    std::fs::write(exclude, "__pycache__/\n*.pyc\n/target/\n*.egg-info/\n/node_modules\n")?;
     let manifest = dest.join("Cargo.toml");
     if manifest.is_file() {
         own_workspace(&manifest)?;
@@ -260,7 +388,7 @@ fn commit_archive(archive: &Path, dest: &Path, repo_name: &str) -> anyhow::Resul
     git(dest, &["add", "-A"])?;
     git(dest, &["commit", "-q", "--allow-empty", "-m", &format!("import {repo_name}")])?;
     let commit = git(dest, &["rev-parse", "HEAD"])?;
-    Ok(IntakeRepo { git_dir: dest.to_path_buf(), commit, repo_name: repo_name.to_string() })
+    Ok(IntakeRepo { git_dir: dest.to_path_buf(), commit, repo_name: repo_name.to_string(), released: None })
 }
 
 /// Gives an unpacked crate a workspace of its own (an empty `[workspace]` table) unless its

@@ -11,12 +11,14 @@
 //! `synth` record of each task), [`jobs`] (the issue model and `synth calibrate` as configs
 //! with `validate()`; the flags are in `crates/cli`).
 
+pub mod batch;
 pub mod calibrate;
 pub mod harbor;
 pub mod intake;
 pub mod issue;
 pub mod issue_model;
 pub mod jobs;
+pub mod langs;
 pub mod mutate;
 pub mod pipeline;
 pub mod project;

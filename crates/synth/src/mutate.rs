@@ -19,6 +19,15 @@ pub enum Language {
     Python,
     /// Rust (`tree-sitter-rust`).
     Rust,
+    /// Go (`tree-sitter-go`).
+    Go,
+    /// JavaScript, JSX included (`tree-sitter-javascript`): `.js`, `.mjs`, `.cjs`, `.jsx`.
+    #[serde(rename = "javascript")]
+    JavaScript,
+    /// TypeScript (`tree-sitter-typescript`'s TypeScript grammar): `.ts`, `.mts`, `.cts`
+    /// (`.d.ts` declaration files have no code to mutate and are left out).
+    #[serde(rename = "typescript")]
+    TypeScript,
 }
 
 impl Language {
@@ -28,6 +37,12 @@ impl Language {
             Some(Language::Python)
         } else if path.ends_with(".rs") {
             Some(Language::Rust)
+        } else if path.ends_with(".go") {
+            Some(Language::Go)
+        } else if [".js", ".mjs", ".cjs", ".jsx"].iter().any(|e| path.ends_with(e)) {
+            Some(Language::JavaScript)
+        } else if [".ts", ".mts", ".cts"].iter().any(|e| path.ends_with(e)) && !path.ends_with(".d.ts") {
+            Some(Language::TypeScript)
         } else {
             None
         }
@@ -39,9 +54,18 @@ impl Language {
         let lang: tree_sitter::Language = match self {
             Language::Python => tree_sitter_python::LANGUAGE.into(),
             Language::Rust => tree_sitter_rust::LANGUAGE.into(),
+            Language::Go => tree_sitter_go::LANGUAGE.into(),
+            Language::JavaScript => tree_sitter_javascript::LANGUAGE.into(),
+            Language::TypeScript => tree_sitter_typescript::LANGUAGE_TYPESCRIPT.into(),
         };
         parser.set_language(&lang).ok()?;
         parser.parse(source, None)
+    }
+
+    /// Whether the language is JavaScript or TypeScript (one grammar family: the same node
+    /// kinds for everything the operators touch).
+    pub fn is_js_family(self) -> bool {
+        matches!(self, Language::JavaScript | Language::TypeScript)
     }
 
     /// Whether `source` parses without syntax errors.
@@ -325,9 +349,14 @@ fn complexity(lang: Language, node: Node, src: &str) -> u32 {
             | (Language::Python, "boolean_operator") => 1,
             (Language::Rust, "if_expression" | "for_expression" | "while_expression" | "loop_expression")
             | (Language::Rust, "match_arm" | "try_expression") => 1,
-            (Language::Rust, "binary_expression") => {
+            (Language::Go, "if_statement" | "for_statement" | "expression_case" | "type_case")
+            | (Language::Go, "communication_case") => 1,
+            (Language::JavaScript | Language::TypeScript, "if_statement" | "for_statement" | "for_in_statement")
+            | (Language::JavaScript | Language::TypeScript, "while_statement" | "do_statement" | "switch_case")
+            | (Language::JavaScript | Language::TypeScript, "catch_clause" | "ternary_expression") => 1,
+            (_, "binary_expression") => {
                 let op = n.child_by_field_name("operator").map(|o| text(o, src)).unwrap_or("");
-                u32::from(op == "&&" || op == "||")
+                u32::from(op == "&&" || op == "||" || op == "??")
             }
             _ => 0,
         };
@@ -335,9 +364,48 @@ fn complexity(lang: Language, node: Node, src: &str) -> u32 {
     c
 }
 
+/// The receiver type of a Go method (`func (s *Stack) Push` → `Stack`).
+fn go_receiver_type(method: Node, src: &str) -> Option<String> {
+    let recv = method.child_by_field_name("receiver")?;
+    let param = recv.named_child(0)?;
+    let ty = text(param.child_by_field_name("type")?, src);
+    // `*Stack[T]` → `Stack`.
+    let ty = ty.trim_start_matches('*');
+    Some(ty.split('[').next().unwrap_or(ty).trim().to_string())
+}
+
+/// The name a JavaScript/TypeScript function expression or arrow function is known by: the
+/// variable, object key or assignment target it is bound to (`None` for an anonymous
+/// callback, which is not an entity).
+fn js_bound_name(node: Node, src: &str) -> Option<String> {
+    if let Some(n) = node.child_by_field_name("name") {
+        return Some(text(n, src).to_string());
+    }
+    let parent = node.parent()?;
+    let target = match parent.kind() {
+        "variable_declarator" => parent.child_by_field_name("name")?,
+        "pair" => parent.child_by_field_name("key")?,
+        "assignment_expression" => parent.child_by_field_name("left")?,
+        "public_field_definition" | "field_definition" => {
+            parent.child_by_field_name("name").or_else(|| parent.child_by_field_name("property"))?
+        }
+        _ => return None,
+    };
+    Some(text(target, src).to_string())
+}
+
 fn qualified_name(node: Node, src: &str, lang: Language) -> String {
-    let own = node.child_by_field_name("name").map(|n| text(n, src).to_string()).unwrap_or_default();
+    let own = if lang.is_js_family() {
+        js_bound_name(node, src).unwrap_or_default()
+    } else {
+        node.child_by_field_name("name").map(|n| text(n, src).to_string()).unwrap_or_default()
+    };
     let mut parts = vec![own];
+    if lang == Language::Go && node.kind() == "method_declaration" {
+        if let Some(t) = go_receiver_type(node, src) {
+            parts.push(t);
+        }
+    }
     let mut cur = node.parent();
     while let Some(p) = cur {
         let name = match (lang, p.kind()) {
@@ -346,6 +414,16 @@ fn qualified_name(node: Node, src: &str, lang: Language) -> String {
             }
             (Language::Rust, "impl_item") => p.child_by_field_name("type").map(|n| text(n, src).to_string()),
             (Language::Rust, "function_item") => p.child_by_field_name("name").map(|n| text(n, src).to_string()),
+            (Language::Go, "function_declaration" | "method_declaration") => {
+                p.child_by_field_name("name").map(|n| text(n, src).to_string())
+            }
+            (
+                Language::JavaScript | Language::TypeScript,
+                "class_declaration" | "class" | "abstract_class_declaration",
+            ) => p.child_by_field_name("name").map(|n| text(n, src).to_string()),
+            (Language::JavaScript | Language::TypeScript, "function_declaration" | "method_definition") => {
+                p.child_by_field_name("name").map(|n| text(n, src).to_string())
+            }
             _ => None,
         };
         if let Some(n) = name {
@@ -358,20 +436,35 @@ fn qualified_name(node: Node, src: &str, lang: Language) -> String {
 }
 
 /// The functions (and Python classes) of `source`, in source order; test-only Rust items
-/// (`#[test]`, `#[cfg(test)]`, `mod tests`) are left out.
+/// (`#[test]`, `#[cfg(test)]`, `mod tests`) are left out. Go: functions and methods (not
+/// function literals). JavaScript/TypeScript: function declarations, methods, and function
+/// expressions or arrow functions bound to a name (`const f = () => …`, `{ f: function () … }`,
+/// `exports.f = …`); anonymous callbacks are part of the function that contains them.
 pub fn entities(lang: Language, source: &str) -> Vec<Entity> {
     let Some(tree) = lang.parse(source) else { return Vec::new() };
     let mut out = Vec::new();
     for n in descendants(tree.root_node()) {
         let kind = match (lang, n.kind()) {
             (Language::Python, "function_definition") | (Language::Rust, "function_item") => EntityKind::Function,
+            (Language::Go, "function_declaration" | "method_declaration") => EntityKind::Function,
+            (
+                Language::JavaScript | Language::TypeScript,
+                "function_declaration" | "generator_function_declaration",
+            )
+            | (Language::JavaScript | Language::TypeScript, "method_definition") => EntityKind::Function,
+            (Language::JavaScript | Language::TypeScript, "function_expression" | "arrow_function" | "function")
+                if js_bound_name(n, source).is_some() =>
+            {
+                EntityKind::Function
+            }
             (Language::Python, "class_definition") => EntityKind::Class,
             _ => continue,
         };
         if n.has_error() || (lang == Language::Rust && is_test_only_rust(n, source)) {
             continue;
         }
-        if lang == Language::Rust && n.child_by_field_name("body").is_none() {
+        // Declarations without a body (Rust trait items, TypeScript overload signatures).
+        if lang != Language::Python && n.child_by_field_name("body").is_none() {
             continue;
         }
         out.push(Entity {
@@ -396,7 +489,7 @@ fn edit(node: Node, text: impl Into<String>) -> Edit {
 fn binary_kinds(lang: Language) -> &'static [&'static str] {
     match lang {
         Language::Python => &["binary_operator", "boolean_operator"],
-        Language::Rust => &["binary_expression"],
+        Language::Rust | Language::Go | Language::JavaScript | Language::TypeScript => &["binary_expression"],
     }
 }
 
@@ -404,7 +497,25 @@ fn change_family(lang: Language, op: &str) -> &'static [&'static str] {
     const PY: &[&[&str]] = &[&["+", "-"], &["*", "/", "//", "%"], &["&", "|", "^"], &["<<", ">>"], &["**", "*"]];
     const RS: &[&[&str]] =
         &[&["+", "-", "*", "/", "%"], &["&", "|", "^", "<<", ">>"], &["==", "!=", "<", "<=", ">", ">="], &["&&", "||"]];
-    let table = if lang == Language::Python { PY } else { RS };
+    const GO: &[&[&str]] = &[
+        &["+", "-", "*", "/", "%"],
+        &["&", "|", "^", "<<", ">>", "&^"],
+        &["==", "!=", "<", "<=", ">", ">="],
+        &["&&", "||"],
+    ];
+    const JS: &[&[&str]] = &[
+        &["+", "-", "*", "/", "%"],
+        &["&", "|", "^", "<<", ">>", ">>>"],
+        &["===", "!==", "<", "<=", ">", ">="],
+        &["==", "!="],
+        &["&&", "||"],
+    ];
+    let table = match lang {
+        Language::Python => PY,
+        Language::Rust => RS,
+        Language::Go => GO,
+        Language::JavaScript | Language::TypeScript => JS,
+    };
     table.iter().find(|f| f.contains(&op)).copied().unwrap_or(&[])
 }
 
@@ -441,6 +552,25 @@ fn flip(lang: Language, op: &str) -> Option<&'static str> {
         (Language::Rust, "||") => "&&",
         (Language::Rust, "true") => "false",
         (Language::Rust, "false") => "true",
+        (Language::Go, "%") => "*",
+        (Language::Go, "&") => "|",
+        (Language::Go, "|") => "&",
+        (Language::Go, "^" | "&^") => "&",
+        (Language::Go, "&&") => "||",
+        (Language::Go, "||") => "&&",
+        (Language::Go, "true") => "false",
+        (Language::Go, "false") => "true",
+        (Language::JavaScript | Language::TypeScript, "===") => "!==",
+        (Language::JavaScript | Language::TypeScript, "!==") => "===",
+        (Language::JavaScript | Language::TypeScript, "%") => "*",
+        (Language::JavaScript | Language::TypeScript, "&") => "|",
+        (Language::JavaScript | Language::TypeScript, "|") => "&",
+        (Language::JavaScript | Language::TypeScript, "^") => "&",
+        (Language::JavaScript | Language::TypeScript, ">>>") => "<<",
+        (Language::JavaScript | Language::TypeScript, "&&") => "||",
+        (Language::JavaScript | Language::TypeScript, "||") => "&&",
+        (Language::JavaScript | Language::TypeScript, "true") => "false",
+        (Language::JavaScript | Language::TypeScript, "false") => "true",
         _ => return None,
     })
 }
@@ -527,7 +657,11 @@ fn sites(lang: Language, op: OperatorId, entity: Node, src: &str, rng: &mut StdR
                     if let Some(arg) = n.child_by_field_name("argument") {
                         out.push(vec![edit(*n, text(arg, src))]);
                     }
-                } else if lang == Language::Rust && n.kind() == "unary_expression" && text(*n, src).starts_with('!') {
+                } else if lang != Language::Python
+                    && n.kind() == "unary_expression"
+                    && text(*n, src).starts_with('!')
+                    && !text(*n, src).starts_with("!=")
+                {
                     if let Some(arg) = n.named_child(0) {
                         out.push(vec![edit(*n, text(arg, src))]);
                     }
@@ -572,7 +706,7 @@ fn sites(lang: Language, op: OperatorId, entity: Node, src: &str, rng: &mut StdR
         }
         OperatorId::OpChangeConst => {
             for n in &nodes {
-                let is_int = matches!(n.kind(), "integer" | "integer_literal");
+                let is_int = matches!(n.kind(), "integer" | "integer_literal" | "int_literal" | "number");
                 let in_binop = n
                     .parent()
                     .is_some_and(|p| binary_kinds(lang).contains(&p.kind()) || p.kind() == "comparison_operator");
@@ -601,6 +735,19 @@ fn sites(lang: Language, op: OperatorId, entity: Node, src: &str, rng: &mut StdR
                         let alt = n.child_by_field_name("alternative").and_then(|a| a.named_child(0));
                         cons.zip(alt.filter(|a| a.kind() == "block"))
                     }
+                    (Language::Go, "if_statement") => {
+                        let cons = n.child_by_field_name("consequence");
+                        let alt = n.child_by_field_name("alternative");
+                        cons.zip(alt.filter(|a| a.kind() == "block"))
+                    }
+                    (Language::JavaScript | Language::TypeScript, "if_statement") => {
+                        let cons = n.child_by_field_name("consequence").filter(|c| c.kind() == "statement_block");
+                        let alt = n
+                            .child_by_field_name("alternative")
+                            .and_then(|a| a.named_child(0))
+                            .filter(|a| a.kind() == "statement_block");
+                        cons.zip(alt)
+                    }
                     _ => None,
                 };
                 if let Some((a, b)) = swap {
@@ -611,7 +758,14 @@ fn sites(lang: Language, op: OperatorId, entity: Node, src: &str, rng: &mut StdR
             }
         }
         OperatorId::CtrlShuffle => {
-            if let Some(body) = entity.child_by_field_name("body") {
+            // The statements' container: Go wraps a block's statements in a statement_list; an
+            // arrow function with an expression body has no statements to shuffle.
+            let body = entity.child_by_field_name("body").and_then(|b| match lang {
+                Language::Go => b.named_child(0).filter(|l| l.kind() == "statement_list"),
+                Language::JavaScript | Language::TypeScript => Some(b).filter(|b| b.kind() == "statement_block"),
+                _ => Some(b),
+            });
+            if let Some(body) = body {
                 let mut c = body.walk();
                 let mut stmts: Vec<Node> = body.named_children(&mut c).filter(|s| s.kind() != "comment").collect();
                 if lang == Language::Rust {
@@ -654,6 +808,21 @@ fn sites(lang: Language, op: OperatorId, entity: Node, src: &str, rng: &mut StdR
                 (Language::Rust, OperatorId::RemoveAssign) => {
                     &["let_declaration", "assignment_expression", "compound_assignment_expr"]
                 }
+                (Language::Go, OperatorId::RemoveLoop) => &["for_statement"],
+                (Language::Go, OperatorId::RemoveCond) => &["if_statement"],
+                (Language::Go, OperatorId::RemoveAssign) => {
+                    &["assignment_statement", "short_var_declaration", "inc_statement", "dec_statement"]
+                }
+                (Language::JavaScript | Language::TypeScript, OperatorId::RemoveLoop) => {
+                    &["for_statement", "for_in_statement", "while_statement", "do_statement"]
+                }
+                (Language::JavaScript | Language::TypeScript, OperatorId::RemoveCond) => &["if_statement"],
+                (Language::JavaScript | Language::TypeScript, OperatorId::RemoveAssign) => &[
+                    "assignment_expression",
+                    "augmented_assignment_expression",
+                    "lexical_declaration",
+                    "variable_declaration",
+                ],
                 _ => &[],
             };
             for n in &nodes {
@@ -664,11 +833,22 @@ fn sites(lang: Language, op: OperatorId, entity: Node, src: &str, rng: &mut StdR
                     Some(p) if p.kind() == "expression_statement" => p,
                     _ => found,
                 };
-                let in_block = stmt.parent().is_some_and(|p| matches!(p.kind(), "block" | "module"));
+                let in_block = stmt.parent().is_some_and(|p| {
+                    matches!(p.kind(), "block" | "module" | "statement_list" | "statement_block" | "program")
+                });
                 if !in_block || stmt.id() == entity.id() {
                     continue;
                 }
                 if lang == Language::Rust && stmt.kind() != "expression_statement" && stmt.kind() != "let_declaration" {
+                    continue;
+                }
+                // A JavaScript assignment is deleted only as a whole statement, never out of a
+                // `for (…; …; i += 1)` header or a larger expression.
+                if lang.is_js_family()
+                    && op == OperatorId::RemoveAssign
+                    && stmt.kind() != "expression_statement"
+                    && !stmt.kind().ends_with("declaration")
+                {
                     continue;
                 }
                 out.push(vec![delete_statement(lang, stmt, src)]);
@@ -927,5 +1107,77 @@ mod tests {
                 assert!(Language::Rust.parses_cleanly(&out), "{op:?}: {out}");
             }
         }
+    }
+
+    const GO: &str = "package p\n\nfunc Sum(xs []int, cap int) int {\n\ttotal := 0\n\tfor _, x := range xs {\n\t\tif x > cap && cap != 0 {\n\t\t\ttotal += cap\n\t\t} else {\n\t\t\ttotal += x * 2\n\t\t}\n\t}\n\treturn total\n}\n\nfunc (s *Stack) Push(v int) {\n\ts.items = append(s.items, v)\n}\n";
+
+    #[test]
+    fn go_entities_and_operators() {
+        let es = entities(Language::Go, GO);
+        assert_eq!(es.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["Sum", "Stack.Push"]);
+        let e = &es[0];
+        assert_eq!(e.complexity, 4); // for, if, &&
+        let out = run(Language::Go, GO, e, OperatorId::OpFlip, 5).unwrap();
+        assert!(out.contains("x < cap") || out.contains("cap == 0") || out.contains("||"), "{out}");
+        let out = run(Language::Go, GO, e, OperatorId::CtrlInvertIf, 5).unwrap();
+        assert!(out.contains("cap != 0 {\n\t\t\ttotal += x * 2"), "{out}");
+        let out = run(Language::Go, GO, e, OperatorId::RemoveLoop, 5).unwrap();
+        assert!(!out.contains("for _") && out.contains("\treturn total\n"), "{out}");
+        let out = run(Language::Go, GO, e, OperatorId::RemoveAssign, 5).unwrap();
+        assert!(out.matches("total +=").count() < 2 || !out.contains("total := 0"), "{out}");
+        let out = run(Language::Go, GO, e, OperatorId::OpChangeConst, 5).unwrap();
+        assert!(!out.contains("x * 2") || !out.contains("cap != 0"), "{out}");
+        let out = run(Language::Go, GO, e, OperatorId::CtrlShuffle, 5).unwrap();
+        assert!(Language::Go.parses_cleanly(&out) && out != GO, "{out}");
+        for op in ALL_OPERATORS {
+            if let Some(out) = run(Language::Go, GO, e, *op, 2) {
+                assert!(Language::Go.parses_cleanly(&out), "{op:?}: {out}");
+            }
+        }
+    }
+
+    const JS: &str = "function pick(xs, n) {\n  const out = [];\n  for (let i = 0; i < xs.length && out.length < n; i++) {\n    if (xs[i] !== null) {\n      out.push(xs[i]);\n    } else {\n      out.push(0);\n    }\n  }\n  return out;\n}\n\nconst half = (x) => x / 2;\n\nclass Bag {\n  count(x) {\n    let c = 0;\n    while (c < x) { c += 1; }\n    return c;\n  }\n}\n\nsetTimeout(function () { return 1; }, 0);\n";
+
+    #[test]
+    fn javascript_entities_and_operators() {
+        let es = entities(Language::JavaScript, JS);
+        assert_eq!(es.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["pick", "half", "Bag.count"]);
+        let e = &es[0];
+        assert_eq!(e.complexity, 4); // for, if, &&
+        let out = run(Language::JavaScript, JS, e, OperatorId::OpFlip, 5).unwrap();
+        assert!(out.contains("=== null") || out.contains("i > xs") || out.contains("||"), "{out}");
+        let out = run(Language::JavaScript, JS, e, OperatorId::CtrlInvertIf, 5).unwrap();
+        assert!(out.contains("!== null) {\n      out.push(0);"), "{out}");
+        let out = run(Language::JavaScript, JS, e, OperatorId::RemoveLoop, 5).unwrap();
+        assert!(!out.contains("for (") && out.contains("  return out;\n"), "{out}");
+        let out = run(Language::JavaScript, JS, e, OperatorId::RemoveAssign, 5).unwrap();
+        assert!(!out.contains("const out = [];"), "{out}");
+        // The `i++` of a for header and `let i = 0` there are never removed.
+        assert!(out.contains("for (let i = 0;") && out.contains("i++)"), "{out}");
+        // `let i = 0` and `push(0)` are no operands of a binary operator: nothing to change.
+        assert_eq!(run(Language::JavaScript, JS, e, OperatorId::OpChangeConst, 5), None);
+        let out = run(Language::JavaScript, JS, &es[1], OperatorId::OpChangeConst, 5).unwrap();
+        assert!(out.contains("x / 1") || out.contains("x / 3"), "{out}");
+        // An expression-bodied arrow has no statements to shuffle.
+        assert!(run(Language::JavaScript, JS, &es[1], OperatorId::CtrlShuffle, 5).is_none());
+        for op in ALL_OPERATORS {
+            if let Some(out) = run(Language::JavaScript, JS, e, *op, 3) {
+                assert!(Language::JavaScript.parses_cleanly(&out), "{op:?}: {out}");
+            }
+        }
+    }
+
+    #[test]
+    fn typescript_parses_types_and_skips_signatures() {
+        let src = "export function clamp(v: number, lo: number, hi: number): number {\n  if (v < lo) { return lo; }\n  if (v > hi) { return hi; }\n  return v;\n}\nexport function f(a: string): string;\ninterface I { m(x: number): number }\n";
+        assert_eq!(Language::of_path("src/a.ts"), Some(Language::TypeScript));
+        assert_eq!(Language::of_path("src/a.d.ts"), None);
+        assert_eq!(Language::of_path("lib/x.mjs"), Some(Language::JavaScript));
+        let es = entities(Language::TypeScript, src);
+        assert_eq!(es.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["clamp"]);
+        let out = run(Language::TypeScript, src, &es[0], OperatorId::RemoveCond, 1).unwrap();
+        assert!(out.matches("if (").count() < 2 && Language::TypeScript.parses_cleanly(&out), "{out}");
+        let out = run(Language::TypeScript, src, &es[0], OperatorId::OpSwap, 1).unwrap();
+        assert!(out.contains("lo < v") || out.contains("hi > v"), "{out}");
     }
 }

@@ -301,6 +301,63 @@ impl TaskRepo {
     }
 }
 
+/// Why a package gave no tasks, in the fixed categories of a batch's yield report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Failure {
+    /// The release has no test files (common for npm tarballs and wheels-only code).
+    NoTestsShipped,
+    /// Download, unpacking, dependency installation or the test runner itself failed.
+    EnvironmentFailed,
+    /// The clean tree's suite found no tests or no test passed.
+    BaselineFailing,
+    /// The clean tree's suite ran past its time limit.
+    SuiteTooSlow,
+    /// Candidates were tried (or none could be drawn) and none survived validation.
+    NoSurvivingCandidates,
+}
+
+impl Failure {
+    /// The snake-case name used in reports (`no_tests_shipped`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Failure::NoTestsShipped => "no_tests_shipped",
+            Failure::EnvironmentFailed => "environment_failed",
+            Failure::BaselineFailing => "baseline_failing",
+            Failure::SuiteTooSlow => "suite_too_slow",
+            Failure::NoSurvivingCandidates => "no_surviving_candidates",
+        }
+    }
+}
+
+/// An error of one stage of [`synthesize`], with its [`Failure`] category (its message is
+/// the underlying error's).
+#[derive(Debug)]
+pub struct StageError {
+    /// The category.
+    pub failure: Failure,
+    /// What went wrong.
+    pub error: anyhow::Error,
+}
+
+impl std::fmt::Display for StageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.error)
+    }
+}
+
+impl std::error::Error for StageError {}
+
+fn stage(failure: Failure) -> impl FnOnce(anyhow::Error) -> anyhow::Error {
+    move |error| anyhow::Error::new(StageError { failure, error })
+}
+
+/// The [`Failure`] category of an error [`synthesize`] returned (`EnvironmentFailed` for an
+/// error of no stage, such as a sandbox or disk failure).
+pub fn failure_of(e: &anyhow::Error) -> Failure {
+    e.downcast_ref::<StageError>().map_or(Failure::EnvironmentFailed, |s| s.failure)
+}
+
 /// Everything `synthesize` needs.
 #[derive(Debug, Clone)]
 pub struct SynthOptions {
@@ -403,6 +460,8 @@ struct Shared<'a> {
     timeout: Duration,
     opts: &'a SynthOptions,
     out_lock: Mutex<()>,
+    environment: Value,
+    deadline: Option<Instant>,
     accepted: AtomicUsize,
     summary: Mutex<SynthSummary>,
     accepted_tasks: Mutex<Vec<(Candidate, String, Vec<String>)>>,
@@ -509,6 +568,7 @@ fn build_instance(sh: &Shared<'_>, cand: &Candidate, v: &Validated) -> anyhow::R
         },
         validation: ValidationTimes { reference_seconds: sh.base.seconds, bug_seconds: v.bug_seconds },
         issue: issue.record,
+        environment: sh.environment.clone(),
     };
     extra.insert(SYNTH_FIELD.into(), meta.to_value());
     Ok(SweInstance {
@@ -538,6 +598,10 @@ fn build_instance(sh: &Shared<'_>, cand: &Candidate, v: &Validated) -> anyhow::R
 
 fn process(sh: &Shared<'_>, worker_dir: &Path, cand: &Candidate) -> anyhow::Result<()> {
     if sh.opts.max_tasks.is_some_and(|m| sh.accepted.load(Ordering::SeqCst) >= m) {
+        return Ok(());
+    }
+    // Past the time budget: left undecided (not recorded), so a later run tries it.
+    if sh.deadline.is_some_and(|d| Instant::now() >= d) {
         return Ok(());
     }
     let t0 = Instant::now();
@@ -665,28 +729,71 @@ pub fn synthesize(opts: &SynthOptions) -> anyhow::Result<SynthSummary> {
 
 /// [`synthesize`], reporting each validated candidate to `progress`.
 pub fn synthesize_with_progress(opts: &SynthOptions, progress: &dyn Progress) -> anyhow::Result<SynthSummary> {
+    synthesize_until(opts, progress, &RunLimits::default())
+}
+
+/// Limits of one [`synthesize_until`] run (a batch's per-package budget).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunLimits {
+    /// No new candidate is validated after this instant; the ones left are not recorded,
+    /// so a rerun continues with them.
+    pub deadline: Option<Instant>,
+    /// Time limit of each clean-tree reference run (default max(`min_timeout`, 600 s)); a
+    /// suite slower than this is [`Failure::SuiteTooSlow`].
+    pub suite_limit: Option<Duration>,
+}
+
+/// [`synthesize_with_progress`] under `limits`. Errors carry their [`Failure`] category
+/// ([`failure_of`]).
+pub fn synthesize_until(
+    opts: &SynthOptions,
+    progress: &dyn Progress,
+    limits: &RunLimits,
+) -> anyhow::Result<SynthSummary> {
     opts.validate()?;
     let started = Instant::now();
     std::fs::create_dir_all(&opts.out)?;
     let out = opts.out.canonicalize()?;
     let work = out.join("work");
     std::fs::create_dir_all(&work)?;
-    let intake = intake::intake(&opts.source, &work)?;
+    let intake = intake::intake(&opts.source, &work).map_err(stage(Failure::EnvironmentFailed))?;
     let base_tree = work.join("base");
     if base_tree.exists() {
         std::fs::remove_dir_all(&base_tree)?;
     }
     intake::export_tree(&intake.git_dir, &intake.commit, &base_tree)?;
-    let setup = project::prepare(&base_tree, &EnvOptions { python: opts.python.clone(), env_dir: out.join("env") })?;
+    let env_opts =
+        EnvOptions { python: opts.python.clone(), env_dir: out.join("env"), npm_before: intake.released.clone() };
+    let mut setup = project::prepare(&base_tree, &env_opts).map_err(|e| {
+        let no_tests = e.downcast_ref::<project::NoTests>().is_some();
+        stage(if no_tests { Failure::NoTestsShipped } else { Failure::EnvironmentFailed })(e)
+    })?;
     let lang = setup.language.ok_or_else(|| {
-        anyhow::anyhow!(
-            "{}: {:?} projects have tests but no bug operators yet (Python and Rust only)",
+        stage(Failure::EnvironmentFailed)(anyhow::anyhow!(
+            "{}: {:?} projects have tests but no bug operators yet",
             intake.repo_name,
             setup.runner
-        )
+        ))
     })?;
-    let probe_timeout = opts.min_timeout.max(Duration::from_secs(600));
-    let base = project::baseline(&base_tree, &setup, probe_timeout, opts.isolation)?;
+    let probe_timeout = limits.suite_limit.unwrap_or_else(|| opts.min_timeout.max(Duration::from_secs(600)));
+    let mut reference = project::baseline(&base_tree, &setup, probe_timeout, opts.isolation);
+    // A Python suite that fails on the clean tree (not one that is too slow) is retried down
+    // the ladder: older pytest majors, then unittest; the first that passes is kept.
+    if reference.as_ref().is_err_and(|e| e.downcast_ref::<project::SuiteTooSlow>().is_none()) {
+        for step in project::python_ladder(&setup) {
+            let Ok(next) = project::apply_ladder_step(&setup, step) else { continue };
+            tracing::info!("baseline failed; retrying with {step:?}");
+            if let Ok(b) = project::baseline(&base_tree, &next, probe_timeout, opts.isolation) {
+                setup = next;
+                reference = Ok(b);
+                break;
+            }
+        }
+    }
+    let base = reference.map_err(|e| {
+        let slow = e.downcast_ref::<project::SuiteTooSlow>().is_some();
+        stage(if slow { Failure::SuiteTooSlow } else { Failure::BaselineFailing })(e)
+    })?;
     let timeout = opts.min_timeout.max(Duration::from_secs_f64(3.0 * base.seconds));
     tracing::info!(
         "baseline: {} passing, {} flaky, {} not passing",
@@ -696,12 +803,13 @@ pub fn synthesize_with_progress(opts: &SynthOptions, progress: &dyn Progress) ->
     );
 
     let cands = generate_candidates(&intake.git_dir, &intake.commit, lang, &opts.gen)?;
-    anyhow::ensure!(
-        !cands.is_empty(),
-        "{}: no bug candidates: no function reaches complexity {} (lower --min-complexity)",
-        intake.repo_name,
-        opts.gen.min_complexity
-    );
+    if cands.is_empty() {
+        return Err(stage(Failure::NoSurvivingCandidates)(anyhow::anyhow!(
+            "{}: no bug candidates: no function reaches complexity {} (lower --min-complexity)",
+            intake.repo_name,
+            opts.gen.min_complexity
+        )));
+    }
     let done: HashSet<String> = read_jsonl(&out.join("candidates.jsonl"))
         .iter()
         .filter_map(|v| v["key"].as_str().map(str::to_string))
@@ -733,6 +841,8 @@ pub fn synthesize_with_progress(opts: &SynthOptions, progress: &dyn Progress) ->
         timeout,
         opts,
         out_lock: Mutex::new(()),
+        environment: project::environment_record(&setup, &out.join("env")),
+        deadline: limits.deadline,
         accepted: AtomicUsize::new(previously_accepted),
         summary: Mutex::new(SynthSummary {
             reference_seconds: base.seconds,

@@ -23,12 +23,55 @@ pub enum TestRunner {
     Cargo,
     /// `go test -v ./...`.
     GoTest,
+    /// Node's built-in runner, `node --test` with the TAP reporter.
+    #[serde(rename = "node_test")]
+    NodeTest,
+    /// jest, `--verbose` (its ✓ / ✕ lines).
+    Jest,
+    /// vitest, `run --reporter=verbose`.
+    Vitest,
+    /// mocha with the TAP reporter.
+    Mocha,
+}
+
+/// The project ships no tests (no test files, no `#[test]`): nothing to validate tasks with.
+/// A distinct error type so that a batch can count such packages apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoTests(pub String);
+
+impl std::fmt::Display for NoTests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NoTests {}
+
+/// The clean tree's suite ran past its time limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SuiteTooSlow(pub String);
+
+impl std::fmt::Display for SuiteTooSlow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SuiteTooSlow {}
+
+/// Fails with [`NoTests`] unless `cond`.
+pub(crate) fn ensure_tests(cond: bool, message: impl FnOnce() -> String) -> anyhow::Result<()> {
+    if cond {
+        Ok(())
+    } else {
+        Err(NoTests(message()).into())
+    }
 }
 
 /// How a project's tests are run and read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TestSetup {
-    /// Language the bug operators work on; `None` when no operator set exists (Go).
+    /// Language the bug operators work on; `None` when no operator set exists.
     pub language: Option<Language>,
     /// The framework.
     pub runner: TestRunner,
@@ -39,6 +82,55 @@ pub struct TestSetup {
     /// Host folders the test command needs to read (the virtualenv), shown read-only in the
     /// sandbox even where it would hide them (under `/tmp`, in a masked home).
     pub readable_paths: Vec<PathBuf>,
+    /// Python only: the interpreter and whether its virtualenv is synth's own (so that the
+    /// retry ladder may install another pytest into it).
+    pub python: Option<(PathBuf, bool)>,
+}
+
+/// One step down the retry ladder tried when a Python suite fails on the clean tree (finds
+/// no tests, or none passes): an older pytest major version, then the standard library's
+/// unittest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LadderStep {
+    /// Install `pytest<N` into synth's own virtualenv and run pytest again.
+    PytestBelow(u32),
+    /// `python -m unittest -v` with the same interpreter.
+    Unittest,
+}
+
+/// The steps tried after `setup`'s baseline failed, in order (empty when none applies: not
+/// pytest). Older pytest versions are tried only in a virtualenv synth created.
+pub fn python_ladder(setup: &TestSetup) -> Vec<LadderStep> {
+    match (&setup.runner, &setup.python) {
+        (TestRunner::Pytest, Some((_, true))) => {
+            vec![LadderStep::PytestBelow(8), LadderStep::PytestBelow(7), LadderStep::Unittest]
+        }
+        (TestRunner::Pytest, Some((_, false))) => vec![LadderStep::Unittest],
+        _ => Vec::new(),
+    }
+}
+
+/// `setup` after one ladder step (installing an older pytest needs PyPI).
+pub fn apply_ladder_step(setup: &TestSetup, step: LadderStep) -> anyhow::Result<TestSetup> {
+    let (python, _) = setup.python.clone().ok_or_else(|| anyhow::anyhow!("not a Python setup"))?;
+    match step {
+        LadderStep::PytestBelow(major) => {
+            run_host(
+                HostCommand::new(&python).args(["-m", "pip", "install", "--quiet", &format!("pytest<{major}")]),
+                &format!("pip install pytest<{major}"),
+            )?;
+            Ok(setup.clone())
+        }
+        LadderStep::Unittest => {
+            let env = setup.test_cmd.split(" -m pytest").next().unwrap_or_default();
+            Ok(TestSetup {
+                runner: TestRunner::Unittest,
+                test_cmd: format!("{env} -m unittest -v 2>&1"),
+                log_parser: "parse_log_django".into(),
+                ..setup.clone()
+            })
+        }
+    }
 }
 
 /// How the environment is prepared.
@@ -46,15 +138,19 @@ pub struct TestSetup {
 pub struct EnvOptions {
     /// Use this Python interpreter as is (no virtualenv is created).
     pub python: Option<PathBuf>,
-    /// Where a virtualenv is created when `python` is not given.
+    /// Where a virtualenv is created when `python` is not given; also the home of a Go
+    /// module cache and build cache, and of an npm project's installed dependencies.
     pub env_dir: PathBuf,
+    /// npm only: resolve dependency ranges as of this time (`npm install --before`, an ISO
+    /// date), so an old release gets the dependency versions of its era.
+    pub npm_before: Option<String>,
 }
 
-fn shell_quote(s: &str) -> String {
+pub(crate) fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-fn walk_files(root: &Path) -> Vec<String> {
+pub(crate) fn walk_files(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -85,6 +181,12 @@ pub fn is_test_path(path: &str) -> bool {
         || file.ends_with("_tests.py")
         || file == "conftest.py"
         || file.ends_with("_test.go")
+        || path.split('/').any(|c| matches!(c, "__tests__" | "__mocks__" | "spec" | "fixtures" | "node_modules"))
+        || [".test.", ".spec.", "-test.", "_test."].iter().any(|m| file.contains(m) && is_js_like(file))
+}
+
+fn is_js_like(file: &str) -> bool {
+    [".js", ".mjs", ".cjs", ".jsx", ".ts", ".mts", ".cts", ".tsx"].iter().any(|e| file.ends_with(e))
 }
 
 /// Detects the project kind of the exported tree `tree` and prepares its environment
@@ -96,31 +198,21 @@ pub fn prepare(tree: &Path, opts: &EnvOptions) -> anyhow::Result<TestSetup> {
     if has("Cargo.toml") {
         return prepare_rust(tree, &files);
     }
+    if has("go.mod") {
+        return crate::langs::prepare_go(tree, &files, opts);
+    }
+    let python_packaged = has("pyproject.toml") || has("setup.py") || has("setup.cfg");
+    if has("package.json") && !python_packaged {
+        return crate::langs::prepare_node(tree, &files, opts);
+    }
     let py_files: Vec<&String> = files.iter().filter(|f| f.ends_with(".py")).collect();
     if !py_files.is_empty() || has("pyproject.toml") || has("setup.py") {
         return prepare_python(tree, &files, opts);
     }
-    if has("go.mod") {
-        anyhow::ensure!(
-            files.iter().any(|f| f.ends_with("_test.go")),
-            "{}: Go module without any _test.go file: no tests to validate tasks with",
-            tree.display()
-        );
-        return Ok(TestSetup {
-            language: None,
-            runner: TestRunner::GoTest,
-            test_cmd: "go test -v ./... 2>&1".into(),
-            log_parser: "parse_log_gotest".into(),
-            readable_paths: Vec::new(),
-        });
-    }
-    if has("package.json") {
-        anyhow::bail!(
-            "{}: an npm project; `npm test` output has no log parser in frognano-swe yet, so its tasks cannot be graded",
-            tree.display()
-        );
-    }
-    anyhow::bail!("{}: no Python, Rust or Go project found (no .py files, Cargo.toml or go.mod)", tree.display())
+    anyhow::bail!(
+        "{}: no Python, Rust, Go or JavaScript/TypeScript project found (no .py files, Cargo.toml, go.mod or package.json)",
+        tree.display()
+    )
 }
 
 fn prepare_rust(tree: &Path, files: &[String]) -> anyhow::Result<TestSetup> {
@@ -128,7 +220,9 @@ fn prepare_rust(tree: &Path, files: &[String]) -> anyhow::Result<TestSetup> {
         f.ends_with(".rs")
             && (f.starts_with("tests/") || std::fs::read_to_string(tree.join(f)).is_ok_and(|t| t.contains("#[test]")))
     });
-    anyhow::ensure!(has_tests, "{}: Rust crate without any #[test] function or tests/ file: no tests", tree.display());
+    ensure_tests(has_tests, || {
+        format!("{}: Rust crate without any #[test] function or tests/ file: no tests", tree.display())
+    })?;
     let out = HostCommand::new("cargo")
         .arg("fetch")
         .current_dir(tree)
@@ -148,10 +242,11 @@ fn prepare_rust(tree: &Path, files: &[String]) -> anyhow::Result<TestSetup> {
                 .into(),
         log_parser: "parse_log_cargo".into(),
         readable_paths: Vec::new(),
+        python: None,
     })
 }
 
-fn run_host(cmd: &mut HostCommand, what: &str) -> anyhow::Result<()> {
+pub(crate) fn run_host(cmd: &mut HostCommand, what: &str) -> anyhow::Result<()> {
     let out = cmd.output().map_err(|e| anyhow::anyhow!("cannot run {what}: {e}"))?;
     anyhow::ensure!(out.status.success(), "{what} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
     Ok(())
@@ -162,11 +257,12 @@ fn prepare_python(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::R
         let file = f.rsplit('/').next().unwrap_or(f);
         f.ends_with(".py") && (file.starts_with("test_") || file.ends_with("_test.py") || file == "tests.py")
     });
-    anyhow::ensure!(
-        has_tests,
-        "{}: Python project without test files (test_*.py, *_test.py or tests.py): no tests to validate tasks with",
-        tree.display()
-    );
+    ensure_tests(has_tests, || {
+        format!(
+            "{}: Python project without test files (test_*.py, *_test.py or tests.py): no tests to validate tasks with",
+            tree.display()
+        )
+    })?;
     let python = match &opts.python {
         Some(p) => {
             let out = HostCommand::new(p).arg("--version").output();
@@ -182,6 +278,7 @@ fn prepare_python(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::R
     // Absolute but not symlink-resolved: a venv interpreter resolves to its base Python.
     let python = if python.components().count() > 1 { std::path::absolute(&python)? } else { python };
     let has_pytest = HostCommand::new(&python).args(["-c", "import pytest"]).output().is_ok_and(|o| o.status.success());
+    let own_venv = opts.python.is_none();
     let mut env = "PYTHONDONTWRITEBYTECODE=1 PYTHONHASHSEED=0 TZ=UTC LC_ALL=C.UTF-8".to_string();
     if tree.join("src").is_dir() {
         env.push_str(" PYTHONPATH=src");
@@ -202,6 +299,7 @@ fn prepare_python(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::R
             test_cmd: format!("{env} {py} -m pytest -rA --tb=long -p no:cacheprovider -p no:randomly -o addopts= 2>&1"),
             log_parser: "parse_log_pytest".into(),
             readable_paths,
+            python: Some((python.clone(), own_venv)),
         }
     } else {
         TestSetup {
@@ -210,6 +308,7 @@ fn prepare_python(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::R
             test_cmd: format!("{env} {py} -m unittest -v 2>&1"),
             log_parser: "parse_log_django".into(),
             readable_paths,
+            python: Some((python.clone(), own_venv)),
         }
     })
 }
@@ -254,6 +353,63 @@ fn create_venv(tree: &Path, opts: &EnvOptions) -> anyhow::Result<PathBuf> {
         }
     }
     Ok(python)
+}
+
+fn first_line_of(program: &str, args: &[&str]) -> Option<String> {
+    let out = HostCommand::new(program).args(args).output().ok().filter(|o| o.status.success())?;
+    let text = if out.stdout.is_empty() { out.stderr } else { out.stdout };
+    String::from_utf8_lossy(&text).lines().next().map(|l| l.trim().to_string())
+}
+
+/// What a task was validated with, for its record: runner, test command, log parser, the
+/// tool versions, and the exact package set — `pip freeze` of the interpreter, the npm
+/// lock file of the installed dependencies (`env/npm/node_modules/.package-lock.json`:
+/// name → version), the Go toolchain (the module's `go.sum` is in the task's tree).
+pub fn environment_record(setup: &TestSetup, env_dir: &Path) -> serde_json::Value {
+    let mut rec = serde_json::json!({
+        "runner": setup.runner,
+        "test_cmd": setup.test_cmd,
+        "log_parser": setup.log_parser,
+    });
+    match setup.runner {
+        TestRunner::Pytest | TestRunner::Unittest => {
+            if let Some((python, _)) = &setup.python {
+                let py = python.to_string_lossy().to_string();
+                rec["python"] = first_line_of(&py, &["--version"]).into();
+                let freeze = HostCommand::new(python).args(["-m", "pip", "freeze", "--all"]).output();
+                if let Some(out) = freeze.ok().filter(|o| o.status.success()) {
+                    let pins: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+                    rec["packages"] = pins.into();
+                }
+            }
+        }
+        TestRunner::Cargo => rec["cargo"] = first_line_of("cargo", &["--version"]).into(),
+        TestRunner::GoTest => {
+            // The toolchain the command names (a fetched one is called by its path).
+            let go = setup.test_cmd.split_whitespace().find(|w| w.ends_with("/bin/go'") || *w == "go");
+            let go = go.map(|g| g.trim_matches('\'').to_string()).unwrap_or_else(|| "go".into());
+            rec["go"] = first_line_of(&go, &["version"]).into();
+        }
+        TestRunner::NodeTest | TestRunner::Jest | TestRunner::Vitest | TestRunner::Mocha => {
+            rec["node"] = first_line_of("node", &["--version"]).into();
+            let lock = env_dir.join("npm/node_modules/.package-lock.json");
+            if let Some(packages) = std::fs::read_to_string(lock)
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                .and_then(|v| v["packages"].as_object().cloned())
+            {
+                let pins: serde_json::Map<String, serde_json::Value> = packages
+                    .iter()
+                    .filter_map(|(path, p)| {
+                        let name = path.rsplit("node_modules/").next().filter(|n| !n.is_empty())?;
+                        Some((name.to_string(), p["version"].clone()))
+                    })
+                    .collect();
+                rec["packages"] = pins.into();
+            }
+        }
+    }
+    rec
 }
 
 /// The result of one sandboxed test run.
@@ -314,12 +470,14 @@ fn last_lines(log: &str, n: usize) -> String {
 /// no tests, times out, or has no test passing.
 pub fn baseline(dir: &Path, setup: &TestSetup, timeout: Duration, isolation: Isolation) -> anyhow::Result<Baseline> {
     let first = run_tests(dir, setup, timeout, isolation)?;
-    anyhow::ensure!(
-        !first.timed_out,
-        "the test suite ran past the {} s timeout on the clean tree (`{}`)",
-        timeout.as_secs(),
-        setup.test_cmd
-    );
+    if first.timed_out {
+        return Err(SuiteTooSlow(format!(
+            "the test suite ran past the {} s timeout on the clean tree (`{}`)",
+            timeout.as_secs(),
+            setup.test_cmd
+        ))
+        .into());
+    }
     anyhow::ensure!(
         !first.statuses.is_empty(),
         "the test command found no tests or could not run (`{}`); last output:\n{}",
@@ -327,7 +485,13 @@ pub fn baseline(dir: &Path, setup: &TestSetup, timeout: Duration, isolation: Iso
         last_lines(&first.log, 15)
     );
     let second = run_tests(dir, setup, timeout, isolation)?;
-    anyhow::ensure!(!second.timed_out, "the test suite ran past the {} s timeout on its second run", timeout.as_secs());
+    if second.timed_out {
+        return Err(SuiteTooSlow(format!(
+            "the test suite ran past the {} s timeout on its second run",
+            timeout.as_secs()
+        ))
+        .into());
+    }
     let mut b = Baseline {
         passing: BTreeSet::new(),
         flaky: BTreeSet::new(),
@@ -360,4 +524,39 @@ pub fn baseline(dir: &Path, setup: &TestSetup, timeout: Duration, isolation: Iso
         last_lines(&first.log, 15)
     );
     Ok(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pytest_setup(own_venv: bool) -> TestSetup {
+        TestSetup {
+            language: Some(Language::Python),
+            runner: TestRunner::Pytest,
+            test_cmd: "PYTHONHASHSEED=0 TZ=UTC '/env/venv/bin/python' -m pytest -rA --tb=long -p no:cacheprovider 2>&1"
+                .into(),
+            log_parser: "parse_log_pytest".into(),
+            readable_paths: vec![PathBuf::from("/env/venv")],
+            python: Some((PathBuf::from("/env/venv/bin/python"), own_venv)),
+        }
+    }
+
+    #[test]
+    fn the_retry_ladder_goes_to_older_pytest_then_unittest() {
+        assert_eq!(
+            python_ladder(&pytest_setup(true)),
+            [LadderStep::PytestBelow(8), LadderStep::PytestBelow(7), LadderStep::Unittest]
+        );
+        // A user's interpreter is never changed: straight to unittest.
+        assert_eq!(python_ladder(&pytest_setup(false)), [LadderStep::Unittest]);
+        let unittest = apply_ladder_step(&pytest_setup(false), LadderStep::Unittest).unwrap();
+        assert_eq!(unittest.test_cmd, "PYTHONHASHSEED=0 TZ=UTC '/env/venv/bin/python' -m unittest -v 2>&1");
+        assert_eq!((unittest.runner, unittest.log_parser.as_str()), (TestRunner::Unittest, "parse_log_django"));
+        assert_eq!(unittest.readable_paths, [PathBuf::from("/env/venv")]);
+        // Nothing below unittest, and nothing for other runners.
+        assert!(python_ladder(&unittest).is_empty());
+        let go = TestSetup { runner: TestRunner::GoTest, python: None, ..unittest };
+        assert!(python_ladder(&go).is_empty());
+    }
 }

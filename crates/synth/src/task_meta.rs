@@ -55,6 +55,9 @@ pub struct SynthMeta {
     /// and for model runs `model`, `attempts` and the reasons earlier replies were rejected
     /// (see [`crate::issue_model::IssueOutcome::record`]).
     pub issue: Value,
+    /// The environment the task was validated in ([`crate::project::environment_record`]):
+    /// runner, test command, tool versions and the exact installed package versions.
+    pub environment: Value,
 }
 
 /// Difficulty measures of a synthesized task.
