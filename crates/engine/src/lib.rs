@@ -34,4 +34,4 @@ pub use persist::{PersistError, SessionStore};
 pub use sampler::{SamplingParams, TokenChoice};
 pub use scheduler::{Flow, Job, QueueFull, Scheduler, SchedulerConfig, SchedulerStats, TokenSink};
 pub use session::{decode_step, Decoding, EngineError, FinishReason, GenerateRequest, Generation, Session};
-pub use speculative::{LookupDrafter, SpeculationStats, SpeculativeMode};
+pub use speculative::{LookupDrafter, MtpDrafter, SpeculationStats, SpeculativeMode};

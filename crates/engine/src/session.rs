@@ -10,7 +10,7 @@ use frognano_model::{Cache, CacheSnapshot, CausalLm, ModelError};
 
 use crate::constraint::{Commit, Constraint, ConstraintStats};
 use crate::sampler::{Sampler, SamplingParams, TokenChoice};
-use crate::speculative::{LookupDrafter, SpeculationStats, SpeculativeMode, MAX_DRAFT};
+use crate::speculative::{LookupDrafter, MtpDrafter, SpeculationStats, SpeculativeMode, MAX_DRAFT};
 
 /// Snapshots kept per session (each holds the recurrent state, ~50 MB for the 4B model, and
 /// the logits at that point).
@@ -105,6 +105,8 @@ pub struct Session {
     snapshots: Vec<(CacheSnapshot, Vec<f32>)>,
     /// Drafts for [`Session::generate`]'s speculative steps.
     drafter: LookupDrafter,
+    /// The MTP head's drafter, in `mtp` mode and in `auto` when the model has the head.
+    mtp: Option<MtpDrafter>,
     /// What speculation did so far.
     spec_stats: SpeculationStats,
 }
@@ -120,14 +122,39 @@ impl Session {
             last_logits: None,
             snapshots: Vec::new(),
             drafter: LookupDrafter::new(SpeculativeMode::default()),
+            mtp: None,
             spec_stats: SpeculationStats::default(),
         }
+        .with_speculative(SpeculativeMode::default())
+    }
+
+    fn with_speculative(mut self, mode: SpeculativeMode) -> Self {
+        self.set_speculative(mode);
+        self
     }
 
     /// Sets how [`generate`](Self::generate) drafts tokens (`auto` by default; see
     /// [`crate::speculative`]). The scheduler's batched [`decode_step`] does not speculate.
     pub fn set_speculative(&mut self, mode: SpeculativeMode) {
         self.drafter = LookupDrafter::new(mode);
+        self.mtp = match (mode, self.model.mtp()) {
+            (SpeculativeMode::Mtp | SpeculativeMode::Auto, Some(head)) => Some(MtpDrafter::new(head, mode)),
+            _ => None,
+        };
+    }
+
+    /// Fixes the MTP head's draft length (1..=4) until the next verification adapts it;
+    /// for benchmarks. No effect without an MTP drafter.
+    pub fn set_mtp_draft_len(&mut self, k: usize) {
+        if let Some(m) = self.mtp.as_mut() {
+            m.set_draft_len(k);
+        }
+    }
+
+    /// True when [`generate`](Self::generate) drafts with the model's MTP head (`mtp`, or
+    /// `auto` on a model that has one); otherwise `lookup` and `auto` draft by prompt lookup.
+    pub fn drafts_with_mtp(&self) -> bool {
+        self.mtp.is_some()
     }
 
     /// How [`generate`](Self::generate) drafts tokens.
@@ -163,8 +190,10 @@ impl Session {
             last_logits: logits,
             snapshots: Vec::new(),
             drafter: LookupDrafter::new(SpeculativeMode::default()),
+            mtp: None,
             spec_stats: SpeculationStats::default(),
-        };
+        }
+        .with_speculative(SpeculativeMode::default());
         if known {
             s.remember();
         }
@@ -201,6 +230,9 @@ impl Session {
         self.tokens.clear();
         self.last_logits = None;
         self.snapshots.clear();
+        if let Some(m) = self.mtp.as_mut() {
+            m.rewind(0);
+        }
     }
 
     /// A new session that starts where this one stood after its first `upto` tokens (or the
@@ -209,14 +241,18 @@ impl Session {
     /// point after the first token is reachable (nothing worth copying).
     pub fn fork(&self, upto: usize) -> Option<Session> {
         let upto = upto.min(self.tokens.len());
-        let copy = |cache: Cache, len: usize, logits: Option<Vec<f32>>| Session {
-            model: Arc::clone(&self.model),
-            cache,
-            tokens: self.tokens[..len].to_vec(),
-            last_logits: logits,
-            snapshots: Vec::new(),
-            drafter: LookupDrafter::new(self.drafter.mode()),
-            spec_stats: SpeculationStats::default(),
+        let copy = |cache: Cache, len: usize, logits: Option<Vec<f32>>| {
+            Session {
+                model: Arc::clone(&self.model),
+                cache,
+                tokens: self.tokens[..len].to_vec(),
+                last_logits: logits,
+                snapshots: Vec::new(),
+                drafter: LookupDrafter::new(self.drafter.mode()),
+                mtp: None,
+                spec_stats: SpeculationStats::default(),
+            }
+            .with_speculative(self.drafter.mode())
         };
         if upto == self.tokens.len() && upto > 0 {
             let mut s = copy(self.cache.clone(), upto, self.last_logits.clone());
@@ -316,6 +352,13 @@ impl Session {
     /// Goes back to the longest point at or before `lcp` (the common prefix with a prompt of
     /// `prompt_len` tokens) that it can reach.
     fn rewind(&mut self, lcp: usize, prompt_len: usize) {
+        self.rewind_state(lcp, prompt_len);
+        if let Some(m) = self.mtp.as_mut() {
+            m.rewind(self.tokens.len());
+        }
+    }
+
+    fn rewind_state(&mut self, lcp: usize, prompt_len: usize) {
         if self.cache.is_rewindable() && lcp > 0 {
             // The whole prompt is kept when its logits were remembered (it was a prompt
             // before); otherwise its last token runs again.
@@ -343,7 +386,15 @@ impl Session {
     }
 
     fn run(&mut self, ids: &[u32]) -> Result<Vec<f32>, EngineError> {
-        let logits = self.model.forward(ids, &mut self.cache, false)?;
+        let logits = match (self.mtp.as_mut(), self.model.mtp()) {
+            (Some(drafter), Some(head)) => {
+                // The same logits, with the hidden states the MTP head drafts from.
+                let (logits, hidden) = head.forward_with_hidden(ids, &mut self.cache, false)?;
+                drafter.observe(self.tokens.len(), &hidden);
+                logits
+            }
+            _ => self.model.forward(ids, &mut self.cache, false)?,
+        };
         self.tokens.extend_from_slice(ids);
         self.last_logits = Some(logits.clone());
         Ok(logits)
@@ -445,16 +496,33 @@ impl Session {
         let mut context = Vec::with_capacity(self.tokens.len() + 1);
         context.extend_from_slice(&self.tokens);
         context.push(last);
-        let drafts = self.drafter.draft(&context, limit);
-        if drafts.is_empty() {
-            return Ok(None);
-        }
         let base = self.tokens.len();
-        let snapshot = (!self.cache.is_rewindable()).then(|| self.cache.snapshot());
+        let head = self.model.mtp().filter(|_| self.mtp.is_some());
+        let drafts = match (self.mtp.as_mut(), head) {
+            (Some(drafter), Some(head)) => {
+                if drafter.paused() {
+                    return Ok(None);
+                }
+                // Without the last position's hidden state (after a plain step) this step
+                // drafts nothing and runs the token alone, as a decode step, to get it.
+                drafter.draft(head, &context, limit)?
+            }
+            _ => {
+                let drafts = self.drafter.draft(&context, limit);
+                if drafts.is_empty() {
+                    return Ok(None);
+                }
+                drafts
+            }
+        };
+        let snapshot = (!drafts.is_empty() && !self.cache.is_rewindable()).then(|| self.cache.snapshot());
         let mut ids = Vec::with_capacity(drafts.len() + 1);
         ids.push(last);
         ids.extend_from_slice(&drafts);
-        let logits = self.model.forward_stepwise(&ids, &mut self.cache)?;
+        let (logits, hidden) = match head {
+            Some(head) => head.forward_with_hidden(&ids, &mut self.cache, true)?,
+            None => (self.model.forward_stepwise(&ids, &mut self.cache)?, Vec::new()),
+        };
         let vocab = self.model.vocab_size();
         let mut out = Vec::new();
         let mut kept = 0;
@@ -482,8 +550,18 @@ impl Session {
                 }
             }
         }
+        if let (Some(drafter), Some(head)) = (self.mtp.as_mut(), head) {
+            // The kept positions' hidden states (a recomputation gives the same bits).
+            drafter.observe(base, &hidden[..kept * head.hidden_size()]);
+        }
+        if drafts.is_empty() {
+            return Ok(Some(out));
+        }
         let accepted = kept - 1;
-        self.drafter.record(drafts.len(), accepted);
+        match self.mtp.as_mut() {
+            Some(drafter) => drafter.record(drafts.len(), accepted),
+            None => self.drafter.record(drafts.len(), accepted),
+        }
         self.spec_stats.verifications += 1;
         self.spec_stats.drafted += drafts.len() as u64;
         self.spec_stats.accepted += accepted as u64;

@@ -1,5 +1,6 @@
-//! Speculative decoding by prompt lookup (docs/speculative.md): drafts copied from the
-//! context, checked in one forward, and the rule that keeps the output exact.
+//! Speculative decoding (docs/speculative.md): drafts copied from the context (prompt
+//! lookup) or predicted by the checkpoint's multi-token-prediction head ([`MtpDrafter`]),
+//! checked in one forward, and the rule that keeps the output exact.
 //!
 //! A coding agent's replies copy their context all the time (an edit rewrites the lines it
 //! keeps, a tool call repeats a path). [`LookupDrafter`] finds the last few tokens earlier in
@@ -11,6 +12,8 @@
 //! of the distribution, so every token still follows the sampler's distribution.
 
 use std::str::FromStr;
+
+use frognano_model::{Cache, ModelError, MtpHead};
 
 /// Longest n-gram matched against the context.
 const MAX_NGRAM: usize = 3;
@@ -33,9 +36,12 @@ pub enum SpeculativeMode {
     None,
     /// Prompt-lookup drafts whenever the context has a match, whatever the acceptance.
     Lookup,
-    /// Prompt-lookup drafts for greedy replies, paused while they do not pay (the default).
-    /// Sampled replies decode plainly, so a seeded one is the same text as on the
-    /// scheduler's batched decode.
+    /// Drafts of 1–4 tokens from the model's multi-token-prediction head, every step,
+    /// whatever the acceptance (a model without the head decodes plainly).
+    Mtp,
+    /// For greedy replies, the MTP head's drafts when the model has one, prompt-lookup drafts
+    /// otherwise, paused while they do not pay (the default). Sampled replies decode plainly,
+    /// so a seeded one is the same text as on the scheduler's batched decode.
     #[default]
     Auto,
 }
@@ -48,10 +54,8 @@ impl FromStr for SpeculativeMode {
             "none" | "off" => Ok(SpeculativeMode::None),
             "lookup" => Ok(SpeculativeMode::Lookup),
             "auto" => Ok(SpeculativeMode::Auto),
-            "mtp" => Err("--speculative mtp: multi-token-prediction drafting is not implemented yet (the \
-                          checkpoints' mtp.* weights are not loaded); use lookup or auto"
-                .into()),
-            other => Err(format!("--speculative: expected none, lookup or auto, found {other:?}")),
+            "mtp" => Ok(SpeculativeMode::Mtp),
+            other => Err(format!("--speculative: expected none, lookup, mtp or auto, found {other:?}")),
         }
     }
 }
@@ -61,6 +65,7 @@ impl std::fmt::Display for SpeculativeMode {
         f.write_str(match self {
             SpeculativeMode::None => "none",
             SpeculativeMode::Lookup => "lookup",
+            SpeculativeMode::Mtp => "mtp",
             SpeculativeMode::Auto => "auto",
         })
     }
@@ -80,13 +85,12 @@ pub struct SpeculationStats {
     pub recomputed: u64,
 }
 
-/// Prompt-lookup drafting with an adaptive draft length and, in `auto`, pauses while the
-/// drafts are mostly rejected.
+/// `auto`'s rule for when drafting pays: over each window of [`WINDOW`] drafted tokens, an
+/// acceptance below `min_acceptance` pauses drafting for a number of plain tokens that
+/// doubles with each window in a row that did not pay.
 #[derive(Debug, Clone)]
-pub struct LookupDrafter {
-    mode: SpeculativeMode,
-    /// Current draft length.
-    k: usize,
+struct PauseGate {
+    min_acceptance: f32,
     /// Drafted and accepted tokens in the current window.
     window: (usize, usize),
     /// Plain tokens left before drafting resumes.
@@ -95,10 +99,55 @@ pub struct LookupDrafter {
     next_pause: usize,
 }
 
+impl PauseGate {
+    fn new(min_acceptance: f32) -> Self {
+        PauseGate { min_acceptance, window: (0, 0), paused_for: 0, next_pause: FIRST_PAUSE }
+    }
+
+    /// True while paused; a paused call counts as one plain token.
+    fn paused(&mut self) -> bool {
+        if self.paused_for > 0 {
+            self.paused_for -= 1;
+            return true;
+        }
+        false
+    }
+
+    /// Records a verification; true when this closed a window that did not pay (a pause
+    /// begins).
+    fn record(&mut self, drafted: usize, accepted: usize) -> bool {
+        self.window.0 += drafted;
+        self.window.1 += accepted;
+        if self.window.0 < WINDOW {
+            return false;
+        }
+        let rate = self.window.1 as f32 / self.window.0 as f32;
+        self.window = (0, 0);
+        if rate < self.min_acceptance {
+            self.paused_for = self.next_pause;
+            self.next_pause = (self.next_pause * 2).min(MAX_PAUSE);
+            true
+        } else {
+            self.next_pause = FIRST_PAUSE;
+            false
+        }
+    }
+}
+
+/// Prompt-lookup drafting with an adaptive draft length and, in `auto`, pauses while the
+/// drafts are mostly rejected.
+#[derive(Debug, Clone)]
+pub struct LookupDrafter {
+    mode: SpeculativeMode,
+    /// Current draft length.
+    k: usize,
+    gate: PauseGate,
+}
+
 impl LookupDrafter {
     /// A drafter for `mode`.
     pub fn new(mode: SpeculativeMode) -> Self {
-        LookupDrafter { mode, k: 4, window: (0, 0), paused_for: 0, next_pause: FIRST_PAUSE }
+        LookupDrafter { mode, k: 4, gate: PauseGate::new(MIN_ACCEPTANCE) }
     }
 
     /// The mode.
@@ -109,13 +158,13 @@ impl LookupDrafter {
     /// Drafts for the token after `context` (everything the model has seen plus the token
     /// just chosen), at most `limit` of them: what followed the latest earlier occurrence of
     /// the context's last 3 tokens (else 2, else 1). Empty when nothing matches, the mode is
-    /// `none`, or `auto` is paused (a paused drafter counts the call as one plain token).
+    /// neither `lookup` nor `auto`, or `auto` is paused (a paused drafter counts the call as
+    /// one plain token).
     pub fn draft(&mut self, context: &[u32], limit: usize) -> Vec<u32> {
-        if self.mode == SpeculativeMode::None || limit == 0 {
+        if !matches!(self.mode, SpeculativeMode::Lookup | SpeculativeMode::Auto) || limit == 0 {
             return Vec::new();
         }
-        if self.paused_for > 0 {
-            self.paused_for -= 1;
+        if self.gate.paused() {
             return Vec::new();
         }
         lookup(context, tile_aligned(self.k).min(limit))
@@ -132,23 +181,176 @@ impl LookupDrafter {
         } else {
             self.k = (accepted + 1).clamp(1, MAX_DRAFT);
         }
-        if self.mode != SpeculativeMode::Auto {
-            return;
-        }
-        self.window.0 += drafted;
-        self.window.1 += accepted;
-        if self.window.0 >= WINDOW {
-            let rate = self.window.1 as f32 / self.window.0 as f32;
-            if rate < MIN_ACCEPTANCE {
-                self.paused_for = self.next_pause;
-                self.next_pause = (self.next_pause * 2).min(MAX_PAUSE);
-                self.k = 2;
-            } else {
-                self.next_pause = FIRST_PAUSE;
-            }
-            self.window = (0, 0);
+        if self.mode == SpeculativeMode::Auto && self.gate.record(drafted, accepted) {
+            self.k = 2;
         }
     }
+}
+
+/// Most tokens the MTP head drafts per step (the head is trained for one; each further
+/// draft feeds its own output back, and acceptance falls with every one).
+pub const MAX_MTP_DRAFT: usize = 4;
+/// Below this share of MTP drafts accepted over a window, `auto` stops drafting for a while:
+/// where a draft costs more than the verification saves (bench/RESULTS.md, "MTP verify
+/// cost, session 11", has the break-even acceptance per draft length).
+const MIN_MTP_ACCEPTANCE: f32 = 0.4;
+/// Most hidden states waiting for the head (a prompt's): 8192 rows of a 2560-wide model are
+/// 84 MB.
+const MAX_PENDING: usize = 8192;
+
+/// Drafting with a model's multi-token-prediction head (docs/speculative.md, "MTP
+/// drafting"). The head reads the main model's hidden state at position i with token i + 1;
+/// the drafter keeps the head's own KV cache in step with the session: the hidden states of
+/// every forward the session runs with them ([`MtpDrafter::observe`]) are fed to the head at
+/// the next draft, and a rewind of the session cuts the head's cache back
+/// ([`MtpDrafter::rewind`]). Positions whose hidden states were never seen (a plain decode
+/// step, a restored session) leave a gap: the head then attends to fewer earlier positions,
+/// which may cost acceptance but never exactness, since every draft is verified.
+#[derive(Debug, Clone)]
+pub struct MtpDrafter {
+    mode: SpeculativeMode,
+    /// The head's KV cache: one row per position whose pair (token i + 1, hidden i) it has
+    /// seen.
+    cache: Cache,
+    /// The session position of each row of `cache`, increasing.
+    rows_pos: Vec<usize>,
+    /// Main-model hidden states not yet fed to the head, for positions `pending_from..`.
+    pending: Vec<f32>,
+    pending_from: usize,
+    /// Hidden width.
+    d: usize,
+    /// Current draft length, 1..=[`MAX_MTP_DRAFT`].
+    k: usize,
+    gate: PauseGate,
+}
+
+impl MtpDrafter {
+    /// A drafter for `head` in `mode` (`mtp` drafts every step; `auto` pauses while the
+    /// drafts do not pay).
+    pub fn new(head: &dyn MtpHead, mode: SpeculativeMode) -> Self {
+        MtpDrafter {
+            mode,
+            cache: head.new_mtp_cache(),
+            rows_pos: Vec::new(),
+            pending: Vec::new(),
+            pending_from: 0,
+            d: head.hidden_size(),
+            k: 2,
+            gate: PauseGate::new(MIN_MTP_ACCEPTANCE),
+        }
+    }
+
+    /// Takes the main model's hidden states (after its final norm) for positions `from..`,
+    /// from a forward the session ran. Rows that do not continue the ones waiting replace
+    /// them.
+    pub fn observe(&mut self, from: usize, hidden: &[f32]) {
+        if hidden.is_empty() {
+            return;
+        }
+        if self.pending_from + self.pending.len() / self.d != from {
+            self.pending.clear();
+            self.pending_from = from;
+        }
+        self.pending.extend_from_slice(hidden);
+        // A long prompt's hidden states are not all kept: the head sees the latest ones.
+        let rows = self.pending.len() / self.d;
+        if rows > MAX_PENDING {
+            self.pending.drain(..(rows - MAX_PENDING) * self.d);
+            self.pending_from += rows - MAX_PENDING;
+        }
+    }
+
+    /// The session went back to its first `len` tokens: forgets the head's rows whose next
+    /// token is gone and the hidden states past the end.
+    pub fn rewind(&mut self, len: usize) {
+        let keep = self.rows_pos.partition_point(|&p| p + 1 < len);
+        if keep < self.rows_pos.len() {
+            self.rows_pos.truncate(keep);
+            self.cache.truncate(keep).expect("an attention-only cache cuts back anywhere");
+        }
+        let rows = (len.saturating_sub(self.pending_from)).min(self.pending.len() / self.d);
+        self.pending.truncate(rows * self.d);
+    }
+
+    /// True when the hidden state of the context's last position is at hand, so
+    /// [`draft`](Self::draft) can run; otherwise the session needs one forward that returns
+    /// hidden states first. `n` is the session's token count (the context without the token
+    /// just chosen).
+    pub fn ready(&self, n: usize) -> bool {
+        !self.pending.is_empty() && self.pending_from + self.pending.len() / self.d == n
+    }
+
+    /// True when `auto` is pausing (the call counts as one plain token).
+    pub fn paused(&mut self) -> bool {
+        self.mode == SpeculativeMode::Auto && self.gate.paused()
+    }
+
+    /// Drafts for the token after `context` (the session's tokens plus the token just
+    /// chosen), at most `limit`: the waiting hidden states go through the head with the
+    /// tokens after them (the last pair being the chosen token with the last hidden state),
+    /// the head's greedy pick is the first draft, and each further draft runs the head on the
+    /// draft before it and the head's own output. The draft rows leave the head's cache
+    /// again (the verified tokens come back as pairs with the main model's hidden states).
+    /// Needs [`ready`](Self::ready).
+    pub fn draft(&mut self, head: &dyn MtpHead, context: &[u32], limit: usize) -> Result<Vec<u32>, ModelError> {
+        let n = context.len() - 1;
+        let k = self.k.min(limit);
+        if k == 0 || !self.ready(n) {
+            return Ok(Vec::new());
+        }
+        let rows = self.pending.len() / self.d;
+        let next: Vec<u32> = (self.pending_from..n).map(|p| context[p + 1]).collect();
+        let (mut logits, hidden) = head.mtp_forward(&next, &self.pending, &mut self.cache, false)?;
+        self.rows_pos.extend(self.pending_from..n);
+        debug_assert_eq!(rows, next.len());
+        self.pending.clear();
+        self.pending_from = n;
+        let committed = self.cache.pos;
+        let mut out = hidden[(rows - 1) * self.d..].to_vec();
+        let mut drafts = Vec::with_capacity(k);
+        loop {
+            let id = argmax(&logits);
+            drafts.push(id);
+            if drafts.len() == k {
+                break;
+            }
+            (logits, out) = head.mtp_forward(&[id], &out, &mut self.cache, false)?;
+        }
+        self.cache.truncate(committed).expect("an attention-only cache cuts back anywhere");
+        Ok(drafts)
+    }
+
+    /// Records a verification: `drafted` tokens proposed, the first `accepted` kept. All
+    /// kept → one more next time (up to [`MAX_MTP_DRAFT`]); none → one fewer (down to 1);
+    /// otherwise one more than were kept.
+    pub fn record(&mut self, drafted: usize, accepted: usize) {
+        self.k = if accepted == drafted {
+            (self.k + 1).min(MAX_MTP_DRAFT)
+        } else if accepted == 0 {
+            self.k.saturating_sub(1).max(1)
+        } else {
+            (accepted + 1).min(MAX_MTP_DRAFT)
+        };
+        if self.mode == SpeculativeMode::Auto && self.gate.record(drafted, accepted) {
+            self.k = 1;
+        }
+    }
+
+    /// Sets the draft length (1..=[`MAX_MTP_DRAFT`]; the benchmark fixes it).
+    pub fn set_draft_len(&mut self, k: usize) {
+        self.k = k.clamp(1, MAX_MTP_DRAFT);
+    }
+}
+
+/// The first index of the largest value.
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
 }
 
 /// The draft length for a wish of `k`: from 3 on, one less than a multiple of 4, so the
@@ -242,15 +444,17 @@ mod tests {
     }
 
     #[test]
-    fn modes_parse_and_mtp_is_refused_with_a_reason() {
+    fn modes_parse_and_unknown_ones_are_refused_with_the_choices() {
         assert_eq!("auto".parse(), Ok(SpeculativeMode::Auto));
         assert_eq!("lookup".parse(), Ok(SpeculativeMode::Lookup));
         assert_eq!("none".parse(), Ok(SpeculativeMode::None));
+        assert_eq!("mtp".parse(), Ok(SpeculativeMode::Mtp));
         assert_eq!(SpeculativeMode::default(), SpeculativeMode::Auto);
-        let mtp = "mtp".parse::<SpeculativeMode>().unwrap_err();
-        assert!(mtp.contains("not implemented") && mtp.contains("lookup or auto"), "{mtp}");
+        for m in [SpeculativeMode::None, SpeculativeMode::Lookup, SpeculativeMode::Mtp, SpeculativeMode::Auto] {
+            assert_eq!(m.to_string().parse(), Ok(m));
+        }
         let bad = "fast".parse::<SpeculativeMode>().unwrap_err();
-        assert!(bad.contains("none, lookup or auto") && bad.contains("\"fast\""), "{bad}");
+        assert!(bad.contains("none, lookup, mtp or auto") && bad.contains("\"fast\""), "{bad}");
     }
 
     #[test]
