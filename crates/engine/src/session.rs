@@ -104,9 +104,9 @@ pub struct Session {
     /// Earlier points of this history: (snapshot, logits after it), oldest first.
     snapshots: Vec<(CacheSnapshot, Vec<f32>)>,
     /// Drafts for [`Session::generate`]'s speculative steps.
-    drafter: LookupDrafter,
+    drafter: Box<LookupDrafter>,
     /// The MTP head's drafter, in `mtp` mode and in `auto` when the model has the head.
-    mtp: Option<MtpDrafter>,
+    mtp: Option<Box<MtpDrafter>>,
     /// What speculation did so far.
     spec_stats: SpeculationStats,
 }
@@ -121,7 +121,7 @@ impl Session {
             tokens: Vec::new(),
             last_logits: None,
             snapshots: Vec::new(),
-            drafter: LookupDrafter::new(SpeculativeMode::default()),
+            drafter: Box::new(LookupDrafter::new(SpeculativeMode::default())),
             mtp: None,
             spec_stats: SpeculationStats::default(),
         }
@@ -136,9 +136,9 @@ impl Session {
     /// Sets how [`generate`](Self::generate) drafts tokens (`auto` by default; see
     /// [`crate::speculative`]). The scheduler's batched [`decode_step`] does not speculate.
     pub fn set_speculative(&mut self, mode: SpeculativeMode) {
-        self.drafter = LookupDrafter::new(mode);
+        *self.drafter = LookupDrafter::new(mode);
         self.mtp = match (mode, self.model.mtp()) {
-            (SpeculativeMode::Mtp | SpeculativeMode::Auto, Some(head)) => Some(MtpDrafter::new(head, mode)),
+            (SpeculativeMode::Mtp | SpeculativeMode::Auto, Some(head)) => Some(Box::new(MtpDrafter::new(head, mode))),
             _ => None,
         };
     }
@@ -189,7 +189,7 @@ impl Session {
             tokens,
             last_logits: logits,
             snapshots: Vec::new(),
-            drafter: LookupDrafter::new(SpeculativeMode::default()),
+            drafter: Box::new(LookupDrafter::new(SpeculativeMode::default())),
             mtp: None,
             spec_stats: SpeculationStats::default(),
         }
@@ -248,7 +248,7 @@ impl Session {
                 tokens: self.tokens[..len].to_vec(),
                 last_logits: logits,
                 snapshots: Vec::new(),
-                drafter: LookupDrafter::new(self.drafter.mode()),
+                drafter: Box::new(LookupDrafter::new(self.drafter.mode())),
                 mtp: None,
                 spec_stats: SpeculationStats::default(),
             }
@@ -498,14 +498,25 @@ impl Session {
         context.push(last);
         let base = self.tokens.len();
         let head = self.model.mtp().filter(|_| self.mtp.is_some());
+        let mut by_mtp = false;
         let drafts = match (self.mtp.as_mut(), head) {
             (Some(drafter), Some(head)) => {
-                if drafter.paused() {
-                    return Ok(None);
+                // `auto` takes a lookup draft where the context has one (an edit's copied
+                // lines hold far more often than the head's guesses, and cost no head pass),
+                // the head's otherwise.
+                let copied =
+                    if mode == SpeculativeMode::Auto { self.drafter.draft(&context, limit) } else { Vec::new() };
+                if !copied.is_empty() {
+                    copied
+                } else {
+                    if drafter.paused() {
+                        return Ok(None);
+                    }
+                    // Without the last position's hidden state (after a plain step) this step
+                    // drafts nothing and runs the token alone, as a decode step, to get it.
+                    by_mtp = true;
+                    drafter.draft(head, &context, limit)?
                 }
-                // Without the last position's hidden state (after a plain step) this step
-                // drafts nothing and runs the token alone, as a decode step, to get it.
-                drafter.draft(head, &context, limit)?
             }
             _ => {
                 let drafts = self.drafter.draft(&context, limit);
@@ -559,8 +570,8 @@ impl Session {
         }
         let accepted = kept - 1;
         match self.mtp.as_mut() {
-            Some(drafter) => drafter.record(drafts.len(), accepted),
-            None => self.drafter.record(drafts.len(), accepted),
+            Some(drafter) if by_mtp => drafter.record(drafts.len(), accepted),
+            _ => self.drafter.record(drafts.len(), accepted),
         }
         self.spec_stats.verifications += 1;
         self.spec_stats.drafted += drafts.len() as u64;

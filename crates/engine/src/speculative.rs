@@ -39,8 +39,8 @@ pub enum SpeculativeMode {
     /// Drafts of 1–4 tokens from the model's multi-token-prediction head, every step,
     /// whatever the acceptance (a model without the head decodes plainly).
     Mtp,
-    /// For greedy replies, the MTP head's drafts when the model has one, prompt-lookup drafts
-    /// otherwise, paused while they do not pay (the default). Sampled replies decode plainly,
+    /// For greedy replies, prompt-lookup drafts where the context has a match, else the MTP
+    /// head's drafts when the model has one, each paused while it does not pay (the default). Sampled replies decode plainly,
     /// so a seeded one is the same text as on the scheduler's batched decode.
     #[default]
     Auto,
@@ -190,13 +190,17 @@ impl LookupDrafter {
 /// Most tokens the MTP head drafts per step (the head is trained for one; each further
 /// draft feeds its own output back, and acceptance falls with every one).
 pub const MAX_MTP_DRAFT: usize = 4;
-/// Below this share of MTP drafts accepted over a window, `auto` stops drafting for a while:
-/// where a draft costs more than the verification saves (bench/RESULTS.md, "MTP verify
-/// cost, session 11", has the break-even acceptance per draft length).
-const MIN_MTP_ACCEPTANCE: f32 = 0.4;
-/// Most hidden states waiting for the head (a prompt's): 8192 rows of a 2560-wide model are
-/// 84 MB.
-const MAX_PENDING: usize = 8192;
+/// Below this share of MTP drafts accepted over a window, `auto` stops drafting for a while.
+/// On the 4B shape (bench/RESULTS.md, "MTP verify cost, session 11") drafting breaks even at
+/// a per-draft acceptance of about 0.5 with one draft and 0.62 / 0.68 / 0.71 with 2 / 3 / 4,
+/// which is a share of accepted drafts of 0.50 / 0.50 / 0.48 / 0.46: above 0.55 every draft
+/// length gains.
+const MIN_MTP_ACCEPTANCE: f32 = 0.55;
+/// Most hidden states waiting for the head (a prompt's latest; the earlier positions are a
+/// gap in the head's context): 1024 rows of a 2560-wide model are 10 MB, held by every
+/// session with the drafter on, the scheduler's too (which prefill through the session but do
+/// not speculate).
+const MAX_PENDING: usize = 1024;
 
 /// Drafting with a model's multi-token-prediction head (docs/speculative.md, "MTP
 /// drafting"). The head reads the main model's hidden state at position i with token i + 1;
@@ -235,7 +239,9 @@ impl MtpDrafter {
             pending: Vec::new(),
             pending_from: 0,
             d: head.hidden_size(),
-            k: 2,
+            // One draft: the cheapest to be wrong about (break-even acceptance ~0.5 on the
+            // 4B shape, where one draft also gains most up to an acceptance of ~0.8).
+            k: 1,
             gate: PauseGate::new(MIN_MTP_ACCEPTANCE),
         }
     }

@@ -6,7 +6,8 @@
 //! it is drawn (the tied embedding, which is also the output head, included), prefills a
 //! PROMPT-token context, then times (median of REPEATS, each from a copy of the same state):
 //!
-//! * a decode step (one token, `forward_batch`): the unit;
+//! * a decode step (one token, `forward_batch`): the unit (each timed step starts from a copy
+//!   of the prefilled cache; the copy's own median is taken out);
 //! * the verification of k = 1..4 drafts: `forward_with_hidden` over k + 1 rows, stepwise (what
 //!   `Session::speculative_step` runs), i.e. the cost with every draft accepted (forced
 //!   acceptance: random weights accept nothing);
@@ -27,7 +28,7 @@
 //! in decode steps (D: the head's drafts, V(n): verification of n rows, S: snapshot, R:
 //! restore).
 //!
-//! `cargo run --release -p frognano-engine --example mtp_verify -- [QUANT] [PROMPT] [REPEATS] [SCALE]`
+//! `cargo run --release -p frognano-model --example mtp_verify -- [QUANT] [PROMPT] [REPEATS] [SCALE]`
 //! (defaults q4_k 512 5 full; SCALE `tiny` builds a 4-layer, 512-wide model to try the
 //! example quickly).
 
@@ -182,80 +183,112 @@ fn main() -> anyhow::Result<()> {
     head.mtp_forward(&prompt[1..], &hidden[..(prompt_len - 1) * d], &mut mtp_base, false)?;
     let last_hidden = hidden[(prompt_len - 1) * d..].to_vec();
     let ids: Vec<u32> = (0..5u32).map(|i| (i * 104_729 + 5) % vocab).collect();
+    drop(hidden);
 
-    let time = |f: &mut dyn FnMut() -> anyhow::Result<()>| -> anyhow::Result<f64> {
-        let mut v = Vec::new();
-        for _ in 0..repeats.max(1) {
-            let t = Instant::now();
-            f()?;
-            v.push(t.elapsed().as_secs_f64());
-        }
-        Ok(median(v))
-    };
-    let print = |what: &str, rows: usize, s: f64, unit: f64| {
-        println!("{}", serde_json::json!({"what": what, "rows": rows, "ms": s * 1e3, "decode_steps": s / unit}));
-    };
-
-    // The unit: one decode step.
-    let decode = time(&mut || {
-        let mut c = base.clone();
-        m.forward_batch(&mut [(ids[0], &mut c)])?;
-        Ok(())
-    })?;
-    print("decode step", 1, decode, decode);
-    // Verification of k drafts: k + 1 rows, stepwise, with hidden states.
-    let mut verify = vec![0.0; 6];
-    for rows in 1..=5 {
-        verify[rows] = time(&mut || {
-            let mut c = base.clone();
-            head.forward_with_hidden(&ids[..rows], &mut c, true)?;
-            Ok(())
-        })?;
-        print("verify (stepwise, hidden states)", rows, verify[rows], decode);
-    }
-    // Rollback pieces.
-    let snapshot = time(&mut || {
-        std::hint::black_box(base.snapshot());
-        Ok(())
-    })?;
-    print("snapshot", 0, snapshot, decode);
     let snap = base.snapshot();
     let mut moved = base.clone();
     m.forward_stepwise(&ids[..3], &mut moved)?;
-    let restore = time(&mut || {
-        let mut c = moved.clone();
-        c.restore(&snap).map_err(anyhow::Error::msg)
-    })?;
-    // The clone of `moved` is part of that time; take it out.
-    let clone = time(&mut || {
-        std::hint::black_box(moved.clone());
-        Ok(())
-    })?;
-    let restore = (restore - clone).max(0.0);
-    print("restore", 0, restore, decode);
-    // The MTP head: r rows of verified hidden states, then one chained draft.
-    let mut feed = vec![0.0; 6];
-    for rows in 1..=5 {
-        let hid: Vec<f32> = last_hidden.iter().copied().cycle().take(rows * d).collect();
-        feed[rows] = time(&mut || {
-            let mut c = mtp_base.clone();
-            head.mtp_forward(&ids[..rows], &hid, &mut c, false)?;
+    let hid: Vec<f32> = last_hidden.iter().copied().cycle().take(5 * d).collect();
+    // Every measurement once per round, rounds repeated: load that drifts during the run
+    // (this machine is shared) falls on all of them alike. Each starts from a copy of the
+    // same state; copying a cache is timed too and taken out where it is part of a step.
+    type Step<'a> = (&'static str, usize, Box<dyn FnMut() -> anyhow::Result<()> + 'a>);
+    let mut steps: Vec<Step<'_>> = Vec::new();
+    steps.push((
+        "decode step",
+        1,
+        Box::new(|| {
+            let mut c = base.clone();
+            m.forward_batch(&mut [(ids[0], &mut c)])?;
             Ok(())
-        })?;
-        print("mtp head, first draft", rows, feed[rows], decode);
+        }),
+    ));
+    for rows in 1..=5 {
+        let (base, ids) = (&base, &ids);
+        steps.push((
+            "verify (stepwise, hidden states)",
+            rows,
+            Box::new(move || {
+                let mut c = base.clone();
+                head.forward_with_hidden(&ids[..rows], &mut c, true)?;
+                Ok(())
+            }),
+        ));
     }
-    let chained = time(&mut || {
-        let mut c = mtp_base.clone();
-        head.mtp_forward(&ids[..1], &last_hidden, &mut c, false)?;
-        Ok(())
-    })?;
-    print("mtp head, chained draft", 1, chained, decode);
-    let truncate = time(&mut || {
-        let mut c = mtp_base.clone();
-        c.truncate(c.pos.saturating_sub(3)).map_err(anyhow::Error::msg)?;
-        Ok(())
-    })?;
-    print("mtp cache clone + truncate", 0, truncate, decode);
+    steps.push((
+        "cache copy",
+        0,
+        Box::new(|| {
+            std::hint::black_box(base.clone());
+            Ok(())
+        }),
+    ));
+    steps.push((
+        "snapshot",
+        0,
+        Box::new(|| {
+            std::hint::black_box(base.snapshot());
+            Ok(())
+        }),
+    ));
+    steps.push((
+        "restore (with a cache copy)",
+        0,
+        Box::new(|| {
+            let mut c = moved.clone();
+            c.restore(&snap).map_err(anyhow::Error::msg)
+        }),
+    ));
+    for rows in 1..=5 {
+        let (mtp_base, ids, hid) = (&mtp_base, &ids, &hid);
+        steps.push((
+            "mtp head, first draft",
+            rows,
+            Box::new(move || {
+                let mut c = mtp_base.clone();
+                head.mtp_forward(&ids[..rows], &hid[..rows * d], &mut c, false)?;
+                Ok(())
+            }),
+        ));
+    }
+    steps.push((
+        "mtp head, chained draft",
+        1,
+        Box::new(|| {
+            let mut c = mtp_base.clone();
+            head.mtp_forward(&ids[..1], &last_hidden, &mut c, false)?;
+            Ok(())
+        }),
+    ));
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); steps.len()];
+    for round in 0..repeats.max(1) {
+        for (i, (_, _, f)) in steps.iter_mut().enumerate() {
+            let t = Instant::now();
+            f()?;
+            times[i].push(t.elapsed().as_secs_f64());
+        }
+        eprintln!("round {}/{repeats}", round + 1);
+    }
+    let mut med: Vec<f64> = times.iter().map(|v| median(v.clone())).collect();
+    // The decode step and the verifications start from a copy of the prefilled cache, which a
+    // session's step does not make: take the copy's median out of theirs.
+    let copy = med[6];
+    for t in &mut med[..=5] {
+        *t = (*t - copy).max(0.0);
+    }
+    let decode = med[0];
+    for ((what, rows, _), (t, all)) in steps.iter().zip(med.iter().zip(&times)) {
+        println!(
+            "{}",
+            serde_json::json!({"what": what, "rows": rows, "ms": t * 1e3, "decode_steps": t / decode,
+                "all_ms_with_copy": all.iter().map(|x| (x * 1e4).round() / 10.0).collect::<Vec<_>>()})
+        );
+    }
+    let verify: Vec<f64> = std::iter::once(0.0).chain(med[1..=5].iter().copied()).collect();
+    let snapshot = med[7];
+    let restore = (med[8] - copy).max(0.0);
+    let feed: Vec<f64> = std::iter::once(0.0).chain(med[9..=13].iter().copied()).collect();
+    let chained = med[14];
 
     // Expected speed-up per k and acceptance rate, in decode-step units.
     let u = |s: f64| s / decode;
