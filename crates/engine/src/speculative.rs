@@ -538,3 +538,86 @@ mod tests {
         assert!((share - 0.4).abs() < 0.01, "the draft is kept with its probability, found {share}");
     }
 }
+
+#[cfg(test)]
+mod mtp_tests {
+    use super::*;
+    use frognano_model::qwen35::Qwen35;
+    use frognano_model::CausalLm;
+
+    fn tiny() -> Qwen35 {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/qwen35-tiny");
+        Qwen35::from_safetensors(&dir).unwrap()
+    }
+
+    /// The drafter's bookkeeping: hidden states wait until a draft feeds them to the head with
+    /// the tokens after them, rows that do not continue the waiting ones replace them, the
+    /// draft rows leave the head's cache, and a rewind drops the rows whose next token is gone.
+    #[test]
+    fn mtp_drafter_keeps_the_heads_cache_in_step_with_the_session() {
+        let m = tiny();
+        let head = m.mtp().unwrap();
+        let d = head.hidden_size();
+        let ids: Vec<u32> = (0..12).map(|i| 5 + 3 * i).collect();
+        let mut cache = m.new_cache();
+        let (_, hidden) = head.forward_with_hidden(&ids[..10], &mut cache, false).unwrap();
+        let mut drafter = MtpDrafter::new(head, SpeculativeMode::Mtp);
+        assert!(!drafter.ready(10));
+        drafter.observe(0, &hidden);
+        assert!(drafter.ready(10) && !drafter.ready(9) && !drafter.ready(11));
+        drafter.set_draft_len(3);
+        // Context: the 10 tokens run plus the one just chosen.
+        let drafts = drafter.draft(head, &ids[..11], 8).unwrap();
+        assert_eq!(drafts.len(), 3);
+        assert_eq!(drafter.cache.pos, 10, "ten true pairs stay; the two draft rows are cut");
+        assert_eq!(drafter.rows_pos, (0..10).collect::<Vec<_>>());
+        assert!(!drafter.ready(11), "the next draft needs the verification's hidden states");
+        // A draft of the same context again (from a fresh drafter) gives the same tokens: the
+        // draft rows left nothing behind.
+        let mut again = MtpDrafter::new(head, SpeculativeMode::Mtp);
+        again.observe(0, &hidden);
+        again.set_draft_len(3);
+        assert_eq!(again.draft(head, &ids[..11], 8).unwrap(), drafts);
+        // The limit caps the drafts.
+        let mut one = MtpDrafter::new(head, SpeculativeMode::Mtp);
+        one.observe(0, &hidden);
+        one.set_draft_len(4);
+        assert_eq!(one.draft(head, &ids[..11], 1).unwrap().len(), 1);
+        // Rows not continuing the waiting ones replace them.
+        drafter.observe(12, &hidden[..d]);
+        assert!(drafter.ready(13));
+        drafter.observe(10, &hidden[..2 * d]);
+        assert!(drafter.ready(12) && !drafter.ready(13));
+        // Back to 5 tokens: pairs 0..=3 (their next tokens 1..=4 remain) stay.
+        drafter.rewind(5);
+        assert_eq!(drafter.cache.pos, 4);
+        assert_eq!(drafter.rows_pos, vec![0, 1, 2, 3]);
+        assert!(!drafter.ready(12), "the waiting rows were past the end");
+        drafter.rewind(0);
+        assert_eq!(drafter.cache.pos, 0);
+    }
+
+    #[test]
+    fn mtp_draft_length_follows_acceptance_and_auto_pauses() {
+        let m = tiny();
+        let mut d = MtpDrafter::new(m.mtp().unwrap(), SpeculativeMode::Auto);
+        assert_eq!(d.k, 1);
+        d.record(1, 1);
+        d.record(2, 2);
+        d.record(3, 3);
+        d.record(4, 4);
+        assert_eq!(d.k, MAX_MTP_DRAFT);
+        d.record(4, 1);
+        assert_eq!(d.k, 2);
+        d.record(2, 0);
+        assert_eq!(d.k, 1);
+        // A window of mostly rejected drafts pauses `auto`; `mtp` never pauses.
+        let mut mtp = MtpDrafter::new(m.mtp().unwrap(), SpeculativeMode::Mtp);
+        for _ in 0..WINDOW {
+            d.record(1, 0);
+            mtp.record(1, 0);
+        }
+        assert!(d.paused());
+        assert!(!mtp.paused());
+    }
+}

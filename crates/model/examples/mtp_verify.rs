@@ -84,7 +84,7 @@ impl TensorSource for RandomWeights {
         let n = self.made.get();
         fill(&mut v, n as u64 + 1, 0.02 * 2.45);
         self.made.set(n + 1);
-        if n % 16 == 0 {
+        if n.is_multiple_of(16) {
             eprintln!("weights: {n}/{} matrices", self.total);
         }
         let m = Matrix::from_f32(rows, cols, v);

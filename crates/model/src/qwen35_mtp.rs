@@ -87,7 +87,8 @@ impl Qwen35Mtp {
     /// Loads the head when `src` has one: `mtp.fc.weight` and the layer's query projection
     /// both present (a checkpoint with a stray `mtp.*` tensor or two has none). Any other
     /// tensor of the head missing is then an error naming it; so is a second MTP layer, which
-    /// no Qwen3.5 checkpoint has and whose use the published code leaves open.
+    /// no Qwen3.5 checkpoint has and whose use the published code leaves open, and so are
+    /// embeddings of the head's own.
     pub fn load(cfg: &Qwen35Config, src: &dyn TensorSource, key_head: &[usize]) -> Result<Option<Self>> {
         let map = Qwen35MtpMap::new(cfg);
         let q = match &map.layer.mixer {
@@ -96,6 +97,14 @@ impl Qwen35Mtp {
         };
         if !src.contains(MTP_FC) || !src.contains(q) {
             return Ok(None);
+        }
+        if src.contains("mtp.embed_tokens.weight") {
+            // `mtp_use_dedicated_embeddings`: the head would read its own embedding table.
+            return Err(ModelError::format(
+                src.origin(),
+                "the MTP head has embeddings of its own (mtp.embed_tokens.weight); only a head sharing the \
+                 model's embedding is supported",
+            ));
         }
         if src.contains("mtp.layers.1.input_layernorm.weight") {
             return Err(ModelError::format(
