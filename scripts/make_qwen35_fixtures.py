@@ -9,6 +9,10 @@ Writes, under fixtures/ (committed; each folder is a loadable checkpoint):
                           150-token prompt (3 chunks of 64, ragged tail); golden.safetensors
                           holds full logits, cached prefill + greedy decode, split prefill,
                           per-layer activations and bf16 logits of the same weights.
+                          mtp.safetensors (a shard of its own) is a multi-token-prediction
+                          head (`mtp.*`); qwen35-tiny.mtp.golden.safetensors holds the main
+                          model's last hidden states and the head's outputs from the torch
+                          reference below (transformers itself ignores `mtp.*`).
   qwen35-tiny-bf16/       the same weights stored as bf16; golden = bf16 transformers run.
   qwen35-wrapper-untied/  multimodal wrapper config (text_config), `model.language_model.`
                           prefix, untied lm_head, vision/mtp tensors to be skipped,
@@ -25,10 +29,78 @@ import sys
 
 import torch
 from safetensors.torch import save_file
+from torch import nn
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 from transformers.cache_utils import DynamicCache
+from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5DecoderLayer, Qwen3_5RMSNorm
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
+
+
+class MtpReference(nn.Module):
+    """The Qwen3.5 multi-token-prediction head as the published serving code defines it
+    (vLLM's Qwen3_5MultiTokenPredictor; written here from reading it, with transformers'
+    own decoder layer and norm): for position i, norm(embed(x[i+1])) and norm(h[i]) (h the
+    main model's last hidden state, after its final norm) concatenated in that order, fc to d,
+    one full-attention decoder layer at position i, the head's norm; logits from the main
+    model's lm_head."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        d, eps = cfg.hidden_size, cfg.rms_norm_eps
+        self.fc = nn.Linear(2 * d, d, bias=False)
+        self.pre_fc_norm_embedding = Qwen3_5RMSNorm(d, eps=eps)
+        self.pre_fc_norm_hidden = Qwen3_5RMSNorm(d, eps=eps)
+        # Any full-attention index gives the layer type; the index only names a cache slot.
+        self.layers = nn.ModuleList([Qwen3_5DecoderLayer(cfg, cfg.layer_types.index("full_attention"))])
+        self.norm = Qwen3_5RMSNorm(d, eps=eps)
+
+    def forward(self, model, next_ids, hidden):
+        """Rows r = 0..T-1 at positions 0..T-1, causal, no cache; returns (normed out, logits)."""
+        e = model.model.embed_tokens(next_ids)
+        x = self.fc(torch.cat([self.pre_fc_norm_embedding(e), self.pre_fc_norm_hidden(hidden)], -1))
+        T = x.shape[1]
+        pos = torch.arange(T).view(1, 1, -1)
+        pe = model.model.rotary_emb(x, pos)
+        mask = torch.full((T, T), float("-inf")).triu(1)[None, None]
+        x = self.layers[0](x, position_embeddings=pe, attention_mask=mask)
+        o = self.norm(x)
+        return o, model.lm_head(o)
+
+
+def make_mtp(cfg, seed):
+    torch.manual_seed(seed)
+    mtp = MtpReference(cfg).to(torch.float32).eval()
+    with torch.no_grad():
+        for name, p in mtp.named_parameters():
+            if "norm" in name:
+                p.normal_(0.0, 0.2)
+            else:
+                p.normal_(0.0, p.shape[1] ** -0.5)
+    return mtp
+
+
+def mtp_reference(model, mtp, ids, drafts=4):
+    """The main model's last hidden states over the prompt, the head over every (x[i+1], h[i])
+    pair, and a chain of `drafts` greedy drafts after the prompt's next token: each draft's
+    pair is (the draft before, the head's own output before), at the next position."""
+    with torch.no_grad():
+        h = model.model(ids).last_hidden_state
+        nxt = model.lm_head(h[:, -1:]).argmax(-1)
+        toks = torch.cat([ids[:, 1:], nxt], 1)
+        o, lg = mtp(model, toks, h)
+        rec = {"mtp_input_ids": ids, "main_hidden": h, "mtp_hidden": o, "mtp_logits": lg, "next_token": nxt}
+        hid, chain, chain_logits = h, [], []
+        for _ in range(drafts):
+            d = lg[:, -1:].argmax(-1)
+            chain.append(d)
+            chain_logits.append(lg[:, -1])
+            toks = torch.cat([toks, d], 1)
+            hid = torch.cat([hid, o[:, -1:]], 1)
+            o, lg = mtp(model, toks, hid)
+        rec["draft_tokens"] = torch.cat(chain, 1)
+        rec["draft_logits"] = torch.stack(chain_logits, 1)
+    return rec
 
 
 def make_model(seed, **overrides):
@@ -153,6 +225,12 @@ def main():
     save_file(sd, f"{out}/model.safetensors")
     save_golden(reference(cfg, model), out)
     write_tokenizer(out)
+    # The MTP head: a shard of its own, drawn after the main weights (which it leaves as
+    # they were), and its reference outputs beside the folder.
+    mtp = make_mtp(cfg, 100)
+    save_file({"mtp." + k: v.contiguous() for k, v in mtp.state_dict().items()}, f"{out}/mtp.safetensors")
+    ids = torch.randint(3, cfg.vocab_size, (1, 150), generator=torch.Generator().manual_seed(1))
+    save_golden(mtp_reference(model, mtp, ids), f"{out}.mtp")
 
     # 2. Same weights stored as bf16; golden from the bf16 model itself.
     out16 = os.path.join(ROOT, "qwen35-tiny-bf16")

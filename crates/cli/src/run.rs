@@ -64,8 +64,9 @@ pub struct GenFlags {
     /// prompt and the reply and checks them in one forward; `auto` does so for greedy
     /// replies (`--temperature 0`) while the drafts pay and pauses while they do not; `none`
     /// decodes one token per forward. The output is the same either way (greedy: token for
-    /// token; sampling under `lookup`: the same distribution).
-    /// `mtp` (the checkpoint's multi-token-prediction head) is not implemented yet.
+    /// token; sampling under `lookup` or `mtp`: the same distribution). `mtp` drafts 1–4
+    /// tokens with the checkpoint's multi-token-prediction head (Qwen3.5 `mtp.*`); `auto`
+    /// uses the head when the model has one, prompt lookup otherwise.
     #[arg(long, value_name = "MODE", default_value = "auto", value_parser = parse_speculative)]
     pub speculative: SpeculativeMode,
     #[command(flatten)]
@@ -242,6 +243,11 @@ impl Talker {
             eos_ids.clone()
         };
         let req = GenerateRequest { sampling, max_tokens: gen.max_tokens, stop_ids, top_logprobs: 0 };
+        if gen.speculative == SpeculativeMode::Mtp && model.mtp().is_none() {
+            anyhow::bail!(
+                "--speculative mtp: this model has no multi-token-prediction head (no mtp.* weights); use lookup or auto"
+            );
+        }
         let mut session = Session::new(Arc::from(model));
         session.set_speculative(gen.speculative);
         Ok(Talker {

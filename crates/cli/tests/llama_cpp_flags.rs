@@ -216,9 +216,20 @@ fn chat_with_a_session_file_goes_on_where_it_stopped() {
 }
 
 /// `--speculative`: greedy text is the same with lookup drafts as without, `--stats` says how
-/// many drafts held, and `mtp` (not built yet) and unknown modes are refused by name.
+/// many drafts held; `mtp` drafts with the tiny Qwen3.5 fixture's MTP head and keeps its greedy
+/// text, is refused by name for a model without a head, and unknown modes are refused.
 #[test]
-fn speculative_lookup_keeps_the_greedy_text_and_mtp_is_refused() {
+fn speculative_lookup_and_mtp_keep_the_greedy_text() {
+    let tiny = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/qwen35-tiny");
+    let base = ["run", tiny, "-p", "alpha beta alpha beta", "--temp", "0", "-n", "24", "--stats"];
+    let (plain, _) = ok(&run(&[&base[..], &["--speculative", "none"]].concat()));
+    let (mtp, mtp_err) = ok(&run(&[&base[..], &["--speculative", "mtp"]].concat()));
+    assert_eq!(mtp, plain, "mtp changed the greedy text");
+    let line = mtp_err.lines().find(|l| l.starts_with("speculative mtp:")).unwrap_or_else(|| panic!("{mtp_err}"));
+    assert!(line.contains("drafted tokens accepted"), "{line}");
+    let err = failed(&run(&[&base[..], &["--speculative", "fast"]].concat()));
+    assert!(err.contains("none, lookup, mtp or auto"), "{err}");
+
     let Some(demo) = frognano_testkit::demo_model() else { return };
     let demo = demo.to_str().unwrap();
     let prompt = "Repeat this line twice: the quick brown fox jumps over the lazy dog.";
@@ -230,7 +241,5 @@ fn speculative_lookup_keeps_the_greedy_text_and_mtp_is_refused() {
     let line = spec_err.lines().find(|l| l.starts_with("speculative lookup:")).unwrap_or_else(|| panic!("{spec_err}"));
     assert!(line.contains("drafted tokens accepted"), "{line}");
     let err = failed(&run(&[&base[..], &["--speculative", "mtp"]].concat()));
-    assert!(err.contains("not implemented") && err.contains("lookup or auto"), "{err}");
-    let err = failed(&run(&[&base[..], &["--speculative", "fast"]].concat()));
-    assert!(err.contains("none, lookup or auto"), "{err}");
+    assert!(err.contains("no multi-token-prediction head") && err.contains("lookup or auto"), "{err}");
 }

@@ -36,4 +36,4 @@ pub use scheduler::{Flow, Job, QueueFull, Scheduler, SchedulerConfig, SchedulerS
 pub use session::{
     decode_step, speculative_decode_step, Decoding, EngineError, FinishReason, GenerateRequest, Generation, Session,
 };
-pub use speculative::{LookupDrafter, SpeculationStats, SpeculativeMode};
+pub use speculative::{LookupDrafter, MtpDrafter, SpeculationStats, SpeculativeMode};

@@ -10,7 +10,7 @@ use frognano_model::{Cache, CacheSnapshot, CausalLm, ModelError};
 
 use crate::constraint::{Commit, Constraint, ConstraintStats};
 use crate::sampler::{Sampler, SamplingParams, TokenChoice};
-use crate::speculative::{LookupDrafter, SpeculationStats, SpeculativeMode, MAX_DRAFT};
+use crate::speculative::{LookupDrafter, MtpDrafter, SpeculationStats, SpeculativeMode, MAX_DRAFT};
 
 /// Snapshots kept per session (each holds the recurrent state, ~50 MB for the 4B model, and
 /// the logits at that point).
@@ -104,7 +104,9 @@ pub struct Session {
     /// Earlier points of this history: (snapshot, logits after it), oldest first.
     snapshots: Vec<(CacheSnapshot, Vec<f32>)>,
     /// Drafts for [`Session::generate`]'s speculative steps.
-    drafter: LookupDrafter,
+    drafter: Box<LookupDrafter>,
+    /// The MTP head's drafter, in `mtp` mode and in `auto` when the model has the head.
+    mtp: Option<Box<MtpDrafter>>,
     /// What speculation did so far.
     spec_stats: SpeculationStats,
 }
@@ -119,15 +121,40 @@ impl Session {
             tokens: Vec::new(),
             last_logits: None,
             snapshots: Vec::new(),
-            drafter: LookupDrafter::new(SpeculativeMode::default()),
+            drafter: Box::new(LookupDrafter::new(SpeculativeMode::default())),
+            mtp: None,
             spec_stats: SpeculationStats::default(),
         }
+        .with_speculative(SpeculativeMode::default())
+    }
+
+    fn with_speculative(mut self, mode: SpeculativeMode) -> Self {
+        self.set_speculative(mode);
+        self
     }
 
     /// Sets how [`generate`](Self::generate) and [`speculative_decode_step`] draft tokens
     /// (`auto` by default; see [`crate::speculative`]).
     pub fn set_speculative(&mut self, mode: SpeculativeMode) {
-        self.drafter = LookupDrafter::new(mode);
+        *self.drafter = LookupDrafter::new(mode);
+        self.mtp = match (mode, self.model.mtp()) {
+            (SpeculativeMode::Mtp | SpeculativeMode::Auto, Some(head)) => Some(Box::new(MtpDrafter::new(head, mode))),
+            _ => None,
+        };
+    }
+
+    /// Fixes the MTP head's draft length (1..=4) until the next verification adapts it;
+    /// for benchmarks. No effect without an MTP drafter.
+    pub fn set_mtp_draft_len(&mut self, k: usize) {
+        if let Some(m) = self.mtp.as_mut() {
+            m.set_draft_len(k);
+        }
+    }
+
+    /// True when [`generate`](Self::generate) drafts with the model's MTP head (`mtp`, or
+    /// `auto` on a model that has one); otherwise `lookup` and `auto` draft by prompt lookup.
+    pub fn drafts_with_mtp(&self) -> bool {
+        self.mtp.is_some()
     }
 
     /// How [`generate`](Self::generate) drafts tokens.
@@ -162,9 +189,11 @@ impl Session {
             tokens,
             last_logits: logits,
             snapshots: Vec::new(),
-            drafter: LookupDrafter::new(SpeculativeMode::default()),
+            drafter: Box::new(LookupDrafter::new(SpeculativeMode::default())),
+            mtp: None,
             spec_stats: SpeculationStats::default(),
-        };
+        }
+        .with_speculative(SpeculativeMode::default());
         if known {
             s.remember();
         }
@@ -201,6 +230,9 @@ impl Session {
         self.tokens.clear();
         self.last_logits = None;
         self.snapshots.clear();
+        if let Some(m) = self.mtp.as_mut() {
+            m.rewind(0);
+        }
     }
 
     /// A new session that starts where this one stood after its first `upto` tokens (or the
@@ -209,14 +241,18 @@ impl Session {
     /// point after the first token is reachable (nothing worth copying).
     pub fn fork(&self, upto: usize) -> Option<Session> {
         let upto = upto.min(self.tokens.len());
-        let copy = |cache: Cache, len: usize, logits: Option<Vec<f32>>| Session {
-            model: Arc::clone(&self.model),
-            cache,
-            tokens: self.tokens[..len].to_vec(),
-            last_logits: logits,
-            snapshots: Vec::new(),
-            drafter: LookupDrafter::new(self.drafter.mode()),
-            spec_stats: SpeculationStats::default(),
+        let copy = |cache: Cache, len: usize, logits: Option<Vec<f32>>| {
+            Session {
+                model: Arc::clone(&self.model),
+                cache,
+                tokens: self.tokens[..len].to_vec(),
+                last_logits: logits,
+                snapshots: Vec::new(),
+                drafter: Box::new(LookupDrafter::new(self.drafter.mode())),
+                mtp: None,
+                spec_stats: SpeculationStats::default(),
+            }
+            .with_speculative(self.drafter.mode())
         };
         if upto == self.tokens.len() && upto > 0 {
             let mut s = copy(self.cache.clone(), upto, self.last_logits.clone());
@@ -316,6 +352,13 @@ impl Session {
     /// Goes back to the longest point at or before `lcp` (the common prefix with a prompt of
     /// `prompt_len` tokens) that it can reach.
     fn rewind(&mut self, lcp: usize, prompt_len: usize) {
+        self.rewind_state(lcp, prompt_len);
+        if let Some(m) = self.mtp.as_mut() {
+            m.rewind(self.tokens.len());
+        }
+    }
+
+    fn rewind_state(&mut self, lcp: usize, prompt_len: usize) {
         if self.cache.is_rewindable() && lcp > 0 {
             // The whole prompt is kept when its logits were remembered (it was a prompt
             // before); otherwise its last token runs again.
@@ -343,7 +386,15 @@ impl Session {
     }
 
     fn run(&mut self, ids: &[u32]) -> Result<Vec<f32>, EngineError> {
-        let logits = self.model.forward(ids, &mut self.cache, false)?;
+        let logits = match (self.mtp.as_mut(), self.model.mtp()) {
+            (Some(drafter), Some(head)) => {
+                // The same logits, with the hidden states the MTP head drafts from.
+                let (logits, hidden) = head.forward_with_hidden(ids, &mut self.cache, false)?;
+                drafter.observe(self.tokens.len(), &hidden);
+                logits
+            }
+            _ => self.model.forward(ids, &mut self.cache, false)?,
+        };
         self.tokens.extend_from_slice(ids);
         self.last_logits = Some(logits.clone());
         Ok(logits)
@@ -431,6 +482,12 @@ impl Session {
         if limit == 0 || mode == SpeculativeMode::None || (mode == SpeculativeMode::Auto && sampled) {
             return Vec::new();
         }
+        // In a batch of several, a session drafting with the MTP head drafts nothing (the head
+        // needs the hidden states of its own forward, [`Session::speculative_step`]); in
+        // `auto` it still takes lookup drafts, as it does alone.
+        if mode == SpeculativeMode::Mtp {
+            return Vec::new();
+        }
         let mut context = Vec::with_capacity(self.tokens.len() + 1);
         context.extend_from_slice(&self.tokens);
         context.push(last);
@@ -467,6 +524,119 @@ impl Session {
         self.spec_stats.accepted += accepted as u64;
         (out, kept)
     }
+
+    /// One speculative step of `decoding` alone, drafting with the model's MTP head where the
+    /// session has it on (docs/speculative.md §7; [`speculative_decode_step`] takes this path
+    /// for such a session when it is alone in its step: the head drafts from the hidden states
+    /// of the main model's forward, which the batched forward does not return): drafts from the context,
+    /// runs the last token and the drafts through [`CausalLm::forward_stepwise`] (each row's
+    /// logits the bits a decode step gives), samples position by position while the model
+    /// agrees with the drafts, and brings the state back to the last token kept: an
+    /// attention-only cache is cut back, a hybrid one returns to a snapshot taken before and
+    /// runs the kept tokens again. Returns the new tokens (at least one), or `None` when
+    /// there is nothing to draft (the caller takes a plain [`decode_step`]). On an error no
+    /// state has advanced.
+    fn speculative_step(&mut self, decoding: &mut Decoding) -> Result<Option<Vec<TokenChoice>>, EngineError> {
+        let last = decoding.tokens.last().expect("an unfinished generation has sampled a token").id;
+        // Room for the drafts: all of them plus the token after them within max_tokens, and
+        // in the context.
+        let room_len = decoding.req.max_tokens.saturating_sub(decoding.tokens.len() + 1);
+        let room_ctx = self.model.max_context().saturating_sub(self.tokens.len() + 2);
+        let limit = room_len.min(room_ctx).min(MAX_DRAFT);
+        // `auto` leaves sampled replies plain: drafting keeps their distribution but draws
+        // another random stream, and a seeded reply should be the same text here as on the
+        // scheduler's plain batched decode (`serve`). `lookup` drafts for them too.
+        let sampled = decoding.req.sampling.temperature > 0.0;
+        let mode = self.drafter.mode();
+        if limit == 0 || mode == SpeculativeMode::None || (mode == SpeculativeMode::Auto && sampled) {
+            return Ok(None);
+        }
+        let mut context = Vec::with_capacity(self.tokens.len() + 1);
+        context.extend_from_slice(&self.tokens);
+        context.push(last);
+        let base = self.tokens.len();
+        let head = self.model.mtp().filter(|_| self.mtp.is_some());
+        let mut by_mtp = false;
+        let drafts = match (self.mtp.as_mut(), head) {
+            (Some(drafter), Some(head)) => {
+                // `auto` takes a lookup draft where the context has one (an edit's copied
+                // lines hold far more often than the head's guesses, and cost no head pass),
+                // the head's otherwise.
+                let copied =
+                    if mode == SpeculativeMode::Auto { self.drafter.draft(&context, limit) } else { Vec::new() };
+                if !copied.is_empty() {
+                    copied
+                } else {
+                    if drafter.paused() {
+                        return Ok(None);
+                    }
+                    // Without the last position's hidden state (after a plain step) this step
+                    // drafts nothing and runs the token alone, as a decode step, to get it.
+                    by_mtp = true;
+                    drafter.draft(head, &context, limit)?
+                }
+            }
+            _ => {
+                let drafts = self.drafter.draft(&context, limit);
+                if drafts.is_empty() {
+                    return Ok(None);
+                }
+                drafts
+            }
+        };
+        let snapshot = (!drafts.is_empty() && !self.cache.is_rewindable()).then(|| self.cache.snapshot());
+        let mut ids = Vec::with_capacity(drafts.len() + 1);
+        ids.push(last);
+        ids.extend_from_slice(&drafts);
+        let (logits, hidden) = match head {
+            Some(head) => head.forward_with_hidden(&ids, &mut self.cache, true)?,
+            None => (self.model.forward_stepwise(&ids, &mut self.cache)?, Vec::new()),
+        };
+        let vocab = self.model.vocab_size();
+        let mut out = Vec::new();
+        let mut kept = 0;
+        for (j, &id) in ids.iter().enumerate() {
+            self.tokens.push(id);
+            kept = j + 1;
+            let draft = drafts.get(j).copied();
+            let Some(choice) = choose_guarded(decoding, &logits[j * vocab..(j + 1) * vocab], self, draft) else {
+                break;
+            };
+            let agreed = Some(choice.id) == draft;
+            out.push(choice);
+            if !agreed || decoding.is_finished() {
+                break;
+            }
+        }
+        self.last_logits = Some(logits[(kept - 1) * vocab..kept * vocab].to_vec());
+        if kept < ids.len() {
+            match snapshot {
+                None => self.cache.truncate(base + kept).map_err(EngineError::Failed)?,
+                Some(snap) => {
+                    self.cache.restore(&snap).map_err(EngineError::Failed)?;
+                    self.model.forward_stepwise(&ids[..kept], &mut self.cache)?;
+                    self.spec_stats.recomputed += 1;
+                }
+            }
+        }
+        if let (Some(drafter), Some(head)) = (self.mtp.as_mut(), head) {
+            // The kept positions' hidden states (a recomputation gives the same bits).
+            drafter.observe(base, &hidden[..kept * head.hidden_size()]);
+        }
+        if drafts.is_empty() {
+            return Ok(Some(out));
+        }
+        let accepted = kept - 1;
+        match self.mtp.as_mut() {
+            Some(drafter) if by_mtp => drafter.record(drafts.len(), accepted),
+            _ => self.drafter.record(drafts.len(), accepted),
+        }
+        self.spec_stats.verifications += 1;
+        self.spec_stats.drafted += drafts.len() as u64;
+        self.spec_stats.accepted += accepted as u64;
+        Ok(Some(out))
+    }
+
 
     /// Starts a generation: runs `prompt` (reusing what it can) and samples the first token,
     /// which is returned (`None` only when `max_tokens` is 0). Further tokens come from
@@ -696,6 +866,14 @@ pub fn decode_step(batch: &mut [(&mut Session, &mut Decoding)]) -> Result<Vec<Op
 pub fn speculative_decode_step(
     batch: &mut [(&mut Session, &mut Decoding)],
 ) -> Result<Vec<Vec<TokenChoice>>, EngineError> {
+    if let [(session, decoding)] = batch {
+        if session.mtp.is_some() && !decoding.is_finished() {
+            return Ok(vec![match session.speculative_step(decoding)? {
+                Some(tokens) => tokens,
+                None => decode_step(batch)?.pop().flatten().into_iter().collect(),
+            }]);
+        }
+    }
     let drafts: Vec<Vec<u32>> = batch
         .iter_mut()
         .map(|(session, decoding)| if decoding.is_finished() { Vec::new() } else { session.drafts_for(decoding) })

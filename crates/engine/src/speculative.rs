@@ -1,5 +1,6 @@
-//! Speculative decoding by prompt lookup (docs/speculative.md): drafts copied from the
-//! context, checked in one forward, and the rule that keeps the output exact.
+//! Speculative decoding (docs/speculative.md): drafts copied from the context (prompt
+//! lookup) or predicted by the checkpoint's multi-token-prediction head ([`MtpDrafter`]),
+//! checked in one forward, and the rule that keeps the output exact.
 //!
 //! A coding agent's replies copy their context all the time (an edit rewrites the lines it
 //! keeps, a tool call repeats a path). [`LookupDrafter`] finds the last few tokens earlier in
@@ -11,6 +12,8 @@
 //! of the distribution, so every token still follows the sampler's distribution.
 
 use std::str::FromStr;
+
+use frognano_model::{Cache, ModelError, MtpHead};
 
 /// Longest n-gram matched against the context.
 const MAX_NGRAM: usize = 3;
@@ -33,9 +36,12 @@ pub enum SpeculativeMode {
     None,
     /// Prompt-lookup drafts whenever the context has a match, whatever the acceptance.
     Lookup,
-    /// Prompt-lookup drafts for greedy replies, paused while they do not pay (the default).
-    /// Sampled replies decode plainly, so a seeded one is the same text as on the
-    /// scheduler's batched decode.
+    /// Drafts of 1–4 tokens from the model's multi-token-prediction head, every step,
+    /// whatever the acceptance (a model without the head decodes plainly).
+    Mtp,
+    /// For greedy replies, prompt-lookup drafts where the context has a match, else the MTP
+    /// head's drafts when the model has one, each paused while it does not pay (the default). Sampled replies decode plainly,
+    /// so a seeded one is the same text as on the scheduler's batched decode.
     #[default]
     Auto,
 }
@@ -48,10 +54,8 @@ impl FromStr for SpeculativeMode {
             "none" | "off" => Ok(SpeculativeMode::None),
             "lookup" => Ok(SpeculativeMode::Lookup),
             "auto" => Ok(SpeculativeMode::Auto),
-            "mtp" => Err("--speculative mtp: multi-token-prediction drafting is not implemented yet (the \
-                          checkpoints' mtp.* weights are not loaded); use lookup or auto"
-                .into()),
-            other => Err(format!("--speculative: expected none, lookup or auto, found {other:?}")),
+            "mtp" => Ok(SpeculativeMode::Mtp),
+            other => Err(format!("--speculative: expected none, lookup, mtp or auto, found {other:?}")),
         }
     }
 }
@@ -61,6 +65,7 @@ impl std::fmt::Display for SpeculativeMode {
         f.write_str(match self {
             SpeculativeMode::None => "none",
             SpeculativeMode::Lookup => "lookup",
+            SpeculativeMode::Mtp => "mtp",
             SpeculativeMode::Auto => "auto",
         })
     }
@@ -80,13 +85,12 @@ pub struct SpeculationStats {
     pub recomputed: u64,
 }
 
-/// Prompt-lookup drafting with an adaptive draft length and, in `auto`, pauses while the
-/// drafts are mostly rejected.
+/// `auto`'s rule for when drafting pays: over each window of [`WINDOW`] drafted tokens, an
+/// acceptance below `min_acceptance` pauses drafting for a number of plain tokens that
+/// doubles with each window in a row that did not pay.
 #[derive(Debug, Clone)]
-pub struct LookupDrafter {
-    mode: SpeculativeMode,
-    /// Current draft length.
-    k: usize,
+struct PauseGate {
+    min_acceptance: f32,
     /// Drafted and accepted tokens in the current window.
     window: (usize, usize),
     /// Plain tokens left before drafting resumes.
@@ -95,10 +99,55 @@ pub struct LookupDrafter {
     next_pause: usize,
 }
 
+impl PauseGate {
+    fn new(min_acceptance: f32) -> Self {
+        PauseGate { min_acceptance, window: (0, 0), paused_for: 0, next_pause: FIRST_PAUSE }
+    }
+
+    /// True while paused; a paused call counts as one plain token.
+    fn paused(&mut self) -> bool {
+        if self.paused_for > 0 {
+            self.paused_for -= 1;
+            return true;
+        }
+        false
+    }
+
+    /// Records a verification; true when this closed a window that did not pay (a pause
+    /// begins).
+    fn record(&mut self, drafted: usize, accepted: usize) -> bool {
+        self.window.0 += drafted;
+        self.window.1 += accepted;
+        if self.window.0 < WINDOW {
+            return false;
+        }
+        let rate = self.window.1 as f32 / self.window.0 as f32;
+        self.window = (0, 0);
+        if rate < self.min_acceptance {
+            self.paused_for = self.next_pause;
+            self.next_pause = (self.next_pause * 2).min(MAX_PAUSE);
+            true
+        } else {
+            self.next_pause = FIRST_PAUSE;
+            false
+        }
+    }
+}
+
+/// Prompt-lookup drafting with an adaptive draft length and, in `auto`, pauses while the
+/// drafts are mostly rejected.
+#[derive(Debug, Clone)]
+pub struct LookupDrafter {
+    mode: SpeculativeMode,
+    /// Current draft length.
+    k: usize,
+    gate: PauseGate,
+}
+
 impl LookupDrafter {
     /// A drafter for `mode`.
     pub fn new(mode: SpeculativeMode) -> Self {
-        LookupDrafter { mode, k: 4, window: (0, 0), paused_for: 0, next_pause: FIRST_PAUSE }
+        LookupDrafter { mode, k: 4, gate: PauseGate::new(MIN_ACCEPTANCE) }
     }
 
     /// The mode.
@@ -109,13 +158,13 @@ impl LookupDrafter {
     /// Drafts for the token after `context` (everything the model has seen plus the token
     /// just chosen), at most `limit` of them: what followed the latest earlier occurrence of
     /// the context's last 3 tokens (else 2, else 1). Empty when nothing matches, the mode is
-    /// `none`, or `auto` is paused (a paused drafter counts the call as one plain token).
+    /// neither `lookup` nor `auto`, or `auto` is paused (a paused drafter counts the call as
+    /// one plain token).
     pub fn draft(&mut self, context: &[u32], limit: usize) -> Vec<u32> {
-        if self.mode == SpeculativeMode::None || limit == 0 {
+        if !matches!(self.mode, SpeculativeMode::Lookup | SpeculativeMode::Auto) || limit == 0 {
             return Vec::new();
         }
-        if self.paused_for > 0 {
-            self.paused_for -= 1;
+        if self.gate.paused() {
             return Vec::new();
         }
         lookup(context, tile_aligned(self.k).min(limit))
@@ -132,23 +181,182 @@ impl LookupDrafter {
         } else {
             self.k = (accepted + 1).clamp(1, MAX_DRAFT);
         }
-        if self.mode != SpeculativeMode::Auto {
-            return;
-        }
-        self.window.0 += drafted;
-        self.window.1 += accepted;
-        if self.window.0 >= WINDOW {
-            let rate = self.window.1 as f32 / self.window.0 as f32;
-            if rate < MIN_ACCEPTANCE {
-                self.paused_for = self.next_pause;
-                self.next_pause = (self.next_pause * 2).min(MAX_PAUSE);
-                self.k = 2;
-            } else {
-                self.next_pause = FIRST_PAUSE;
-            }
-            self.window = (0, 0);
+        if self.mode == SpeculativeMode::Auto && self.gate.record(drafted, accepted) {
+            self.k = 2;
         }
     }
+}
+
+/// Most tokens the MTP head drafts per step (the head is trained for one; each further
+/// draft feeds its own output back, and acceptance falls with every one).
+pub const MAX_MTP_DRAFT: usize = 4;
+/// Below this share of MTP drafts accepted over a window, `auto` stops drafting for a while.
+/// On the 4B shape (bench/RESULTS.md, "MTP verify cost, session 11") drafting breaks even at
+/// a per-draft acceptance of about 0.5 with one draft and 0.62 / 0.68 / 0.71 with 2 / 3 / 4,
+/// which is a share of accepted drafts of 0.50 / 0.50 / 0.48 / 0.46: above 0.55 every draft
+/// length gains.
+const MIN_MTP_ACCEPTANCE: f32 = 0.55;
+/// Most hidden states waiting for the head (a prompt's latest; the earlier positions are a
+/// gap in the head's context): 1024 rows of a 2560-wide model are 10 MB, held by every
+/// session with the drafter on, the scheduler's too (which prefill through the session but do
+/// not speculate).
+const MAX_PENDING: usize = 1024;
+
+/// Drafting with a model's multi-token-prediction head (docs/speculative.md, "MTP
+/// drafting"). The head reads the main model's hidden state at position i with token i + 1;
+/// the drafter keeps the head's own KV cache in step with the session: the hidden states of
+/// every forward the session runs with them ([`MtpDrafter::observe`]) are fed to the head at
+/// the next draft, and a rewind of the session cuts the head's cache back
+/// ([`MtpDrafter::rewind`]). Positions whose hidden states were never seen (a plain decode
+/// step, a restored session) leave a gap: the head then attends to fewer earlier positions,
+/// which may cost acceptance but never exactness, since every draft is verified.
+#[derive(Debug, Clone)]
+pub struct MtpDrafter {
+    mode: SpeculativeMode,
+    /// The head's KV cache: one row per position whose pair (token i + 1, hidden i) it has
+    /// seen.
+    cache: Cache,
+    /// The session position of each row of `cache`, increasing.
+    rows_pos: Vec<usize>,
+    /// Main-model hidden states not yet fed to the head, for positions `pending_from..`.
+    pending: Vec<f32>,
+    pending_from: usize,
+    /// Hidden width.
+    d: usize,
+    /// Current draft length, 1..=[`MAX_MTP_DRAFT`].
+    k: usize,
+    gate: PauseGate,
+}
+
+impl MtpDrafter {
+    /// A drafter for `head` in `mode` (`mtp` drafts every step; `auto` pauses while the
+    /// drafts do not pay).
+    pub fn new(head: &dyn MtpHead, mode: SpeculativeMode) -> Self {
+        MtpDrafter {
+            mode,
+            cache: head.new_mtp_cache(),
+            rows_pos: Vec::new(),
+            pending: Vec::new(),
+            pending_from: 0,
+            d: head.hidden_size(),
+            // One draft: the cheapest to be wrong about (break-even acceptance ~0.5 on the
+            // 4B shape, where one draft also gains most up to an acceptance of ~0.8).
+            k: 1,
+            gate: PauseGate::new(MIN_MTP_ACCEPTANCE),
+        }
+    }
+
+    /// Takes the main model's hidden states (after its final norm) for positions `from..`,
+    /// from a forward the session ran. Rows that do not continue the ones waiting replace
+    /// them.
+    pub fn observe(&mut self, from: usize, hidden: &[f32]) {
+        if hidden.is_empty() {
+            return;
+        }
+        if self.pending_from + self.pending.len() / self.d != from {
+            self.pending.clear();
+            self.pending_from = from;
+        }
+        self.pending.extend_from_slice(hidden);
+        // A long prompt's hidden states are not all kept: the head sees the latest ones.
+        let rows = self.pending.len() / self.d;
+        if rows > MAX_PENDING {
+            self.pending.drain(..(rows - MAX_PENDING) * self.d);
+            self.pending_from += rows - MAX_PENDING;
+        }
+    }
+
+    /// The session went back to its first `len` tokens: forgets the head's rows whose next
+    /// token is gone and the hidden states past the end.
+    pub fn rewind(&mut self, len: usize) {
+        let keep = self.rows_pos.partition_point(|&p| p + 1 < len);
+        if keep < self.rows_pos.len() {
+            self.rows_pos.truncate(keep);
+            self.cache.truncate(keep).expect("an attention-only cache cuts back anywhere");
+        }
+        let rows = (len.saturating_sub(self.pending_from)).min(self.pending.len() / self.d);
+        self.pending.truncate(rows * self.d);
+    }
+
+    /// True when the hidden state of the context's last position is at hand, so
+    /// [`draft`](Self::draft) can run; otherwise the session needs one forward that returns
+    /// hidden states first. `n` is the session's token count (the context without the token
+    /// just chosen).
+    pub fn ready(&self, n: usize) -> bool {
+        !self.pending.is_empty() && self.pending_from + self.pending.len() / self.d == n
+    }
+
+    /// True when `auto` is pausing (the call counts as one plain token).
+    pub fn paused(&mut self) -> bool {
+        self.mode == SpeculativeMode::Auto && self.gate.paused()
+    }
+
+    /// Drafts for the token after `context` (the session's tokens plus the token just
+    /// chosen), at most `limit`: the waiting hidden states go through the head with the
+    /// tokens after them (the last pair being the chosen token with the last hidden state),
+    /// the head's greedy pick is the first draft, and each further draft runs the head on the
+    /// draft before it and the head's own output. The draft rows leave the head's cache
+    /// again (the verified tokens come back as pairs with the main model's hidden states).
+    /// Needs [`ready`](Self::ready).
+    pub fn draft(&mut self, head: &dyn MtpHead, context: &[u32], limit: usize) -> Result<Vec<u32>, ModelError> {
+        let n = context.len() - 1;
+        let k = self.k.min(limit);
+        if k == 0 || !self.ready(n) {
+            return Ok(Vec::new());
+        }
+        let rows = self.pending.len() / self.d;
+        let next: Vec<u32> = (self.pending_from..n).map(|p| context[p + 1]).collect();
+        let (mut logits, hidden) = head.mtp_forward(&next, &self.pending, &mut self.cache, false)?;
+        self.rows_pos.extend(self.pending_from..n);
+        debug_assert_eq!(rows, next.len());
+        self.pending.clear();
+        self.pending_from = n;
+        let committed = self.cache.pos;
+        let mut out = hidden[(rows - 1) * self.d..].to_vec();
+        let mut drafts = Vec::with_capacity(k);
+        loop {
+            let id = argmax(&logits);
+            drafts.push(id);
+            if drafts.len() == k {
+                break;
+            }
+            (logits, out) = head.mtp_forward(&[id], &out, &mut self.cache, false)?;
+        }
+        self.cache.truncate(committed).expect("an attention-only cache cuts back anywhere");
+        Ok(drafts)
+    }
+
+    /// Records a verification: `drafted` tokens proposed, the first `accepted` kept. All
+    /// kept → one more next time (up to [`MAX_MTP_DRAFT`]); none → one fewer (down to 1);
+    /// otherwise one more than were kept.
+    pub fn record(&mut self, drafted: usize, accepted: usize) {
+        self.k = if accepted == drafted {
+            (self.k + 1).min(MAX_MTP_DRAFT)
+        } else if accepted == 0 {
+            self.k.saturating_sub(1).max(1)
+        } else {
+            (accepted + 1).min(MAX_MTP_DRAFT)
+        };
+        if self.mode == SpeculativeMode::Auto && self.gate.record(drafted, accepted) {
+            self.k = 1;
+        }
+    }
+
+    /// Sets the draft length (1..=[`MAX_MTP_DRAFT`]; the benchmark fixes it).
+    pub fn set_draft_len(&mut self, k: usize) {
+        self.k = k.clamp(1, MAX_MTP_DRAFT);
+    }
+}
+
+/// The first index of the largest value.
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
 }
 
 /// The draft length for a wish of `k`: from 3 on, one less than a multiple of 4, so the
@@ -242,15 +450,17 @@ mod tests {
     }
 
     #[test]
-    fn modes_parse_and_mtp_is_refused_with_a_reason() {
+    fn modes_parse_and_unknown_ones_are_refused_with_the_choices() {
         assert_eq!("auto".parse(), Ok(SpeculativeMode::Auto));
         assert_eq!("lookup".parse(), Ok(SpeculativeMode::Lookup));
         assert_eq!("none".parse(), Ok(SpeculativeMode::None));
+        assert_eq!("mtp".parse(), Ok(SpeculativeMode::Mtp));
         assert_eq!(SpeculativeMode::default(), SpeculativeMode::Auto);
-        let mtp = "mtp".parse::<SpeculativeMode>().unwrap_err();
-        assert!(mtp.contains("not implemented") && mtp.contains("lookup or auto"), "{mtp}");
+        for m in [SpeculativeMode::None, SpeculativeMode::Lookup, SpeculativeMode::Mtp, SpeculativeMode::Auto] {
+            assert_eq!(m.to_string().parse(), Ok(m));
+        }
         let bad = "fast".parse::<SpeculativeMode>().unwrap_err();
-        assert!(bad.contains("none, lookup or auto") && bad.contains("\"fast\""), "{bad}");
+        assert!(bad.contains("none, lookup, mtp or auto") && bad.contains("\"fast\""), "{bad}");
     }
 
     #[test]
@@ -326,5 +536,88 @@ mod tests {
             .count();
         let share = kept as f64 / n as f64;
         assert!((share - 0.4).abs() < 0.01, "the draft is kept with its probability, found {share}");
+    }
+}
+
+#[cfg(test)]
+mod mtp_tests {
+    use super::*;
+    use frognano_model::qwen35::Qwen35;
+    use frognano_model::CausalLm;
+
+    fn tiny() -> Qwen35 {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/qwen35-tiny");
+        Qwen35::from_safetensors(&dir).unwrap()
+    }
+
+    /// The drafter's bookkeeping: hidden states wait until a draft feeds them to the head with
+    /// the tokens after them, rows that do not continue the waiting ones replace them, the
+    /// draft rows leave the head's cache, and a rewind drops the rows whose next token is gone.
+    #[test]
+    fn mtp_drafter_keeps_the_heads_cache_in_step_with_the_session() {
+        let m = tiny();
+        let head = m.mtp().unwrap();
+        let d = head.hidden_size();
+        let ids: Vec<u32> = (0..12).map(|i| 5 + 3 * i).collect();
+        let mut cache = m.new_cache();
+        let (_, hidden) = head.forward_with_hidden(&ids[..10], &mut cache, false).unwrap();
+        let mut drafter = MtpDrafter::new(head, SpeculativeMode::Mtp);
+        assert!(!drafter.ready(10));
+        drafter.observe(0, &hidden);
+        assert!(drafter.ready(10) && !drafter.ready(9) && !drafter.ready(11));
+        drafter.set_draft_len(3);
+        // Context: the 10 tokens run plus the one just chosen.
+        let drafts = drafter.draft(head, &ids[..11], 8).unwrap();
+        assert_eq!(drafts.len(), 3);
+        assert_eq!(drafter.cache.pos, 10, "ten true pairs stay; the two draft rows are cut");
+        assert_eq!(drafter.rows_pos, (0..10).collect::<Vec<_>>());
+        assert!(!drafter.ready(11), "the next draft needs the verification's hidden states");
+        // A draft of the same context again (from a fresh drafter) gives the same tokens: the
+        // draft rows left nothing behind.
+        let mut again = MtpDrafter::new(head, SpeculativeMode::Mtp);
+        again.observe(0, &hidden);
+        again.set_draft_len(3);
+        assert_eq!(again.draft(head, &ids[..11], 8).unwrap(), drafts);
+        // The limit caps the drafts.
+        let mut one = MtpDrafter::new(head, SpeculativeMode::Mtp);
+        one.observe(0, &hidden);
+        one.set_draft_len(4);
+        assert_eq!(one.draft(head, &ids[..11], 1).unwrap().len(), 1);
+        // Rows not continuing the waiting ones replace them.
+        drafter.observe(12, &hidden[..d]);
+        assert!(drafter.ready(13));
+        drafter.observe(10, &hidden[..2 * d]);
+        assert!(drafter.ready(12) && !drafter.ready(13));
+        // Back to 5 tokens: pairs 0..=3 (their next tokens 1..=4 remain) stay.
+        drafter.rewind(5);
+        assert_eq!(drafter.cache.pos, 4);
+        assert_eq!(drafter.rows_pos, vec![0, 1, 2, 3]);
+        assert!(!drafter.ready(12), "the waiting rows were past the end");
+        drafter.rewind(0);
+        assert_eq!(drafter.cache.pos, 0);
+    }
+
+    #[test]
+    fn mtp_draft_length_follows_acceptance_and_auto_pauses() {
+        let m = tiny();
+        let mut d = MtpDrafter::new(m.mtp().unwrap(), SpeculativeMode::Auto);
+        assert_eq!(d.k, 1);
+        d.record(1, 1);
+        d.record(2, 2);
+        d.record(3, 3);
+        d.record(4, 4);
+        assert_eq!(d.k, MAX_MTP_DRAFT);
+        d.record(4, 1);
+        assert_eq!(d.k, 2);
+        d.record(2, 0);
+        assert_eq!(d.k, 1);
+        // A window of mostly rejected drafts pauses `auto`; `mtp` never pauses.
+        let mut mtp = MtpDrafter::new(m.mtp().unwrap(), SpeculativeMode::Mtp);
+        for _ in 0..WINDOW {
+            d.record(1, 0);
+            mtp.record(1, 0);
+        }
+        assert!(d.paused());
+        assert!(!mtp.paused());
     }
 }

@@ -7,8 +7,9 @@
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use frognano_engine::{GenerateRequest, SamplingParams, Session, SpeculativeMode};
-use frognano_model::qwen35::Qwen35;
+use frognano_engine::{GenerateRequest, SamplingParams, Session, SpeculationStats, SpeculativeMode};
+use frognano_model::qwen35::{Mixer, Qwen35};
+use frognano_model::tensor::Matrix;
 use frognano_model::{Cache, CausalLm, LayerCache};
 
 fn hybrid() -> Arc<dyn CausalLm> {
@@ -75,15 +76,25 @@ fn stepwise_verification_gives_decode_step_bits_on_the_hybrid_fixture() {
     stepwise_matches_decode_steps(hybrid(), "qwen35 tiny");
 }
 
-/// Greedy generation with lookup drafts (some accepted, some rejected) gives plain decoding's
-/// tokens and log-probabilities, and leaves the session in plain decoding's state.
-fn greedy_is_unchanged(m: Arc<dyn CausalLm>, prompt: &[u32], n: usize, what: &str) {
+/// Greedy generation with drafts (some accepted, some rejected) gives plain decoding's tokens
+/// and log-probabilities, and leaves the session in plain decoding's state.
+fn greedy_is_unchanged(m: Arc<dyn CausalLm>, prompt: &[u32], n: usize, what: &str) -> SpeculationStats {
+    greedy_is_unchanged_with(m, prompt, n, what, SpeculativeMode::Lookup)
+}
+
+fn greedy_is_unchanged_with(
+    m: Arc<dyn CausalLm>,
+    prompt: &[u32],
+    n: usize,
+    what: &str,
+    mode: SpeculativeMode,
+) -> SpeculationStats {
     let mut plain = Session::new(Arc::clone(&m));
     plain.set_speculative(SpeculativeMode::None);
     let a = plain.generate(prompt, &greedy(n), |_| ControlFlow::Continue(())).unwrap();
     assert_eq!(plain.speculation_stats().verifications, 0);
     let mut spec = Session::new(m);
-    spec.set_speculative(SpeculativeMode::Lookup);
+    spec.set_speculative(mode);
     let b = spec.generate(prompt, &greedy(n), |_| ControlFlow::Continue(())).unwrap();
     let stats = spec.speculation_stats();
     let ids = |g: &frognano_engine::Generation| g.tokens.iter().map(|t| t.id).collect::<Vec<_>>();
@@ -104,6 +115,7 @@ fn greedy_is_unchanged(m: Arc<dyn CausalLm>, prompt: &[u32], n: usize, what: &st
     let c = plain.generate(&more, &greedy(8), |_| ControlFlow::Continue(())).unwrap();
     let d = spec.generate(&more, &greedy(8), |_| ControlFlow::Continue(())).unwrap();
     assert_eq!(ids(&d), ids(&c), "{what}: the next turn differs");
+    stats
 }
 
 #[test]
@@ -141,7 +153,12 @@ fn greedy_tokens_and_states_are_unchanged_by_lookup_on_the_hybrid_fixture() {
 /// limit hold, and that every token's log-probability is the model's.
 #[test]
 fn sampled_generation_with_drafts_keeps_the_limits_and_the_models_logprobs() {
-    let m = hybrid();
+    sampled_generation_keeps_the_limits_and_the_models_logprobs(hybrid(), SpeculativeMode::Lookup);
+    // The repeating MTP head's drafts are often the sampled token at temperature 0.8.
+    sampled_generation_keeps_the_limits_and_the_models_logprobs(hybrid_with_repeating_mtp_head(), SpeculativeMode::Mtp);
+}
+
+fn sampled_generation_keeps_the_limits_and_the_models_logprobs(m: Arc<dyn CausalLm>, mode: SpeculativeMode) {
     let req = GenerateRequest {
         sampling: SamplingParams { temperature: 0.8, seed: Some(7), ..Default::default() },
         max_tokens: 30,
@@ -149,10 +166,11 @@ fn sampled_generation_with_drafts_keeps_the_limits_and_the_models_logprobs() {
         top_logprobs: 0,
     };
     let mut s = Session::new(Arc::clone(&m));
-    s.set_speculative(SpeculativeMode::Lookup);
+    s.set_speculative(mode);
     let prompt = repetitive(50);
     let g = s.generate(&prompt, &req, |_| ControlFlow::Continue(())).unwrap();
     assert_eq!(g.tokens.len(), 30);
+    assert!(s.speculation_stats().verifications > 0, "{mode}: {:?}", s.speculation_stats());
     // Replaying the tokens one decode step at a time gives the recorded log-probabilities.
     let mut cache = m.new_cache();
     let mut logits = m.forward(&prompt, &mut cache, false).unwrap();
@@ -164,7 +182,7 @@ fn sampled_generation_with_drafts_keeps_the_limits_and_the_models_logprobs() {
     // A callback that stops after 5 tokens gets a reply of 5, even when a verification
     // accepted more at once.
     let mut s = Session::new(m);
-    s.set_speculative(SpeculativeMode::Lookup);
+    s.set_speculative(mode);
     let mut seen = 0;
     let g = s
         .generate(&prompt, &req, |_| {
@@ -352,4 +370,69 @@ fn the_scheduler_speculates_within_its_batch_and_gives_plain_tokens() {
     assert_eq!(plain_drafted, 0);
     assert!(accepted > 0 && drafted >= accepted, "drafted {drafted}, accepted {accepted}");
     assert!(spec_steps < plain_steps, "{spec_steps} speculative steps vs {plain_steps} plain ones");
+
+/// The tiny fixture with its MTP head's weights set so that the head drafts the token it is
+/// given again (fc passes the embedding half through, the layer adds nothing, unit norms; a
+/// tied head then ranks a token's own embedding first). The random-weight model repeats
+/// tokens in runs, so these drafts hold inside a run and fail where it changes. The head's
+/// numerics are checked against the torch reference in crates/model/tests/qwen35.rs; this
+/// checks the drafting around it.
+fn hybrid_with_repeating_mtp_head() -> Arc<dyn CausalLm> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/qwen35-tiny");
+    let mut m = Qwen35::from_safetensors(&dir).unwrap();
+    let d = m.cfg.hidden_size;
+    let mtp = m.mtp.as_mut().unwrap();
+    let mut fc = vec![0.0f32; d * 2 * d];
+    for r in 0..d {
+        fc[r * 2 * d + r] = 1.0;
+    }
+    mtp.fc = Matrix::from_f32(d, 2 * d, fc);
+    mtp.pre_fc_norm_embedding = vec![1.0; d];
+    mtp.norm = vec![1.0; d];
+    let Mixer::Attention(attn) = &mut mtp.layer.mixer else { panic!("the MTP layer is full attention") };
+    attn.o_proj = Matrix::from_f32(attn.o_proj.rows, attn.o_proj.cols, vec![0.0; attn.o_proj.rows * attn.o_proj.cols]);
+    let down = &mtp.layer.mlp.down;
+    mtp.layer.mlp.down = Matrix::from_f32(down.rows, down.cols, vec![0.0; down.rows * down.cols]);
+    Arc::new(m)
+}
+
+/// Greedy generation with the tiny fixture's MTP head drafting 1–4 tokens gives plain
+/// decoding's tokens and log-probabilities; after rejected drafts every layer's state (keys,
+/// values, conv and recurrent state, restored from a snapshot and recomputed) is bit-equal to
+/// plain decoding's. With the fixture's random head nothing is accepted; with the repeating
+/// head drafts are both accepted and rejected. `auto` drafts with the head.
+#[test]
+fn greedy_tokens_and_states_are_unchanged_by_mtp_drafts_on_the_hybrid_fixture() {
+    // The model answers this prompt with runs of one token: 260 ×3, 346 ×3, 22 …
+    let prompt: Vec<u32> = (0..50).map(|i| (i % 2) * 5 + 3).collect();
+    let m = hybrid();
+    assert!(m.mtp().is_some(), "the fixture has an MTP head");
+    let mut random = Session::new(Arc::clone(&m));
+    random.set_speculative(SpeculativeMode::Mtp);
+    let plain = {
+        let mut s = Session::new(Arc::clone(&m));
+        s.set_speculative(SpeculativeMode::None);
+        s.generate(&prompt, &greedy(24), |_| ControlFlow::Continue(())).unwrap()
+    };
+    let g = random.generate(&prompt, &greedy(24), |_| ControlFlow::Continue(())).unwrap();
+    assert!(g.tokens.iter().map(|t| t.id).eq(plain.tokens.iter().map(|t| t.id)));
+    let st = random.speculation_stats();
+    assert!(st.drafted > 0 && st.recomputed > 0, "{st:?}");
+
+    let m = hybrid_with_repeating_mtp_head();
+    let stats = greedy_is_unchanged_with(Arc::clone(&m), &prompt, 40, "qwen35 tiny, mtp", SpeculativeMode::Mtp);
+    assert!(stats.recomputed > 0, "{stats:?}");
+    assert!(stats.drafted <= 4 * stats.verifications, "{stats:?}");
+    let auto = Session::new(m);
+    assert_eq!(auto.speculative(), SpeculativeMode::Auto);
+    assert!(auto.drafts_with_mtp(), "auto drafts with the model's MTP head");
+    assert!(!Session::new(hybrid_without_head()).drafts_with_mtp());
+}
+
+/// A model without an MTP head.
+fn hybrid_without_head() -> Arc<dyn CausalLm> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/qwen35-tiny");
+    let mut m = Qwen35::from_safetensors(&dir).unwrap();
+    m.mtp = None;
+    Arc::new(m)
 }

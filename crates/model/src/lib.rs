@@ -31,6 +31,7 @@ pub mod memory;
 pub mod quant;
 pub mod qwen35;
 pub mod qwen35_gguf;
+pub mod qwen35_mtp;
 pub mod safetensors_dir;
 pub mod tensor;
 pub mod test_support;
@@ -117,6 +118,12 @@ pub trait CausalLm: Send + Sync {
         check_segment_ids(batch, self.vocab_size())?;
         batch.iter_mut().map(|(ids, cache)| self.forward_stepwise(ids, cache)).collect()
     }
+
+    /// The model's multi-token-prediction head, when it has one (Qwen3.5 checkpoints with
+    /// `mtp.*` weights): what `--speculative mtp` drafts with.
+    fn mtp(&self) -> Option<&dyn MtpHead> {
+        None
+    }
 }
 
 /// Rejects a batch of segments with an empty one or a token id outside the vocabulary
@@ -131,6 +138,39 @@ pub(crate) fn check_segment_ids(batch: &[(&[u32], &mut Cache)], vocab_size: usiz
         }
     }
     Ok(())
+}
+
+/// A multi-token-prediction head (docs/speculative.md, "MTP drafting"): a small module that
+/// reads the main model's last hidden state at position i and the embedding of token i + 1
+/// and predicts token i + 2, with an attention layer of its own whose keys and values live in
+/// a cache of their own. The main model's forwards that also return those hidden states are
+/// here, so a drafter gets them from the same pass that gives the logits.
+pub trait MtpHead: Send + Sync {
+    /// An empty cache for the head's own attention layer(s).
+    fn new_mtp_cache(&self) -> Cache;
+
+    /// Width of a hidden row.
+    fn hidden_size(&self) -> usize;
+
+    /// The main model over `ids` at positions `cache.len()..`, as [`CausalLm::forward_stepwise`]
+    /// (when `stepwise`: every row's logits, each a decode step's bits) or as
+    /// [`CausalLm::forward`] without `all_logits` (the prompt path: the last row's logits),
+    /// with the same bits; also returns every row's hidden state after the final norm
+    /// (`[ids.len(), d]`), the input of [`MtpHead::mtp_forward`].
+    fn forward_with_hidden(&self, ids: &[u32], cache: &mut Cache, stepwise: bool) -> Result<(Vec<f32>, Vec<f32>)>;
+
+    /// The head over `t` rows at positions `cache.len()..` of its own cache: row r pairs
+    /// `next_ids[r]` (the token after the hidden state's position) with `hidden[r]` (a main
+    /// model hidden state after the final norm, or this head's own output for a second
+    /// draft). Returns the logits of the last row (of every row when `all_logits`) and every
+    /// row's output hidden state (after the head's norm, `[t, d]`).
+    fn mtp_forward(
+        &self,
+        next_ids: &[u32],
+        hidden: &[f32],
+        cache: &mut Cache,
+        all_logits: bool,
+    ) -> Result<(Vec<f32>, Vec<f32>)>;
 }
 
 /// Rejects a batch with a token id outside the vocabulary (before any cache is touched).

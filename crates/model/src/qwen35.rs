@@ -20,6 +20,7 @@ use crate::kernels::conv::causal_conv1d;
 use crate::kernels::delta_rule::{self, DeltaInputs, DeltaShape};
 use crate::kernels::{l2_normalize, rms_norm, sigmoid, silu, softmax, softplus, Act, Rope};
 use crate::quant::QuantType;
+use crate::qwen35_mtp::Qwen35Mtp;
 use crate::safetensors_dir::SafetensorsDir;
 use crate::tensor::{DType, Matrix};
 use crate::weights::{has_output_head, layer_name, Role, TensorSource, WeightSpec, EMBED_TOKENS, FINAL_NORM, LM_HEAD};
@@ -117,53 +118,11 @@ impl Qwen35Map {
     /// The map for `cfg`, with an `lm_head.weight` when `has_lm_head`.
     pub fn new(cfg: &Qwen35Config, has_lm_head: bool) -> Self {
         let d = cfg.hidden_size;
-        let ffn = cfg.intermediate_size;
         let layers = cfg
             .layer_types
             .iter()
             .enumerate()
-            .map(|(i, ty)| {
-                let w = |suffix: &str, shape: &[usize], role| WeightSpec::new(layer_name(i, suffix), shape, role);
-                let mixer = match ty {
-                    LayerType::Full => {
-                        let (hq, hkv, dh) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim);
-                        MixerMap::Attention(AttentionMap {
-                            q_proj: w("self_attn.q_proj.weight", &[hq * 2 * dh, d], Role::Linear),
-                            k_proj: w("self_attn.k_proj.weight", &[hkv * dh, d], Role::Linear),
-                            v_proj: w("self_attn.v_proj.weight", &[hkv * dh, d], Role::Linear),
-                            o_proj: w("self_attn.o_proj.weight", &[d, hq * dh], Role::Linear),
-                            q_norm: w("self_attn.q_norm.weight", &[dh], Role::ZeroCentredNorm),
-                            k_norm: w("self_attn.k_norm.weight", &[dh], Role::ZeroCentredNorm),
-                        })
-                    }
-                    LayerType::Linear => {
-                        let (hv, dv, k) =
-                            (cfg.linear_num_value_heads, cfg.linear_value_head_dim, cfg.linear_conv_kernel_dim);
-                        let conv_dim = cfg.conv_dim();
-                        MixerMap::DeltaNet(DeltaNetMap {
-                            in_proj_qkv: w("linear_attn.in_proj_qkv.weight", &[conv_dim, d], Role::Linear),
-                            in_proj_z: w("linear_attn.in_proj_z.weight", &[hv * dv, d], Role::Linear),
-                            in_proj_b: w("linear_attn.in_proj_b.weight", &[hv, d], Role::Linear),
-                            in_proj_a: w("linear_attn.in_proj_a.weight", &[hv, d], Role::Linear),
-                            conv1d: w("linear_attn.conv1d.weight", &[conv_dim, 1, k], Role::Vector),
-                            dt_bias: w("linear_attn.dt_bias", &[hv], Role::Vector),
-                            a_log: w("linear_attn.A_log", &[hv], Role::LogDecay),
-                            norm: w("linear_attn.norm.weight", &[dv], Role::Norm),
-                            out_proj: w("linear_attn.out_proj.weight", &[d, hv * dv], Role::Linear),
-                        })
-                    }
-                };
-                LayerMap {
-                    input_norm: w("input_layernorm.weight", &[d], Role::ZeroCentredNorm),
-                    mixer,
-                    post_attention_norm: w("post_attention_layernorm.weight", &[d], Role::ZeroCentredNorm),
-                    mlp: MlpMap {
-                        gate: w("mlp.gate_proj.weight", &[ffn, d], Role::Linear),
-                        up: w("mlp.up_proj.weight", &[ffn, d], Role::Linear),
-                        down: w("mlp.down_proj.weight", &[d, ffn], Role::Linear),
-                    },
-                }
-            })
+            .map(|(i, ty)| LayerMap::new(cfg, *ty, |suffix| layer_name(i, suffix)))
             .collect();
         Qwen35Map {
             embed_tokens: WeightSpec::new(EMBED_TOKENS, [cfg.vocab_size, d], Role::Embedding),
@@ -184,6 +143,52 @@ impl Qwen35Map {
 }
 
 impl LayerMap {
+    /// The weights of one decoder layer of type `ty`, each named `name(suffix)`
+    /// (`model.layers.{i}.…` for the stack, `mtp.layers.{i}.…` for the MTP head).
+    pub fn new(cfg: &Qwen35Config, ty: LayerType, name: impl Fn(&str) -> String) -> Self {
+        let d = cfg.hidden_size;
+        let ffn = cfg.intermediate_size;
+        let w = |suffix: &str, shape: &[usize], role| WeightSpec::new(name(suffix), shape, role);
+        let mixer = match ty {
+            LayerType::Full => {
+                let (hq, hkv, dh) = (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim);
+                MixerMap::Attention(AttentionMap {
+                    q_proj: w("self_attn.q_proj.weight", &[hq * 2 * dh, d], Role::Linear),
+                    k_proj: w("self_attn.k_proj.weight", &[hkv * dh, d], Role::Linear),
+                    v_proj: w("self_attn.v_proj.weight", &[hkv * dh, d], Role::Linear),
+                    o_proj: w("self_attn.o_proj.weight", &[d, hq * dh], Role::Linear),
+                    q_norm: w("self_attn.q_norm.weight", &[dh], Role::ZeroCentredNorm),
+                    k_norm: w("self_attn.k_norm.weight", &[dh], Role::ZeroCentredNorm),
+                })
+            }
+            LayerType::Linear => {
+                let (hv, dv, k) = (cfg.linear_num_value_heads, cfg.linear_value_head_dim, cfg.linear_conv_kernel_dim);
+                let conv_dim = cfg.conv_dim();
+                MixerMap::DeltaNet(DeltaNetMap {
+                    in_proj_qkv: w("linear_attn.in_proj_qkv.weight", &[conv_dim, d], Role::Linear),
+                    in_proj_z: w("linear_attn.in_proj_z.weight", &[hv * dv, d], Role::Linear),
+                    in_proj_b: w("linear_attn.in_proj_b.weight", &[hv, d], Role::Linear),
+                    in_proj_a: w("linear_attn.in_proj_a.weight", &[hv, d], Role::Linear),
+                    conv1d: w("linear_attn.conv1d.weight", &[conv_dim, 1, k], Role::Vector),
+                    dt_bias: w("linear_attn.dt_bias", &[hv], Role::Vector),
+                    a_log: w("linear_attn.A_log", &[hv], Role::LogDecay),
+                    norm: w("linear_attn.norm.weight", &[dv], Role::Norm),
+                    out_proj: w("linear_attn.out_proj.weight", &[d, hv * dv], Role::Linear),
+                })
+            }
+        };
+        LayerMap {
+            input_norm: w("input_layernorm.weight", &[d], Role::ZeroCentredNorm),
+            mixer,
+            post_attention_norm: w("post_attention_layernorm.weight", &[d], Role::ZeroCentredNorm),
+            mlp: MlpMap {
+                gate: w("mlp.gate_proj.weight", &[ffn, d], Role::Linear),
+                up: w("mlp.up_proj.weight", &[ffn, d], Role::Linear),
+                down: w("mlp.down_proj.weight", &[d, ffn], Role::Linear),
+            },
+        }
+    }
+
     /// This layer's weights in checkpoint order: input norm, mixer, post-attention norm, MLP.
     pub fn specs(&self) -> Vec<&WeightSpec> {
         let mut v = vec![&self.input_norm];
@@ -301,8 +306,20 @@ pub struct Layer {
 }
 
 impl Layer {
+    /// The projection matrices of this layer (mixer, then MLP), to re-quantize or repack.
+    pub(crate) fn matrices_mut(&mut self) -> Vec<&mut Matrix> {
+        let mut v: Vec<&mut Matrix> = match &mut self.mixer {
+            Mixer::Attention(a) => vec![&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.o_proj],
+            Mixer::DeltaNet(n) => {
+                vec![&mut n.in_proj_qkv, &mut n.in_proj_z, &mut n.in_proj_b, &mut n.in_proj_a, &mut n.out_proj]
+            }
+        };
+        v.extend([&mut self.mlp.gate, &mut self.mlp.up, &mut self.mlp.down]);
+        v
+    }
+
     /// The projection matrices of this layer (mixer, then MLP).
-    fn matrices(&self) -> Vec<&Matrix> {
+    pub(crate) fn matrices(&self) -> Vec<&Matrix> {
         let mut v: Vec<&Matrix> = match &self.mixer {
             Mixer::Attention(a) => vec![&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj],
             Mixer::DeltaNet(n) => vec![&n.in_proj_qkv, &n.in_proj_z, &n.in_proj_b, &n.in_proj_a, &n.out_proj],
@@ -331,6 +348,8 @@ pub struct Qwen35 {
     /// How new caches store attention keys and values: f32 in the activation dtype's values
     /// (transformers' numerics) unless set (GGUF models: f16, as llama.cpp).
     kv_type: KvType,
+    /// The multi-token-prediction head (`mtp.*`), when the checkpoint has one.
+    pub mtp: Option<Qwen35Mtp>,
 }
 
 impl Qwen35 {
@@ -344,7 +363,7 @@ impl Qwen35 {
         act: Act,
     ) -> Self {
         let rope = Rope::new(cfg.rotary_dim(), cfg.rope_theta);
-        Qwen35 { cfg, embed_tokens, lm_head, layers, norm, act, rope, kv_type: KvType::F32 }
+        Qwen35 { cfg, embed_tokens, lm_head, layers, norm, act, rope, kv_type: KvType::F32, mtp: None }
     }
 
     /// Loads `config.json` + safetensors from a Hugging Face checkpoint folder.
@@ -368,46 +387,12 @@ impl Qwen35 {
         });
         let lm_head = map.lm_head.as_ref().map(|w| src.matrix(w)).transpose()?;
         let key_head = src.layout().value_heads.key_heads(cfg.linear_num_value_heads, cfg.linear_num_key_heads);
-        let layers = map
-            .layers
-            .iter()
-            .map(|l| {
-                let mixer = match &l.mixer {
-                    MixerMap::Attention(a) => Mixer::Attention(GatedAttention {
-                        q_proj: src.matrix(&a.q_proj)?,
-                        k_proj: src.matrix(&a.k_proj)?,
-                        v_proj: src.matrix(&a.v_proj)?,
-                        o_proj: src.matrix(&a.o_proj)?,
-                        q_norm: src.vector(&a.q_norm)?,
-                        k_norm: src.vector(&a.k_norm)?,
-                    }),
-                    MixerMap::DeltaNet(n) => Mixer::DeltaNet(GatedDeltaNet {
-                        in_proj_qkv: src.matrix(&n.in_proj_qkv)?,
-                        in_proj_z: src.matrix(&n.in_proj_z)?,
-                        in_proj_b: src.matrix(&n.in_proj_b)?,
-                        in_proj_a: src.matrix(&n.in_proj_a)?,
-                        conv1d: src.vector(&n.conv1d)?,
-                        dt_bias: src.vector(&n.dt_bias)?,
-                        neg_a: src.vector(&n.a_log)?,
-                        norm: src.vector(&n.norm)?,
-                        out_proj: src.matrix(&n.out_proj)?,
-                        key_head: key_head.clone(),
-                    }),
-                };
-                Ok(Layer {
-                    input_norm: src.vector(&l.input_norm)?,
-                    post_attention_norm: src.vector(&l.post_attention_norm)?,
-                    mixer,
-                    mlp: Mlp {
-                        gate: src.matrix(&l.mlp.gate)?,
-                        up: src.matrix(&l.mlp.up)?,
-                        down: src.matrix(&l.mlp.down)?,
-                    },
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let layers = map.layers.iter().map(|l| load_layer(src, l, &key_head)).collect::<Result<Vec<_>>>()?;
         let norm = src.vector(&map.norm)?;
-        Ok(Qwen35::new(cfg, embed_tokens, lm_head, layers, norm, act))
+        let mtp = Qwen35Mtp::load(&cfg, src, &key_head)?;
+        let mut m = Qwen35::new(cfg, embed_tokens, lm_head, layers, norm, act);
+        m.mtp = mtp;
+        Ok(m)
     }
 
     /// Re-quantizes every weight matrix to `q` (`--quant`); matrices too narrow for its
@@ -420,6 +405,11 @@ impl Qwen35 {
         }
         for m in self.layer_matrices_mut() {
             *m = m.quantized(q);
+        }
+        if let Some(mtp) = self.mtp.as_mut() {
+            for m in mtp.matrices_mut() {
+                *m = m.quantized(q);
+            }
         }
         self.act = Act::F32;
     }
@@ -435,42 +425,109 @@ impl Qwen35 {
         for m in self.layer_matrices_mut() {
             m.pack_for_matmul();
         }
+        if let Some(mtp) = self.mtp.as_mut() {
+            for m in mtp.matrices_mut() {
+                m.pack_for_matmul();
+            }
+        }
     }
 
     /// Bytes of the weight matrices (after any re-quantization).
     pub fn weight_bytes(&self) -> usize {
         let head = self.lm_head.as_ref().map_or(0, Matrix::byte_len);
         let layers: usize = self.layers.iter().flat_map(Layer::matrices).map(Matrix::byte_len).sum();
-        self.embed_tokens.byte_len() + head + layers
+        let mtp: usize = self.mtp.iter().flat_map(Qwen35Mtp::matrices).map(Matrix::byte_len).sum();
+        self.embed_tokens.byte_len() + head + layers + mtp
     }
 
     /// Every projection matrix of every layer (mixer, then MLP).
     fn layer_matrices_mut(&mut self) -> impl Iterator<Item = &mut Matrix> {
-        self.layers.iter_mut().flat_map(|l| {
-            let mixer: Vec<&mut Matrix> = match &mut l.mixer {
-                Mixer::Attention(a) => vec![&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.o_proj],
-                Mixer::DeltaNet(n) => {
-                    vec![&mut n.in_proj_qkv, &mut n.in_proj_z, &mut n.in_proj_b, &mut n.in_proj_a, &mut n.out_proj]
-                }
-            };
-            mixer.into_iter().chain([&mut l.mlp.gate, &mut l.mlp.up, &mut l.mlp.down])
-        })
+        self.layers.iter_mut().flat_map(Layer::matrices_mut)
     }
 
-    fn eps(&self) -> f32 {
+    pub(crate) fn eps(&self) -> f32 {
         self.cfg.rms_norm_eps as f32
     }
+
+    /// One decoder layer over `h` (`[t, d]`, updated in place): pre-norm mixer and MLP with
+    /// their residuals, the mixer advancing each segment's state of this layer.
+    pub(crate) fn run_layer(&self, layer: &Layer, h: &mut [f32], t: usize, parts: &mut [Segment<'_>]) {
+        let act = self.act;
+        let mut u = rms_norm(h, &layer.input_norm, self.eps());
+        act.round(&mut u);
+        let u = match &layer.mixer {
+            Mixer::Attention(a) => a.forward(&u, parts, self),
+            Mixer::DeltaNet(n) => n.forward(&u, parts, self),
+        };
+        for (a, b) in h.iter_mut().zip(&u) {
+            *a = act.r(*a + b);
+        }
+        let mut u = rms_norm(h, &layer.post_attention_norm, self.eps());
+        act.round(&mut u);
+        let u = layer.mlp.forward(&u, t, act);
+        for (a, b) in h.iter_mut().zip(&u) {
+            *a = act.r(*a + b);
+        }
+    }
+
+    /// The final norm over `n` hidden rows of the stack: the hidden states the output head
+    /// reads, and the ones the MTP head takes (`[n, d]`).
+    pub(crate) fn final_norm(&self, rows: &[f32]) -> Vec<f32> {
+        let mut x = rms_norm(rows, &self.norm, self.eps());
+        self.act.round(&mut x);
+        x
+    }
+
+    /// The output head over `n` normed rows: `[n, vocab]`.
+    pub(crate) fn head(&self, normed: &[f32], n: usize) -> Vec<f32> {
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
+        let mut logits = head.matmul(normed, n);
+        self.act.round(&mut logits);
+        logits
+    }
+}
+
+/// Reads one decoder layer's weights.
+pub(crate) fn load_layer(src: &dyn TensorSource, l: &LayerMap, key_head: &[usize]) -> Result<Layer> {
+    let mixer = match &l.mixer {
+        MixerMap::Attention(a) => Mixer::Attention(GatedAttention {
+            q_proj: src.matrix(&a.q_proj)?,
+            k_proj: src.matrix(&a.k_proj)?,
+            v_proj: src.matrix(&a.v_proj)?,
+            o_proj: src.matrix(&a.o_proj)?,
+            q_norm: src.vector(&a.q_norm)?,
+            k_norm: src.vector(&a.k_norm)?,
+        }),
+        MixerMap::DeltaNet(n) => Mixer::DeltaNet(GatedDeltaNet {
+            in_proj_qkv: src.matrix(&n.in_proj_qkv)?,
+            in_proj_z: src.matrix(&n.in_proj_z)?,
+            in_proj_b: src.matrix(&n.in_proj_b)?,
+            in_proj_a: src.matrix(&n.in_proj_a)?,
+            conv1d: src.vector(&n.conv1d)?,
+            dt_bias: src.vector(&n.dt_bias)?,
+            neg_a: src.vector(&n.a_log)?,
+            norm: src.vector(&n.norm)?,
+            out_proj: src.matrix(&n.out_proj)?,
+            key_head: key_head.to_vec(),
+        }),
+    };
+    Ok(Layer {
+        input_norm: src.vector(&l.input_norm)?,
+        post_attention_norm: src.vector(&l.post_attention_norm)?,
+        mixer,
+        mlp: Mlp { gate: src.matrix(&l.mlp.gate)?, up: src.matrix(&l.mlp.up)?, down: src.matrix(&l.mlp.down)? },
+    })
 }
 
 /// One sequence's rows in a (possibly batched) pass: `rows` new tokens at positions
 /// `pos0..` and that sequence's state for the current layer. Projections and the MLP run over
 /// the rows of all segments together; only attention and the recurrent step run per segment.
-struct Segment<'a> {
-    rows: usize,
-    pos0: usize,
-    state: &'a mut LayerCache,
+pub(crate) struct Segment<'a> {
+    pub(crate) rows: usize,
+    pub(crate) pos0: usize,
+    pub(crate) state: &'a mut LayerCache,
     /// Take the rows one at a time through the one-token path (`decode_layers`' `stepwise`).
-    stepwise: bool,
+    pub(crate) stepwise: bool,
 }
 
 /// `x[r0·w .. (r0+rows)·w]`, copied.
@@ -760,31 +817,16 @@ impl LayerStack for Qwen35 {
     fn decode_layers(&self, ids: &[u32], segs: &mut [(usize, &mut Cache)], stepwise: bool) -> Vec<f32> {
         let d = self.cfg.hidden_size;
         let t = ids.len();
-        let act = self.act;
         let mut h = Vec::with_capacity(t * d);
         for &id in ids {
             h.extend(self.embed_tokens.row(id as usize));
         }
         for (li, layer) in self.layers.iter().enumerate() {
-            let mut u = rms_norm(&h, &layer.input_norm, self.eps());
-            act.round(&mut u);
             let mut parts: Vec<Segment<'_>> = segs
                 .iter_mut()
                 .map(|(rows, cache)| Segment { rows: *rows, pos0: cache.pos, state: &mut cache.layers[li], stepwise })
                 .collect();
-            let u = match &layer.mixer {
-                Mixer::Attention(a) => a.forward(&u, &mut parts, self),
-                Mixer::DeltaNet(n) => n.forward(&u, &mut parts, self),
-            };
-            for (a, b) in h.iter_mut().zip(&u) {
-                *a = act.r(*a + b);
-            }
-            let mut u = rms_norm(&h, &layer.post_attention_norm, self.eps());
-            act.round(&mut u);
-            let u = layer.mlp.forward(&u, t, act);
-            for (a, b) in h.iter_mut().zip(&u) {
-                *a = act.r(*a + b);
-            }
+            self.run_layer(layer, &mut h, t, &mut parts);
         }
         for (rows, cache) in segs.iter_mut() {
             cache.pos += *rows;
@@ -793,12 +835,7 @@ impl LayerStack for Qwen35 {
     }
 
     fn logits(&self, rows: &[f32], n: usize) -> Vec<f32> {
-        let mut x = rms_norm(rows, &self.norm, self.eps());
-        self.act.round(&mut x);
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
-        let mut logits = head.matmul(&x, n);
-        self.act.round(&mut logits);
-        logits
+        self.head(&self.final_norm(rows), n)
     }
 }
 
@@ -861,5 +898,9 @@ impl CausalLm for Qwen35 {
 
     fn forward_batch_stepwise(&self, batch: &mut [(&[u32], &mut Cache)]) -> Result<Vec<Vec<f32>>> {
         crate::kernels::on_pool(|| decoder::forward_batch_stepwise(self, batch))
+    }
+
+    fn mtp(&self) -> Option<&dyn crate::MtpHead> {
+        self.mtp.as_ref().map(|_| self as &dyn crate::MtpHead)
     }
 }

@@ -2,7 +2,8 @@
 //! `model.safetensors.index.json`, memory-mapped, looked up by canonical name.
 //!
 //! Names are normalised so `model.language_model.X` and `model.X` are the same tensor; the
-//! vision tower (`model.visual.*`) and the multi-token-prediction head (`mtp.*`) are skipped.
+//! vision tower (`model.visual.*`) is skipped. The multi-token-prediction head (`mtp.*`) keeps
+//! its names; [`crate::qwen35_mtp`] reads it when present.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -33,7 +34,7 @@ pub struct SafetensorsDir {
 
 /// The canonical name of a stored tensor, or `None` for tensors the text model ignores.
 pub fn canonical_name(name: &str) -> Option<String> {
-    if name.starts_with("mtp.") || name.starts_with("model.visual.") || name.starts_with("visual.") {
+    if name.starts_with("model.visual.") || name.starts_with("visual.") {
         return None;
     }
     if let Some(rest) = name.strip_prefix("model.language_model.") {

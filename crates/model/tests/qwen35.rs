@@ -144,3 +144,73 @@ fn bf16_checkpoint_matches_transformers_bf16_run() {
     let g = Golden::open("qwen35-tiny-bf16");
     check_bf16(&m, &g.f32("logits_full_bf16"), &g.ids("input_ids"));
 }
+
+/// The MTP head (`fixtures/qwen35-tiny/mtp.safetensors`) against the torch reference of
+/// scripts/make_qwen35_fixtures.py: the main model's last hidden states, the head over every
+/// (next token, hidden state) pair of a 150-token prompt, and a chain of 4 greedy drafts,
+/// each feeding the head its own output at the next position.
+#[test]
+fn mtp_head_matches_the_torch_reference() {
+    use frognano_model::MtpHead;
+    let m = Qwen35::from_safetensors(&fixture("qwen35-tiny")).unwrap();
+    assert!(m.mtp.is_some(), "the fixture's mtp.* shard was not loaded");
+    let head: &dyn MtpHead = m.mtp().unwrap();
+    let g = Golden::open("qwen35-tiny.mtp");
+    let ids = g.ids("mtp_input_ids");
+    let (t, d, vocab) = (ids.len(), m.cfg.hidden_size, m.vocab_size());
+    // Relative to the values' scale: hidden states are O(1), logits O(10).
+    let close = |what: &str, ours: &[f32], want: &[f32]| {
+        let scale = want.iter().fold(1.0f32, |a, v| a.max(v.abs()));
+        let diff = max_abs_diff(ours, want);
+        assert!(diff <= 2e-5 * scale, "{what}: differs from the reference by {diff} (values up to {scale})");
+    };
+
+    // The main model's prompt pass with its hidden states: the logits `forward` gives, to
+    // the bit, and the reference's hidden states after the final norm.
+    let mut cache = m.new_cache();
+    let (last, hidden) = head.forward_with_hidden(&ids, &mut cache, false).unwrap();
+    let mut plain_cache = m.new_cache();
+    let plain = m.forward(&ids, &mut plain_cache, false).unwrap();
+    assert!(last.iter().zip(&plain).all(|(a, b)| a.to_bits() == b.to_bits()), "prompt logits differ from forward's");
+    close("main hidden states", &hidden, &g.f32("main_hidden"));
+    let next = argmax(&last);
+    assert_eq!(next, g.ids("next_token")[0]);
+
+    // The head over all 150 pairs (x[i+1], h[i]), the last pairing the next token.
+    let mut pairs: Vec<u32> = ids[1..].to_vec();
+    pairs.push(next);
+    let mut mcache = head.new_mtp_cache();
+    let (logits, out) = head.mtp_forward(&pairs, &hidden, &mut mcache, true).unwrap();
+    close("MTP logits", &logits, &g.f32("mtp_logits"));
+    close("MTP hidden states", &out, &g.f32("mtp_hidden"));
+    assert_eq!(mcache.len(), t);
+
+    // Four chained drafts.
+    let want_drafts = g.ids("draft_tokens");
+    let want_logits = g.f32("draft_logits");
+    let (mut lg, mut o) = (logits[(t - 1) * vocab..].to_vec(), out[(t - 1) * d..].to_vec());
+    for (i, &want) in want_drafts.iter().enumerate() {
+        close(&format!("draft {i} logits"), &lg, &want_logits[i * vocab..(i + 1) * vocab]);
+        let id = argmax(&lg);
+        assert_eq!(id, want, "draft {i}");
+        (lg, o) = head.mtp_forward(&[id], &o, &mut mcache, false).unwrap();
+    }
+
+    // Bad input is refused with the reason, before the cache moves.
+    let err = head.mtp_forward(&[1, 2], &o, &mut mcache, false).unwrap_err().to_string();
+    assert!(err.contains("hidden values for 2 tokens"), "{err}");
+    let err = head.mtp_forward(&[vocab as u32], &o, &mut mcache, false).unwrap_err().to_string();
+    assert!(err.contains("out of vocabulary"), "{err}");
+    let err = head.mtp_forward(&[1], &o, &mut m.new_cache(), false).unwrap_err().to_string();
+    assert!(err.contains("not an MTP head's cache"), "{err}");
+}
+
+/// A checkpoint with a stray `mtp.*` tensor (the wrapper fixture's lone `mtp.fc.weight`) has
+/// no MTP head; the tiny fixture without its head shard has none either.
+#[test]
+fn mtp_head_is_loaded_only_when_present() {
+    let w = Qwen35::from_safetensors(&fixture("qwen35-wrapper-untied")).unwrap();
+    assert!(w.mtp.is_none() && w.mtp().is_none());
+    let m = Qwen35::from_safetensors(&fixture("qwen35-tiny")).unwrap();
+    assert!(m.mtp().is_some());
+}
