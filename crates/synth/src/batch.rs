@@ -392,12 +392,16 @@ mod tests {
 
     #[test]
     fn cpu_time_is_read() {
+        // Spin until the process's CPU time moves (it counts in ticks of 10 ms), for at most
+        // 5 s of wall time: a reader that returns a constant never sees it move.
         let t0 = cpu_seconds();
+        let started = std::time::Instant::now();
         let mut x = 0u64;
-        for i in 0..50_000_000u64 {
-            x = x.wrapping_mul(31).wrapping_add(i);
+        while cpu_seconds() <= t0 && started.elapsed() < Duration::from_secs(5) {
+            for i in 0..1_000_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
         }
-        std::hint::black_box(x);
-        assert!(cpu_seconds() > t0, "no CPU time counted");
+        assert!(cpu_seconds() > t0, "no CPU time counted in {:?} of spinning", started.elapsed());
     }
 }
