@@ -637,7 +637,6 @@ impl Session {
         Ok(Some(out))
     }
 
-
     /// Starts a generation: runs `prompt` (reusing what it can) and samples the first token,
     /// which is returned (`None` only when `max_tokens` is 0). Further tokens come from
     /// [`decode_step`], which advances many sessions' generations in one batched forward.

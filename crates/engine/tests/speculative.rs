@@ -370,6 +370,7 @@ fn the_scheduler_speculates_within_its_batch_and_gives_plain_tokens() {
     assert_eq!(plain_drafted, 0);
     assert!(accepted > 0 && drafted >= accepted, "drafted {drafted}, accepted {accepted}");
     assert!(spec_steps < plain_steps, "{spec_steps} speculative steps vs {plain_steps} plain ones");
+}
 
 /// The tiny fixture with its MTP head's weights set so that the head drafts the token it is
 /// given again (fc passes the embedding half through, the layer adds nothing, unit norms; a
