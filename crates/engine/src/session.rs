@@ -494,11 +494,12 @@ impl Session {
         self.drafter.draft(&context, limit)
     }
 
-    /// Takes the logits of a verification of `ids` (the last token, then `drafts`) that has
+    /// Takes the logits of a verification of `ids` (the last token, then its drafts) that has
     /// just advanced the cache past all of them: samples position by position while the
     /// model agrees with the drafts, and returns the tokens chosen and how many of `ids` are
-    /// kept. The caller brings the cache back to the kept ones ([`Self::keep_verified`]).
-    fn accept_drafts(&mut self, decoding: &mut Decoding, ids: &[u32], logits: &[f32]) -> (Vec<TokenChoice>, usize) {
+    /// kept (the caller brings the cache back to them). Records the logits after the last
+    /// one kept; the drafter's record is the caller's ([`Self::record_verification`]).
+    fn choose_along(&mut self, decoding: &mut Decoding, ids: &[u32], logits: &[f32]) -> (Vec<TokenChoice>, usize) {
         let vocab = self.model.vocab_size();
         let drafts = &ids[1..];
         let mut out = Vec::new();
@@ -517,12 +518,19 @@ impl Session {
             }
         }
         self.last_logits = Some(logits[(kept - 1) * vocab..kept * vocab].to_vec());
-        let accepted = kept - 1;
-        self.drafter.record(drafts.len(), accepted);
-        self.spec_stats.verifications += 1;
-        self.spec_stats.drafted += drafts.len() as u64;
-        self.spec_stats.accepted += accepted as u64;
         (out, kept)
+    }
+
+    /// Counts a verification of `drafted` drafts of which the first `accepted` held, and tells
+    /// the drafter that made them (the MTP head's when `by_mtp`), which sizes its next drafts.
+    fn record_verification(&mut self, drafted: usize, accepted: usize, by_mtp: bool) {
+        match self.mtp.as_mut() {
+            Some(drafter) if by_mtp => drafter.record(drafted, accepted),
+            _ => self.drafter.record(drafted, accepted),
+        }
+        self.spec_stats.verifications += 1;
+        self.spec_stats.drafted += drafted as u64;
+        self.spec_stats.accepted += accepted as u64;
     }
 
     /// One speculative step of `decoding` alone, drafting with the model's MTP head where the
@@ -555,7 +563,9 @@ impl Session {
         context.extend_from_slice(&self.tokens);
         context.push(last);
         let base = self.tokens.len();
-        let head = self.model.mtp().filter(|_| self.mtp.is_some());
+        // The head borrows the model, not the session (which the acceptance below changes).
+        let model = Arc::clone(&self.model);
+        let head = model.mtp().filter(|_| self.mtp.is_some());
         let mut by_mtp = false;
         let drafts = match (self.mtp.as_mut(), head) {
             (Some(drafter), Some(head)) => {
@@ -592,23 +602,7 @@ impl Session {
             Some(head) => head.forward_with_hidden(&ids, &mut self.cache, true)?,
             None => (self.model.forward_stepwise(&ids, &mut self.cache)?, Vec::new()),
         };
-        let vocab = self.model.vocab_size();
-        let mut out = Vec::new();
-        let mut kept = 0;
-        for (j, &id) in ids.iter().enumerate() {
-            self.tokens.push(id);
-            kept = j + 1;
-            let draft = drafts.get(j).copied();
-            let Some(choice) = choose_guarded(decoding, &logits[j * vocab..(j + 1) * vocab], self, draft) else {
-                break;
-            };
-            let agreed = Some(choice.id) == draft;
-            out.push(choice);
-            if !agreed || decoding.is_finished() {
-                break;
-            }
-        }
-        self.last_logits = Some(logits[(kept - 1) * vocab..kept * vocab].to_vec());
+        let (out, kept) = self.choose_along(decoding, &ids, &logits);
         if kept < ids.len() {
             match snapshot {
                 None => self.cache.truncate(base + kept).map_err(EngineError::Failed)?,
@@ -626,14 +620,7 @@ impl Session {
         if drafts.is_empty() {
             return Ok(Some(out));
         }
-        let accepted = kept - 1;
-        match self.mtp.as_mut() {
-            Some(drafter) if by_mtp => drafter.record(drafts.len(), accepted),
-            _ => self.drafter.record(drafts.len(), accepted),
-        }
-        self.spec_stats.verifications += 1;
-        self.spec_stats.drafted += drafts.len() as u64;
-        self.spec_stats.accepted += accepted as u64;
+        self.record_verification(drafts.len(), kept - 1, by_mtp);
         Ok(Some(out))
     }
 
@@ -923,7 +910,9 @@ pub fn speculative_decode_step(
             session.last_logits = Some(logits[k].clone());
             (choice.into_iter().collect(), 1)
         } else {
-            session.accept_drafts(decoding, &ids[k], &logits[k])
+            let (tokens, kept) = session.choose_along(decoding, &ids[k], &logits[k]);
+            session.record_verification(drafts[i].len(), kept - 1, false);
+            (tokens, kept)
         };
         out[i] = tokens;
         if kept < ids[k].len() {

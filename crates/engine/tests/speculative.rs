@@ -22,6 +22,13 @@ fn smollm2() -> Option<Arc<dyn CausalLm>> {
     Some(Arc::from(frognano_model::load::load(path.to_str().unwrap()).unwrap().model))
 }
 
+/// `texts` as the demo model's tokenizer encodes them (with its start tokens).
+fn smollm2_prompts(texts: &[&str]) -> Vec<Vec<u32>> {
+    let path = frognano_testkit::demo_model().expect("the demo model");
+    let tok = frognano_model::load::load(path.to_str().unwrap()).unwrap().tokenizer.unwrap();
+    texts.iter().map(|t| tok.encode_with(t, true).unwrap()).collect()
+}
+
 fn greedy(n: usize) -> GenerateRequest {
     GenerateRequest { sampling: SamplingParams::greedy(), max_tokens: n, stop_ids: vec![], top_logprobs: 0 }
 }
@@ -122,13 +129,9 @@ fn greedy_is_unchanged_with(
 fn greedy_tokens_and_states_are_unchanged_by_lookup_on_smollm2() {
     let Some(m) = smollm2() else { return };
     // Real text that the reply copies: a list the model is asked to repeat.
-    let tok = frognano_model::load::load(frognano_testkit::demo_model().unwrap().to_str().unwrap())
-        .unwrap()
-        .tokenizer
-        .unwrap();
     let text = "Copy this list exactly.\nalpha, beta, gamma, delta, epsilon, zeta, eta, theta, iota, kappa.\n\
                 Copy: alpha, beta, gamma, delta,";
-    let prompt = tok.encode_with(text, true).unwrap();
+    let prompt = smollm2_prompts(&[text]).remove(0);
     greedy_is_unchanged(m, &prompt, 40, "SmolLM2 Q4_1");
 }
 
@@ -302,16 +305,12 @@ fn batched_speculation_is_plain_decoding(m: Arc<dyn CausalLm>, prompts: &[Vec<u3
 #[test]
 fn batched_speculation_gives_plain_decodings_tokens_and_states_on_smollm2() {
     let Some(m) = smollm2() else { return };
-    let tok = frognano_model::load::load(frognano_testkit::demo_model().unwrap().to_str().unwrap())
-        .unwrap()
-        .tokenizer
-        .unwrap();
     let texts = [
         "Copy this list exactly.\nalpha, beta, gamma, delta, epsilon, zeta, eta, theta, iota, kappa.\nCopy: alpha, beta,",
         "Write a short poem about the sea.",
         "Repeat: one two three four five six seven eight nine ten. Again: one two three four",
     ];
-    let prompts: Vec<Vec<u32>> = texts.iter().map(|t| tok.encode_with(t, true).unwrap()).collect();
+    let prompts = smollm2_prompts(&texts);
     batched_speculation_is_plain_decoding(m, &prompts, 32, "SmolLM2 Q4_1");
 }
 
@@ -330,16 +329,12 @@ fn the_scheduler_speculates_within_its_batch_and_gives_plain_tokens() {
     use frognano_engine::{Scheduler, SchedulerConfig};
     use std::sync::atomic::Ordering;
     let Some(m) = smollm2() else { return };
-    let tok = frognano_model::load::load(frognano_testkit::demo_model().unwrap().to_str().unwrap())
-        .unwrap()
-        .tokenizer
-        .unwrap();
     let texts = [
         "Copy this list exactly.\nred, orange, yellow, green, blue, indigo, violet.\nCopy: red, orange,",
         "Repeat: one two three four five six seven eight nine ten. Again: one two three",
         "Say something about cats.",
     ];
-    let prompts: Vec<Vec<u32>> = texts.iter().map(|t| tok.encode_with(t, true).unwrap()).collect();
+    let prompts = smollm2_prompts(&texts);
     let run = |mode: SpeculativeMode| {
         let config = SchedulerConfig { speculative: mode, ..Default::default() };
         let scheduler = Arc::new(Scheduler::start(Arc::clone(&m), config).unwrap());
