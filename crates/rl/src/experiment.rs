@@ -21,7 +21,7 @@ use crate::curriculum::Curriculum;
 use crate::env::RolloutConfig;
 use crate::graded_toy::{expected_solve_rate, GradedConfig, GradedSplit, GradedTask, GradedToyEnv, VOCAB_SIZE};
 use crate::metrics::{self, Band, BandPanel};
-use crate::optim::{AdamW, AdamWConfig};
+use crate::optim::{AdamW, AdamWConfig, GradSum};
 use crate::policy::{LlamaSpec, Policy, PolicyOptions};
 use crate::trainer::{TrainConfig, Trainer};
 use frognano_synth::calibrate::FrontierConfig;
@@ -170,7 +170,7 @@ pub fn warm_start(cfg: &ExperimentConfig, split: &GradedSplit, dir: &Path) -> an
     let params = policy.params();
     let mut opt = AdamW::new(AdamWConfig { lr: cfg.warm_lr, ..AdamWConfig::default() }, &params)?;
     for _ in 0..cfg.warm_steps {
-        let mut acc: Vec<Option<Tensor>> = vec![None; params.len()];
+        let mut acc = GradSum::new(&params);
         for t in &data {
             let (tokens, at) = t.transcript(&t.solution());
             let lp = policy.token_logprobs(&tokens[..tokens.len() - 1], &tokens[1..])?;
@@ -179,20 +179,9 @@ pub fn warm_start(cfg: &ExperimentConfig, split: &GradedSplit, dir: &Path) -> an
             let idx = Tensor::new(at.iter().map(|&i| (i - 1) as u32).collect::<Vec<_>>(), lp.device())?;
             let loss = (lp.index_select(&idx, 0)?.sum_all()?.neg()? / answers as f64)?;
             let grads = loss.backward()?;
-            for (slot, (_, p)) in acc.iter_mut().zip(&params) {
-                if let Some(g) = grads.get(p.as_tensor()) {
-                    *slot = Some(match slot.take() {
-                        Some(a) => (a + g)?,
-                        None => g.clone(),
-                    });
-                }
-            }
+            acc.add(&grads)?;
         }
-        let grads: Vec<Tensor> = acc
-            .into_iter()
-            .zip(&params)
-            .map(|(g, (_, p))| g.map_or_else(|| p.as_tensor().zeros_like(), Ok))
-            .collect::<candle_core::Result<_>>()?;
+        let grads = acc.into_grads()?;
         opt.step(&params, &grads)?;
     }
     policy.save_params(&weights)?;

@@ -154,6 +154,42 @@ impl AdamW {
     }
 }
 
+/// Gradients of several backward passes summed per parameter (a mini-batch run one sequence
+/// at a time, so memory stays one sequence deep), in the order of `params`.
+pub struct GradSum<'p> {
+    params: &'p [(String, Var)],
+    acc: Vec<Option<Tensor>>,
+}
+
+impl<'p> GradSum<'p> {
+    /// Nothing summed yet, for `params`.
+    pub fn new(params: &'p [(String, Var)]) -> Self {
+        GradSum { params, acc: vec![None; params.len()] }
+    }
+
+    /// Adds one backward pass's gradients (a parameter it did not reach adds nothing).
+    pub fn add(&mut self, grads: &candle_core::backprop::GradStore) -> CandleResult<()> {
+        for (slot, (_, p)) in self.acc.iter_mut().zip(self.params) {
+            if let Some(g) = grads.get(p.as_tensor()) {
+                *slot = Some(match slot.take() {
+                    Some(a) => (a + g)?,
+                    None => g.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The sums, zeros for a parameter no pass reached: what [`AdamW::step`] takes.
+    pub fn into_grads(self) -> CandleResult<Vec<Tensor>> {
+        self.acc
+            .into_iter()
+            .zip(self.params)
+            .map(|(g, (_, p))| g.map_or_else(|| p.as_tensor().zeros_like(), Ok))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

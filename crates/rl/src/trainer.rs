@@ -23,7 +23,7 @@ use crate::curriculum::Curriculum;
 use crate::env::{Environment, RolloutConfig};
 use crate::loss::{group_advantages, sequence_loss, set_scales, AdvantageConfig, Datum, LossConfig, LossStats};
 use crate::metrics::{self, StepMetrics};
-use crate::optim::{AdamW, AdamWConfig};
+use crate::optim::{AdamW, AdamWConfig, GradSum};
 use crate::policy::{Policy, SaveFormat};
 use crate::rollout::{Outcome, Rollout};
 use crate::store::RolloutStore;
@@ -447,7 +447,7 @@ impl Trainer {
     /// one sequence deep), gradients summed, clipped, AdamW. Returns (loss, stats, grad norm).
     fn update(&mut self, batch: &[Datum]) -> anyhow::Result<(f64, LossStats, f64)> {
         let params = self.policy.params();
-        let mut acc: Vec<Option<Tensor>> = vec![None; params.len()];
+        let mut acc = GradSum::new(&params);
         let (mut total, mut stats) = (0.0f64, LossStats::default());
         for d in batch {
             let lp = self.policy.token_logprobs(&d.input, &d.targets)?;
@@ -455,20 +455,9 @@ impl Trainer {
             total += loss.to_scalar::<f32>()? as f64;
             stats += s;
             let grads = loss.backward()?;
-            for (slot, (_, p)) in acc.iter_mut().zip(&params) {
-                if let Some(g) = grads.get(p.as_tensor()) {
-                    *slot = Some(match slot.take() {
-                        Some(a) => (a + g)?,
-                        None => g.clone(),
-                    });
-                }
-            }
+            acc.add(&grads)?;
         }
-        let grads: Vec<Tensor> = acc
-            .into_iter()
-            .zip(&params)
-            .map(|(g, (_, p))| g.map_or_else(|| p.as_tensor().zeros_like(), Ok))
-            .collect::<candle_core::Result<_>>()?;
+        let grads = acc.into_grads()?;
         let st = self.optimizer.step(&params, &grads)?;
         Ok((total, stats, st.grad_norm))
     }
