@@ -14,7 +14,12 @@
 //! what is independent: for a batch sixteen keys at a time for the scores (one lane per key,
 //! the cache transposed into blocks of 16 keys), for one token one key at a time in four
 //! 16-lane accumulators; the exponentials a register at a time; the value sum slot by slot,
-//! each slot's keys in ascending order. It picks at run time the AVX-512 kernel (with FMA and
+//! each slot's keys in ascending order. One token on heads of whole steps of 64 (decode, where a
+//! long context spends its time) reads the cache once per work item, front to back: each key
+//! serves every query head of its KV head, sixteen (AVX2: eight) keys' reduction trees run
+//! together in shuffles, and from `SPLIT_FROM` keys on, when the KV heads are fewer than the
+//! threads, each KV head's keys and value slots are cut across the threads in phases. It picks
+//! at run time the AVX-512 kernel (with FMA and
 //! F16C) where the CPU has it, else the AVX2 one (FMA, F16C), which is the AVX-512 one with
 //! every 16-lane register as two 256-bit halves, lane for lane (so eight keys, eight
 //! exponentials per register), else the reference; `FROGNANO_PLAIN_KERNELS=1` asks for the
@@ -220,11 +225,110 @@ mod x86 {
     pub(super) fn causal(isa: Isa, q: &[f32], kc: &[u16], vc: &[u16], s: AttnShape, order: F16Dot) -> Vec<f32> {
         // The AVX-512 kernel takes one head per item (its loads do not share rows between
         // heads); the AVX2 one as many of a KV head's as the threads leave.
+        let parts = split_parts(s, order);
+        if parts > 1 {
+            return causal_split(isa, q, kc, vc, s, parts);
+        }
         let m = match isa {
-            Isa::Avx512 => 1,
-            Isa::Avx2 => heads_per_item(s.t * s.heads, s.heads / s.kv_heads),
+            Isa::Avx512 if !avx512::multi_head(order, s.head_dim) => 1,
+            _ => heads_per_item(s.t * s.heads, s.heads / s.kv_heads),
         };
         causal_items(isa, m, q, kc, vc, s, order)
+    }
+
+    /// Decode from this many keys on may take [`causal_split`]: below it a call is too short
+    /// for three rounds of threads to pay.
+    pub(super) const SPLIT_FROM: usize = 1024;
+
+    /// How many parts [`causal_split`] cuts the keys and the value slots of one token into
+    /// on this thread pool, or 1 when whole KV heads already give every thread two items
+    /// (or the context is short, or `order` is not one token's).
+    pub(super) fn split_parts(s: AttnShape, order: F16Dot) -> usize {
+        if order != F16Dot::Vec || s.t != 1 || s.pos0 + 1 < SPLIT_FROM || !s.head_dim.is_multiple_of(64) {
+            return 1;
+        }
+        (2 * rayon::current_num_threads()).div_ceil(s.kv_heads).min(16)
+    }
+
+    /// A pointer the phases of [`causal_split`] write through from several threads, each to
+    /// its own part of the buffer.
+    #[derive(Clone, Copy)]
+    struct Shared(*mut f32);
+    // SAFETY: every user writes a disjoint range (the scores of its keys, the sums of its
+    // slots), and the buffer outlives the parallel loop that uses it.
+    unsafe impl Send for Shared {}
+    unsafe impl Sync for Shared {}
+
+    /// One token's attention ([`F16Dot::Vec`], `head_dim` a multiple of 64) with the work of
+    /// each KV head cut into `parts` across the threads, for long contexts where the KV heads
+    /// alone are fewer than the threads (SmolLM2 has 3, Qwen2.5-Coder 2): the scores of each
+    /// part's keys, then every head's softmax, then the value sums of each part's slots (slot
+    /// `j mod 64` of key `j`), then their combination. Each phase does exactly what the
+    /// one-item kernel does on its share, so the result has the same bits.
+    pub(super) fn causal_split(isa: Isa, q: &[f32], kc: &[u16], vc: &[u16], s: AttnShape, parts: usize) -> Vec<f32> {
+        assert!(isa.supported(), "the {isa:?} attention kernel needs a CPU that has it");
+        let AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, scale } = s;
+        assert!(t == 1 && dh.is_multiple_of(64) && parts > 0, "causal_split takes one token and head_dim 64·k");
+        let (group, n) = (hq / hkv, pos0 + 1);
+        let ns = n.div_ceil(16) * 16;
+        let per_part = n.div_ceil(16).div_ceil(parts) * 16;
+        let kv = |kvh: usize| Kv { kc, vc, kt: &[], hkv, kvh, dh };
+        let mut sc = vec![0.0f32; hq * ns];
+        let sc_at = Shared(sc.as_mut_ptr());
+        (0..hkv * parts).into_par_iter().for_each(|i| {
+            let (kvh, p) = (i / parts, i % parts);
+            let keys = (p * per_part).min(n)..((p + 1) * per_part).min(n);
+            let qg = &q[kvh * group * dh..(kvh + 1) * group * dh];
+            let out = sc_at;
+            // SAFETY: the ISA was checked; this item writes the scores of its own keys of its
+            // own heads (rows `kvh·group..` of `ns`), inside the buffer.
+            unsafe {
+                let at = out.0.add(kvh * group * ns);
+                match isa {
+                    Isa::Avx512 => avx512::scores_range(qg, &kv(kvh), n, keys, scale, at, ns),
+                    Isa::Avx2 => avx2::scores_vec(qg, &kv(kvh), keys, scale, at, ns),
+                }
+            }
+        });
+        sc.par_chunks_mut(ns).for_each(|row| {
+            // SAFETY: the ISA was checked.
+            unsafe {
+                match isa {
+                    Isa::Avx512 => avx512::softmax_f16(row, n),
+                    Isa::Avx2 => avx2::softmax_f16(row, n),
+                }
+            }
+        });
+        const SLOTS: usize = 64;
+        let per_slots = SLOTS.div_ceil(parts);
+        let mut acc = vec![0.0f32; hq * SLOTS * dh];
+        let acc_at = Shared(acc.as_mut_ptr());
+        (0..hkv * parts).into_par_iter().for_each(|i| {
+            let (kvh, p) = (i / parts, i % parts);
+            let slots = (p * per_slots).min(SLOTS)..((p + 1) * per_slots).min(SLOTS);
+            let scg = &sc[kvh * group * ns..(kvh + 1) * group * ns];
+            let out = acc_at;
+            // SAFETY: the ISA was checked; this item writes the sums of its own slots of its
+            // own heads, inside the buffer.
+            unsafe {
+                let at = out.0.add(kvh * group * SLOTS * dh);
+                match isa {
+                    Isa::Avx512 => avx512::values_range(&kv(kvh), scg, n, slots, at, group),
+                    Isa::Avx2 => avx2::weighted_values(&kv(kvh), scg, n, SLOTS, slots, at, group),
+                }
+            }
+        });
+        let mut o = vec![0.0f32; hq * dh];
+        for (og, accg) in o.chunks_exact_mut(group * dh).zip(acc.chunks_exact_mut(group * SLOTS * dh)) {
+            // SAFETY: the ISA was checked.
+            unsafe {
+                match isa {
+                    Isa::Avx512 => avx512::combine_slots(accg, n, dh, og),
+                    Isa::Avx2 => avx2::combine_slots(accg, n, SLOTS, dh, og),
+                }
+            }
+        }
+        o
     }
 
     /// [`causal`] in work items of `m` consecutive query heads of one token, all on one KV
@@ -261,6 +365,10 @@ mod x86 {
             // SAFETY: `isa.supported()` was checked above; `prepare` sizes the buffers.
             unsafe {
                 match isa {
+                    Isa::Avx512 if avx512::multi_head(order, dh) => {
+                        scratch.prepare(m, n, slots, dh);
+                        avx512::heads_vec(qg, &kv, n, scale, scratch, og);
+                    }
                     Isa::Avx512 => {
                         for (qh, oh) in qg.chunks_exact(dh).zip(og.chunks_exact_mut(dh)) {
                             scratch.prepare(1, n, slots, dh);
@@ -345,6 +453,228 @@ mod x86 {
             weighted_values(kv, &s.sc, n, slots, &mut s.acc, oh);
         }
 
+        /// Whether a work item of this kernel takes several query heads at once
+        /// ([`heads_vec`]): one token's order on heads of whole steps of 64. Otherwise it takes
+        /// one head ([`head`]).
+        pub(super) fn multi_head(order: F16Dot, dh: usize) -> bool {
+            order == F16Dot::Vec && dh.is_multiple_of(64)
+        }
+
+        /// One token's attention for the query heads `qg` (`m · dh`, all on the KV head of `kv`,
+        /// `dh` a multiple of 64) into `og`, in `ggml_vec_dot_f16`'s order like [`head`], but
+        /// reading the cache once per item, front to back: each key is converted once for all
+        /// the heads, sixteen keys' score sums are reduced together ([`reduce16_each`]), and
+        /// the value sums take the rows in streams ([`weighted_values_heads`]). This is what
+        /// decode at a long context spends its time in.
+        #[target_feature(enable = "avx512f,fma,f16c")]
+        pub(super) unsafe fn heads_vec(qg: &[f32], kv: &Kv, n: usize, scale: f32, s: &mut Scratch, og: &mut [f32]) {
+            let ns = n.div_ceil(16) * 16;
+            scores_range(qg, kv, n, 0..n, scale, s.sc.as_mut_ptr(), ns);
+            for sc in s.sc.chunks_exact_mut(ns) {
+                softmax_f16(sc, n);
+            }
+            values_range(kv, &s.sc, n, 0..64, s.acc.as_mut_ptr(), og.len() / kv.dh);
+            combine_slots(&mut s.acc, n, kv.dh, og);
+        }
+
+        /// [`scores_vec_heads`] for the query heads `qg` (any number, three at a time) and
+        /// the keys `keys` (starting at a multiple of 16) of `0..n`: head `h`'s scores at
+        /// `sc[h·ns..]`, which must hold `qg.len() / dh` rows of `ns`.
+        #[target_feature(enable = "avx512f,fma,f16c")]
+        pub(super) unsafe fn scores_range(
+            qg: &[f32],
+            kv: &Kv,
+            n: usize,
+            keys: std::ops::Range<usize>,
+            scale: f32,
+            sc: *mut f32,
+            ns: usize,
+        ) {
+            let dh = kv.dh;
+            let mut h0 = 0;
+            while h0 < qg.len() / dh {
+                let hn = (qg.len() / dh - h0).min(3);
+                let (q, out) = (&qg[h0 * dh..(h0 + hn) * dh], sc.add(h0 * ns));
+                let keys = keys.clone();
+                match hn {
+                    3 => scores_vec_heads::<3>(q, kv, n, keys, scale, out, ns),
+                    2 => scores_vec_heads::<2>(q, kv, n, keys, scale, out, ns),
+                    _ => scores_vec_heads::<1>(q, kv, n, keys, scale, out, ns),
+                }
+                h0 += hn;
+            }
+        }
+
+        /// Scores of `M` query heads (`q`, `M · dh`) against the keys `keys` of `0..n`
+        /// (`keys.start` a multiple of 16) in `ggml_vec_dot_f16`'s order (head `h`'s at
+        /// `sc[h·ns..]`): per key the four 16-lane accumulators of each head over steps of 64,
+        /// combined `(a0 + a2) + (a1 + a3)`; per block of sixteen keys the trees of all sixteen
+        /// at once; then `· scale`. Lanes past `n` get a score of 0 (never read as a weight:
+        /// the softmax masks them).
+        #[target_feature(enable = "avx512f,fma,f16c")]
+        unsafe fn scores_vec_heads<const M: usize>(
+            q: &[f32],
+            kv: &Kv,
+            n: usize,
+            keys: std::ops::Range<usize>,
+            scale: f32,
+            sc: *mut f32,
+            ns: usize,
+        ) {
+            let dh = kv.dh;
+            let scale_v = _mm512_set1_ps(scale);
+            let mut lanes = [[_mm512_setzero_ps(); 16]; M];
+            for b in keys.start / 16..keys.end.div_ceil(16) {
+                let keys = (n - 16 * b).min(16);
+                for l in 0..16 {
+                    if l >= keys {
+                        lanes.iter_mut().for_each(|lh| lh[l] = _mm512_setzero_ps());
+                        continue;
+                    }
+                    let k = kv.kc.as_ptr().add(kv.row(16 * b + l));
+                    let mut a = [[_mm512_setzero_ps(); 4]; M];
+                    for step in (0..dh).step_by(64) {
+                        let kk: [__m512; 4] =
+                            std::array::from_fn(|g| _mm512_cvtph_ps(_mm256_loadu_si256(k.add(step + 16 * g).cast())));
+                        for (h, ah) in a.iter_mut().enumerate() {
+                            let qh = q.as_ptr().add(h * dh + step);
+                            for (g, ag) in ah.iter_mut().enumerate() {
+                                *ag = _mm512_fmadd_ps(_mm512_loadu_ps(qh.add(16 * g)), kk[g], *ag);
+                            }
+                        }
+                    }
+                    for (lh, ah) in lanes.iter_mut().zip(&a) {
+                        lh[l] = _mm512_add_ps(_mm512_add_ps(ah[0], ah[2]), _mm512_add_ps(ah[1], ah[3]));
+                    }
+                }
+                for (h, lh) in lanes.iter().enumerate() {
+                    let out = _mm512_mul_ps(reduce16_each(lh), scale_v);
+                    _mm512_storeu_ps(sc.add(h * ns + 16 * b), out);
+                }
+            }
+        }
+
+        /// Lane `i` of the result is [`reduce16`] of `v[i]` (GCC's tree: halves, then
+        /// quarters, then `s0 + s2` and `s1 + s3`, then their sum), all sixteen at once: each
+        /// level adds two shuffles of a pair of vectors, so every addition is one of the
+        /// tree's, on the same two operands.
+        #[inline]
+        #[target_feature(enable = "avx512f,fma,f16c")]
+        unsafe fn reduce16_each(v: &[__m512; 16]) -> __m512 {
+            // Level 1: x[p] = [t(v[2p]), t(v[2p+1])], t(a)[i] = a[i + 8] + a[i].
+            let x: [__m512; 8] = std::array::from_fn(|p| {
+                let (a, b) = (v[2 * p], v[2 * p + 1]);
+                _mm512_add_ps(_mm512_shuffle_f32x4::<0b11_10_11_10>(a, b), _mm512_shuffle_f32x4::<0b01_00_01_00>(a, b))
+            });
+            // Level 2: 128-bit lane k of y[p] is s(v[4p + k]), s(a)[i] = t(a)[i + 4] + t(a)[i].
+            let y: [__m512; 4] = std::array::from_fn(|p| {
+                let (a, b) = (x[2 * p], x[2 * p + 1]);
+                _mm512_add_ps(_mm512_shuffle_f32x4::<0b11_01_11_01>(a, b), _mm512_shuffle_f32x4::<0b10_00_10_00>(a, b))
+            });
+            // Level 3: lane k of z[p] is [s0 + s2, s1 + s3] of y[2p]'s lane k, then of y[2p + 1]'s.
+            let z: [__m512; 2] = std::array::from_fn(|p| {
+                let (a, b) = (y[2 * p], y[2 * p + 1]);
+                _mm512_add_ps(_mm512_shuffle_ps::<0x44>(a, b), _mm512_shuffle_ps::<0xEE>(a, b))
+            });
+            // Level 4: element e of lane k is the sum for y[e]'s lane k, that is v[4e + k].
+            let w = _mm512_add_ps(_mm512_shuffle_ps::<0x88>(z[0], z[1]), _mm512_shuffle_ps::<0xDD>(z[0], z[1]));
+            _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), w)
+        }
+
+        /// `Σ p·v` over keys `0..n` for each head (weights at `sc[h·ns..]`, 64 slots at
+        /// `acc[h·64·dh..]`, result at `og[h·dh..]`) in `ggml_vec_dot_f16`'s order: slot
+        /// `j mod 64` sums its keys in ascending order, then the slots are combined and reduced
+        /// per element. The keys go in tiles of [`ROUNDS`] · 64: each slot adds its `ROUNDS`
+        /// keys of the tile in one pass over its sums (one load and store per `ROUNDS`
+        /// multiply-adds), the rows read as `ROUNDS` streams front to back, every head taking
+        /// them while they are in L1.
+        /// Only the slots `slots` are summed (the others' sums are not touched), into `acc`,
+        /// which holds `64 · dh` sums for each of the `m` heads; [`combine_slots`] finishes.
+        #[target_feature(enable = "avx512f,fma,f16c")]
+        pub(super) unsafe fn values_range(
+            kv: &Kv,
+            sc: &[f32],
+            n: usize,
+            slots: std::ops::Range<usize>,
+            acc: *mut f32,
+            m: usize,
+        ) {
+            const SLOTS: usize = 64;
+            let (dh, ns) = (kv.dh, n.div_ceil(16) * 16);
+            for t0 in (0..n).step_by(ROUNDS * SLOTS) {
+                for s in slots.start..slots.end.min(n - t0) {
+                    let j0 = t0 + s;
+                    let rounds = (n - j0).div_ceil(SLOTS).min(ROUNDS);
+                    let rows: [*const u16; ROUNDS] = std::array::from_fn(|r| {
+                        let j = if r < rounds { j0 + r * SLOTS } else { j0 };
+                        kv.vc.as_ptr().add(kv.row(j))
+                    });
+                    for h in 0..m {
+                        let p: [__m512; ROUNDS] = std::array::from_fn(|r| {
+                            if r < rounds {
+                                _mm512_set1_ps(*sc.get_unchecked(h * ns + j0 + r * SLOTS))
+                            } else {
+                                _mm512_setzero_ps()
+                            }
+                        });
+                        let a = acc.add((h * SLOTS + s) * dh);
+                        match rounds {
+                            4 => add_rounds::<4>(a, &p, &rows, dh, t0 == 0),
+                            3 => add_rounds::<3>(a, &p, &rows, dh, t0 == 0),
+                            2 => add_rounds::<2>(a, &p, &rows, dh, t0 == 0),
+                            _ => add_rounds::<1>(a, &p, &rows, dh, t0 == 0),
+                        }
+                    }
+                }
+            }
+        }
+
+        /// The end of [`values_range`] once every slot is summed: per head (`og`, `m · dh`;
+        /// its 64 slots at `acc[h·64·dh..]`) the slots `l`, `l + 16`, `l + 32`, `l + 48`
+        /// combined as `ggml_vec_dot_f16` does, then the tree over `l` (slots no key reached
+        /// count as 0).
+        #[target_feature(enable = "avx512f,fma,f16c")]
+        pub(super) unsafe fn combine_slots(acc: &mut [f32], n: usize, dh: usize, og: &mut [f32]) {
+            const SLOTS: usize = 64;
+            for (h, oh) in og.chunks_exact_mut(dh).enumerate() {
+                let acc_h = &mut acc[h * SLOTS * dh..(h + 1) * SLOTS * dh];
+                acc_h[n.min(SLOTS) * dh..].fill(0.0);
+                let slot = |l: usize, c: usize| _mm512_loadu_ps(acc_h.as_ptr().add(l * dh + 16 * c));
+                for c in 0..dh / 16 {
+                    let lanes: [__m512; 16] = std::array::from_fn(|l| {
+                        _mm512_add_ps(
+                            _mm512_add_ps(slot(l, c), slot(32 + l, c)),
+                            _mm512_add_ps(slot(16 + l, c), slot(48 + l, c)),
+                        )
+                    });
+                    _mm512_storeu_ps(oh.as_mut_ptr().add(16 * c), reduce16_lanes(&lanes));
+                }
+            }
+        }
+
+        /// Keys of one slot taken together by [`weighted_values_heads`]: `ROUNDS` keys 64 apart.
+        const ROUNDS: usize = 4;
+
+        /// `a[..dh] += Σ_r p[r]·rows[r][..dh]` for `r` in `0..R` in that order (from 0 when
+        /// `first`: a slot's first key adds to 0, as the reference's slots start).
+        #[inline]
+        #[target_feature(enable = "avx512f,fma,f16c")]
+        unsafe fn add_rounds<const R: usize>(
+            a: *mut f32,
+            p: &[__m512; ROUNDS],
+            rows: &[*const u16; ROUNDS],
+            dh: usize,
+            first: bool,
+        ) {
+            for i in (0..dh).step_by(16) {
+                let mut sum = if first { _mm512_setzero_ps() } else { _mm512_loadu_ps(a.add(i)) };
+                for r in 0..R {
+                    sum = _mm512_fmadd_ps(p[r], _mm512_cvtph_ps(_mm256_loadu_si256(rows[r].add(i).cast())), sum);
+                }
+                _mm512_storeu_ps(a.add(i), sum);
+            }
+        }
+
         /// [`tree16`] of sixteen vectors, lane by lane.
         #[inline]
         #[target_feature(enable = "avx512f,fma,f16c")]
@@ -410,7 +740,7 @@ mod x86 {
         /// sums in f64, one multiply by 1/sum), then every weight rounded to f16; lanes past
         /// `n` are zero.
         #[target_feature(enable = "avx512f,fma,f16c")]
-        unsafe fn softmax_f16(sc: &mut [f32], n: usize) {
+        pub(super) unsafe fn softmax_f16(sc: &mut [f32], n: usize) {
             let nb = n.div_ceil(16);
             let max_v = _mm512_set1_ps(max_score(&sc[..n]));
             let mut sum = 0.0f64;
@@ -503,13 +833,15 @@ mod x86 {
             if order == F16Dot::Gemm {
                 scores_gemm(qg, kv.kt, n, kv.dh, scale, &mut s.sc);
             } else {
-                scores_vec(qg, kv, n, scale, &mut s.sc);
+                scores_vec(qg, kv, 0..n, scale, s.sc.as_mut_ptr(), ns);
             }
             for sc in s.sc.chunks_exact_mut(ns) {
                 softmax_f16(sc, n);
             }
             let slots = if order == F16Dot::Gemm { 16 } else { 64 };
-            weighted_values(kv, &s.sc, n, slots, &mut s.acc, og);
+            let m = og.len() / kv.dh;
+            weighted_values(kv, &s.sc, n, slots, 0..slots, s.acc.as_mut_ptr(), m);
+            combine_slots(&mut s.acc, n, slots, kv.dh, og);
         }
 
         /// [`tree16`] of sixteen vectors, lane by lane.
@@ -550,15 +882,25 @@ mod x86 {
             }
         }
 
-        /// Scores of each query head of `qg` against keys `0..n` in `ggml_vec_dot_f16`'s order:
-        /// the four 16-lane accumulators as eight halves, combined `(a0 + a2) + (a1 + a3)` half
-        /// by half, the tree, the f64 tail; then `· scale`. Every head takes a key while it is
-        /// in L1.
+        /// Scores of each query head of `qg` against the keys `keys` in `ggml_vec_dot_f16`'s
+        /// order (head `h`'s at `sc[h·ns..]`): the four 16-lane accumulators as eight halves,
+        /// combined `(a0 + a2) + (a1 + a3)` half by half, the tree, the f64 tail; then
+        /// `· scale`. Every head takes a key while it is in L1.
         #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn scores_vec(qg: &[f32], kv: &Kv, n: usize, scale: f32, sc: &mut [f32]) {
-            let (dh, ns) = (kv.dh, n.div_ceil(16) * 16);
+        pub(super) unsafe fn scores_vec(
+            qg: &[f32],
+            kv: &Kv,
+            keys: std::ops::Range<usize>,
+            scale: f32,
+            sc: *mut f32,
+            ns: usize,
+        ) {
+            let dh = kv.dh;
             let np = dh / 64 * 64;
-            for j in 0..n {
+            if np == dh && keys.start.is_multiple_of(8) {
+                return scores_vec_blocks(qg, kv, keys, scale, sc, ns);
+            }
+            for j in keys {
                 let k = &kv.kc[kv.row(j)..kv.row(j) + dh];
                 for (h, qh) in qg.chunks_exact(dh).enumerate() {
                     let mut a = [[_mm256_setzero_ps(); 2]; 4];
@@ -574,16 +916,80 @@ mod x86 {
                     }
                     let half =
                         |hf: usize| _mm256_add_ps(_mm256_add_ps(a[0][hf], a[2][hf]), _mm256_add_ps(a[1][hf], a[3][hf]));
-                    *sc.get_unchecked_mut(h * ns + j) = vec_score(qh, k, np, reduce16_halves(half(0), half(1)), scale);
+                    *sc.add(h * ns + j) = vec_score(qh, k, np, reduce16_halves(half(0), half(1)), scale);
                 }
             }
+        }
+
+        /// [`scores_vec`] for heads of whole steps of 64 (no f64 tail) and keys from a multiple
+        /// of 8: the same sums per key, but the trees of eight keys reduced together
+        /// ([`reduce8_each`]) instead of one horizontal reduction per key. Lanes past the last
+        /// key of a block get a score of 0.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn scores_vec_blocks(
+            qg: &[f32],
+            kv: &Kv,
+            keys: std::ops::Range<usize>,
+            scale: f32,
+            sc: *mut f32,
+            ns: usize,
+        ) {
+            let dh = kv.dh;
+            let scale_v = _mm256_set1_ps(scale);
+            for b in keys.start / 8..keys.end.div_ceil(8) {
+                let live = (keys.end - 8 * b).min(8);
+                for (h, qh) in qg.chunks_exact(dh).enumerate() {
+                    let mut t = [_mm256_setzero_ps(); 8];
+                    for (l, tl) in t.iter_mut().enumerate().take(live) {
+                        let k = kv.kc.as_ptr().add(kv.row(8 * b + l));
+                        let mut a = [[_mm256_setzero_ps(); 2]; 4];
+                        for step in (0..dh).step_by(64) {
+                            for (g, ag) in a.iter_mut().enumerate() {
+                                for (hf, agh) in ag.iter_mut().enumerate() {
+                                    let e = step + 16 * g + 8 * hf;
+                                    let x = _mm256_loadu_ps(qh.as_ptr().add(e));
+                                    let y = _mm256_cvtph_ps(_mm_loadu_si128(k.add(e).cast()));
+                                    *agh = _mm256_fmadd_ps(x, y, *agh);
+                                }
+                            }
+                        }
+                        let half = |hf: usize| {
+                            _mm256_add_ps(_mm256_add_ps(a[0][hf], a[2][hf]), _mm256_add_ps(a[1][hf], a[3][hf]))
+                        };
+                        // The tree's first level (`hi + lo`, as `reduce16_halves` starts).
+                        *tl = _mm256_add_ps(half(1), half(0));
+                    }
+                    _mm256_storeu_ps(sc.add(h * ns + 8 * b), _mm256_mul_ps(reduce8_each(&t), scale_v));
+                }
+            }
+        }
+
+        /// Lane `i` of the result is the rest of `reduce16_halves`'s tree on `t[i]` (its upper
+        /// and lower four lanes added, then `s0 + s2` and `s1 + s3`, then their sum), all eight
+        /// at once: every addition is one of the tree's, on the same two operands.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn reduce8_each(t: &[__m256; 8]) -> __m256 {
+            // 128-bit lane k of y[p] is s(t[2p + k]), s[i] = t[i + 4] + t[i].
+            let y: [__m256; 4] = std::array::from_fn(|p| {
+                let (a, b) = (t[2 * p], t[2 * p + 1]);
+                _mm256_add_ps(_mm256_permute2f128_ps::<0x31>(a, b), _mm256_permute2f128_ps::<0x20>(a, b))
+            });
+            // Lane k of z[p]: [s0 + s2, s1 + s3] of y[2p]'s lane k, then of y[2p + 1]'s.
+            let z: [__m256; 2] = std::array::from_fn(|p| {
+                let (a, b) = (y[2 * p], y[2 * p + 1]);
+                _mm256_add_ps(_mm256_shuffle_ps::<0x44>(a, b), _mm256_shuffle_ps::<0xEE>(a, b))
+            });
+            // Element e of lane k: the sum for y[e]'s lane k, that is t[2e + k].
+            let w = _mm256_add_ps(_mm256_shuffle_ps::<0x88>(z[0], z[1]), _mm256_shuffle_ps::<0xDD>(z[0], z[1]));
+            _mm256_permutevar8x32_ps(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
         }
 
         /// `ggml::softmax` of `sc[..n]` as the AVX-512 kernel computes it, each block of 16 as
         /// two halves (lanes past `n` zeroed by a mask, the block's sum by the tree from the two
         /// halves), then every weight rounded to f16.
         #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn softmax_f16(sc: &mut [f32], n: usize) {
+        pub(super) unsafe fn softmax_f16(sc: &mut [f32], n: usize) {
             let nb = n.div_ceil(16);
             let max_v = _mm256_set1_ps(max_score(&sc[..n]));
             let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -616,13 +1022,23 @@ mod x86 {
         /// its sums in `acc` (one load and store per four multiply-adds), the value rows read
         /// as `ROUNDS` streams front to back, and every head of the item takes them while they
         /// are in L1.
+        ///
+        /// Only the slots `range` are summed (the others' sums are not touched), into `acc`,
+        /// which holds `slots · dh` sums for each of the `m` heads; [`combine_slots`] finishes.
         #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn weighted_values(kv: &Kv, sc: &[f32], n: usize, slots: usize, acc: &mut [f32], og: &mut [f32]) {
-            let dh = kv.dh;
-            let (ns, m) = (n.div_ceil(16) * 16, og.len() / dh);
+        pub(super) unsafe fn weighted_values(
+            kv: &Kv,
+            sc: &[f32],
+            n: usize,
+            slots: usize,
+            range: std::ops::Range<usize>,
+            acc: *mut f32,
+            m: usize,
+        ) {
+            let (dh, ns) = (kv.dh, n.div_ceil(16) * 16);
             let tile = ROUNDS * slots;
             for t0 in (0..n).step_by(tile) {
-                for s in 0..slots.min(n - t0) {
+                for s in range.start..range.end.min(n - t0) {
                     let j0 = t0 + s;
                     let rounds = (n - j0).div_ceil(slots).min(ROUNDS);
                     let rows: [*const u16; ROUNDS] = std::array::from_fn(|r| {
@@ -637,7 +1053,7 @@ mod x86 {
                                 _mm256_setzero_ps()
                             }
                         });
-                        let a = acc.as_mut_ptr().add((h * slots + s) * dh);
+                        let a = acc.add((h * slots + s) * dh);
                         match rounds {
                             4 => add_rounds::<4>(a, &p, &rows, dh, t0 == 0),
                             3 => add_rounds::<3>(a, &p, &rows, dh, t0 == 0),
@@ -647,6 +1063,14 @@ mod x86 {
                     }
                 }
             }
+        }
+
+        /// The end of [`weighted_values`] once every slot is summed: per head (`og`, `m · dh`;
+        /// its slots at `acc[h·slots·dh..]`) the slots reduced per element by the tree (16
+        /// slots) or `ggml_vec_dot_f16`'s combine and tree (64); slots no key reached count
+        /// as 0.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(super) unsafe fn combine_slots(acc: &mut [f32], n: usize, slots: usize, dh: usize, og: &mut [f32]) {
             for (h, oh) in og.chunks_exact_mut(dh).enumerate() {
                 let acc_h = &mut acc[h * slots * dh..(h + 1) * slots * dh];
                 acc_h[n.min(slots) * dh..].fill(0.0);
@@ -721,7 +1145,7 @@ mod tests {
     }
 
     /// `(t, pos0, heads, kv_heads, head_dim, amplitude of q and k)`.
-    const CASES: [(usize, usize, usize, usize, usize, f32); 12] = [
+    const CASES: [(usize, usize, usize, usize, usize, f32); 13] = [
         (1, 0, 2, 1, 16, 1.0),
         (5, 0, 9, 3, 64, 2.0),
         (17, 3, 4, 2, 32, 4.0),
@@ -731,6 +1155,7 @@ mod tests {
         (1, 300, 9, 3, 64, 3.0),    // decode at a longer position
         (1, 169, 4, 2, 64, 2.0),    // decode, the value tile of 256 keys three quarters full
         (1, 1030, 6, 1, 128, 4.0),  // decode, Coder-1.5B's head (dh 128, 6 heads per KV head)
+        (1, 1100, 9, 3, 64, 3.0),   // decode past SPLIT_FROM: the work cut across threads
         (2, 70, 4, 1, 80, 1.0),     // a head of 80: the f64 tail of the one-token order
         (24, 509, 12, 2, 128, 2.0), // a prefill chunk past 512 cached positions, GQA 6:1
         (6, 2, 2, 1, 40, 1.0),      // head_dim not a multiple of 16: the plain path
@@ -771,6 +1196,16 @@ mod tests {
                         let got = x86::causal_items(isa, m, &q, &bits(&k), &bits(&v), s, order);
                         let what =
                             format!("{isa:?} {order:?} t={t} pos0={pos0} hq={hq} hkv={hkv} dh={dh}, {m} per item");
+                        assert_same_bits(&got, &want, &what);
+                    }
+                }
+                // One token's work cut across the threads in any number of parts (keys and
+                // value slots) gives the same bits too.
+                if t == 1 && dh % 64 == 0 {
+                    let want = causal_reference(&q, &k, &v, s, F16Dot::Vec);
+                    for parts in [1, 2, 3, 5, 16] {
+                        let got = x86::causal_split(isa, &q, &bits(&k), &bits(&v), s, parts);
+                        let what = format!("{isa:?} split in {parts} pos0={pos0} hq={hq} hkv={hkv} dh={dh}");
                         assert_same_bits(&got, &want, &what);
                     }
                 }
