@@ -214,3 +214,30 @@ fn mtp_head_is_loaded_only_when_present() {
     let m = Qwen35::from_safetensors(&fixture("qwen35-tiny")).unwrap();
     assert!(m.mtp().is_some());
 }
+
+/// Decode on an f16 KV cache (what GGUF models and `--kv-cache f16` use) takes the one-token
+/// kernel in llama.cpp's order (query and weights rounded to f16); its greedy tokens and logits
+/// stay with transformers' f32 run, to f16's precision.
+#[test]
+fn f16_cache_decode_stays_with_transformers() {
+    let name = "qwen35-tiny";
+    let mut m = Qwen35::from_safetensors(&fixture(name)).unwrap();
+    m.set_kv_type(frognano_model::KvType::F16).unwrap();
+    let g = Golden::open(name);
+    let ids = g.ids("input_ids");
+    let vocab = m.vocab_size();
+    let mut cache = m.new_cache();
+    let full = m.forward(&ids, &mut cache, true).unwrap();
+    let want_decode = g.f32("logits_decode");
+    let scale = want_decode.iter().fold(0.0f32, |a, &b| a.max(b.abs()));
+    let mut next = argmax(&full[(ids.len() - 1) * vocab..]);
+    let mut worst = 0.0f32;
+    for (step, want) in g.ids("greedy_tokens").iter().enumerate() {
+        assert_eq!(next, *want, "greedy token {step} on an f16 cache");
+        let lg = m.forward(&[next], &mut cache, false).unwrap();
+        worst = worst.max(max_abs_diff(&lg, &want_decode[step * vocab..(step + 1) * vocab]));
+        next = argmax(&lg);
+    }
+    eprintln!("f16 cache: decode logits within {worst} of transformers' f32 (largest logit {scale})");
+    assert!(worst <= 1e-4 * scale, "decode logits {worst} off transformers' f32 run (largest logit {scale})");
+}
