@@ -8,7 +8,8 @@
    decode call).
 2. fixtures/qwen35-tiny.gguf and fixtures/qwen35-tiny-bf16.gguf — the tiny random Qwen3.5
    checkpoints converted by the converter that ships with llama.cpp
-   (vendor/llama.cpp/convert_hf_to_gguf.py from the llama-cpp-python sdist, `--no-mtp`).
+   (vendor/llama.cpp/convert_hf_to_gguf.py from the llama-cpp-python sdist, `--no-mtp`), and
+   fixtures/qwen35-tiny-mtp.gguf, the f32 one converted with its MTP head.
    The tiny checkpoints carry a small BPE tokenizer whose pre-tokenizer hash the converter does
    not know, so this script passes the converter's own name for the Qwen3.5 regex (`qwen35`)
    through the documented escape hatch for unknown hashes, and adds the `architectures` entry
@@ -149,10 +150,23 @@ TextModel.get_vocab_base_pre = pre
 sys.argv = ["convert_hf_to_gguf.py"] + sys.argv[1:]
 c.main()
 """
-    for name, outtype in [("qwen35-tiny", "f32"), ("qwen35-tiny-bf16", "bf16")]:
+    # (fixture, out name, type, with the MTP head): the head is a shard of its own
+    # (mtp.safetensors), which the converter reads as a model part when it is named like one;
+    # without --no-mtp the converter appends it after the main layers (blk.6.nextn.*, blk.6.*).
+    for name, out_name, outtype, mtp in [
+        ("qwen35-tiny", "qwen35-tiny", "f32", False),
+        ("qwen35-tiny-bf16", "qwen35-tiny-bf16", "bf16", False),
+        ("qwen35-tiny", "qwen35-tiny-mtp", "f32", True),
+    ]:
         with tempfile.TemporaryDirectory() as tmp:
             model_dir = os.path.join(tmp, name)
             shutil.copytree(os.path.join(ROOT, "fixtures", name), model_dir)
+            head = os.path.join(model_dir, "mtp.safetensors")
+            if os.path.exists(head):
+                if mtp:
+                    os.rename(head, os.path.join(model_dir, "model-mtp.safetensors"))
+                else:
+                    os.remove(head)
             for f in ["tokenizer.json", "tokenizer_config.json"]:  # bf16 copy shares the f32 tokenizer
                 if not os.path.exists(os.path.join(model_dir, f)):
                     shutil.copy(os.path.join(ROOT, "fixtures", "qwen35-tiny", f), model_dir)
@@ -162,11 +176,13 @@ c.main()
             with open(cfg_path) as fh:
                 cfg = json.load(fh)
             cfg.setdefault("architectures", ["Qwen3_5ForCausalLM"])
+            if mtp:
+                cfg["mtp_num_hidden_layers"] = 1
             with open(cfg_path, "w") as fh:
                 json.dump(cfg, fh, indent=2)
-            out = os.path.join(ROOT, "fixtures", f"{name}.gguf")
-            subprocess.run([CONVERT_PYTHON, "-c", runner, model_dir, "--outfile", out, "--outtype", outtype,
-                            "--no-mtp"], check=True)
+            out = os.path.join(ROOT, "fixtures", f"{out_name}.gguf")
+            subprocess.run([CONVERT_PYTHON, "-c", runner, model_dir, "--outfile", out, "--outtype", outtype]
+                           + ([] if mtp else ["--no-mtp"]), check=True)
             print("wrote", out, os.path.getsize(out), file=sys.stderr)
 
 

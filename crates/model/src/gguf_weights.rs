@@ -12,7 +12,9 @@
 //!   adjacent-pair RoPE. Inference reads them as stored ([`RopeStyle::Interleaved`]);
 //!   [`GgufWeights::in_hf_layout`] puts them back into Hugging Face order (the trainer does,
 //!   so its checkpoints are Hugging Face ones). `qwen2` and `qwen3` files keep Hugging Face
-//!   order (llama.cpp rotates them in halves, its NEOX RoPE).
+//!   order (llama.cpp rotates them in halves, its NEOX RoPE);
+//! * a `qwen35` file converted with its MTP head (`qwen35.nextn_predict_layers` > 0) holds it
+//!   as the blocks after the main layers ([`mtp_gguf_name`]).
 
 use std::path::Path;
 
@@ -106,11 +108,35 @@ pub fn gguf_name(arch: GgufArch, hf: &str) -> Option<String> {
     Some(format!("blk.{layer}.{gguf}"))
 }
 
+/// The llama.cpp name of a Qwen3.5 multi-token-prediction tensor (`mtp.*`) in a file whose
+/// MTP block is `blk.{block}`: llama.cpp's converter appends the MTP layers after the main
+/// ones (`block_count` counts them, `qwen35.nextn_predict_layers` says how many) and names the
+/// head's own tensors `nextn.*`; the MTP decoder layer keeps the per-layer names. `None` for
+/// any other name.
+pub fn mtp_gguf_name(block: usize, hf: &str) -> Option<String> {
+    let rest = hf.strip_prefix("mtp.")?;
+    let nextn = match rest {
+        "fc.weight" => "eh_proj.weight",
+        "pre_fc_norm_embedding.weight" => "enorm.weight",
+        "pre_fc_norm_hidden.weight" => "hnorm.weight",
+        "norm.weight" => "shared_head_norm.weight",
+        "embed_tokens.weight" => "embed_tokens.weight",
+        _ => {
+            let (layer, suffix) = rest.strip_prefix("layers.")?.split_once('.')?;
+            let layer: usize = layer.parse().ok()?;
+            return gguf_name(GgufArch::Qwen35, &format!("model.layers.{}.{suffix}", block + layer));
+        }
+    };
+    Some(format!("blk.{block}.nextn.{nextn}"))
+}
+
 /// A GGUF file read by Hugging Face names (see the module docs).
 pub struct GgufWeights<'f> {
     file: &'f GgufFile,
     arch: GgufArch,
     hf_layout: bool,
+    /// The first MTP block of a `qwen35` file that has one (`block_count − nextn_predict_layers`).
+    mtp_block: Option<usize>,
 }
 
 impl<'f> GgufWeights<'f> {
@@ -126,7 +152,20 @@ impl<'f> GgufWeights<'f> {
                 ),
             )
         })?;
-        Ok(GgufWeights { file, arch, hf_layout: false })
+        let mtp_block = match arch {
+            GgufArch::Qwen35 => {
+                let nextn = file.get_u64("qwen35.nextn_predict_layers")?.unwrap_or(0) as usize;
+                let blocks = file.get_u64("qwen35.block_count")?.unwrap_or(0) as usize;
+                (nextn > 0 && nextn < blocks).then(|| blocks - nextn)
+            }
+            _ => None,
+        };
+        Ok(GgufWeights { file, arch, hf_layout: false, mtp_block })
+    }
+
+    /// The llama.cpp name of `hf` in this file (main model, or the MTP head when it has one).
+    fn file_name(&self, hf: &str) -> Option<String> {
+        gguf_name(self.arch, hf).or_else(|| self.mtp_block.and_then(|b| mtp_gguf_name(b, hf)))
     }
 
     /// The same file with permuted q/k rows put back into Hugging Face order (what the
@@ -146,7 +185,7 @@ impl<'f> GgufWeights<'f> {
     }
 
     fn name(&self, w: &WeightSpec) -> Result<String> {
-        gguf_name(self.arch, &w.name).ok_or_else(|| ModelError::MissingTensor {
+        self.file_name(&w.name).ok_or_else(|| ModelError::MissingTensor {
             path: self.file.path().to_path_buf(),
             name: format!("{} (no llama.cpp name for this tensor)", w.name),
         })
@@ -178,7 +217,7 @@ impl TensorSource for GgufWeights<'_> {
     }
 
     fn contains(&self, name: &str) -> bool {
-        gguf_name(self.arch, name).is_some_and(|g| self.file.contains(&g))
+        self.file_name(name).is_some_and(|g| self.file.contains(&g))
     }
 
     fn matrix(&self, w: &WeightSpec) -> Result<Matrix> {
@@ -243,6 +282,16 @@ mod tests {
         assert_eq!(n(GgufArch::Qwen35, "lm_head.weight").as_deref(), Some("output.weight"));
         assert_eq!(n(GgufArch::Llama, "model.layers.x.mlp.up_proj.weight"), None);
         assert_eq!(n(GgufArch::Llama, "model.visual.patch_embed.weight"), None);
+        // The MTP head after 32 main layers: its own tensors are `nextn.*`, its decoder layer
+        // has the per-layer names.
+        assert_eq!(mtp_gguf_name(32, "mtp.fc.weight").as_deref(), Some("blk.32.nextn.eh_proj.weight"));
+        assert_eq!(mtp_gguf_name(32, "mtp.norm.weight").as_deref(), Some("blk.32.nextn.shared_head_norm.weight"));
+        assert_eq!(mtp_gguf_name(32, "mtp.layers.0.self_attn.q_proj.weight").as_deref(), Some("blk.32.attn_q.weight"));
+        assert_eq!(
+            mtp_gguf_name(32, "mtp.layers.0.post_attention_layernorm.weight").as_deref(),
+            Some("blk.32.post_attention_norm.weight")
+        );
+        assert_eq!(mtp_gguf_name(32, "model.norm.weight"), None);
     }
 
     #[test]

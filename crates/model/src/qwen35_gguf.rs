@@ -18,11 +18,23 @@ pub fn config_from_gguf(f: &GgufFile) -> Result<Qwen35Config> {
         return Err(ModelError::format(f.path(), format!("general.architecture is {arch:?}, expected \"qwen35\"")));
     }
     let k = |s: &str| format!("qwen35.{s}");
-    let n_layers = f.req_usize(&k("block_count"))?;
+    // A file converted with its MTP head counts the head's layers in `block_count` (they come
+    // after the main layers); `nextn_predict_layers` says how many.
+    let blocks = f.req_usize(&k("block_count"))?;
+    let nextn = f.get_u64(&k("nextn_predict_layers"))?.unwrap_or(0) as usize;
+    if nextn >= blocks {
+        return Err(ModelError::format(
+            f.path(),
+            format!("qwen35.nextn_predict_layers {nextn} leaves no main layer of block_count {blocks}"),
+        ));
+    }
+    let n_layers = blocks - nextn;
     let layer_types: Vec<LayerType> = if let Some(v) = f.get(&k("attention.recurrent_layers")) {
         let arr = v.as_array().ok_or_else(|| {
             ModelError::format(f.path(), "metadata `qwen35.attention.recurrent_layers` is not an array")
         })?;
+        // One entry per block, the MTP blocks' too: the main layers are the first ones.
+        let arr = if arr.len() == blocks { &arr[..n_layers] } else { arr };
         arr.iter()
             .map(|e| match e.as_bool() {
                 Some(true) => Ok(LayerType::Linear),

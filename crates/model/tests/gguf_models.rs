@@ -144,3 +144,50 @@ fn gguf_models_load_with_an_f16_kv_cache() {
     let lm = frognano_model::load(repo("fixtures/qwen35-tiny.gguf").to_str().unwrap()).unwrap();
     assert_eq!(lm.model.kv_type(), frognano_model::KvType::F16);
 }
+
+/// llama.cpp's converter without `--no-mtp` appends the MTP head after the main layers
+/// (`block_count` 7, `nextn_predict_layers` 1, `blk.6.nextn.*` and the head's decoder layer as
+/// `blk.6.*`). Read from that file, the model has its 6 main layers and the same head as the
+/// safetensors fixture: the same logits and hidden states for the prompt, the same head outputs
+/// over it, and the same four chained drafts.
+#[test]
+fn qwen35_gguf_with_its_mtp_head_drafts_as_the_safetensors_head() {
+    use frognano_model::MtpHead;
+    let file = GgufFile::open(repo("fixtures/qwen35-tiny-mtp.gguf")).unwrap();
+    assert_eq!(file.get_u64("qwen35.nextn_predict_layers").unwrap(), Some(1), "the fixture lost its MTP head");
+    let mut gguf = qwen35_from_gguf(&file).unwrap();
+    let st = Qwen35::from_safetensors(&repo("fixtures/qwen35-tiny")).unwrap();
+    assert_eq!(gguf.cfg.num_hidden_layers, 6, "the MTP block was taken for a main layer");
+    assert_eq!(gguf.cfg.layer_types, st.cfg.layer_types);
+    gguf.set_kv_type(frognano_model::KvType::F32).unwrap();
+    let (a, b): (&dyn MtpHead, &dyn MtpHead) =
+        (gguf.mtp().expect("the GGUF's MTP head was not loaded"), st.mtp().unwrap());
+    let close = |what: &str, x: &[f32], y: &[f32]| {
+        let scale = y.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+        let d = max_abs_diff(x, y);
+        assert!(d <= 2e-5 * scale, "{what}: GGUF vs safetensors differ by {d} (values up to {scale})");
+    };
+    let ids = golden_ids("qwen35-tiny");
+    let (mut c1, mut c2) = (gguf.new_cache(), st.new_cache());
+    let (la, ha) = a.forward_with_hidden(&ids, &mut c1, false).unwrap();
+    let (lb, hb) = b.forward_with_hidden(&ids, &mut c2, false).unwrap();
+    close("prompt logits", &la, &lb);
+    close("hidden states", &ha, &hb);
+    let next = argmax(&lb);
+    let mut pairs: Vec<u32> = ids[1..].to_vec();
+    pairs.push(next);
+    let (mut m1, mut m2) = (a.new_mtp_cache(), b.new_mtp_cache());
+    let (ga, oa) = a.mtp_forward(&pairs, &ha, &mut m1, false).unwrap();
+    let (gb, ob) = b.mtp_forward(&pairs, &hb, &mut m2, false).unwrap();
+    close("MTP hidden states over the prompt", &oa, &ob);
+    let last = (pairs.len() - 1) * st.cfg.hidden_size;
+    let (mut ga, mut oa, mut gb, mut ob) = (ga, oa[last..].to_vec(), gb, ob[last..].to_vec());
+    for step in 0..4 {
+        close(&format!("MTP step {step} logits"), &ga, &gb);
+        close(&format!("MTP step {step} hidden states"), &oa, &ob);
+        let (da, db) = (argmax(&ga), argmax(&gb));
+        assert_eq!(da, db, "draft {step}");
+        (ga, oa) = a.mtp_forward(&[da], &oa, &mut m1, false).unwrap();
+        (gb, ob) = b.mtp_forward(&[db], &ob, &mut m2, false).unwrap();
+    }
+}
