@@ -477,7 +477,7 @@ mod x86 {
             combine_slots(&mut s.acc, n, kv.dh, og);
         }
 
-        /// [`scores_vec_heads`] for the query heads `qg` (any number, three at a time) and
+        /// [`scores_vec_heads`] for the query heads `qg` (any number, four at a time) and
         /// the keys `keys` (starting at a multiple of 16) of `0..n`: head `h`'s scores at
         /// `sc[h·ns..]`, which must hold `qg.len() / dh` rows of `ns`.
         #[target_feature(enable = "avx512f,fma,f16c")]
@@ -493,10 +493,11 @@ mod x86 {
             let dh = kv.dh;
             let mut h0 = 0;
             while h0 < qg.len() / dh {
-                let hn = (qg.len() / dh - h0).min(3);
+                let hn = (qg.len() / dh - h0).min(4);
                 let (q, out) = (&qg[h0 * dh..(h0 + hn) * dh], sc.add(h0 * ns));
                 let keys = keys.clone();
                 match hn {
+                    4 => scores_vec_heads::<4>(q, kv, n, keys, scale, out, ns),
                     3 => scores_vec_heads::<3>(q, kv, n, keys, scale, out, ns),
                     2 => scores_vec_heads::<2>(q, kv, n, keys, scale, out, ns),
                     _ => scores_vec_heads::<1>(q, kv, n, keys, scale, out, ns),
@@ -609,25 +610,35 @@ mod x86 {
                         let j = if r < rounds { j0 + r * SLOTS } else { j0 };
                         kv.vc.as_ptr().add(kv.row(j))
                     });
-                    for h in 0..m {
-                        let p: [__m512; ROUNDS] = std::array::from_fn(|r| {
-                            if r < rounds {
-                                _mm512_set1_ps(*sc.get_unchecked(h * ns + j0 + r * SLOTS))
-                            } else {
-                                _mm512_setzero_ps()
-                            }
+                    let mut h0 = 0;
+                    while h0 < m {
+                        let hn = (m - h0).min(HEADS);
+                        let p: [[__m512; ROUNDS]; HEADS] = std::array::from_fn(|h| {
+                            std::array::from_fn(|r| {
+                                if h < hn && r < rounds {
+                                    _mm512_set1_ps(*sc.get_unchecked((h0 + h) * ns + j0 + r * SLOTS))
+                                } else {
+                                    _mm512_setzero_ps()
+                                }
+                            })
                         });
-                        let a = acc.add((h * SLOTS + s) * dh);
+                        let a = acc.add((h0 * SLOTS + s) * dh);
+                        let first = t0 == 0;
                         match rounds {
-                            4 => add_rounds::<4>(a, &p, &rows, dh, t0 == 0),
-                            3 => add_rounds::<3>(a, &p, &rows, dh, t0 == 0),
-                            2 => add_rounds::<2>(a, &p, &rows, dh, t0 == 0),
-                            _ => add_rounds::<1>(a, &p, &rows, dh, t0 == 0),
+                            4 => add_rounds::<4>(a, SLOTS * dh, hn, &p, &rows, dh, first),
+                            3 => add_rounds::<3>(a, SLOTS * dh, hn, &p, &rows, dh, first),
+                            2 => add_rounds::<2>(a, SLOTS * dh, hn, &p, &rows, dh, first),
+                            _ => add_rounds::<1>(a, SLOTS * dh, hn, &p, &rows, dh, first),
                         }
+                        h0 += hn;
                     }
                 }
             }
         }
+
+        /// Heads [`values_range`] takes per pass over a slot's rows (their weights stay in
+        /// registers, each row chunk is converted once for all of them).
+        const HEADS: usize = 4;
 
         /// The end of [`values_range`] once every slot is summed: per head (`og`, `m · dh`;
         /// its 64 slots at `acc[h·64·dh..]`) the slots `l`, `l + 16`, `l + 32`, `l + 48`
@@ -655,23 +666,32 @@ mod x86 {
         /// Keys of one slot taken together by [`weighted_values_heads`]: `ROUNDS` keys 64 apart.
         const ROUNDS: usize = 4;
 
-        /// `a[..dh] += Σ_r p[r]·rows[r][..dh]` for `r` in `0..R` in that order (from 0 when
-        /// `first`: a slot's first key adds to 0, as the reference's slots start).
+        /// For each of the first `heads` heads `h` (sums at `a + h·stride`):
+        /// `a_h[..dh] += Σ_r p[h][r]·rows[r][..dh]` for `r` in `0..R` in that order (from 0
+        /// when `first`: a slot's first key adds to 0, as the reference's slots start). Each
+        /// 16-wide chunk of the rows is converted once for all the heads.
         #[inline]
         #[target_feature(enable = "avx512f,fma,f16c")]
         unsafe fn add_rounds<const R: usize>(
             a: *mut f32,
-            p: &[__m512; ROUNDS],
+            stride: usize,
+            heads: usize,
+            p: &[[__m512; ROUNDS]; HEADS],
             rows: &[*const u16; ROUNDS],
             dh: usize,
             first: bool,
         ) {
             for i in (0..dh).step_by(16) {
-                let mut sum = if first { _mm512_setzero_ps() } else { _mm512_loadu_ps(a.add(i)) };
-                for r in 0..R {
-                    sum = _mm512_fmadd_ps(p[r], _mm512_cvtph_ps(_mm256_loadu_si256(rows[r].add(i).cast())), sum);
+                let v: [__m512; R] =
+                    std::array::from_fn(|r| _mm512_cvtph_ps(_mm256_loadu_si256(rows[r].add(i).cast())));
+                for (h, ph) in p.iter().enumerate().take(heads) {
+                    let at = a.add(h * stride + i);
+                    let mut sum = if first { _mm512_setzero_ps() } else { _mm512_loadu_ps(at) };
+                    for r in 0..R {
+                        sum = _mm512_fmadd_ps(ph[r], v[r], sum);
+                    }
+                    _mm512_storeu_ps(at, sum);
                 }
-                _mm512_storeu_ps(a.add(i), sum);
             }
         }
 
