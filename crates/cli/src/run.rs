@@ -242,7 +242,7 @@ impl Talker {
         } else {
             eos_ids.clone()
         };
-        let req = GenerateRequest { sampling, max_tokens: gen.max_tokens, stop_ids, top_logprobs: 0 };
+        let req = GenerateRequest { sampling, max_tokens: gen.max_tokens, stop_ids, top_logprobs: 0, checkpoint: None };
         if gen.speculative == SpeculativeMode::Mtp && model.mtp().is_none() {
             anyhow::bail!(
                 "--speculative mtp: this model has no multi-token-prediction head (no mtp.* weights); use lookup or auto"

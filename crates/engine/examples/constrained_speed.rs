@@ -48,6 +48,7 @@ fn main() -> anyhow::Result<()> {
         max_tokens,
         stop_ids,
         top_logprobs: 0,
+        checkpoint: None,
     };
     // Tokens/s of the decode: from the first token (sampled after the prefill) to the last.
     let decode = |session: &mut Session, req: &GenerateRequest, constrained: bool| -> anyhow::Result<_> {

@@ -47,6 +47,7 @@ fn main() -> anyhow::Result<()> {
         max_tokens: n_decode + 1,
         stop_ids: vec![],
         top_logprobs: 0,
+        checkpoint: None,
     };
     let mut first = None;
     let t = Instant::now();

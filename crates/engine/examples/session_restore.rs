@@ -27,7 +27,11 @@ fn main() -> anyhow::Result<()> {
         }
         _ => anyhow::bail!("usage: session_restore save|restore|fill MODEL DIR TOKENS [KV_TYPE]"),
     };
-    let n: usize = tokens.parse()?;
+    let tokens: usize = tokens.parse()?;
+    // `fill` measures a full context of TOKENS positions: TOKENS − 1 held, then one token
+    // through them (holding TOKENS and running one more would measure a context one past it,
+    // and the cache growing past a filled power of two: a copy no full context makes).
+    let n = if mode == "fill" { tokens.saturating_sub(1).max(1) } else { tokens };
     let t = Instant::now();
     let mut boxed = frognano_model::load(model_path)?.model;
     if let Some(kv) = kv {
@@ -78,6 +82,7 @@ fn main() -> anyhow::Result<()> {
                     max_tokens: 1,
                     stop_ids: vec![],
                     top_logprobs: 0,
+                    checkpoint: None,
                 };
                 let t = Instant::now();
                 let first = session.generate(&prompt, &req, |_| ControlFlow::Continue(()))?;
@@ -94,9 +99,10 @@ fn main() -> anyhow::Result<()> {
                     .generate(&prompt, &GenerateRequest { max_tokens: steps, ..req }, |_| ControlFlow::Continue(()))?;
                 let decode = more.tokens.len() as f64 / t.elapsed().as_secs_f64();
                 println!(
-                    "KV cache {}; {n} positions held ({:.2} GB of state); one token through them in {first_s:.2} s; \
-                     then {decode:.2} tok/s decode over {} tokens; peak {}",
+                    "KV cache {}; {n} positions held, {} with the next token ({:.2} GB of state); one token through \
+                     them in {first_s:.2} s; then {decode:.2} tok/s decode over {} tokens; peak {}",
                     model.kv_type(),
+                    n + 1,
                     model.cache_bytes(n + 1) as f64 / 1e9,
                     more.tokens.len(),
                     hwm.split_whitespace().skip(1).collect::<Vec<_>>().join(" ")
@@ -130,6 +136,7 @@ fn main() -> anyhow::Result<()> {
                 max_tokens: 1,
                 stop_ids: vec![],
                 top_logprobs: 0,
+                checkpoint: None,
             };
             let g = session.generate(&prompt, &req, |_| ControlFlow::Continue(()))?;
             let first_s = t.elapsed().as_secs_f64();

@@ -68,6 +68,7 @@ fn main() -> anyhow::Result<()> {
         max_tokens: tokens,
         stop_ids: lm.eos_ids.clone(),
         top_logprobs: 0,
+        checkpoint: None,
     };
     let mut reference: Option<Vec<u32>> = None;
     for run in 0..repeats {

@@ -377,6 +377,18 @@ impl EngineLlm {
         }
     }
 
+    /// Where the generation prompt of `prompt` (rendered as `text`) begins, for
+    /// [`GenerateRequest::checkpoint`]: the next turn renders this one's ending its own way and
+    /// shares the prompt only up to there. `None` when the template's ending is not a plain
+    /// suffix of the prompt.
+    fn generation_checkpoint(&self, request: &ChatRequest<'_>, text: &str, prompt: &[u32]) -> Option<usize> {
+        let s = request.sampling;
+        let base = self.render_messages(request.messages, request.tools, s.enable_thinking, false).ok()?;
+        let suffix = text.strip_prefix(base.as_str()).filter(|x| !x.is_empty())?;
+        let suffix_ids = self.encode(suffix).ok()?;
+        (prompt.ends_with(&suffix_ids) && suffix_ids.len() < prompt.len()).then(|| prompt.len() - suffix_ids.len())
+    }
+
     /// The text to append after the last turn's sampled tokens, or `None` when the
     /// conversation does not extend the last one through an append-only template.
     fn continuation(&self, request: &ChatRequest<'_>, text: &str, last: &LastTurn) -> Result<Option<String>, LlmError> {
@@ -437,6 +449,7 @@ impl Llm for EngineLlm {
             max_tokens: (s.max_tokens as usize).min(self.max_context - prompt.len()),
             stop_ids: self.chat.eos_ids.clone(),
             top_logprobs: 0,
+            checkpoint: self.generation_checkpoint(request, &prompt_text, &prompt),
         };
         let thinking_prompted = prompt_text.trim_end_matches('\n').ends_with("<think>");
         let constraint = self.tool_constraint(request, thinking_prompted)?;

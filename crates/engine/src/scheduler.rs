@@ -741,7 +741,8 @@ fn prefill_step(
         return None;
     }
     let (before, started) = (p.session.tokens().len(), std::time::Instant::now());
-    let step = catch_unwind(AssertUnwindSafe(|| p.session.prefill_chunk(&p.prompt, chunk)));
+    let checkpoint = p.request.checkpoint;
+    let step = catch_unwind(AssertUnwindSafe(|| p.session.prefill_chunk(&p.prompt, chunk, checkpoint)));
     let ran = p.session.tokens().len().saturating_sub(before);
     if ran > 0 {
         Pace::update(&mut pace.prefill_secs_per_token, started.elapsed().as_secs_f64() / ran as f64);

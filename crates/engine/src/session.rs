@@ -50,6 +50,11 @@ pub struct GenerateRequest {
     pub stop_ids: Vec<u32>,
     /// Alternatives to report per token (0 for none).
     pub top_logprobs: usize,
+    /// A prompt position to keep the state at besides the prompt's end: for a chat turn, where
+    /// its generation prompt begins (`frognano-serve` finds it from the template). The next
+    /// turn renders this turn's ending differently, so it shares this prompt only up to there;
+    /// with a state kept there a hybrid model resumes from it instead of from the start.
+    pub checkpoint: Option<usize>,
 }
 
 /// The result of one call.
@@ -280,9 +285,19 @@ impl Session {
     /// Brings the state to exactly `prompt` and returns the logits after its last token and
     /// how many of its tokens were reused.
     pub fn prefill(&mut self, prompt: &[u32]) -> Result<(Vec<f32>, usize), EngineError> {
+        self.prefill_keeping(prompt, None)
+    }
+
+    /// [`prefill`](Self::prefill), also keeping the state at `checkpoint`
+    /// ([`GenerateRequest::checkpoint`]).
+    pub fn prefill_keeping(
+        &mut self,
+        prompt: &[u32],
+        checkpoint: Option<usize>,
+    ) -> Result<(Vec<f32>, usize), EngineError> {
         let reused = self.begin_prefill(prompt)?;
         loop {
-            if let Some(logits) = self.prefill_chunk(prompt, usize::MAX)? {
+            if let Some(logits) = self.prefill_chunk(prompt, usize::MAX, checkpoint)? {
                 return Ok((logits, reused));
             }
         }
@@ -321,7 +336,17 @@ impl Session {
     /// runs as that, and a piece never leaves one token behind), so every piece goes through
     /// the model's multi-token path as a one-shot prefill does and both give the same logits;
     /// a lone token would take the one-token kernels, whose rounding differs.
-    pub fn prefill_chunk(&mut self, prompt: &[u32], max_tokens: usize) -> Result<Option<Vec<f32>>, EngineError> {
+    ///
+    /// A `checkpoint` inside the part still to run (with at least two tokens on each side)
+    /// ends a piece there and keeps the state at it, as at a prompt's end, for a later prompt
+    /// that shares this one only that far ([`GenerateRequest::checkpoint`]). Only a cache that
+    /// cannot be cut back needs it; others reach any prefix by truncation.
+    pub fn prefill_chunk(
+        &mut self,
+        prompt: &[u32],
+        max_tokens: usize,
+        checkpoint: Option<usize>,
+    ) -> Result<Option<Vec<f32>>, EngineError> {
         let done = self.tokens.len();
         if done > prompt.len() || self.tokens[..] != prompt[..done] {
             return Err(EngineError::Request(
@@ -340,8 +365,16 @@ impl Session {
             };
         }
         let max = max_tokens.max(crate::scheduler::MIN_PREFILL_CHUNK);
-        let n = if left <= max.saturating_add(1) { left } else { max };
+        let mut n = if left <= max.saturating_add(1) { left } else { max };
+        let keep = checkpoint
+            .filter(|&c| !self.cache.is_rewindable() && c >= done + 2 && c <= done + n && c + 2 <= prompt.len());
+        if let Some(c) = keep {
+            n = c - done;
+        }
         let logits = self.run(&prompt[done..done + n])?;
+        if keep.is_some() {
+            self.remember();
+        }
         if done + n < prompt.len() {
             return Ok(None);
         }
@@ -645,7 +678,7 @@ impl Session {
         constraint: Option<Constraint>,
     ) -> Result<(Decoding, Option<TokenChoice>), EngineError> {
         req.sampling.validate().map_err(EngineError::Request)?;
-        let (logits, cached_tokens) = self.prefill(prompt)?;
+        let (logits, cached_tokens) = self.prefill_keeping(prompt, req.checkpoint)?;
         Ok(self.start_decoding(prompt.len(), cached_tokens, &logits, req, constraint))
     }
 

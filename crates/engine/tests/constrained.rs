@@ -83,6 +83,7 @@ impl Demo {
                     max_tokens,
                     stop_ids: self.chat.eos_ids.clone(),
                     top_logprobs: 0,
+                    checkpoint: None,
                 };
                 let prompt = prompt.to_vec();
                 let constraint = grammar.map(CompiledGrammar::start);

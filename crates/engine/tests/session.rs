@@ -12,7 +12,13 @@ fn model() -> Arc<dyn CausalLm> {
 }
 
 fn greedy(n: usize) -> GenerateRequest {
-    GenerateRequest { sampling: SamplingParams::greedy(), max_tokens: n, stop_ids: vec![], top_logprobs: 0 }
+    GenerateRequest {
+        sampling: SamplingParams::greedy(),
+        max_tokens: n,
+        stop_ids: vec![],
+        top_logprobs: 0,
+        checkpoint: None,
+    }
 }
 
 fn ids(n: usize, salt: usize) -> Vec<u32> {

@@ -30,7 +30,13 @@ fn smollm2_prompts(texts: &[&str]) -> Vec<Vec<u32>> {
 }
 
 fn greedy(n: usize) -> GenerateRequest {
-    GenerateRequest { sampling: SamplingParams::greedy(), max_tokens: n, stop_ids: vec![], top_logprobs: 0 }
+    GenerateRequest {
+        sampling: SamplingParams::greedy(),
+        max_tokens: n,
+        stop_ids: vec![],
+        top_logprobs: 0,
+        checkpoint: None,
+    }
 }
 
 /// A prompt that repeats itself, so lookup always finds something to draft.
@@ -167,6 +173,7 @@ fn sampled_generation_keeps_the_limits_and_the_models_logprobs(m: Arc<dyn Causal
         max_tokens: 30,
         stop_ids: vec![],
         top_logprobs: 0,
+        checkpoint: None,
     };
     let mut s = Session::new(Arc::clone(&m));
     s.set_speculative(mode);

@@ -393,6 +393,7 @@ impl Environment for GradedToyEnv {
                 max_tokens: 1,
                 stop_ids: Vec::new(),
                 top_logprobs: 0,
+                checkpoint: None,
             };
             // Each turn's prompt extends the previous one, so the scheduler reuses its state.
             let g = sampler.generate(tokens.clone(), req, |_| ControlFlow::Continue(()))?;

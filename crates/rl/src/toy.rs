@@ -149,6 +149,7 @@ impl Environment for ToyEnv {
             max_tokens: 1,
             stop_ids: vec![EOS],
             top_logprobs: 0,
+            checkpoint: None,
         };
         let g = sampler.generate(prompt.clone(), req, |_| ControlFlow::Continue(()))?;
         let choice = g.tokens.first().ok_or_else(|| anyhow::anyhow!("the engine generated no token"))?;

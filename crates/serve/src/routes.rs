@@ -262,7 +262,7 @@ pub(crate) fn generate_request(
         Some(m) => m as usize,
         None => default_max_tokens.unwrap_or(room).min(room),
     };
-    Ok(GenerateRequest { sampling, max_tokens, stop_ids: app.eos_ids.clone(), top_logprobs })
+    Ok(GenerateRequest { sampling, max_tokens, stop_ids: app.eos_ids.clone(), top_logprobs, checkpoint: None })
 }
 
 fn check_stops(stop: Option<crate::api::StopField>) -> Result<Vec<String>, ApiError> {
@@ -383,6 +383,44 @@ pub(crate) fn render_chat(
     add_generation_prompt: bool,
     kwargs: Option<&Map<String, Value>>,
 ) -> Result<(String, Vec<u32>), ApiError> {
+    let text = render_chat_text(app, messages, tools, add_generation_prompt, kwargs)?;
+    let ids = app
+        .tokenizer
+        .encode_with(&text, false)
+        .map_err(|e| ApiError::invalid_param("messages", format!("The conversation cannot be tokenized: {e}")))?;
+    Ok((text, ids))
+}
+
+/// Where the generation prompt of a rendered chat prompt (`text`, tokenized as `ids`) begins:
+/// the prompt position after the conversation's last message. The next turn renders this
+/// turn's ending its own way (Qwen3.5's template drops the empty `<think></think>` of an
+/// assistant reply once a newer user message follows; the reply itself replaces the
+/// generation prompt), so its prompt shares this one up to that position and not to its end.
+/// The engine keeps a state there ([`GenerateRequest::checkpoint`]), which a hybrid model
+/// (whose recurrent state cannot be cut back) needs to resume the next turn from it instead of
+/// from the start. `None` when the template's ending is not a plain suffix of the prompt.
+pub(crate) fn generation_checkpoint(
+    app: &AppState,
+    messages: &[Message],
+    tools: &[Value],
+    kwargs: Option<&Map<String, Value>>,
+    text: &str,
+    ids: &[u32],
+) -> Option<usize> {
+    let base = render_chat_text(app, messages, tools, false, kwargs).ok()?;
+    let suffix = text.strip_prefix(base.as_str()).filter(|s| !s.is_empty())?;
+    let suffix_ids = app.tokenizer.encode_with(suffix, false).ok()?;
+    (ids.ends_with(&suffix_ids) && suffix_ids.len() < ids.len()).then(|| ids.len() - suffix_ids.len())
+}
+
+/// Renders a chat request to the prompt text, checked against the context by its length.
+fn render_chat_text(
+    app: &AppState,
+    messages: &[Message],
+    tools: &[Value],
+    add_generation_prompt: bool,
+    kwargs: Option<&Map<String, Value>>,
+) -> Result<String, ApiError> {
     if messages.is_empty() {
         return Err(ApiError::invalid_param("messages", "messages must contain at least one message"));
     }
@@ -421,11 +459,7 @@ pub(crate) fn render_chat(
         .render(&messages, tools_arg, add_generation_prompt, kwargs)
         .map_err(|e| ApiError::invalid_param("messages", format!("The conversation cannot be rendered: {e}")))?;
     check_text_fits(app, text.len(), "messages")?;
-    let ids = app
-        .tokenizer
-        .encode_with(&text, false)
-        .map_err(|e| ApiError::invalid_param("messages", format!("The conversation cannot be tokenized: {e}")))?;
-    Ok((text, ids))
+    Ok(text)
 }
 
 /// Whether a rendered prompt ends inside an open `<think>` block.
@@ -479,6 +513,7 @@ pub(crate) async fn start_chat(app: &Arc<AppState>, input: ChatInput<'_>) -> Res
     let ChatInput { messages, tools, choice, sampling, max_tokens, stops, template_kwargs, response_format, logprobs } =
         input;
     let (text, prompt) = render_chat(app, messages, &tools, true, template_kwargs)?;
+    let checkpoint = generation_checkpoint(app, messages, &tools, template_kwargs, &text, &prompt);
     let injected = app.template.as_ref().is_some_and(|t| t.injects_tool_prompt(messages, Some(&tools)));
     // Structured outputs (crate::structured): the grammar is compiled before the job is
     // queued, so a schema it cannot enforce is a 400 now. A forced call is written in the
@@ -502,7 +537,8 @@ pub(crate) async fn start_chat(app: &Arc<AppState>, input: ChatInput<'_>) -> Res
         parse_tool_calls: !tools.is_empty() && choice != ToolChoice::None,
         tools,
     };
-    let gen = generate_request(app, &sampling, max_tokens, None, prompt.len(), "messages", logprobs.unwrap_or(0))?;
+    let mut gen = generate_request(app, &sampling, max_tokens, None, prompt.len(), "messages", logprobs.unwrap_or(0))?;
+    gen.checkpoint = checkpoint;
     let prompt_tokens = prompt.len();
     let (tx, rx) = mpsc::unbounded_channel();
     submit(app, Job { prompt, request: gen, mode, stop_strings: stops, logprobs, events: tx, constraint })?;

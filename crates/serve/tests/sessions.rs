@@ -66,3 +66,35 @@ fn a_session_dir_that_cannot_be_made_is_a_clear_error() {
     let e = format!("{:#}", spawn_server(a).err().expect("refused"));
     assert!(e.contains("--session-dir") && e.contains("a-file"), "{e}");
 }
+
+/// Qwen3.5's template renders an assistant reply without its empty `<think></think>` once a
+/// newer user message follows, so turn 2's prompt leaves turn 1's at the generation prompt,
+/// not at its end. The hybrid model cannot cut its recurrent state back, so turn 2 reuses
+/// turn 1 only through the state kept where turn 1's generation prompt began (the chat
+/// request's checkpoint): everything but those few tokens, and so on every turn.
+#[test]
+fn a_chat_turn_resumes_where_the_last_one_left_the_conversation() {
+    let server = qwen_server(None);
+    let url = server.url();
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are a coding agent. Fix the issue you are given."}),
+        json!({"role": "user", "content": "Issue: parse() drops the last line.\n".repeat(20)}),
+    ];
+    let mut last_prompt = 0;
+    for turn in 1..=3 {
+        let reply = chat(&url, &json!(messages));
+        let prompt = reply["usage"]["prompt_tokens"].as_u64().unwrap();
+        if turn > 1 {
+            assert!(
+                cached(&reply) + 32 >= last_prompt && cached(&reply) < prompt,
+                "turn {turn}: {} of {prompt} prompt tokens reused; turn {} had {last_prompt}",
+                cached(&reply),
+                turn - 1
+            );
+        }
+        last_prompt = prompt;
+        let text = reply["choices"][0]["message"]["content"].as_str().unwrap_or("").to_string();
+        messages.push(json!({"role": "assistant", "content": text}));
+        messages.push(json!({"role": "user", "content": format!("Tool result {turn}:\n{}", "ok\n".repeat(30))}));
+    }
+}
