@@ -22,6 +22,8 @@ pub mod parsers;
 pub mod progress;
 pub mod pyjson;
 pub mod pytext;
+pub mod ray;
+pub mod remote;
 pub mod report;
 pub mod runs;
 pub mod status;
