@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -76,6 +77,18 @@ def run_unit(frognano_hint, unit_text):
     return {"answer": proc.stdout, "node": node, "worker_seconds": time.monotonic() - started}
 
 
+def check_reachable(address):
+    """Fails at once when a `host:port` address does not answer: `ray.init` would otherwise
+    retry for minutes before giving up. `auto` and `ray://` addresses are left to Ray."""
+    if address == "auto" or "://" in address or ":" not in address:
+        return
+    host, port = address.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except (OSError, ValueError) as e:
+        sys.exit(f"cannot reach the Ray cluster at {address}: {e}")
+
+
 def emit(obj):
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
@@ -91,6 +104,7 @@ def main():
     args = ap.parse_args()
 
     items = [json.loads(line) for line in sys.stdin if line.strip()]
+    check_reachable(args.address)
     ray.init(address=args.address, logging_level=logging.ERROR, log_to_driver=False)
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     emit({"event": "cluster", "nodes": len(nodes), "cpus": ray.cluster_resources().get("CPU", 0)})

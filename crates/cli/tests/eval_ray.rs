@@ -279,3 +279,29 @@ fn a_ray_cluster_runs_every_instance_once_and_leaves_what_the_local_run_leaves()
     assert_eq!(jsonl(&run_dir("kill").join("results.jsonl")).len(), INSTANCES);
     assert_eq!(std::fs::read_to_string(&starts).unwrap(), started, "a finished unit ran again");
 }
+
+#[test]
+fn no_address_or_an_unreachable_cluster_is_a_clear_error_and_records_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = instances(dir.path());
+    let out = dir.path().join("out");
+    let grade = |ray: &[&str], python: &Path| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_frognano"));
+        cmd.args(["eval", "grade", "--predictions", "gold", "--instances", set.to_str().unwrap()]);
+        cmd.arg("--output").arg(&out).args(ray).env("FROGNANO_RAY_PYTHON", python).env_remove("RAY_ADDRESS");
+        let o = cmd.output().unwrap();
+        assert!(!o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+        String::from_utf8(o.stderr).unwrap()
+    };
+    let msg = grade(&["--ray"], Path::new("python3"));
+    assert_eq!(msg.trim(), "error: --ray needs a cluster ADDRESS (or RAY_ADDRESS), got none");
+    let msg = grade(&["--ray", "127.0.0.1:9"], Path::new("/no/such/python"));
+    assert!(msg.contains("FROGNANO_RAY_PYTHON") && msg.contains("/no/such/python"), "{msg}");
+    let Some(python) = ray_python() else { return };
+    // Port 1 on the loopback: nothing listens there; `ray.init` alone would retry for minutes.
+    let msg = grade(&["--ray", "127.0.0.1:1"], &python);
+    assert!(msg.contains("cannot reach the Ray cluster at 127.0.0.1:1"), "{msg}");
+    assert!(msg.contains("20 of 20 unit(s) got no answer"), "{msg}");
+    let results = out.join("logs/run_evaluation/frognano/results.jsonl");
+    assert!(jsonl(&results).is_empty(), "nothing is recorded for units that never ran");
+}
