@@ -89,9 +89,17 @@ def check_reachable(address):
         sys.exit(f"cannot reach the Ray cluster at {address}: {e}")
 
 
+# The answers go out on the stdout we were given; everything else that writes to fd 1 (Ray
+# prints cluster events there, e.g. a node marked dead) is sent to stderr instead, so that the
+# Rust side reads nothing but answers.
+ANSWERS = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+
+
 def emit(obj):
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
+    ANSWERS.write(json.dumps(obj) + "\n")
+    ANSWERS.flush()
 
 
 def main():
@@ -129,8 +137,9 @@ def main():
                 cause = e.cause if getattr(e, "cause", None) is not None else e
                 emit({"index": index, "error": str(cause).strip().splitlines()[-1], "seconds": seconds})
                 continue
-            except ray.exceptions.RayError as e:
-                # Retries exhausted after lost workers or nodes, or the task was cancelled.
+            except Exception as e:  # noqa: BLE001 - one unit's failure must not end the others
+                # Retries exhausted after lost workers or nodes (RayError), or anything else
+                # Ray raised for this task.
                 emit({"index": index, "error": f"{type(e).__name__}: {e}".strip().splitlines()[0], "seconds": seconds})
                 continue
             try:
