@@ -113,8 +113,25 @@ def main():
 
     items = [json.loads(line) for line in sys.stdin if line.strip()]
     check_reachable(args.address)
-    ray.init(address=args.address, logging_level=logging.ERROR, log_to_driver=False)
+    # Several nodes on one host (scripts/ray-local-cluster.sh) share it: FROGNANO_RAY_NODE_IP
+    # says which one this driver attaches to (the head's IP there), else Ray picks one.
+    node_ip = os.environ.get("FROGNANO_RAY_NODE_IP") or None
+    ray.init(address=args.address, _node_ip_address=node_ip, logging_level=logging.ERROR, log_to_driver=False)
     nodes = [n for n in ray.nodes() if n.get("Alive")]
+    # Ray waits for ever on a task no node can hold (it may expect an autoscaler to add one):
+    # refuse the run instead when no live node is big enough.
+    fits = [
+        n
+        for n in nodes
+        if n["Resources"].get("CPU", 0) >= args.num_cpus and n["Resources"].get("memory", 0) >= args.memory
+    ]
+    if nodes and not fits:
+        largest = max(nodes, key=lambda n: (n["Resources"].get("CPU", 0), n["Resources"].get("memory", 0)))
+        sys.exit(
+            f"no node of the cluster can run a unit of --ray-cpus {args.num_cpus:g} and --ray-memory "
+            f"{args.memory / 2**30:.2f} GiB; the largest has {largest['Resources'].get('CPU', 0):g} CPU(s) and "
+            f"{largest['Resources'].get('memory', 0) / 2**30:.2f} GiB"
+        )
     emit({"event": "cluster", "nodes": len(nodes), "cpus": ray.cluster_resources().get("CPU", 0)})
 
     options = {"num_cpus": args.num_cpus, "max_retries": args.max_retries, "retry_exceptions": False}

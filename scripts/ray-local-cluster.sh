@@ -6,6 +6,10 @@
 # each node is a `ray start --block` in a session of its own, so `kill -9 -- -PGID` ends that
 # node and everything it runs (raylet, workers, their `frognano eval unit`), as a lost machine
 # would. Ray listens on the host's address (it binds every interface); nothing leaves the host.
+# Worker node i listens on 127.0.0.(i+1), so that each node of this one host has an address
+# of its own and a driver can be told to attach to the head (FROGNANO_RAY_NODE_IP, written to
+# DIR/head-ip): otherwise Ray attaches it to any node here, and killing that node would take
+# the driver with it, which is not what losing a worker machine does.
 # Health checks are tightened so a killed node is declared dead in about two seconds instead
 # of Ray's default half minute. Needs .venv-ray (scripts/setup-ray.sh) or RAY_PYTHON's ray.
 set -euo pipefail
@@ -58,7 +62,7 @@ for _ in $(seq 100); do
 done
 [ -n "$address" ] || { echo "the head did not start; $dir/head.log:" >&2; tail -20 "$dir/head.log" >&2; stop; exit 1; }
 for i in $(seq 1 $((nodes - 1))); do
-    setsid "$ray_bin" start --address="$address" "${common[@]}" >"$dir/worker$i.log" 2>&1 &
+    setsid "$ray_bin" start --address="$address" --node-ip-address="127.0.0.$((i + 1))" "${common[@]}" >"$dir/worker$i.log" 2>&1 &
     echo $! >"$dir/worker$i.pgid"
 done
 # Ready when every node is alive.
@@ -73,5 +77,6 @@ while sum(n["Alive"] for n in ray.nodes()) < int(sys.argv[2]):
     time.sleep(0.2)
 PY
 echo "$address" >"$dir/address"
+echo "${address%:*}" >"$dir/head-ip"
 trap - ERR
 echo "ray cluster at $address: $nodes node(s) of $cpus CPU(s)"

@@ -46,6 +46,9 @@ fn ray_python() -> Option<PathBuf> {
 struct Cluster {
     dir: PathBuf,
     address: String,
+    /// The head's IP: the drivers attach there (FROGNANO_RAY_NODE_IP), not to the worker node
+    /// this test kills.
+    head_ip: String,
 }
 
 impl Cluster {
@@ -55,9 +58,10 @@ impl Cluster {
             .env("RAY_PYTHON", python)
             .output()
             .unwrap();
-        let mut cluster = Cluster { dir: dir.to_path_buf(), address: String::new() };
+        let mut cluster = Cluster { dir: dir.to_path_buf(), address: String::new(), head_ip: String::new() };
         assert!(o.status.success(), "cluster did not start: {}", String::from_utf8_lossy(&o.stderr));
         cluster.address = std::fs::read_to_string(dir.join("address")).unwrap().trim().to_string();
+        cluster.head_ip = std::fs::read_to_string(dir.join("head-ip")).unwrap().trim().to_string();
         cluster
     }
 
@@ -108,9 +112,12 @@ fn solver(starts: &Path, sleep: f64) -> String {
     )
 }
 
-fn frognano(python: &Path, args: &[&str]) -> Command {
+fn frognano(python: &Path, cluster: Option<&Cluster>, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_frognano"));
     cmd.args(args).env("FROGNANO_RAY_PYTHON", python);
+    if let Some(c) = cluster {
+        cmd.env("FROGNANO_RAY_NODE_IP", &c.head_ip);
+    }
     let bwrap = frognano_sandbox::Sandbox::bubblewrap_available();
     if !frognano_testkit::available_or_skip("bubblewrap", "eval --ray grades unconfined", bwrap) {
         cmd.arg("--no-sandbox");
@@ -183,7 +190,7 @@ fn a_ray_cluster_runs_every_instance_once_and_leaves_what_the_local_run_leaves()
         let mut args = vec!["eval", "run", "--instances", set, "--run-id", "r", "--timeout", "60"];
         args.extend(["--output", out.to_str().unwrap()]);
         let solver = solver(&root.join(starts), sleep);
-        let mut cmd = frognano(&python, &args);
+        let mut cmd = frognano(&python, Some(&cluster), &args);
         cmd.args(["--solver-cmd", &solver]);
         if ray {
             cmd.args(["--ray", &cluster.address]);
@@ -225,7 +232,7 @@ fn a_ray_cluster_runs_every_instance_once_and_leaves_what_the_local_run_leaves()
     let grade = |out: &str, ray: bool| {
         let out = root.join(out);
         let args = ["eval", "grade", "--instances", set, "--run-id", "g", "--timeout", "60"];
-        let mut cmd = frognano(&python, &args);
+        let mut cmd = frognano(&python, Some(&cluster), &args);
         cmd.arg("--predictions").arg(&preds).arg("--output").arg(&out);
         if ray {
             cmd.args(["--ray", &cluster.address]);
@@ -234,6 +241,13 @@ fn a_ray_cluster_runs_every_instance_once_and_leaves_what_the_local_run_leaves()
         std::fs::read_to_string(out.join("command.g.json")).unwrap()
     };
     let (local_report, ray_report) = (grade("grade-local", false), grade("grade-ray", true));
+    // Units bigger than any node are refused, not left waiting for ever.
+    let mut too_big =
+        frognano(&python, Some(&cluster), &["eval", "grade", "--instances", set, "--predictions", "gold"]);
+    too_big.arg("--output").arg(root.join("too-big")).args(["--ray", &cluster.address, "--ray-cpus", "4"]);
+    let o = too_big.output().unwrap();
+    let msg = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && msg.contains("no node of the cluster can run a unit of --ray-cpus 4"), "{msg}");
     assert_eq!(ray_report, local_report);
     assert!(ray_report.contains("\"resolved_instances\": 7"), "{ray_report}");
 
