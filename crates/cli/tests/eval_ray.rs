@@ -5,7 +5,9 @@
 //!
 //! - through Ray, both nodes take units and the run leaves what the local run leaves: the
 //!   same result rows, predictions and per-instance reports, and `eval grade --ray` writes a
-//!   run report identical byte for byte to the local `eval grade`'s;
+//!   run report identical byte for byte to the local `eval grade`'s; a run cut short (its
+//!   last five rows gone) is completed by a rerun that runs those five units and no others;
+//!   units bigger than any node are refused instead of waiting for ever;
 //! - killing the worker node (its process group, by id) while it runs a unit still finishes
 //!   the run with every instance recorded exactly once, the lost units run again on the head;
 //!   a rerun afterwards finds nothing left to do.
@@ -226,6 +228,20 @@ fn a_ray_cluster_runs_every_instance_once_and_leaves_what_the_local_run_leaves()
     let placements = jsonl(&run_dir("ray").join("placements.jsonl"));
     let nodes: BTreeSet<&str> = placements.iter().filter_map(|p| p["node"].as_str()).collect();
     assert_eq!((placements.len(), nodes.len()), (INSTANCES, 2), "both nodes take units: {placements:?}");
+
+    // A run cut short (as if the driver died after 15 answers): the rerun runs the other five,
+    // and only those.
+    let results_path = run_dir("ray").join("results.jsonl");
+    for file in [&results_path, &run_dir("ray").join("preds.jsonl")] {
+        let kept: Vec<String> = std::fs::read_to_string(file).unwrap().lines().take(15).map(String::from).collect();
+        std::fs::write(file, kept.join("\n") + "\n").unwrap();
+    }
+    let starts_before = std::fs::read_to_string(root.join("starts-ray")).unwrap().lines().count();
+    ok(run("ray", "starts-ray", 0.0, true).output().unwrap());
+    let starts_after = std::fs::read_to_string(root.join("starts-ray")).unwrap().lines().count();
+    assert_eq!(starts_after - starts_before, 5, "the rerun ran exactly the five unrecorded units");
+    assert_eq!(by_id(jsonl(&results_path)), local_rows);
+    assert_eq!(by_id(jsonl(&run_dir("ray").join("preds.jsonl"))).len(), INSTANCES);
 
     // Grading those predictions: the swebench run report is the same file either way.
     let preds = run_dir("ray").join("preds.jsonl");
