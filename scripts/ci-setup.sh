@@ -46,6 +46,10 @@ if ! "$compat_venv/bin/python" -c 'import ollama, anthropic' >/dev/null 2>&1; th
     python3 -m venv "$compat_venv" && "$compat_venv/bin/pip" install --quiet "ollama==0.6.3" "anthropic==2.10.0"
 fi
 
+# Ray (the Python side of `eval --ray`) and the Kubernetes client that checks scaleout/k8s/:
+# crates/cli/tests/eval_ray.rs and crates/swe/tests/scaleout_manifests.rs (git-ignored .venv-ray).
+./scripts/setup-ray.sh
+
 # The TypeScript fixture's vitest (crates/synth/tests/langs.rs), put into npm's cache so the
 # test's `npm install --prefer-offline` needs no registry; skipped once installed.
 vitest_warm=target/npm-warm/tsvitest

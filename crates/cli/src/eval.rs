@@ -8,6 +8,7 @@ use frognano_agent::swe_solver::AgentSolver;
 use frognano_protocol::codec::ToolParser;
 use frognano_sandbox::Isolation;
 use frognano_swe::eval::{AgentLimits, ExecConfig, GradeJob, GradeLogJob, ParseLogJob, RunJob, SolverConfig};
+use frognano_swe::ray::RayConfig;
 use frognano_swe::runs::Shard;
 
 use crate::progress::Bar;
@@ -24,6 +25,9 @@ pub enum EvalCommand {
     ParseLog(ParseLogArgs),
     /// Grade one log for one instance; prints swebench's per-instance report JSON.
     GradeLog(GradeLogArgs),
+    /// Internal: a worker of `--ray` runs one unit (JSON on stdin) and prints its answer.
+    #[command(hide = true)]
+    Unit,
 }
 
 /// Options shared by `grade` and `run`.
@@ -58,11 +62,40 @@ pub struct ExecArgs {
     /// Run tests without confinement (no network or write protection).
     #[arg(long)]
     pub no_sandbox: bool,
+    /// Run every instance attempt as a task on the Ray cluster at ADDRESS (host:port,
+    /// ray://host:10001, auto); `--ray` alone takes RAY_ADDRESS. Needs a Python with `ray`
+    /// (FROGNANO_RAY_PYTHON, default python3; scripts/setup-ray.sh). docs/scale-out.md.
+    #[arg(long, value_name = "ADDRESS", num_args = 0..=1, default_missing_value = "")]
+    pub ray: Option<String>,
+    /// CPUs each Ray task declares.
+    #[arg(long, default_value_t = 1.0, requires = "ray")]
+    pub ray_cpus: f64,
+    /// Memory each Ray task declares (e.g. 2G, 512M).
+    #[arg(long, default_value = "1G", value_parser = frognano_swe::ray::parse_memory, requires = "ray")]
+    pub ray_memory: u64,
+    /// Reruns of a task whose Ray worker or node died.
+    #[arg(long, default_value_t = 3, requires = "ray")]
+    pub ray_retries: u32,
 }
 
 impl ExecArgs {
-    fn config(&self) -> ExecConfig {
-        ExecConfig {
+    fn config(&self) -> anyhow::Result<ExecConfig> {
+        let ray = match &self.ray {
+            None => None,
+            Some(address) => Some(RayConfig {
+                address: if address.is_empty() {
+                    std::env::var("RAY_ADDRESS").unwrap_or_default()
+                } else {
+                    address.clone()
+                },
+                python: std::env::var_os("FROGNANO_RAY_PYTHON").map_or_else(|| "python3".into(), PathBuf::from),
+                frognano: std::env::current_exe()?,
+                cpus_per_unit: self.ray_cpus,
+                memory_per_unit: self.ray_memory,
+                max_retries: self.ray_retries,
+            }),
+        };
+        Ok(ExecConfig {
             instances: self.instances.clone(),
             repos: self.repos.clone(),
             run_id: self.run_id.clone(),
@@ -72,7 +105,8 @@ impl ExecArgs {
             timeout: Duration::from_secs(self.timeout),
             work_dir: self.work_dir.clone(),
             isolation: if self.no_sandbox { Isolation::Unconfined } else { Isolation::Bubblewrap },
-        }
+            ray,
+        })
     }
 }
 
@@ -226,8 +260,17 @@ pub fn run(cmd: EvalCommand) -> anyhow::Result<()> {
             println!("{}", frognano_swe::report::instance_report_text(&report));
             Ok(())
         }
+        EvalCommand::Unit => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+            let unit: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("eval unit: stdin is not a JSON unit: {e}"))?;
+            let answer = frognano_swe::eval::run_unit(&unit)?;
+            println!("{answer}");
+            Ok(())
+        }
         EvalCommand::Grade(a) => {
-            let job = GradeJob { exec: a.exec.config(), predictions: a.predictions };
+            let job = GradeJob { exec: a.exec.config()?, predictions: a.predictions };
             job.validate()?;
             let s = frognano_swe::eval::grade(&job, &Bar::counting())?;
             println!(
@@ -245,9 +288,11 @@ pub fn run(cmd: EvalCommand) -> anyhow::Result<()> {
         }
         EvalCommand::Run(a) => {
             let job =
-                RunJob { solver: a.solver.config(a.exec.no_sandbox)?, exec: a.exec.config(), attempts: a.attempts };
+                RunJob { solver: a.solver.config(a.exec.no_sandbox)?, exec: a.exec.config()?, attempts: a.attempts };
             job.validate()?;
-            let (s, m) = match in_process_solver(&job.solver, job.exec.workers)? {
+            // On a cluster each worker builds its own solver; nothing is loaded here.
+            let local = if job.exec.ray.is_none() { in_process_solver(&job.solver, job.exec.workers)? } else { None };
+            let (s, m) = match local {
                 Some(agent) => frognano_swe::eval::run_with_solver(&job, &agent, &Bar::counting())?,
                 None => frognano_swe::eval::run(&job, &Bar::counting())?,
             };

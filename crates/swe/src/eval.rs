@@ -14,8 +14,10 @@ use serde_json::Value;
 use crate::executor::ExecOptions;
 use crate::parsers::StatusMap;
 use crate::progress::Progress;
+use crate::ray::{RayConfig, RayRunner};
 use crate::runs::{
-    AgentCliSolver, AttemptMetrics, CommandSolver, GradeOptions, RunSummary, Shard, SolveRunOptions, Solver,
+    AgentCliSolver, AttemptMetrics, CommandSolver, GradeOptions, Place, RunSummary, Shard, SolvePlace, SolveRunOptions,
+    Solver,
 };
 
 /// What `grade` and `run` share: the instances, where their repositories and logs are, and
@@ -41,6 +43,8 @@ pub struct ExecConfig {
     pub work_dir: Option<PathBuf>,
     /// Confinement of the tests.
     pub isolation: Isolation,
+    /// Run the units on a Ray cluster instead of `workers` threads here.
+    pub ray: Option<RayConfig>,
 }
 
 impl ExecConfig {
@@ -56,6 +60,7 @@ impl ExecConfig {
             timeout: Duration::from_secs(1800),
             work_dir: None,
             isolation: Isolation::Bubblewrap,
+            ray: None,
         }
     }
 
@@ -63,6 +68,9 @@ impl ExecConfig {
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(!self.timeout.is_zero(), "--timeout must be at least 1 second, got 0");
         anyhow::ensure!(!self.run_id.trim().is_empty(), "--run-id must not be empty");
+        if let Some(ray) = &self.ray {
+            ray.validate()?;
+        }
         Ok(())
     }
 
@@ -104,11 +112,34 @@ pub fn grade(job: &GradeJob, progress: &dyn Progress) -> anyhow::Result<RunSumma
         shard: job.exec.shard,
         exec: job.exec.exec_options(),
     };
-    crate::runs::grade_with_progress(instances, preds, &opts, progress)
+    match &job.exec.ray {
+        None => crate::runs::grade_with_progress(instances, preds, &opts, progress),
+        Some(ray) => {
+            let runner = RayRunner { config: ray.clone() };
+            crate::runs::grade_at(instances, preds, &opts, progress, Place::Remote(&runner))
+        }
+    }
 }
 
-/// Who solves the instances of `eval run` (and `synth calibrate`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The worker's side of one unit of a run on a cluster (`frognano eval unit`): `unit` is
+/// what the driver sent (`kind` `grade` or `run`); the answer goes back to the driver, which
+/// writes it as a local run would.
+pub fn run_unit(unit: &Value) -> anyhow::Result<Value> {
+    match unit["kind"].as_str() {
+        Some("grade") => crate::runs::grade_unit(unit),
+        Some("run") => {
+            let config: SolverConfig = serde_json::from_value(unit["solver"].clone())
+                .map_err(|e| anyhow::anyhow!("unit field `solver`: {e}"))?;
+            config.validate()?;
+            crate::runs::solve_unit(unit, config.solver()?.as_ref())
+        }
+        other => anyhow::bail!("unit field `kind`: expected \"grade\" or \"run\", found {other:?}"),
+    }
+}
+
+/// Who solves the instances of `eval run` (and `synth calibrate`). As JSON (serde) it travels
+/// with each unit of a run on a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SolverConfig {
     /// A shell command run in each workspace (gets `FROGNANO_ISSUE_FILE`,
     /// `FROGNANO_INSTANCE_ID`, `FROGNANO_ATTEMPT`); its edits are the patch.
@@ -139,7 +170,7 @@ pub enum SolverConfig {
 
 /// How far one agent attempt may go: `frognano solve --max-steps` and
 /// `--max-tokens-per-turn`, with the same defaults.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AgentLimits {
     /// Steps (model calls) at most.
     pub max_steps: usize,
@@ -219,12 +250,38 @@ impl RunJob {
         self.exec.validate()?;
         self.solver.validate()
     }
+
+    fn solve_options(&self) -> SolveRunOptions {
+        SolveRunOptions {
+            run_id: self.exec.run_id.clone(),
+            output: self.exec.output.clone(),
+            workers: self.exec.workers,
+            attempts: self.attempts,
+            shard: self.exec.shard,
+            exec: self.exec.exec_options(),
+        }
+    }
 }
 
 /// Runs [`RunJob`]: solves and grades every (instance, attempt).
 pub fn run(job: &RunJob, progress: &dyn Progress) -> anyhow::Result<(RunSummary, AttemptMetrics)> {
     job.validate()?;
+    if let Some(ray) = &job.exec.ray {
+        return run_on_ray(job, ray, progress);
+    }
     run_with_solver(job, job.solver.solver()?.as_ref(), progress)
+}
+
+/// [`run`] on a Ray cluster: each attempt is a unit whose worker builds the solver that
+/// `job.solver` describes (an agent with a local model loads it in each attempt's
+/// `frognano solve`, on the worker's node).
+fn run_on_ray(job: &RunJob, ray: &RayConfig, progress: &dyn Progress) -> anyhow::Result<(RunSummary, AttemptMetrics)> {
+    let instances = crate::load_instances(&job.exec.instances)?;
+    let model = job.solver.solver()?.model_name();
+    let solver = serde_json::to_value(&job.solver)?;
+    let runner = RayRunner { config: ray.clone() };
+    let place = SolvePlace::Remote { runner: &runner, model: &model, solver: &solver };
+    crate::runs::solve_and_grade_at(instances, place, &job.solve_options(), progress)
 }
 
 /// [`run`] with a ready `solver` in place of the one `job.solver` describes (the cli passes
@@ -236,15 +293,7 @@ pub fn run_with_solver(
 ) -> anyhow::Result<(RunSummary, AttemptMetrics)> {
     job.validate()?;
     let instances = crate::load_instances(&job.exec.instances)?;
-    let opts = SolveRunOptions {
-        run_id: job.exec.run_id.clone(),
-        output: job.exec.output.clone(),
-        workers: job.exec.workers,
-        attempts: job.attempts,
-        shard: job.exec.shard,
-        exec: job.exec.exec_options(),
-    };
-    crate::runs::solve_and_grade_with_progress(instances, solver, &opts, progress)
+    crate::runs::solve_and_grade_with_progress(instances, solver, &job.solve_options(), progress)
 }
 
 /// `frognano eval parse-log`: one log through one of swebench's parsers.

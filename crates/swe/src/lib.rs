@@ -7,8 +7,10 @@
 //! (swebench's report files), [`workspace`] (local workspace, patch chain, run results),
 //! [`harbor`] (Harbor task dirs and their verifier), [`dataset`] (every instance format
 //! behind one loader), [`executor`] (one instance run as its [`Verification`] says),
-//! [`progress`] (progress reports of long jobs), [`runs`] (grade and solve runs over many
-//! instances), [`eval`] (the configs and jobs of `frognano eval`).
+//! [`progress`] (progress reports of long jobs), [`remote`] (units of a run sent to another
+//! executor, and their answers), [`ray`] (Ray as that executor), [`runs`] (grade and solve
+//! runs over many instances, on threads here or remotely), [`eval`] (the configs and jobs of
+//! `frognano eval`).
 
 pub mod dataset;
 pub mod eval;
@@ -22,6 +24,8 @@ pub mod parsers;
 pub mod progress;
 pub mod pyjson;
 pub mod pytext;
+pub mod ray;
+pub mod remote;
 pub mod report;
 pub mod runs;
 pub mod status;

@@ -12,6 +12,10 @@ use serde_json::{json, Value};
 use crate::executor::{create_workspace, run_instance, ExecOptions, InstanceResult, Outcome};
 use crate::instance::{repo_source, Prediction, SweInstance};
 use crate::progress::{NoProgress, Progress};
+use crate::remote::{
+    collect_files, exec_from_json, exec_to_json, failed_result, instance_from_json, instance_to_json,
+    prediction_from_json, result_from_json, result_to_json, write_files, UnitAnswer, UnitRunner,
+};
 use crate::report::{instance_dir, make_run_report, predictions_by_id, run_dir, run_report_text};
 use frognano_sandbox::{scratch, Isolation};
 
@@ -72,6 +76,57 @@ fn append_line(path: &Path, value: &Value) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot append to {}: {e}", path.display()))?;
     writeln!(f, "{}", serde_json::to_string(value)?)?;
     Ok(())
+}
+
+/// Appends where a remote unit ran to the run's [`PLACEMENTS_FILE`] (best effort: it is a
+/// record of the run, not a result).
+fn record_placement(path: &Path, instance_id: &str, attempt: usize, placement: Value) {
+    let mut row = json!({"instance_id": instance_id, "attempt": attempt});
+    if let Value::Object(m) = placement {
+        row.as_object_mut().expect("an object").extend(m);
+    }
+    if let Err(e) = append_line(path, &row) {
+        eprintln!("warning: {e}");
+    }
+}
+
+/// A worker's side of a `grade` unit (`frognano eval unit`): runs the prediction into a
+/// private folder and answers with the result and the text of every file written there.
+pub fn grade_unit(unit: &Value) -> anyhow::Result<Value> {
+    let inst = instance_from_json(&unit["instance"])?;
+    let pred = prediction_from_json(&unit["prediction"])?;
+    let exec = exec_from_json(&unit["exec"])?;
+    let tmp = tempfile::tempdir()?;
+    let log_dir = tmp.path().join("log");
+    let r = run_instance(&inst, &pred, &exec, &log_dir);
+    Ok(json!({"result": result_to_json(&r), "files": collect_files(&log_dir)?}))
+}
+
+/// A worker's side of a `run` unit: solves and grades one attempt with `solver` into a
+/// private folder; answers with the prediction, the result, the trajectory and the files.
+pub fn solve_unit(unit: &Value, solver: &dyn Solver) -> anyhow::Result<Value> {
+    let inst = instance_from_json(&unit["instance"])?;
+    let exec = exec_from_json(&unit["exec"])?;
+    let attempt = unit["attempt"].as_u64().ok_or_else(|| anyhow::anyhow!("unit field `attempt` missing"))? as usize;
+    let run_id = unit["run_id"].as_str().ok_or_else(|| anyhow::anyhow!("unit field `run_id` missing"))?;
+    let model = unit["model"].as_str().map_or_else(|| solver.model_name(), str::to_string);
+    let tmp = tempfile::tempdir()?;
+    let opts = SolveRunOptions {
+        run_id: run_id.to_string(),
+        output: tmp.path().to_path_buf(),
+        workers: 1,
+        attempts: 1,
+        shard: None,
+        exec,
+    };
+    let (pred, result, trajectory) = solve_one(&inst, attempt, solver, &model, &opts);
+    let log_dir = instance_dir(tmp.path(), &format!("{run_id}/attempt-{attempt}"), &pred);
+    Ok(json!({
+        "prediction": pred.to_json(),
+        "result": result_to_json(&result),
+        "trajectory": trajectory,
+        "files": collect_files(&log_dir)?,
+    }))
 }
 
 fn result_row(r: &InstanceResult, attempt: usize, model: &str) -> Value {
@@ -169,6 +224,31 @@ pub fn grade_with_progress(
     opts: &GradeOptions,
     progress: &dyn Progress,
 ) -> anyhow::Result<RunSummary> {
+    grade_at(instances, predictions, opts, progress, Place::Threads(opts.workers))
+}
+
+/// Where the units (instance attempts) of a run execute.
+#[derive(Clone, Copy)]
+pub enum Place<'a> {
+    /// Worker threads in this process.
+    Threads(usize),
+    /// Elsewhere (a Ray cluster), through a [`UnitRunner`]; the answers are written here,
+    /// exactly as a local run writes its results.
+    Remote(&'a dyn UnitRunner),
+}
+
+/// Name of the file in the run folder that records where each remote unit ran.
+pub const PLACEMENTS_FILE: &str = "placements.jsonl";
+
+/// [`grade_with_progress`] with the instances executed at `place` (`opts.workers` is ignored
+/// for a remote place: the cluster decides how many run at once).
+pub fn grade_at(
+    instances: Vec<SweInstance>,
+    predictions: Vec<Prediction>,
+    opts: &GradeOptions,
+    progress: &dyn Progress,
+    place: Place,
+) -> anyhow::Result<RunSummary> {
     let dataset_ids: Vec<String> = instances.iter().map(|i| i.instance_id.clone()).collect();
     let by_id = predictions_by_id(&predictions);
     let known: HashSet<&str> = dataset_ids.iter().map(String::as_str).collect();
@@ -192,28 +272,61 @@ pub fn grade_with_progress(
     progress.start("grade", jobs.len() as u64, 0);
     let (mut resolved, mut errors) = (0usize, 0usize);
     let mut write_err = None;
-    parallel(
-        &jobs,
-        opts.workers,
-        |(inst, pred)| {
-            let log_dir = instance_dir(&opts.output, &opts.run_id, pred);
-            run_instance(inst, pred, &opts.exec, &log_dir)
-        },
-        |(_, pred), r| {
-            match &r.outcome {
-                Outcome::Resolved => resolved += 1,
-                Outcome::Error(_) => errors += 1,
-                _ => {}
-            }
-            if let Err(e) = append_line(&results_path, &result_row(&r, 0, &pred.model_name_or_path)) {
-                write_err = Some(e);
-            }
-            progress.message(&format!("resolved {resolved}, errors {errors}"));
-            progress.inc(1);
-        },
-    );
+    let mut on_done = |pred: &Prediction, r: InstanceResult| {
+        match &r.outcome {
+            Outcome::Resolved => resolved += 1,
+            Outcome::Error(_) => errors += 1,
+            _ => {}
+        }
+        if let Err(e) = append_line(&results_path, &result_row(&r, 0, &pred.model_name_or_path)) {
+            write_err = Some(e);
+        }
+        progress.message(&format!("resolved {resolved}, errors {errors}"));
+        progress.inc(1);
+    };
+    let mut runner_err = None;
+    match place {
+        Place::Threads(workers) => parallel(
+            &jobs,
+            workers,
+            |(inst, pred)| {
+                let log_dir = instance_dir(&opts.output, &opts.run_id, pred);
+                run_instance(inst, pred, &opts.exec, &log_dir)
+            },
+            |(_, pred), r| on_done(pred, r),
+        ),
+        Place::Remote(runner) => {
+            let units: Vec<Value> = jobs
+                .iter()
+                .map(|(inst, pred)| {
+                    json!({
+                        "kind": "grade",
+                        "label": inst.instance_id,
+                        "instance": instance_to_json(inst),
+                        "prediction": pred.to_json(),
+                        "exec": exec_to_json(&opts.exec),
+                    })
+                })
+                .collect();
+            let placements = dir.join(PLACEMENTS_FILE);
+            let res = runner.run_units(&units, progress, &mut |i, answer: UnitAnswer| {
+                let (inst, pred) = jobs[i];
+                let log_dir = instance_dir(&opts.output, &opts.run_id, pred);
+                let r = match answer.outcome.map_err(anyhow::Error::msg).and_then(|v| {
+                    write_files(&log_dir, &v["files"])?;
+                    result_from_json(&v["result"])
+                }) {
+                    Ok(r) => r,
+                    Err(e) => failed_result(&inst.instance_id, &format!("{e:#}")),
+                };
+                record_placement(&placements, &inst.instance_id, 0, answer.placement);
+                on_done(pred, r);
+            });
+            runner_err = res.err();
+        }
+    }
     progress.finish();
-    if let Some(e) = write_err {
+    if let Some(e) = write_err.or(runner_err) {
         return Err(e);
     }
     let (report, file) = make_run_report(&by_id, &dataset_ids, &opts.run_id, &opts.output);
@@ -349,6 +462,34 @@ pub fn solve_and_grade_with_progress(
     opts: &SolveRunOptions,
     progress: &dyn Progress,
 ) -> anyhow::Result<(RunSummary, AttemptMetrics)> {
+    solve_and_grade_at(instances, SolvePlace::Local(solver), opts, progress)
+}
+
+/// Who solves the attempts of a `run`, and where.
+#[derive(Clone, Copy)]
+pub enum SolvePlace<'a> {
+    /// `solver`, on `opts.workers` threads of this process.
+    Local(&'a dyn Solver),
+    /// Workers of a [`UnitRunner`], each building the solver `solver` describes (a JSON value
+    /// the worker understands, `frognano_swe::eval::SolverConfig`); `model` is the name
+    /// recorded in the predictions.
+    Remote {
+        /// The cluster.
+        runner: &'a dyn UnitRunner,
+        /// `model_name_or_path` of the predictions.
+        model: &'a str,
+        /// The solver's description, sent with each unit.
+        solver: &'a Value,
+    },
+}
+
+/// [`solve_and_grade_with_progress`] with the attempts executed as `place` says.
+pub fn solve_and_grade_at(
+    instances: Vec<SweInstance>,
+    place: SolvePlace,
+    opts: &SolveRunOptions,
+    progress: &dyn Progress,
+) -> anyhow::Result<(RunSummary, AttemptMetrics)> {
     let instances = select_shard(instances, opts.shard);
     let dir = run_dir(&opts.output, &opts.run_id);
     std::fs::create_dir_all(dir.join("trajectories"))?;
@@ -363,41 +504,87 @@ pub fn solve_and_grade_with_progress(
         .flat_map(|i| (0..opts.attempts.max(1)).map(move |a| (i, a)))
         .filter(|(i, a)| !done.contains(&(i.instance_id.clone(), *a as u64)))
         .collect();
-    let model = solver.model_name();
+    let model = match place {
+        SolvePlace::Local(solver) => solver.model_name(),
+        SolvePlace::Remote { model, .. } => model.to_string(),
+    };
     progress.start("solve+grade", jobs.len() as u64, 0);
     let mut write_err = None;
     let (mut resolved, mut errors) = (0usize, 0usize);
-    parallel(
-        &jobs,
-        opts.workers,
-        |(inst, attempt)| solve_one(inst, *attempt, solver, &model, opts),
-        |(inst, attempt), (pred, result, trajectory)| {
-            match &result.outcome {
-                Outcome::Resolved => resolved += 1,
-                Outcome::Error(_) => errors += 1,
-                _ => {}
+    let mut on_done = |inst: &SweInstance, attempt: usize, (pred, result, trajectory): Solved| {
+        match &result.outcome {
+            Outcome::Resolved => resolved += 1,
+            Outcome::Error(_) => errors += 1,
+            _ => {}
+        }
+        let mut row = result_row(&result, attempt, &model);
+        let traj_rel = format!("trajectories/{}.{attempt}.json", inst.instance_id);
+        if let Some(t) = trajectory {
+            if let Err(e) = std::fs::write(dir.join(&traj_rel), serde_json::to_string_pretty(&t).unwrap_or_default()) {
+                write_err = Some(e.into());
             }
-            let mut row = result_row(&result, *attempt, &model);
-            let traj_rel = format!("trajectories/{}.{attempt}.json", inst.instance_id);
-            if let Some(t) = trajectory {
-                if let Err(e) =
-                    std::fs::write(dir.join(&traj_rel), serde_json::to_string_pretty(&t).unwrap_or_default())
-                {
-                    write_err = Some(e.into());
-                }
-                row["trajectory"] = json!(traj_rel);
-            }
-            let mut p = pred.to_json();
-            p["attempt"] = json!(attempt);
-            if let Err(e) = append_line(&preds_path, &p).and_then(|_| append_line(&results_path, &row)) {
-                write_err = Some(e);
-            }
-            progress.message(&format!("resolved {resolved}, errors {errors}"));
-            progress.inc(1);
-        },
-    );
+            row["trajectory"] = json!(traj_rel);
+        }
+        let mut p = pred.to_json();
+        p["attempt"] = json!(attempt);
+        if let Err(e) = append_line(&preds_path, &p).and_then(|_| append_line(&results_path, &row)) {
+            write_err = Some(e);
+        }
+        progress.message(&format!("resolved {resolved}, errors {errors}"));
+        progress.inc(1);
+    };
+    let mut runner_err = None;
+    match place {
+        SolvePlace::Local(solver) => parallel(
+            &jobs,
+            opts.workers,
+            |(inst, attempt)| solve_one(inst, *attempt, solver, &model, opts),
+            |(inst, attempt), solved| on_done(inst, *attempt, solved),
+        ),
+        SolvePlace::Remote { runner, solver, .. } => {
+            let units: Vec<Value> = jobs
+                .iter()
+                .map(|(inst, attempt)| {
+                    json!({
+                        "kind": "run",
+                        "label": format!("{}#{attempt}", inst.instance_id),
+                        "instance": instance_to_json(inst),
+                        "attempt": attempt,
+                        "run_id": opts.run_id,
+                        "model": model,
+                        "solver": solver,
+                        "exec": exec_to_json(&opts.exec),
+                    })
+                })
+                .collect();
+            let placements = dir.join(PLACEMENTS_FILE);
+            let res = runner.run_units(&units, progress, &mut |i, answer: UnitAnswer| {
+                let (inst, attempt) = jobs[i];
+                let solved = answer.outcome.map_err(anyhow::Error::msg).and_then(|v| {
+                    let pred = prediction_from_json(&v["prediction"])?;
+                    let result = result_from_json(&v["result"])?;
+                    let log_dir = instance_dir(&opts.output, &format!("{}/attempt-{attempt}", opts.run_id), &pred);
+                    write_files(&log_dir, &v["files"])?;
+                    let trajectory = Some(v["trajectory"].clone()).filter(|t| !t.is_null());
+                    Ok((pred, result, trajectory))
+                });
+                let solved = solved.unwrap_or_else(|e| {
+                    let pred = Prediction {
+                        instance_id: inst.instance_id.clone(),
+                        model_name_or_path: model.clone(),
+                        model_patch: None,
+                        extra: Default::default(),
+                    };
+                    (pred, failed_result(&inst.instance_id, &format!("{e:#}")), None)
+                });
+                record_placement(&placements, &inst.instance_id, attempt, answer.placement);
+                on_done(inst, attempt, solved);
+            });
+            runner_err = res.err();
+        }
+    }
     progress.finish();
-    if let Some(e) = write_err {
+    if let Some(e) = write_err.or(runner_err) {
         return Err(e);
     }
     let ids: HashSet<&str> = instances.iter().map(|i| i.instance_id.as_str()).collect();
@@ -418,13 +605,10 @@ pub fn solve_and_grade_with_progress(
     Ok((summary, metrics))
 }
 
-fn solve_one(
-    inst: &SweInstance,
-    attempt: usize,
-    solver: &dyn Solver,
-    model: &str,
-    opts: &SolveRunOptions,
-) -> (Prediction, InstanceResult, Option<Value>) {
+/// One attempt's prediction, graded result and trajectory.
+type Solved = (Prediction, InstanceResult, Option<Value>);
+
+fn solve_one(inst: &SweInstance, attempt: usize, solver: &dyn Solver, model: &str, opts: &SolveRunOptions) -> Solved {
     let mut pred = Prediction {
         instance_id: inst.instance_id.clone(),
         model_name_or_path: model.to_string(),
