@@ -306,6 +306,11 @@ fn install(
     if no_deps {
         cmd.arg("--no-deps");
     }
+    // A project built from a folder inside some other git checkout must not take that
+    // checkout's tags for its version (setuptools-scm, hatch-vcs).
+    if let Some(dir) = args.last().map(Path::new).filter(|p| p.is_dir()) {
+        cmd.env("GIT_CEILING_DIRECTORIES", dir.parent().unwrap_or(dir));
+    }
     run(cmd.args(args), what).map(|_| ())
 }
 

@@ -866,6 +866,18 @@ pub fn synthesize_until(
     })?;
     let probe_timeout = limits.suite_limit.unwrap_or_else(|| opts.min_timeout.max(Duration::from_secs(600)));
     let mut reference = project::baseline(&base_tree, &setup, probe_timeout, opts.isolation);
+    // Modules the failing output says are missing are installed (with the same cutoffs) and
+    // the baseline is run again, before the ladder changes anything else.
+    let missing = reference.as_ref().err().and_then(|e| e.downcast_ref::<project::BaselineFailed>());
+    if let Some(dists) = missing.map(|b| b.missing_modules.clone()).filter(|d| !d.is_empty()) {
+        match project::install_missing(&setup, &dists) {
+            Ok(()) => {
+                tracing::info!("baseline failed on missing modules; installed {dists:?}");
+                reference = project::baseline(&base_tree, &setup, probe_timeout, opts.isolation);
+            }
+            Err(e) => tracing::warn!("installing {dists:?}, which the tests import, failed: {e:#}"),
+        }
+    }
     // A Python suite that fails on the clean tree (not one that is too slow) is retried down
     // the ladder: older pytest majors, then unittest; the first that passes is kept.
     if reference.as_ref().is_err_and(|e| e.downcast_ref::<project::SuiteTooSlow>().is_none()) {

@@ -494,13 +494,18 @@ fn create_venv(tree: &Path, opts: &EnvOptions) -> anyhow::Result<PathBuf> {
             let version = frognano_swe::env_record::python_version(&python)?;
             let plan = crate::era::plan(opts.released.as_deref(), &version);
             let resolver = first_line_of(&uv.to_string_lossy(), &["--version"]).unwrap_or_else(|| "uv".into());
+            // The tree is no git checkout, but the output folder may lie inside one (this
+            // repository's, say): setuptools-scm and hatch-vcs would read that one's tags
+            // instead of the sdist's PKG-INFO and fail the build.
+            let ceiling = tree.parent().unwrap_or(tree).to_path_buf();
             let install = |plan: &crate::era::EraPlan, reqs: &[String]| {
                 run_host(
                     HostCommand::new(&uv)
                         .args(["pip", "install", "--quiet", "--python"])
                         .arg(&python)
                         .args(plan.uv_args())
-                        .args(reqs),
+                        .args(reqs)
+                        .env("GIT_CEILING_DIRECTORIES", &ceiling),
                     "uv pip install",
                 )
             };
@@ -747,12 +752,17 @@ pub fn baseline(dir: &Path, setup: &TestSetup, timeout: Duration, isolation: Iso
         ))
         .into());
     }
-    anyhow::ensure!(
-        !first.statuses.is_empty(),
-        "the test command found no tests or could not run (`{}`); last output:\n{}",
-        setup.test_cmd,
-        last_lines(&first.log, 15)
-    );
+    if first.statuses.is_empty() {
+        return Err(BaselineFailed {
+            message: format!(
+                "the test command found no tests or could not run (`{}`); last output:\n{}",
+                setup.test_cmd,
+                last_lines(&first.log, 15)
+            ),
+            missing_modules: missing_modules_in(&first.log),
+        }
+        .into());
+    }
     let second = run_tests(dir, setup, timeout, isolation)?;
     if second.timed_out {
         return Err(SuiteTooSlow(format!(
@@ -785,14 +795,83 @@ pub fn baseline(dir: &Path, setup: &TestSetup, timeout: Duration, isolation: Iso
             b.flaky.insert(id.clone());
         }
     }
-    anyhow::ensure!(
-        !b.passing.is_empty(),
-        "no test passes on the clean tree ({} failing, {} flaky): fix the environment first; last output:\n{}",
-        b.not_passing.len(),
-        b.flaky.len(),
-        last_lines(&first.log, 15)
-    );
+    if b.passing.is_empty() {
+        return Err(BaselineFailed {
+            message: format!(
+                "no test passes on the clean tree ({} failing, {} flaky): fix the environment first; last output:\n{}",
+                b.not_passing.len(),
+                b.flaky.len(),
+                last_lines(&first.log, 15)
+            ),
+            missing_modules: missing_modules_in(&first.log),
+        }
+        .into());
+    }
     Ok(b)
+}
+
+/// The clean tree's suite found no tests or none passed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BaselineFailed {
+    /// What happened, with the end of the output.
+    pub message: String,
+    /// Modules the output says are missing (`No module named 'x'`), as distribution names.
+    pub missing_modules: Vec<String>,
+}
+
+impl std::fmt::Display for BaselineFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for BaselineFailed {}
+
+/// The top-level modules a Python run's output says are missing (`ModuleNotFoundError: No
+/// module named 'x.y'` → `x`), as distribution names ([`IMPORT_ALIASES`]), each once.
+pub fn missing_modules_in(log: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for rest in log.split("No module named ").skip(1) {
+        let name: String = rest
+            .trim_start_matches(['\'', '"'])
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '.')
+            .collect();
+        let top = name.split('.').next().unwrap_or_default();
+        if top.is_empty() {
+            continue;
+        }
+        let dist = IMPORT_ALIASES.iter().find(|(i, _)| *i == top).map_or(top.to_string(), |(_, d)| d.to_string());
+        if !out.contains(&dist) {
+            out.push(dist);
+        }
+    }
+    out
+}
+
+/// Installs `dists` into synth's own virtualenv of `setup`, with the cutoffs it was resolved
+/// with (uv), and records them in its resolution. An error for a `--python` interpreter.
+pub fn install_missing(setup: &TestSetup, dists: &[String]) -> anyhow::Result<()> {
+    let Some((python, true)) = &setup.python else { anyhow::bail!("not synth's own virtualenv") };
+    let mut resolution = venv_resolution(python).unwrap_or_default();
+    match frognano_swe::env_record::find_uv() {
+        Some(uv) => run_host(
+            HostCommand::new(uv)
+                .args(["pip", "install", "--quiet", "--python"])
+                .arg(python)
+                .args(resolution.plan.uv_args())
+                .args(dists),
+            "uv pip install",
+        )?,
+        None => {
+            run_host(HostCommand::new(python).args(["-m", "pip", "install", "--quiet"]).args(dists), "pip install")?
+        }
+    }
+    resolution.installed.extend(dists.iter().cloned());
+    resolution.installed.sort();
+    let venv = python.parent().and_then(Path::parent).ok_or_else(|| anyhow::anyhow!("no virtualenv"))?;
+    std::fs::write(venv.join(RESOLUTION_FILE), serde_json::to_string_pretty(&resolution)?)?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -877,6 +956,13 @@ mod tests {
         let missing = missing_distributions(Path::new("python3"), &probe);
         assert!(missing.contains(&"frognano_no_such_module".to_string()), "{missing:?}");
         assert!(!missing.iter().any(|m| m == "os" || m == "yaml"), "{missing:?}");
+    }
+
+    #[test]
+    fn missing_modules_are_read_from_the_output_by_published_name() {
+        let log = "E   ModuleNotFoundError: No module named 'pytz'\nE   ModuleNotFoundError: No module named 'yaml.constructor'\nImportError: No module named \"pytz\"\nNo module named 'a_b.c'\n";
+        assert_eq!(missing_modules_in(log), ["pytz", "PyYAML", "a_b"]);
+        assert!(missing_modules_in("12 passed").is_empty());
     }
 
     #[test]
