@@ -9,7 +9,8 @@
 # ≥ 3 valid tasks (goals: Python ≥ 90 %, JS/TS and Go ≥ 70 %), gold patches resolved
 # (goal: all), and valid tasks per CPU-minute (goal ≥ 2), in bench/RESULTS.md's format.
 #   bench/synth_yield.sh [FROGNANO_BINARY]
-#   env: MANIFEST (default bench/synth_yield_manifest.txt), OUT (default bench/out/synth-yield),
+#   env: MANIFEST (default bench/synth_yield_manifest.txt; e.g. only its pypi: lines for the
+#        Python part), OUT (default bench/out/synth-yield),
 #        JOBS (packages at once, default 2), WORKERS (per package, default 1)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -72,3 +73,6 @@ for p in r["packages"]:
     if p["outcome"] != "ok":
         print(f"  {p['spec']}: {p['outcome']}: {(p['error'] or '').splitlines()[0][:160] if p['error'] else ''}")
 PY
+echo
+# What the cheap first pass did (estimate from this run's candidate times).
+python3 "$root/bench/synth_first_pass.py" "$out"

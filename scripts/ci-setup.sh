@@ -50,6 +50,14 @@ fi
 # crates/cli/tests/eval_ray.rs and crates/swe/tests/scaleout_manifests.rs (git-ignored .venv-ray).
 ./scripts/setup-ray.sh
 
+# uv for synth's release-era Python environments (`uv pip install --exclude-newer`) and for
+# rebuilding a task's recorded environment in `eval grade` (crates/synth/tests/network.rs;
+# found as .venv-uv/bin/uv from the repository; git-ignored venv).
+uv_venv=.venv-uv
+if ! "$uv_venv/bin/uv" --version >/dev/null 2>&1; then
+    python3 -m venv "$uv_venv" && "$uv_venv/bin/pip" install --quiet "uv==0.13.9"
+fi
+
 # The TypeScript fixture's vitest (crates/synth/tests/langs.rs), put into npm's cache so the
 # test's `npm install --prefer-offline` needs no registry; skipped once installed.
 vitest_warm=target/npm-warm/tsvitest

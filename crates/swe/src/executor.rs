@@ -76,6 +76,9 @@ fn run_instance_inner(
         return crate::harbor::run_harbor_instance(inst, task_dir, pred, opts, log_dir, log, result);
     }
     let infra = |e: anyhow::Error| ErrorKind::Infra(format!("{e:#}"));
+    // A synthesized task runs in a rebuild of the environment it was validated in.
+    let rebuilt = crate::env_record::rebuilt_instance(inst).map_err(|e| ErrorKind::Environment(format!("{e:#}")))?;
+    let inst = rebuilt.as_ref().unwrap_or(inst);
     let spec = inst.grading_spec().map_err(infra)?;
     let (_ws_holder, ws, sb) = patched_workspace(inst, pred, opts, log_dir, log, opts.timeout)?;
     result.patch_applied = true;

@@ -3,7 +3,8 @@
 //!
 //! Layers, bottom up (no module imports one above it): [`pytext`] (Python string semantics),
 //! [`parsers`] (log → status map), [`grading`] (status map → report), [`instance`]
-//! (SWE-bench instances and predictions, and how an instance is verified), [`report`]
+//! (SWE-bench instances and predictions, and how an instance is verified), [`env_record`]
+//! (the recorded environment of a synthesized instance, rebuilt for grading), [`report`]
 //! (swebench's report files), [`workspace`] (local workspace, patch chain, run results),
 //! [`harbor`] (Harbor task dirs and their verifier), [`dataset`] (every instance format
 //! behind one loader), [`executor`] (one instance run as its [`Verification`] says),
@@ -13,6 +14,7 @@
 //! `frognano eval`).
 
 pub mod dataset;
+pub mod env_record;
 pub mod eval;
 pub mod eval_script;
 pub mod executor;

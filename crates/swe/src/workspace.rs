@@ -69,6 +69,8 @@ pub enum ErrorKind {
     TestTimeout(u64),
     /// The sandbox could not run the script, or the grader raised.
     Infra(String),
+    /// The instance's recorded environment could not be rebuilt ([`crate::env_record`]).
+    Environment(String),
 }
 
 impl Outcome {
@@ -82,13 +84,16 @@ impl Outcome {
             Outcome::Error(ErrorKind::PatchApplyFailed) => "error_patch_apply_failed",
             Outcome::Error(ErrorKind::TestTimeout(_)) => "error_test_timeout",
             Outcome::Error(ErrorKind::Infra(_)) => "error",
+            Outcome::Error(ErrorKind::Environment(_)) => "error_environment",
         }
     }
 
     /// Human-readable detail of an error.
     pub fn detail(&self) -> Option<String> {
         match self {
-            Outcome::Error(ErrorKind::RepoMissing(m)) | Outcome::Error(ErrorKind::Infra(m)) => Some(m.clone()),
+            Outcome::Error(ErrorKind::RepoMissing(m))
+            | Outcome::Error(ErrorKind::Infra(m))
+            | Outcome::Error(ErrorKind::Environment(m)) => Some(m.clone()),
             Outcome::Error(ErrorKind::PatchApplyFailed) => {
                 Some("patch did not apply with any command of the fallback chain".into())
             }

@@ -149,8 +149,9 @@ pub struct IntakeRepo {
     pub commit: String,
     /// `owner/name` for the instances.
     pub repo_name: String,
-    /// When the release was published (ISO 8601), where the registry says: npm's `time`
-    /// field, the Go proxy's `.info` time. Dependencies are resolved as of this time.
+    /// When the release was published (ISO 8601), where the registry says: PyPI's upload
+    /// time, npm's `time` field, the Go proxy's `.info` time; a local repository's commit
+    /// time. Dependencies are resolved as of this time.
     pub released: Option<String>,
 }
 
@@ -208,7 +209,9 @@ pub fn intake(source: &Source, work: &Path) -> anyhow::Result<IntakeRepo> {
                 git(Path::new(&top), &["rev-parse", "--verify", &format!("{rev}^{{commit}}")]).map_err(|_| {
                     anyhow::anyhow!("{}: commit {rev:?} not found (is anything committed?)", path.display())
                 })?;
-            Ok(IntakeRepo { git_dir: PathBuf::from(top), commit: full, repo_name, released: None })
+            // A local repository's era is its commit's.
+            let released = crate::era::commit_time(Path::new(&top), &full).ok();
+            Ok(IntakeRepo { git_dir: PathBuf::from(top), commit: full, repo_name, released })
         }
         Source::Pypi { name, version } => {
             let dl = work.join("download");
@@ -231,7 +234,9 @@ pub fn intake(source: &Source, work: &Path) -> anyhow::Result<IntakeRepo> {
                     n.ends_with(".tar.gz") || n.ends_with(".zip") || n.ends_with(".tgz")
                 })
                 .ok_or_else(|| anyhow::anyhow!("pip download {name}=={version} produced no source distribution"))?;
-            commit_archive(&archive, &work.join("source"), &repo_name)
+            let mut repo = commit_archive(&archive, &work.join("source"), &repo_name)?;
+            repo.released = Some(crate::era::pypi_release_time(name, version)?);
+            Ok(repo)
         }
         Source::Crate { name, version } => {
             let dl = work.join("download");

@@ -246,7 +246,7 @@ pub fn prepare_node(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow:
                 "--loglevel=error",
             ])
             .current_dir(&npm_dir);
-            if let Some(before) = &opts.npm_before {
+            if let Some(before) = &opts.released {
                 cmd.arg(format!("--before={before}"));
             }
             run_host(&mut cmd, "npm install (is the npm registry reachable?)")?;

@@ -1,9 +1,11 @@
 //! Task synthesis for FrogNano: a repository in, validated SWE-bench-format bug-fix tasks
 //! out, calibrated to the policy's learnability frontier (docs/synthesis.md).
 //!
-//! Layers: [`intake`] (local repo, PyPI sdist, crates.io crate → git commit), [`project`]
+//! Layers: [`intake`] (local repo, PyPI sdist, crates.io crate → git commit), [`era`]
+//! (dependency cutoffs that fit a release's time), [`project`]
 //! (language, test command, environment, sandboxed runs, two-run baseline), [`mutate`]
-//! (tree-sitter bug operators), [`pipeline`] (candidates, validation, orphan buggy commits,
+//! (tree-sitter bug operators), [`first_pass`] (the tests that import a mutated module),
+//! [`pipeline`] (candidates, validation, orphan buggy commits,
 //! JSONL instances, combinations, resume), [`issue`] (issue text and leak check),
 //! [`issue_model`] (model-written issue text through `frognano_protocol::Llm`: an HTTP
 //! endpoint or the in-process `frognano_engine::EngineLlm`), [`harbor`] (Harbor task dirs),
@@ -13,6 +15,8 @@
 
 pub mod batch;
 pub mod calibrate;
+pub mod era;
+pub mod first_pass;
 pub mod harbor;
 pub mod intake;
 pub mod issue;

@@ -13,6 +13,7 @@ use frognano_swe::SweInstance;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::first_pass::FirstPass;
 use crate::intake::{self, git, git_with_input, IntakeRepo, Source};
 use crate::issue::{template_issue, IssueContext};
 use crate::issue_model::{IssueModel, IssueOutcome};
@@ -207,24 +208,87 @@ pub struct ValidationEnv<'a> {
     pub isolation: Isolation,
     /// Largest share of the run tests a bug may fail.
     pub max_f2p_fraction: f64,
+    /// Run the tests that import the mutated module first, when that pays (pytest only).
+    pub first_pass: Option<&'a FirstPass>,
 }
 
-/// Applies `cand` in the worker tree `dir`, runs the suite twice, restores the files.
+/// What the cheap first pass of one candidate did.
+#[derive(Debug, Clone, Serialize)]
+pub struct FirstPassRun {
+    /// Test files run.
+    pub files: usize,
+    /// Baseline-passing tests among them.
+    pub tests: usize,
+    /// Seconds of the run.
+    pub seconds: f64,
+    /// Whether it rejected the candidate (no full-suite run followed).
+    pub rejected: bool,
+}
+
+/// The first pass's verdict on the tests it selected: `Err` ends validation there.
+fn classify_subset(run: &TestRun, selected: &BTreeSet<String>) -> Result<(), Rejection> {
+    if run.timed_out {
+        return Err(Rejection::Timeout);
+    }
+    if run.statuses.is_empty() {
+        return Err(Rejection::NoResults);
+    }
+    let lost = selected.iter().filter(|t| !run.statuses.contains_key(*t)).count();
+    if lost > 0 {
+        return Err(Rejection::LostTests { count: lost });
+    }
+    let failing = selected.iter().any(|t| matches!(run.statuses.get(t).map(String::as_str), Some("FAILED" | "ERROR")));
+    if failing {
+        Ok(())
+    } else {
+        Err(Rejection::NoFailure)
+    }
+}
+
+/// Applies `cand` in the worker tree `dir`, runs the suite twice, restores the files. With a
+/// first pass, the tests that import the mutated files run first, and a candidate none of
+/// them fails is rejected there.
 pub fn validate(
     dir: &Path,
     clean: &HashMap<String, String>,
     cand: &Candidate,
     env: ValidationEnv<'_>,
 ) -> anyhow::Result<Result<Validated, Rejection>> {
-    let ValidationEnv { setup, base, timeout, isolation, max_f2p_fraction } = env;
+    validate_counted(dir, clean, cand, env).map(|(r, _)| r)
+}
+
+/// [`validate`], also saying what its first pass did.
+pub fn validate_counted(
+    dir: &Path,
+    clean: &HashMap<String, String>,
+    cand: &Candidate,
+    env: ValidationEnv<'_>,
+) -> anyhow::Result<(Result<Validated, Rejection>, Option<FirstPassRun>)> {
+    let ValidationEnv { setup, base, timeout, isolation, max_f2p_fraction, first_pass } = env;
     let mut written = Vec::new();
     for fm in &cand.files {
-        let Some(orig) = clean.get(&fm.path) else { return Ok(Err(Rejection::EditsDoNotApply)) };
-        let Some(buggy) = apply_edits(orig, &fm.edits) else { return Ok(Err(Rejection::EditsDoNotApply)) };
+        let Some(orig) = clean.get(&fm.path) else { return Ok((Err(Rejection::EditsDoNotApply), None)) };
+        let Some(buggy) = apply_edits(orig, &fm.edits) else { return Ok((Err(Rejection::EditsDoNotApply), None)) };
         std::fs::write(dir.join(&fm.path), buggy)?;
         written.push(fm.path.clone());
     }
+    let mut pass_run = None;
     let result = (|| -> anyhow::Result<Result<Validated, Rejection>> {
+        let mutated: Vec<&str> = cand.files.iter().map(|f| f.path.as_str()).collect();
+        if let Some((files, tests)) = first_pass.and_then(|fp| fp.select(&mutated)) {
+            let subset = FirstPass::subset_setup(setup, &files);
+            let run = project::run_tests(dir, &subset, timeout, isolation)?;
+            let verdict = classify_subset(&run, &tests);
+            pass_run = Some(FirstPassRun {
+                files: files.len(),
+                tests: tests.len(),
+                seconds: run.seconds,
+                rejected: verdict.is_err(),
+            });
+            if let Err(r) = verdict {
+                return Ok(Err(r));
+            }
+        }
         let first = project::run_tests(dir, setup, timeout, isolation)?;
         let (f2p, p2p) = match classify(&first, base, max_f2p_fraction) {
             Ok(x) => x,
@@ -247,7 +311,7 @@ pub fn validate(
     for p in written {
         std::fs::write(dir.join(&p), &clean[&p])?;
     }
-    result
+    Ok((result?, pass_run))
 }
 
 /// The bare repository holding one orphan buggy commit per task (`refs/heads/task/<id>`).
@@ -418,6 +482,10 @@ pub struct SynthSummary {
     pub test_seconds: f64,
     /// The reference suite time.
     pub reference_seconds: f64,
+    /// Candidates that had a first pass over the tests importing the mutated module.
+    pub first_pass_runs: usize,
+    /// Candidates the first pass rejected (no full-suite run).
+    pub first_pass_rejections: usize,
     /// Path of the instances file.
     pub tasks_path: PathBuf,
 }
@@ -461,6 +529,9 @@ struct Shared<'a> {
     opts: &'a SynthOptions,
     out_lock: Mutex<()>,
     environment: Value,
+    /// The environment's rebuild record (`frognano_swe::env_record`), for Python virtualenvs.
+    rebuild: Option<Value>,
+    first_pass: Option<FirstPass>,
     deadline: Option<Instant>,
     accepted: AtomicUsize,
     summary: Mutex<SynthSummary>,
@@ -547,6 +618,9 @@ fn build_instance(sh: &Shared<'_>, cand: &Candidate, v: &Validated) -> anyhow::R
     if !sh.setup.readable_paths.is_empty() {
         extra.insert(frognano_swe::executor::READABLE_PATHS_KEY.into(), json!(sh.setup.readable_paths));
     }
+    if let Some(rec) = &sh.rebuild {
+        extra.insert(frognano_swe::env_record::ENVIRONMENT_KEY.into(), rec.clone());
+    }
     let meta = SynthMeta {
         source_repo: sh.intake.repo_name.clone(),
         source_commit: sh.intake.commit.clone(),
@@ -611,16 +685,21 @@ fn process(sh: &Shared<'_>, worker_dir: &Path, cand: &Candidate) -> anyhow::Resu
         timeout: sh.timeout,
         isolation: sh.opts.isolation,
         max_f2p_fraction: sh.opts.max_f2p_fraction,
+        first_pass: sh.first_pass.as_ref(),
     };
-    let res = validate(worker_dir, sh.clean, cand, env)?;
+    let (res, pass_run) = validate_counted(worker_dir, sh.clean, cand, env)?;
     let spent = t0.elapsed().as_secs_f64();
     let _guard = sh.out_lock.lock().expect("output lock");
     {
         let mut s = sh.summary.lock().expect("summary lock");
         s.candidates_tried += 1;
         s.test_seconds += spent;
+        if let Some(p) = &pass_run {
+            s.first_pass_runs += 1;
+            s.first_pass_rejections += usize::from(p.rejected);
+        }
     }
-    let record = match res {
+    let mut record = match res {
         Ok(v) => {
             if sh.opts.max_tasks.is_some_and(|m| sh.accepted.load(Ordering::SeqCst) >= m) {
                 return Ok(());
@@ -646,6 +725,10 @@ fn process(sh: &Shared<'_>, worker_dir: &Path, cand: &Candidate) -> anyhow::Resu
             json!({"key": cand.key, "outcome": "rejected", "rejection": reason, "operators": cand.operators})
         }
     };
+    record["seconds"] = json!((spent * 1000.0).round() / 1000.0);
+    if let Some(p) = pass_run {
+        record["first_pass"] = serde_json::to_value(p)?;
+    }
     append_jsonl(&sh.opts.out.join("candidates.jsonl"), &record)?;
     Ok(())
 }
@@ -732,6 +815,12 @@ pub fn synthesize_with_progress(opts: &SynthOptions, progress: &dyn Progress) ->
     synthesize_until(opts, progress, &RunLimits::default())
 }
 
+/// Whether candidates get the cheap first pass ([`crate::first_pass`]): on unless the
+/// environment variable `FROGNANO_SYNTH_FIRST_PASS` is `0` (for measuring what it saves).
+pub fn first_pass_enabled() -> bool {
+    std::env::var("FROGNANO_SYNTH_FIRST_PASS").map_or(true, |v| v != "0")
+}
+
 /// Limits of one [`synthesize_until`] run (a batch's per-package budget).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RunLimits {
@@ -763,7 +852,7 @@ pub fn synthesize_until(
     }
     intake::export_tree(&intake.git_dir, &intake.commit, &base_tree)?;
     let env_opts =
-        EnvOptions { python: opts.python.clone(), env_dir: out.join("env"), npm_before: intake.released.clone() };
+        EnvOptions { python: opts.python.clone(), env_dir: out.join("env"), released: intake.released.clone() };
     let mut setup = project::prepare(&base_tree, &env_opts).map_err(|e| {
         let no_tests = e.downcast_ref::<project::NoTests>().is_some();
         stage(if no_tests { Failure::NoTestsShipped } else { Failure::EnvironmentFailed })(e)
@@ -777,11 +866,23 @@ pub fn synthesize_until(
     })?;
     let probe_timeout = limits.suite_limit.unwrap_or_else(|| opts.min_timeout.max(Duration::from_secs(600)));
     let mut reference = project::baseline(&base_tree, &setup, probe_timeout, opts.isolation);
+    // Modules the failing output says are missing are installed (with the same cutoffs) and
+    // the baseline is run again, before the ladder changes anything else.
+    let missing = reference.as_ref().err().and_then(|e| e.downcast_ref::<project::BaselineFailed>());
+    if let Some(dists) = missing.map(|b| b.missing_modules.clone()).filter(|d| !d.is_empty()) {
+        match project::install_missing(&setup, &dists) {
+            Ok(()) => {
+                tracing::info!("baseline failed on missing modules; installed {dists:?}");
+                reference = project::baseline(&base_tree, &setup, probe_timeout, opts.isolation);
+            }
+            Err(e) => tracing::warn!("installing {dists:?}, which the tests import, failed: {e:#}"),
+        }
+    }
     // A Python suite that fails on the clean tree (not one that is too slow) is retried down
     // the ladder: older pytest majors, then unittest; the first that passes is kept.
     if reference.as_ref().is_err_and(|e| e.downcast_ref::<project::SuiteTooSlow>().is_none()) {
         for step in project::python_ladder(&setup) {
-            let Ok(next) = project::apply_ladder_step(&setup, step) else { continue };
+            let Ok(next) = project::apply_ladder_step(&setup, step, &base_tree, &env_opts) else { continue };
             tracing::info!("baseline failed; retrying with {step:?}");
             if let Ok(b) = project::baseline(&base_tree, &next, probe_timeout, opts.isolation) {
                 setup = next;
@@ -842,6 +943,14 @@ pub fn synthesize_until(
         opts,
         out_lock: Mutex::new(()),
         environment: project::environment_record(&setup, &out.join("env")),
+        rebuild: project::rebuild_record(&setup, &base_tree)
+            .map_err(|e| tracing::warn!("tasks will name their environment by path only: {e:#}"))
+            .ok()
+            .flatten()
+            .map(|r| r.to_value()),
+        first_pass: first_pass_enabled()
+            .then(|| FirstPass::build(&base_tree, &project::walk_files(&base_tree), &setup, &base.passing))
+            .flatten(),
         deadline: limits.deadline,
         accepted: AtomicUsize::new(previously_accepted),
         summary: Mutex::new(SynthSummary {

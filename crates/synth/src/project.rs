@@ -88,10 +88,12 @@ pub struct TestSetup {
 }
 
 /// One step down the retry ladder tried when a Python suite fails on the clean tree (finds
-/// no tests, or none passes): an older pytest major version, then the standard library's
-/// unittest.
+/// no tests, or none passes): today's dependencies instead of the release era's, an older
+/// pytest major version, then the standard library's unittest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LadderStep {
+    /// Rebuild synth's virtualenv with the dependencies of today (no upload-time cutoff).
+    TodaysDependencies,
     /// Install `pytest<N` into synth's own virtualenv and run pytest again.
     PytestBelow(u32),
     /// `python -m unittest -v` with the same interpreter.
@@ -102,18 +104,35 @@ pub enum LadderStep {
 /// pytest). Older pytest versions are tried only in a virtualenv synth created.
 pub fn python_ladder(setup: &TestSetup) -> Vec<LadderStep> {
     match (&setup.runner, &setup.python) {
-        (TestRunner::Pytest, Some((_, true))) => {
-            vec![LadderStep::PytestBelow(8), LadderStep::PytestBelow(7), LadderStep::Unittest]
+        (TestRunner::Pytest, Some((python, true))) => {
+            let era = venv_resolution(python).is_some_and(|r| r.plan.is_era());
+            let today = era.then_some(LadderStep::TodaysDependencies);
+            today
+                .into_iter()
+                .chain([LadderStep::PytestBelow(8), LadderStep::PytestBelow(7), LadderStep::Unittest])
+                .collect()
         }
         (TestRunner::Pytest, Some((_, false))) => vec![LadderStep::Unittest],
         _ => Vec::new(),
     }
 }
 
-/// `setup` after one ladder step (installing an older pytest needs PyPI).
-pub fn apply_ladder_step(setup: &TestSetup, step: LadderStep) -> anyhow::Result<TestSetup> {
+/// `setup` after one ladder step (the tree `tree` and `opts` rebuild the virtualenv;
+/// installing needs PyPI).
+pub fn apply_ladder_step(
+    setup: &TestSetup,
+    step: LadderStep,
+    tree: &Path,
+    opts: &EnvOptions,
+) -> anyhow::Result<TestSetup> {
     let (python, _) = setup.python.clone().ok_or_else(|| anyhow::anyhow!("not a Python setup"))?;
     match step {
+        LadderStep::TodaysDependencies => {
+            let venv = python.parent().and_then(Path::parent).ok_or_else(|| anyhow::anyhow!("no virtualenv"))?;
+            std::fs::remove_dir_all(venv).map_err(|e| anyhow::anyhow!("cannot remove {}: {e}", venv.display()))?;
+            create_venv(tree, &EnvOptions { released: None, ..opts.clone() })?;
+            Ok(setup.clone())
+        }
         LadderStep::PytestBelow(major) => {
             run_host(
                 HostCommand::new(&python).args(["-m", "pip", "install", "--quiet", &format!("pytest<{major}")]),
@@ -141,9 +160,10 @@ pub struct EnvOptions {
     /// Where a virtualenv is created when `python` is not given; also the home of a Go
     /// module cache and build cache, and of an npm project's installed dependencies.
     pub env_dir: PathBuf,
-    /// npm only: resolve dependency ranges as of this time (`npm install --before`, an ISO
-    /// date), so an old release gets the dependency versions of its era.
-    pub npm_before: Option<String>,
+    /// When the release was published (ISO 8601 UTC): dependencies are resolved as of this
+    /// time (npm `install --before`; Python with uv's `--exclude-newer`, [`crate::era`]), so
+    /// an old release gets the dependency versions of its era.
+    pub released: Option<String>,
 }
 
 pub(crate) fn shell_quote(s: &str) -> String {
@@ -296,7 +316,7 @@ fn prepare_python(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::R
         TestSetup {
             language: Some(Language::Python),
             runner: TestRunner::Pytest,
-            test_cmd: format!("{env} {py} -m pytest -rA --tb=long -p no:cacheprovider -p no:randomly -o addopts= 2>&1"),
+            test_cmd: format!("{env} {py} -m pytest -rA --tb=long -p no:cacheprovider -p no:randomly -o addopts= --continue-on-collection-errors 2>&1"),
             log_parser: "parse_log_pytest".into(),
             readable_paths,
             python: Some((python.clone(), own_venv)),
@@ -313,46 +333,256 @@ fn prepare_python(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::R
     })
 }
 
-/// Creates `env_dir/venv` with pytest, the project and its test extras / requirement files.
-fn create_venv(tree: &Path, opts: &EnvOptions) -> anyhow::Result<PathBuf> {
-    let venv = std::path::absolute(opts.env_dir.join("venv"))?;
-    let python = venv.join("bin/python");
-    if !python.exists() {
-        std::fs::create_dir_all(&opts.env_dir)?;
-        run_host(HostCommand::new("python3").args(["-m", "venv"]).arg(&venv), "python3 -m venv")?;
-        run_host(
-            HostCommand::new(&python).args(["-m", "pip", "install", "--quiet", "pytest"]),
-            "pip install pytest (is PyPI reachable? pass --python to use an existing interpreter)",
-        )?;
-        let packaged = ["pyproject.toml", "setup.py", "setup.cfg"].iter().any(|f| tree.join(f).is_file());
-        if packaged {
-            // The package itself is installed only for its dependencies: tests import the
-            // workspace copy first (cwd / src on sys.path).
-            let with_extras = format!("{}[test,tests,testing]", tree.display());
-            let ok = HostCommand::new(&python)
-                .args(["-m", "pip", "install", "--quiet", &with_extras])
-                .output()
-                .is_ok_and(|o| o.status.success());
-            if !ok {
-                let out = HostCommand::new(&python).args(["-m", "pip", "install", "--quiet"]).arg(tree).output();
-                if !out.as_ref().is_ok_and(|o| o.status.success()) {
-                    tracing::warn!("installing {} into the virtualenv failed; tests may not import", tree.display());
+/// File in synth's virtualenv recording how its packages were resolved.
+const RESOLUTION_FILE: &str = "frognano-resolution.json";
+
+/// How synth's virtualenv was resolved (written beside it when it is made).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Resolution {
+    /// `uv X.Y.Z` or `pip`.
+    pub resolver: String,
+    /// The cutoffs used (none: today's packages).
+    pub plan: crate::era::EraPlan,
+    /// Why the era's resolution was not used, when it failed and today's was.
+    pub era_error: Option<String>,
+    /// What was installed beyond pytest and the project: requirement files (`-r FILE`) and
+    /// distributions the test files import.
+    #[serde(default)]
+    pub installed: Vec<String>,
+}
+
+/// The [`Resolution`] of the virtualenv whose interpreter is `python` (`None`: not one synth
+/// made, or made before resolutions were recorded).
+pub fn venv_resolution(python: &Path) -> Option<Resolution> {
+    let venv = python.parent()?.parent()?;
+    serde_json::from_str(&std::fs::read_to_string(venv.join(RESOLUTION_FILE)).ok()?).ok()
+}
+
+/// What synth installs into its virtualenv first: pytest and, when the tree is packaged, the
+/// project with its test extras (for its dependencies and metadata: tests import the
+/// workspace copy first).
+fn python_core_requirements(tree: &Path) -> Vec<String> {
+    let mut reqs = vec!["pytest".to_string()];
+    if ["pyproject.toml", "setup.py", "setup.cfg"].iter().any(|f| tree.join(f).is_file()) {
+        reqs.push(format!("{}[test,tests,testing]", tree.display()));
+    }
+    reqs
+}
+
+/// Test requirement files a project may ship, installed each on its own (one that fails to
+/// resolve or build is skipped with a warning).
+const TEST_REQUIREMENT_FILES: [&str; 9] = [
+    "requirements-test.txt",
+    "requirements-tests.txt",
+    "requirements_test.txt",
+    "test-requirements.txt",
+    "test_requirements.txt",
+    "requirements/test.txt",
+    "requirements/tests.txt",
+    "tests/requirements.txt",
+    "requirements-dev.txt",
+];
+
+/// Distributions whose import name differs from the name they are published under.
+const IMPORT_ALIASES: [(&str, &str); 14] = [
+    ("yaml", "PyYAML"),
+    ("dateutil", "python-dateutil"),
+    ("PIL", "Pillow"),
+    ("attr", "attrs"),
+    ("bs4", "beautifulsoup4"),
+    ("sklearn", "scikit-learn"),
+    ("pkg_resources", "setuptools"),
+    ("Crypto", "pycryptodome"),
+    ("jwt", "PyJWT"),
+    ("dns", "dnspython"),
+    ("OpenSSL", "pyOpenSSL"),
+    ("git", "GitPython"),
+    ("serial", "pyserial"),
+    ("zmq", "pyzmq"),
+];
+
+/// Top-level names the test files (and conftests) import unconditionally — module-level
+/// `import x` / `from x import …`, not inside `try`, `if` or a function — that are neither
+/// the project's own (a file `x.py` or folder `x/` anywhere in the tree) nor relative.
+pub fn test_import_names(tree: &Path, files: &[String]) -> BTreeSet<String> {
+    let local: BTreeSet<String> = files
+        .iter()
+        .flat_map(|f| {
+            let parts: Vec<&str> = f.split('/').collect();
+            let (file, dirs) = parts.split_last().map(|(f, d)| (*f, d.to_vec())).unwrap_or_default();
+            let stem = file.strip_suffix(".py").map(str::to_string);
+            dirs.into_iter().map(str::to_string).chain(stem)
+        })
+        .collect();
+    let mut names = BTreeSet::new();
+    for f in files.iter().filter(|f| f.ends_with(".py") && is_test_path(f)) {
+        let Ok(source) = std::fs::read_to_string(tree.join(f)) else { continue };
+        let Some(parsed) = Language::Python.parse(&source) else { continue };
+        let root = parsed.root_node();
+        let mut cursor = root.walk();
+        for stmt in root.children(&mut cursor) {
+            let targets: Vec<tree_sitter::Node<'_>> = match stmt.kind() {
+                "import_statement" => {
+                    let mut c = stmt.walk();
+                    stmt.children_by_field_name("name", &mut c)
+                        .map(
+                            |n| {
+                                if n.kind() == "aliased_import" {
+                                    n.child_by_field_name("name").unwrap_or(n)
+                                } else {
+                                    n
+                                }
+                            },
+                        )
+                        .collect()
                 }
-            }
-        }
-        for req in ["requirements-test.txt", "test-requirements.txt", "requirements/test.txt", "requirements-dev.txt"] {
-            if tree.join(req).is_file() {
-                let out = HostCommand::new(&python)
-                    .args(["-m", "pip", "install", "--quiet", "-r"])
-                    .arg(tree.join(req))
-                    .output();
-                if !out.as_ref().is_ok_and(|o| o.status.success()) {
-                    tracing::warn!("pip install -r {req} failed");
+                "import_from_statement" => {
+                    stmt.child_by_field_name("module_name").filter(|m| m.kind() == "dotted_name").into_iter().collect()
+                }
+                _ => Vec::new(),
+            };
+            for t in targets {
+                let top = source[t.byte_range()].split('.').next().unwrap_or_default().trim().to_string();
+                if !top.is_empty() && !local.contains(&top) {
+                    names.insert(top);
                 }
             }
         }
     }
+    names
+}
+
+/// Of `names`, those `python` can import neither from its standard library nor from what is
+/// installed, as distribution names to install ([`IMPORT_ALIASES`] applied).
+fn missing_distributions(python: &Path, names: &BTreeSet<String>) -> Vec<String> {
+    if names.is_empty() {
+        return Vec::new();
+    }
+    let script = "import sys, importlib.util\nstd = getattr(sys, 'stdlib_module_names', ())\nfor n in sys.argv[1:]:\n    if n not in std and n not in sys.builtin_module_names and importlib.util.find_spec(n) is None:\n        print(n)\n";
+    let out = HostCommand::new(python).arg("-c").arg(script).args(names).current_dir(std::env::temp_dir()).output();
+    let Some(out) = out.ok().filter(|o| o.status.success()) else { return Vec::new() };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|n| IMPORT_ALIASES.iter().find(|(i, _)| *i == n).map_or(n.to_string(), |(_, d)| d.to_string()))
+        .collect()
+}
+
+fn first_error_line(e: &anyhow::Error) -> String {
+    let text = format!("{e:#}");
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let line = lines.iter().find(|l| l.contains("error") || l.contains("No solution")).or(lines.first());
+    line.map(|l| l.chars().take(300).collect()).unwrap_or_default()
+}
+
+/// Creates `env_dir/venv` with pytest, the project and its test extras, the test
+/// requirement files it ships, and the third-party modules its test files import that are
+/// still missing then ([`test_import_names`]: `freezegun`, `pretend`, `yaml` …). With uv
+/// (`frognano_swe::env_record::find_uv`) and a release time, everything is resolved as of the
+/// release ([`crate::era::plan`]); when that resolution fails, as of today; without uv, with
+/// pip as of today. The resolution used is recorded beside the virtualenv.
+fn create_venv(tree: &Path, opts: &EnvOptions) -> anyhow::Result<PathBuf> {
+    let venv = std::path::absolute(opts.env_dir.join("venv"))?;
+    let python = venv.join("bin/python");
+    if python.exists() {
+        return Ok(python);
+    }
+    std::fs::create_dir_all(&opts.env_dir)?;
+    run_host(HostCommand::new("python3").args(["-m", "venv"]).arg(&venv), "python3 -m venv")?;
+    let unreachable = "(is PyPI reachable? pass --python to use an existing interpreter)";
+    let mut resolution = match frognano_swe::env_record::find_uv() {
+        Some(uv) => {
+            let version = frognano_swe::env_record::python_version(&python)?;
+            let plan = crate::era::plan(opts.released.as_deref(), &version);
+            let resolver = first_line_of(&uv.to_string_lossy(), &["--version"]).unwrap_or_else(|| "uv".into());
+            // The tree is no git checkout, but the output folder may lie inside one (this
+            // repository's, say): setuptools-scm and hatch-vcs would read that one's tags
+            // instead of the sdist's PKG-INFO and fail the build.
+            let ceiling = tree.parent().unwrap_or(tree).to_path_buf();
+            let install = |plan: &crate::era::EraPlan, reqs: &[String]| {
+                run_host(
+                    HostCommand::new(&uv)
+                        .args(["pip", "install", "--quiet", "--python"])
+                        .arg(&python)
+                        .args(plan.uv_args())
+                        .args(reqs)
+                        .env("GIT_CEILING_DIRECTORIES", &ceiling),
+                    "uv pip install",
+                )
+            };
+            let core = python_core_requirements(tree);
+            let today = crate::era::EraPlan::default();
+            let mut resolution = match install(&plan, &core) {
+                Ok(()) => Resolution { resolver, plan, ..Default::default() },
+                Err(era) => {
+                    if plan.is_era() {
+                        tracing::warn!("resolving as of {:?} failed, so as of today: {era:#}", plan.exclude_newer);
+                    }
+                    let era_error = plan.is_era().then(|| first_error_line(&era));
+                    if let Err(e) = install(&today, &core) {
+                        // The project itself does not install: pytest alone, as pip did.
+                        tracing::warn!("installing the project failed; tests may not import: {e:#}");
+                        install(&today, &core[..1]).map_err(|e| anyhow::anyhow!("{e:#} {unreachable}"))?;
+                    }
+                    Resolution { resolver, plan: today.clone(), era_error, ..Default::default() }
+                }
+            };
+            for req in TEST_REQUIREMENT_FILES.iter().filter(|r| tree.join(r).is_file()) {
+                let args = ["-r".to_string(), tree.join(req).to_string_lossy().into()];
+                match install(&resolution.plan, &args) {
+                    Ok(()) => resolution.installed.push(format!("-r {req}")),
+                    Err(e) => tracing::warn!("installing {req} failed: {e:#}"),
+                }
+            }
+            let wanted = test_import_names(tree, &walk_files(tree));
+            for dist in missing_distributions(&python, &wanted) {
+                match install(&resolution.plan, std::slice::from_ref(&dist)) {
+                    Ok(()) => resolution.installed.push(dist),
+                    Err(e) => tracing::warn!("installing {dist}, which the tests import, failed: {e:#}"),
+                }
+            }
+            resolution
+        }
+        None => {
+            tracing::warn!("uv not found ($FROGNANO_UV, PATH, .venv-uv/bin/uv): dependencies of today, with pip");
+            install_with_pip(tree, &python)?;
+            Resolution { resolver: "pip".into(), ..Default::default() }
+        }
+    };
+    resolution.installed.sort();
+    std::fs::write(venv.join(RESOLUTION_FILE), serde_json::to_string_pretty(&resolution)?)?;
     Ok(python)
+}
+
+/// pip's install, one piece at a time (only pytest must succeed).
+fn install_with_pip(tree: &Path, python: &Path) -> anyhow::Result<()> {
+    run_host(
+        HostCommand::new(python).args(["-m", "pip", "install", "--quiet", "pytest"]),
+        "pip install pytest (is PyPI reachable? pass --python to use an existing interpreter)",
+    )?;
+    let packaged = ["pyproject.toml", "setup.py", "setup.cfg"].iter().any(|f| tree.join(f).is_file());
+    if packaged {
+        let with_extras = format!("{}[test,tests,testing]", tree.display());
+        let ok = HostCommand::new(python)
+            .args(["-m", "pip", "install", "--quiet", &with_extras])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !ok {
+            let out = HostCommand::new(python).args(["-m", "pip", "install", "--quiet"]).arg(tree).output();
+            if !out.as_ref().is_ok_and(|o| o.status.success()) {
+                tracing::warn!("installing {} into the virtualenv failed; tests may not import", tree.display());
+            }
+        }
+    }
+    for req in TEST_REQUIREMENT_FILES {
+        if tree.join(req).is_file() {
+            let out =
+                HostCommand::new(python).args(["-m", "pip", "install", "--quiet", "-r"]).arg(tree.join(req)).output();
+            if !out.as_ref().is_ok_and(|o| o.status.success()) {
+                tracing::warn!("pip install -r {req} failed");
+            }
+        }
+    }
+    Ok(())
 }
 
 fn first_line_of(program: &str, args: &[&str]) -> Option<String> {
@@ -376,10 +606,11 @@ pub fn environment_record(setup: &TestSetup, env_dir: &Path) -> serde_json::Valu
             if let Some((python, _)) = &setup.python {
                 let py = python.to_string_lossy().to_string();
                 rec["python"] = first_line_of(&py, &["--version"]).into();
-                let freeze = HostCommand::new(python).args(["-m", "pip", "freeze", "--all"]).output();
-                if let Some(out) = freeze.ok().filter(|o| o.status.success()) {
-                    let pins: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+                if let Some(pins) = pip_freeze(python) {
                     rec["packages"] = pins.into();
+                }
+                if let Some(resolution) = venv_resolution(python) {
+                    rec["resolution"] = serde_json::to_value(resolution).unwrap_or_default();
                 }
             }
         }
@@ -410,6 +641,49 @@ pub fn environment_record(setup: &TestSetup, env_dir: &Path) -> serde_json::Valu
         }
     }
     rec
+}
+
+fn pip_freeze(python: &Path) -> Option<Vec<String>> {
+    let out = HostCommand::new(python).args(["-m", "pip", "freeze", "--all"]).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect())
+}
+
+/// The record `eval grade` rebuilds the environment from (`frognano_swe::env_record`):
+/// `Some` for synth's own virtualenv, whose every package is pinned `name==version` except
+/// the project itself, installed from `tree` (rebuilt from the task's clean commit). `None`
+/// for a `--python` interpreter or another runner; an error when a package cannot be pinned
+/// (installed from a URL or a folder other than the project's).
+pub fn rebuild_record(
+    setup: &TestSetup,
+    tree: &Path,
+) -> anyhow::Result<Option<frognano_swe::env_record::EnvironmentRecord>> {
+    use frognano_swe::env_record::{pin_name, python_version, EnvironmentRecord, PythonVenv};
+    let Some((python, true)) = &setup.python else { return Ok(None) };
+    let venv =
+        python.parent().and_then(Path::parent).ok_or_else(|| anyhow::anyhow!("{}: no virtualenv", python.display()))?;
+    let freeze = pip_freeze(python).ok_or_else(|| anyhow::anyhow!("pip freeze failed in {}", venv.display()))?;
+    let tree_url = format!("file://{}", std::path::absolute(tree)?.display());
+    let mut packages = Vec::new();
+    let mut project = None;
+    for line in freeze.iter().map(|l| l.trim()).filter(|l| !l.is_empty()) {
+        match line.split_once(" @ ") {
+            Some((name, url)) if url.trim_end_matches('/') == tree_url => project = Some(name.trim().to_string()),
+            _ if pin_name(line).is_some() => packages.push(line.to_string()),
+            _ => anyhow::bail!(
+                "{}: package {line:?} is not pinned by version; the environment cannot be rebuilt",
+                venv.display()
+            ),
+        }
+    }
+    let resolution = venv_resolution(python).unwrap_or_default();
+    Ok(Some(EnvironmentRecord::PythonVenv(PythonVenv {
+        python: python_version(python)?,
+        venv: venv.to_path_buf(),
+        packages,
+        project,
+        exclude_newer: resolution.plan.exclude_newer,
+        tools_exclude_newer: resolution.plan.tools_exclude_newer,
+    })))
 }
 
 /// The result of one sandboxed test run.
@@ -478,12 +752,17 @@ pub fn baseline(dir: &Path, setup: &TestSetup, timeout: Duration, isolation: Iso
         ))
         .into());
     }
-    anyhow::ensure!(
-        !first.statuses.is_empty(),
-        "the test command found no tests or could not run (`{}`); last output:\n{}",
-        setup.test_cmd,
-        last_lines(&first.log, 15)
-    );
+    if first.statuses.is_empty() {
+        return Err(BaselineFailed {
+            message: format!(
+                "the test command found no tests or could not run (`{}`); last output:\n{}",
+                setup.test_cmd,
+                last_lines(&first.log, 15)
+            ),
+            missing_modules: missing_modules_in(&first.log),
+        }
+        .into());
+    }
     let second = run_tests(dir, setup, timeout, isolation)?;
     if second.timed_out {
         return Err(SuiteTooSlow(format!(
@@ -516,14 +795,83 @@ pub fn baseline(dir: &Path, setup: &TestSetup, timeout: Duration, isolation: Iso
             b.flaky.insert(id.clone());
         }
     }
-    anyhow::ensure!(
-        !b.passing.is_empty(),
-        "no test passes on the clean tree ({} failing, {} flaky): fix the environment first; last output:\n{}",
-        b.not_passing.len(),
-        b.flaky.len(),
-        last_lines(&first.log, 15)
-    );
+    if b.passing.is_empty() {
+        return Err(BaselineFailed {
+            message: format!(
+                "no test passes on the clean tree ({} failing, {} flaky): fix the environment first; last output:\n{}",
+                b.not_passing.len(),
+                b.flaky.len(),
+                last_lines(&first.log, 15)
+            ),
+            missing_modules: missing_modules_in(&first.log),
+        }
+        .into());
+    }
     Ok(b)
+}
+
+/// The clean tree's suite found no tests or none passed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BaselineFailed {
+    /// What happened, with the end of the output.
+    pub message: String,
+    /// Modules the output says are missing (`No module named 'x'`), as distribution names.
+    pub missing_modules: Vec<String>,
+}
+
+impl std::fmt::Display for BaselineFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for BaselineFailed {}
+
+/// The top-level modules a Python run's output says are missing (`ModuleNotFoundError: No
+/// module named 'x.y'` → `x`), as distribution names ([`IMPORT_ALIASES`]), each once.
+pub fn missing_modules_in(log: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for rest in log.split("No module named ").skip(1) {
+        let name: String = rest
+            .trim_start_matches(['\'', '"'])
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '.')
+            .collect();
+        let top = name.split('.').next().unwrap_or_default();
+        if top.is_empty() {
+            continue;
+        }
+        let dist = IMPORT_ALIASES.iter().find(|(i, _)| *i == top).map_or(top.to_string(), |(_, d)| d.to_string());
+        if !out.contains(&dist) {
+            out.push(dist);
+        }
+    }
+    out
+}
+
+/// Installs `dists` into synth's own virtualenv of `setup`, with the cutoffs it was resolved
+/// with (uv), and records them in its resolution. An error for a `--python` interpreter.
+pub fn install_missing(setup: &TestSetup, dists: &[String]) -> anyhow::Result<()> {
+    let Some((python, true)) = &setup.python else { anyhow::bail!("not synth's own virtualenv") };
+    let mut resolution = venv_resolution(python).unwrap_or_default();
+    match frognano_swe::env_record::find_uv() {
+        Some(uv) => run_host(
+            HostCommand::new(uv)
+                .args(["pip", "install", "--quiet", "--python"])
+                .arg(python)
+                .args(resolution.plan.uv_args())
+                .args(dists),
+            "uv pip install",
+        )?,
+        None => {
+            run_host(HostCommand::new(python).args(["-m", "pip", "install", "--quiet"]).args(dists), "pip install")?
+        }
+    }
+    resolution.installed.extend(dists.iter().cloned());
+    resolution.installed.sort();
+    let venv = python.parent().and_then(Path::parent).ok_or_else(|| anyhow::anyhow!("no virtualenv"))?;
+    std::fs::write(venv.join(RESOLUTION_FILE), serde_json::to_string_pretty(&resolution)?)?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -550,7 +898,9 @@ mod tests {
         );
         // A user's interpreter is never changed: straight to unittest.
         assert_eq!(python_ladder(&pytest_setup(false)), [LadderStep::Unittest]);
-        let unittest = apply_ladder_step(&pytest_setup(false), LadderStep::Unittest).unwrap();
+        let opts = EnvOptions { python: None, env_dir: PathBuf::from("/env"), released: None };
+        let unittest =
+            apply_ladder_step(&pytest_setup(false), LadderStep::Unittest, Path::new("/tree"), &opts).unwrap();
         assert_eq!(unittest.test_cmd, "PYTHONHASHSEED=0 TZ=UTC '/env/venv/bin/python' -m unittest -v 2>&1");
         assert_eq!((unittest.runner, unittest.log_parser.as_str()), (TestRunner::Unittest, "parse_log_django"));
         assert_eq!(unittest.readable_paths, [PathBuf::from("/env/venv")]);
@@ -558,5 +908,93 @@ mod tests {
         assert!(python_ladder(&unittest).is_empty());
         let go = TestSetup { runner: TestRunner::GoTest, python: None, ..unittest };
         assert!(python_ladder(&go).is_empty());
+
+        // A virtualenv resolved as of its release's era first retries with today's packages.
+        let dir = tempfile::tempdir().unwrap();
+        let python = dir.path().join("venv/bin/python");
+        std::fs::create_dir_all(python.parent().unwrap()).unwrap();
+        let era = Resolution {
+            resolver: "uv 0.13.9".into(),
+            plan: crate::era::plan(Some("2021-01-31T19:03:35Z"), "3.11.7"),
+            era_error: None,
+            installed: vec![],
+        };
+        std::fs::write(dir.path().join("venv").join(RESOLUTION_FILE), serde_json::to_string(&era).unwrap()).unwrap();
+        let setup = TestSetup { python: Some((python.clone(), true)), ..pytest_setup(true) };
+        assert_eq!(venv_resolution(&python), Some(era));
+        assert_eq!(python_ladder(&setup)[..2], [LadderStep::TodaysDependencies, LadderStep::PytestBelow(8)]);
+        let today = Resolution { resolver: "uv 0.13.9".into(), ..Resolution::default() };
+        std::fs::write(dir.path().join("venv").join(RESOLUTION_FILE), serde_json::to_string(&today).unwrap()).unwrap();
+        assert_eq!(python_ladder(&setup)[0], LadderStep::PytestBelow(8));
+    }
+
+    #[test]
+    fn test_imports_name_the_third_party_modules_the_tests_need() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = [
+            ("src/pkg/__init__.py", "import requests\n"),
+            ("tests/conftest.py", "import pytest\nfrom freezegun import freeze_time\n"),
+            (
+                "tests/test_a.py",
+                "import os, yaml as y\nimport pretend.sub\nfrom pkg import x\nfrom . import helpers\nfrom util import f\ntry:\n    import numpy\nexcept ImportError:\n    numpy = None\ndef test_x():\n    import hypothesis\n",
+            ),
+            ("tests/util.py", ""),
+            ("tests/helpers.py", ""),
+        ];
+        for (f, text) in files {
+            let p = dir.path().join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        let names = test_import_names(dir.path(), &walk_files(dir.path()));
+        // Not the project's own (pkg, util), not relative, not conditional or in a function;
+        // not src/ code's imports either (the project's dependencies install those).
+        let want = ["freezegun", "os", "pretend", "pytest", "yaml"];
+        assert_eq!(names, want.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>());
+        // Missing from the interpreter: not the standard library, and by published name.
+        let probe: BTreeSet<String> = ["os", "yaml", "frognano_no_such_module"].iter().map(|s| s.to_string()).collect();
+        let missing = missing_distributions(Path::new("python3"), &probe);
+        assert!(missing.contains(&"frognano_no_such_module".to_string()), "{missing:?}");
+        assert!(!missing.iter().any(|m| m == "os" || m == "yaml"), "{missing:?}");
+    }
+
+    #[test]
+    fn missing_modules_are_read_from_the_output_by_published_name() {
+        let log = "E   ModuleNotFoundError: No module named 'pytz'\nE   ModuleNotFoundError: No module named 'yaml.constructor'\nImportError: No module named \"pytz\"\nNo module named 'a_b.c'\n";
+        assert_eq!(missing_modules_in(log), ["pytz", "PyYAML", "a_b"]);
+        assert!(missing_modules_in("12 passed").is_empty());
+    }
+
+    #[test]
+    fn the_rebuild_record_pins_every_package_and_names_the_project() {
+        // A real virtualenv (python3 -m venv, no network): pip and setuptools pinned, and
+        // a project installed from the tree recognised by its file URL.
+        let dir = tempfile::tempdir().unwrap();
+        let venv = dir.path().join("venv");
+        run_host(HostCommand::new("python3").args(["-m", "venv", "--without-pip"]).arg(&venv), "venv").unwrap();
+        let tree = dir.path().join("tree");
+        std::fs::create_dir_all(&tree).unwrap();
+        // Fake `pip freeze` through a `pip` module shadowing the real one in the virtualenv.
+        let site = std::fs::read_dir(venv.join("lib")).unwrap().next().unwrap().unwrap().path().join("site-packages");
+        let freeze = format!("Jinja2 @ file://{}\nMarkupSafe==1.1.1\npytest==7.2.0\n", tree.display());
+        std::fs::write(site.join("pip.py"), format!("import sys\nsys.stdout.write({freeze:?})\n")).unwrap();
+        let python = venv.join("bin/python");
+        let setup = TestSetup { python: Some((python.clone(), true)), ..pytest_setup(true) };
+        let plan = crate::era::plan(Some("2021-01-31T19:03:35Z"), "3.11.7");
+        let era = Resolution { resolver: "uv".into(), plan: plan.clone(), ..Resolution::default() };
+        std::fs::write(venv.join(RESOLUTION_FILE), serde_json::to_string(&era).unwrap()).unwrap();
+        let frognano_swe::env_record::EnvironmentRecord::PythonVenv(rec) =
+            rebuild_record(&setup, &tree).unwrap().unwrap();
+        assert_eq!(rec.packages, ["MarkupSafe==1.1.1", "pytest==7.2.0"]);
+        assert_eq!(rec.project.as_deref(), Some("Jinja2"));
+        assert_eq!(rec.venv, venv);
+        assert_eq!((rec.exclude_newer, rec.tools_exclude_newer), (plan.exclude_newer, plan.tools_exclude_newer));
+        // A package from elsewhere cannot be pinned: an error naming it.
+        let freeze = "other @ file:///somewhere/else\n";
+        std::fs::write(site.join("pip.py"), format!("import sys\nsys.stdout.write({freeze:?})\n")).unwrap();
+        let e = rebuild_record(&setup, &tree).unwrap_err().to_string();
+        assert!(e.ends_with("package \"other @ file:///somewhere/else\" is not pinned by version; the environment cannot be rebuilt"), "{e}");
+        // A user's interpreter is not rebuilt.
+        assert!(rebuild_record(&pytest_setup(false), &tree).unwrap().is_none());
     }
 }

@@ -4,6 +4,8 @@
 //! the network, `FROGNANO_OFFLINE=1` turns each into one `SKIPPED (needs the network)` line;
 //! with `FROGNANO_REQUIRE_FIXTURES` set (CI) it is a failure instead, so CI cannot drop them.
 //! The same unpack-and-synthesize path without the network is in `tests/archives.rs`.
+//!
+//! The release-era test also needs uv (`scripts/ci-setup.sh` installs it in `.venv-uv`).
 
 use std::path::Path;
 use std::time::Duration;
@@ -86,4 +88,57 @@ fn crates_io_crate_yields_tasks() {
         assert_eq!(i.log_parser.as_deref(), Some("parse_log_cargo"));
         assert!(!i.fail_to_pass.is_empty() && !i.pass_to_pass.is_empty(), "{}", i.instance_id);
     }
+}
+
+/// An old release whose tests cannot run on today's packages: Jinja2 2.11.3 (January 2021)
+/// imports `markupsafe.soft_unicode`, which MarkupSafe 2.1 removed, and its era's pytest
+/// (6.2) does not run on Python 3.11. Synthesis resolves its dependencies as of its upload
+/// time and pytest as of the interpreter's release, pins the result in the task, and grading
+/// rebuilds exactly that set after synthesis's own virtualenv is deleted.
+#[test]
+fn an_old_release_is_validated_and_graded_in_its_era_environment() {
+    use frognano_swe::env_record::{find_uv, EnvironmentRecord};
+    if !online("synth --pypi Jinja2==2.11.3 (release era)") {
+        return;
+    }
+    let uv = find_uv().ok_or_else(|| "uv not found (run scripts/ci-setup.sh: it installs .venv-uv)".to_string());
+    if !frognano_testkit::available_or_skip("uv", "synth's release-era environments", uv.map(|_| ())) {
+        return;
+    }
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let out = tmp.path().join("out");
+    let opts = SynthOptions { max_tasks: Some(1), ..options(Source::pypi("Jinja2==2.11.3").unwrap(), &out, 40, 3) };
+    let s = synthesize(&opts).unwrap();
+    eprintln!("Jinja2 2.11.3: {s:?}");
+    let insts = frognano_swe::load_instances(&out.join("tasks.jsonl")).unwrap();
+    assert_eq!(insts.len(), 1, "{s:?}");
+    let EnvironmentRecord::PythonVenv(rec) = EnvironmentRecord::of(&insts[0]).unwrap().expect("an environment record");
+    // The sdist's upload time, from PyPI's JSON API.
+    assert_eq!(rec.exclude_newer.as_deref(), Some("2021-01-31T16:33:09.175429Z"));
+    let tools = rec.tools_exclude_newer.clone().unwrap();
+    assert!(tools.as_str() >= "2021-01-31", "{tools}");
+    assert_eq!(rec.project.as_deref(), Some("Jinja2"));
+    assert!(rec.packages.contains(&"MarkupSafe==1.1.1".to_string()), "{:?}", rec.packages);
+    let pytest = rec.packages.iter().find(|p| p.starts_with("pytest==")).expect("pytest pinned");
+    assert!(pytest.as_str() < "pytest==8", "{pytest}: pytest of the interpreter's era, not today's");
+    let meta = &insts[0].extra["synth"]["environment"];
+    assert_eq!(meta["resolution"]["plan"]["exclude_newer"], "2021-01-31T16:33:09.175429Z");
+
+    // Grading: synthesis's virtualenv is gone; the gold patch resolves in the rebuild.
+    std::fs::remove_dir_all(out.join("env")).unwrap();
+    let grade_opts = frognano_swe::runs::GradeOptions {
+        run_id: "gold".into(),
+        output: tmp.path().join("grade"),
+        workers: 1,
+        shard: None,
+        exec: frognano_swe::executor::ExecOptions {
+            repos: None,
+            timeout: Duration::from_secs(600),
+            isolation: Isolation::Bubblewrap,
+            work_root: tmp.path().to_path_buf(),
+        },
+    };
+    let preds = frognano_swe::instance::gold_predictions(&insts);
+    let summary = frognano_swe::runs::grade(insts.clone(), preds, &grade_opts).unwrap();
+    assert_eq!((summary.resolved, summary.errors), (1, 0), "{summary:?}");
 }
