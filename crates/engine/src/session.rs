@@ -57,6 +57,20 @@ pub struct GenerateRequest {
     pub checkpoint: Option<usize>,
 }
 
+impl GenerateRequest {
+    /// Greedy decoding of at most `max_tokens` tokens, no stop ids, no alternatives, no
+    /// checkpoint.
+    pub fn greedy(max_tokens: usize) -> Self {
+        GenerateRequest {
+            sampling: SamplingParams::greedy(),
+            max_tokens,
+            stop_ids: Vec::new(),
+            top_logprobs: 0,
+            checkpoint: None,
+        }
+    }
+}
+
 /// The result of one call.
 #[derive(Debug, Clone)]
 pub struct Generation {

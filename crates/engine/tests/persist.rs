@@ -27,13 +27,7 @@ fn rewindable(kv: KvType) -> Option<Arc<dyn CausalLm>> {
 }
 
 fn greedy(n: usize) -> GenerateRequest {
-    GenerateRequest {
-        sampling: SamplingParams::greedy(),
-        max_tokens: n,
-        stop_ids: vec![],
-        top_logprobs: 0,
-        checkpoint: None,
-    }
+    GenerateRequest::greedy(n)
 }
 
 fn sampled(n: usize, seed: u64) -> GenerateRequest {

@@ -187,13 +187,7 @@ fn sinks_stop_or_abandon_a_generation_and_errors_reach_them() {
 }
 
 fn greedy(n: usize) -> GenerateRequest {
-    GenerateRequest {
-        sampling: SamplingParams::greedy(),
-        max_tokens: n,
-        stop_ids: vec![],
-        top_logprobs: 0,
-        checkpoint: None,
-    }
+    GenerateRequest::greedy(n)
 }
 
 /// A long prompt prefilled in chunks of any size gives the tokens and the log-probabilities of

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use frognano_engine::{FinishReason, GenerateRequest, SamplingParams, Session};
+use frognano_engine::{FinishReason, GenerateRequest, Session};
 use frognano_model::qwen35::Qwen35;
 use frognano_model::CausalLm;
 
@@ -12,13 +12,7 @@ fn model() -> Arc<dyn CausalLm> {
 }
 
 fn greedy(n: usize) -> GenerateRequest {
-    GenerateRequest {
-        sampling: SamplingParams::greedy(),
-        max_tokens: n,
-        stop_ids: vec![],
-        top_logprobs: 0,
-        checkpoint: None,
-    }
+    GenerateRequest::greedy(n)
 }
 
 fn ids(n: usize, salt: usize) -> Vec<u32> {

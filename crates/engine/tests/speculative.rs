@@ -30,13 +30,7 @@ fn smollm2_prompts(texts: &[&str]) -> Vec<Vec<u32>> {
 }
 
 fn greedy(n: usize) -> GenerateRequest {
-    GenerateRequest {
-        sampling: SamplingParams::greedy(),
-        max_tokens: n,
-        stop_ids: vec![],
-        top_logprobs: 0,
-        checkpoint: None,
-    }
+    GenerateRequest::greedy(n)
 }
 
 /// A prompt that repeats itself, so lookup always finds something to draft.
