@@ -384,9 +384,7 @@ impl EngineLlm {
     fn generation_checkpoint(&self, request: &ChatRequest<'_>, text: &str, prompt: &[u32]) -> Option<usize> {
         let s = request.sampling;
         let base = self.render_messages(request.messages, request.tools, s.enable_thinking, false).ok()?;
-        let suffix = text.strip_prefix(base.as_str()).filter(|x| !x.is_empty())?;
-        let suffix_ids = self.encode(suffix).ok()?;
-        (prompt.ends_with(&suffix_ids) && suffix_ids.len() < prompt.len()).then(|| prompt.len() - suffix_ids.len())
+        generation_checkpoint(text, &base, prompt, &self.chat.tokenizer)
     }
 
     /// The text to append after the last turn's sampled tokens, or `None` when the
@@ -415,6 +413,17 @@ impl EngineLlm {
         let glue = if last.stopped { &body[at + len..] } else { &body[at..] };
         Ok(Some(format!("{glue}{}", &text[through.len()..])))
     }
+}
+
+/// Where the generation prompt of a chat prompt begins ([`GenerateRequest::checkpoint`]):
+/// `text` is the prompt rendered with it (tokenized as `ids`), `base` the same conversation
+/// rendered without it. The template's ending is tokenized alone and must end `ids` token for
+/// token; `None` when it is not a plain suffix of the prompt. `frognano-serve` and
+/// [`EngineLlm`] both find their checkpoints here.
+pub fn generation_checkpoint(text: &str, base: &str, ids: &[u32], tokenizer: &Tokenizer) -> Option<usize> {
+    let suffix = text.strip_prefix(base).filter(|s| !s.is_empty())?;
+    let suffix_ids = tokenizer.encode_with(suffix, false).ok()?;
+    (ids.ends_with(&suffix_ids) && suffix_ids.len() < ids.len()).then(|| ids.len() - suffix_ids.len())
 }
 
 impl Llm for EngineLlm {

@@ -408,9 +408,7 @@ pub(crate) fn generation_checkpoint(
     ids: &[u32],
 ) -> Option<usize> {
     let base = render_chat_text(app, messages, tools, false, kwargs).ok()?;
-    let suffix = text.strip_prefix(base.as_str()).filter(|s| !s.is_empty())?;
-    let suffix_ids = app.tokenizer.encode_with(suffix, false).ok()?;
-    (ids.ends_with(&suffix_ids) && suffix_ids.len() < ids.len()).then(|| ids.len() - suffix_ids.len())
+    frognano_engine::llm::generation_checkpoint(text, &base, ids, &app.tokenizer)
 }
 
 /// Renders a chat request to the prompt text, checked against the context by its length.
