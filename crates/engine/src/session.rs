@@ -5,6 +5,7 @@
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
+use std::time::Instant;
 
 use frognano_model::{Cache, CacheSnapshot, CausalLm, ModelError};
 
@@ -261,7 +262,7 @@ impl Session {
     pub fn fork(&self, upto: usize) -> Option<Session> {
         let upto = upto.min(self.tokens.len());
         let copy = |cache: Cache, len: usize, logits: Option<Vec<f32>>| {
-            Session {
+            let s = Session {
                 model: Arc::clone(&self.model),
                 cache,
                 tokens: self.tokens[..len].to_vec(),
@@ -270,8 +271,11 @@ impl Session {
                 drafter: Box::new(LookupDrafter::new(self.drafter.mode())),
                 mtp: None,
                 spec_stats: SpeculationStats::default(),
-            }
-            .with_speculative(self.drafter.mode())
+            };
+            let mut s = s.with_speculative(self.drafter.mode());
+            // The step timings belong to the model and the machine: the fork starts with them.
+            *s.drafter = LookupDrafter::with_timings_of(self.drafter.mode(), &self.drafter);
+            s
         };
         if upto == self.tokens.len() && upto > 0 {
             let mut s = copy(self.cache.clone(), upto, self.last_logits.clone());
@@ -592,6 +596,7 @@ impl Session {
     /// there is nothing to draft (the caller takes a plain [`decode_step`]). On an error no
     /// state has advanced.
     fn speculative_step(&mut self, decoding: &mut Decoding) -> Result<Option<Vec<TokenChoice>>, EngineError> {
+        let started = Instant::now();
         let last = decoding.tokens.last().expect("an unfinished generation has sampled a token").id;
         // Room for the drafts: all of them plus the token after them within max_tokens, and
         // in the context.
@@ -663,6 +668,11 @@ impl Session {
         if let (Some(drafter), Some(head)) = (self.mtp.as_mut(), head) {
             // The kept positions' hidden states (a recomputation gives the same bits).
             drafter.observe(base, &hidden[..kept * head.hidden_size()]);
+        }
+        if !by_mtp || drafts.is_empty() {
+            // A lookup verification, or the head's step without drafts (a plain decode step
+            // that also returns hidden states): timings for the lookup drafter's gate.
+            self.drafter.record_step_time(1 + drafts.len(), started.elapsed().as_secs_f64());
         }
         if drafts.is_empty() {
             return Ok(Some(out));
@@ -899,11 +909,19 @@ pub fn decode_step(batch: &mut [(&mut Session, &mut Decoding)]) -> Result<Vec<Op
 pub fn speculative_decode_step(
     batch: &mut [(&mut Session, &mut Decoding)],
 ) -> Result<Vec<Vec<TokenChoice>>, EngineError> {
+    // A sequence alone in its step times it, for `auto`'s judgement of what drafts cost.
+    let started = Instant::now();
+    let timed =
+        |session: &mut Session, rows: usize| session.drafter.record_step_time(rows, started.elapsed().as_secs_f64());
     if let [(session, decoding)] = batch {
         if session.mtp.is_some() && !decoding.is_finished() {
             return Ok(vec![match session.speculative_step(decoding)? {
                 Some(tokens) => tokens,
-                None => decode_step(batch)?.pop().flatten().into_iter().collect(),
+                None => {
+                    let tokens = decode_step(batch)?.pop().flatten().into_iter().collect();
+                    timed(batch[0].0, 1);
+                    tokens
+                }
             }]);
         }
     }
@@ -912,7 +930,11 @@ pub fn speculative_decode_step(
         .map(|(session, decoding)| if decoding.is_finished() { Vec::new() } else { session.drafts_for(decoding) })
         .collect();
     if drafts.iter().all(Vec::is_empty) {
-        return Ok(decode_step(batch)?.into_iter().map(|t| t.into_iter().collect()).collect());
+        let out: Vec<Vec<TokenChoice>> = decode_step(batch)?.into_iter().map(|t| t.into_iter().collect()).collect();
+        if let [(session, _)] = batch {
+            timed(session, 1);
+        }
+        return Ok(out);
     }
     let live: Vec<usize> = (0..batch.len()).filter(|&i| !batch[i].1.is_finished()).collect();
     let model = Arc::clone(&batch[live[0]].0.model);
@@ -994,6 +1016,9 @@ pub fn speculative_decode_step(
                 Err(e) => decoding.fail(format!("speculative decoding could not run the kept tokens again: {e}")),
             }
         }
+    }
+    if let [(session, _)] = batch {
+        timed(session, 1 + drafts[0].len());
     }
     Ok(out)
 }

@@ -19,10 +19,8 @@ use frognano_model::{Cache, ModelError, MtpHead};
 const MAX_NGRAM: usize = 3;
 /// Most tokens drafted per step.
 pub const MAX_DRAFT: usize = 15;
-/// Drafted tokens per acceptance window of [`SpeculativeMode::Auto`].
+/// Drafted tokens per acceptance window of the MTP head's pause rule in `auto`.
 const WINDOW: usize = 24;
-/// Below this share of drafts accepted over a window, `auto` stops drafting for a while.
-const MIN_ACCEPTANCE: f32 = 0.25;
 /// Tokens decoded plainly after the first window that did not pay; doubled each time in a
 /// row, up to [`MAX_PAUSE`].
 const FIRST_PAUSE: usize = 32;
@@ -85,8 +83,8 @@ pub struct SpeculationStats {
     pub recomputed: u64,
 }
 
-/// `auto`'s rule for when drafting pays: over each window of [`WINDOW`] drafted tokens, an
-/// acceptance below `min_acceptance` pauses drafting for a number of plain tokens that
+/// `auto`'s rule for when the MTP head's drafts pay: over each window of [`WINDOW`] drafted
+/// tokens, an acceptance below `min_acceptance` pauses drafting for a number of plain tokens that
 /// doubles with each window in a row that did not pay.
 #[derive(Debug, Clone)]
 struct PauseGate {
@@ -134,20 +132,150 @@ impl PauseGate {
     }
 }
 
-/// Prompt-lookup drafting with an adaptive draft length and, in `auto`, pauses while the
-/// drafts are mostly rejected.
+/// Decay of `auto`'s counts of held and broken lookup drafts per observation, so they follow
+/// the reply as it moves between copying and writing anew (about the last 30 observations
+/// count).
+const ODDS_DECAY: f32 = 0.97;
+/// What each row of a verification beyond the first is taken to cost, as a share of a plain
+/// decode step, until steps have been timed: a little above what a quiet Zen 3 measured for
+/// Qwen2.5-Coder-1.5B Q4_K_M at two rows (bench/RESULTS.md, "Cost of a verification").
+const PRIOR_ROW_COST: f64 = 0.3;
+/// `auto` drafts only when a verification is expected to emit at least this many tokens per
+/// plain step's worth of time (the margin covers the noise of the timings).
+const MIN_GAIN: f64 = 1.05;
+/// Weight of each new timing in the running step times.
+const TIME_EMA: f64 = 0.25;
+/// Draft lengths `auto` chooses between: one and two, then lengths whose verification fills
+/// the quantized kernels' 4-row tiles ([`tile_aligned`]).
+const AUTO_LENGTHS: [usize; 6] = [1, 2, 3, 7, 11, 15];
+
+/// `auto`'s judgement of whether lookup drafts pay, by their measured cost and how often they
+/// hold. A verification of `k` drafts whose tokens each hold with probability `a` (given the
+/// ones before held) emits `1 + a + … + a^k` tokens on average and costs `c(k + 1)` plain
+/// steps, `c(r)` being the measured time of an r-row step over a plain one; the gate drafts
+/// the `k` with the best ratio when that ratio is at least [`MIN_GAIN`], and otherwise lets
+/// the step run plainly. `a` is counted separately for drafts found by a 1-, 2- or 3-token
+/// match (a long match is a far better bet than a single repeated word). A declined draft
+/// still teaches the gate for free: its first token is compared with the token the model
+/// then produces, so `auto` notices when a reply starts copying again without paying for
+/// a verification to find out.
+#[derive(Debug, Clone)]
+struct PayoffGate {
+    /// Per matched n-gram length n (index n − 1): decayed counts of draft tokens that held
+    /// and of drafts that broke (a verification that kept fewer than it was given, or a
+    /// declined draft whose first token was not the model's).
+    odds: [(f32, f32); MAX_NGRAM],
+    /// Seconds of a plain decode step (running average), once timed.
+    plain: Option<f64>,
+    /// Seconds of a step verifying r − 1 drafts (index r), once timed.
+    verify: [Option<f64>; MAX_DRAFT + 2],
+    /// A declined draft's first token, waiting for the model's: (its position in the
+    /// context, the token before it, the draft token, the match length).
+    shadow: Option<(usize, u32, u32, usize)>,
+}
+
+impl PayoffGate {
+    fn new() -> Self {
+        // One held and one broken draft as the prior: even odds until the reply shows more.
+        PayoffGate { odds: [(1.0, 1.0); MAX_NGRAM], plain: None, verify: [None; MAX_DRAFT + 2], shadow: None }
+    }
+
+    /// The chance that a draft token from an `n`-token match holds, given the ones before it
+    /// held.
+    fn acceptance(&self, n: usize) -> f64 {
+        let (held, broke) = self.odds[n - 1];
+        f64::from(held) / f64::from(held + broke)
+    }
+
+    fn count(&mut self, n: usize, held: usize, broke: bool) {
+        let odds = &mut self.odds[n - 1];
+        odds.0 = odds.0 * ODDS_DECAY + held as f32;
+        odds.1 = odds.1 * ODDS_DECAY + if broke { 1.0 } else { 0.0 };
+    }
+
+    /// The time of an r-row step over a plain one: measured when both are timed, otherwise
+    /// the measured rows' mean cost per extra row (or [`PRIOR_ROW_COST`]) times r − 1.
+    fn cost(&self, rows: usize) -> f64 {
+        if rows <= 1 {
+            return 1.0;
+        }
+        let Some(plain) = self.plain else { return 1.0 + PRIOR_ROW_COST * (rows - 1) as f64 };
+        if let Some(t) = self.verify[rows] {
+            return t / plain;
+        }
+        let per_row: Vec<f64> =
+            (2..self.verify.len()).filter_map(|r| self.verify[r].map(|t| (t / plain - 1.0) / (r - 1) as f64)).collect();
+        let slope =
+            if per_row.is_empty() { PRIOR_ROW_COST } else { per_row.iter().sum::<f64>() / per_row.len() as f64 };
+        1.0 + slope.max(0.0) * (rows - 1) as f64
+    }
+
+    /// The draft length expected to gain most for a draft from an `n`-token match, at most
+    /// `limit`; 0 when none is expected to gain [`MIN_GAIN`].
+    fn choose(&self, n: usize, limit: usize) -> usize {
+        let a = self.acceptance(n);
+        let mut best = (0, MIN_GAIN);
+        for k in AUTO_LENGTHS.into_iter().filter(|&k| k <= limit) {
+            let emitted: f64 = (0..=k).map(|i| a.powi(i as i32)).sum();
+            let gain = emitted / self.cost(k + 1);
+            if gain >= best.1 {
+                best = (k, gain);
+            }
+        }
+        best.0
+    }
+
+    /// Checks a declined draft's first token against the model's, now in `context`.
+    fn resolve_shadow(&mut self, context: &[u32]) {
+        let Some((at, before, token, n)) = self.shadow else { return };
+        if context.len() <= at {
+            return;
+        }
+        self.shadow = None;
+        // A context that no longer holds the token the draft followed went elsewhere (a
+        // new prompt): nothing to learn.
+        if context[at - 1] == before {
+            let held = context[at] == token;
+            self.count(n, usize::from(held), !held);
+        }
+    }
+
+    /// Takes the time of one step of a sequence alone: `rows` = 1 is a plain decode step,
+    /// otherwise a verification of `rows − 1` drafts (with any recomputation it needed).
+    fn record_time(&mut self, rows: usize, secs: f64) {
+        let slot = if rows <= 1 { &mut self.plain } else { &mut self.verify[rows.min(MAX_DRAFT + 1)] };
+        *slot = Some(match *slot {
+            Some(t) => t + TIME_EMA * (secs - t),
+            None => secs,
+        });
+    }
+}
+
+/// Prompt-lookup drafting: `lookup` drafts with an adaptive draft length whenever the context
+/// has a match; `auto` drafts only the lengths that are expected to pay ([`PayoffGate`]).
 #[derive(Debug, Clone)]
 pub struct LookupDrafter {
     mode: SpeculativeMode,
-    /// Current draft length.
+    /// Current draft length (`lookup`).
     k: usize,
-    gate: PauseGate,
+    gate: PayoffGate,
+    /// The match length of the last draft handed out.
+    last_n: usize,
 }
 
 impl LookupDrafter {
     /// A drafter for `mode`.
     pub fn new(mode: SpeculativeMode) -> Self {
-        LookupDrafter { mode, k: 4, gate: PauseGate::new(MIN_ACCEPTANCE) }
+        LookupDrafter { mode, k: 4, gate: PayoffGate::new(), last_n: 1 }
+    }
+
+    /// A drafter for `mode` that starts from `other`'s step timings (they belong to the model
+    /// and the machine, not to a conversation), for a session forked from `other`'s.
+    pub fn with_timings_of(mode: SpeculativeMode, other: &LookupDrafter) -> Self {
+        let mut d = LookupDrafter::new(mode);
+        d.gate.plain = other.gate.plain;
+        d.gate.verify = other.gate.verify;
+        d
     }
 
     /// The mode.
@@ -158,22 +286,37 @@ impl LookupDrafter {
     /// Drafts for the token after `context` (everything the model has seen plus the token
     /// just chosen), at most `limit` of them: what followed the latest earlier occurrence of
     /// the context's last 3 tokens (else 2, else 1). Empty when nothing matches, the mode is
-    /// neither `lookup` nor `auto`, or `auto` is paused (a paused drafter counts the call as
-    /// one plain token).
+    /// neither `lookup` nor `auto`, or `auto` expects no draft length to pay.
     pub fn draft(&mut self, context: &[u32], limit: usize) -> Vec<u32> {
-        if !matches!(self.mode, SpeculativeMode::Lookup | SpeculativeMode::Auto) || limit == 0 {
+        if limit == 0 {
             return Vec::new();
         }
-        if self.gate.paused() {
-            return Vec::new();
+        match self.mode {
+            SpeculativeMode::Lookup => lookup(context, tile_aligned(self.k).min(limit)),
+            SpeculativeMode::Auto => {
+                self.gate.resolve_shadow(context);
+                let Some((n, from)) = lookup_match(context) else { return Vec::new() };
+                let k = self.gate.choose(n, limit);
+                if k == 0 {
+                    let first = read_on(context, from, 1)[0];
+                    self.gate.shadow = Some((context.len(), context[context.len() - 1], first, n));
+                    return Vec::new();
+                }
+                self.last_n = n;
+                read_on(context, from, k)
+            }
+            SpeculativeMode::None | SpeculativeMode::Mtp => Vec::new(),
         }
-        lookup(context, tile_aligned(self.k).min(limit))
     }
 
     /// Records a verification: `drafted` tokens proposed, the first `accepted` of them kept.
-    /// All kept → four more next time; none kept → half as many; in `auto`, a window whose
-    /// acceptance is below the threshold pauses drafting.
+    /// `lookup`: all kept → four more next time; none kept → half as many. `auto`: counts
+    /// them for the match length the draft came from.
     pub fn record(&mut self, drafted: usize, accepted: usize) {
+        if self.mode == SpeculativeMode::Auto {
+            self.gate.count(self.last_n, accepted, accepted < drafted);
+            return;
+        }
         if accepted == drafted {
             self.k = (self.k + 4).min(MAX_DRAFT);
         } else if accepted == 0 {
@@ -181,9 +324,14 @@ impl LookupDrafter {
         } else {
             self.k = (accepted + 1).clamp(1, MAX_DRAFT);
         }
-        if self.mode == SpeculativeMode::Auto && self.gate.record(drafted, accepted) {
-            self.k = 2;
-        }
+    }
+
+    /// Records how long one step of this session took when it ran alone: `rows` = 1 for a
+    /// plain decode step, else a verification of `rows − 1` lookup drafts (including the
+    /// rerun of the kept tokens a hybrid model needs after a rejection). `auto` weighs the
+    /// drafts' gain against these times.
+    pub fn record_step_time(&mut self, rows: usize, secs: f64) {
+        self.gate.record_time(rows, secs);
     }
 }
 
@@ -375,6 +523,15 @@ fn tile_aligned(k: usize) -> usize {
 /// (n = 3, then 2, then 1), continued periodically past the end of the context; empty when
 /// nothing matches.
 pub fn lookup(context: &[u32], k: usize) -> Vec<u32> {
+    match lookup_match(context) {
+        Some((_, from)) => read_on(context, from, k),
+        None => Vec::new(),
+    }
+}
+
+/// The longest n (3, then 2, then 1) for which `context`'s last n tokens occurred earlier with
+/// a token after them, and where the latest such occurrence's follower is.
+fn lookup_match(context: &[u32]) -> Option<(usize, usize)> {
     let len = context.len();
     for n in (1..=MAX_NGRAM).rev() {
         if len <= n {
@@ -382,22 +539,24 @@ pub fn lookup(context: &[u32], k: usize) -> Vec<u32> {
         }
         let tail = &context[len - n..];
         // Latest start `s < len - n` whose n tokens equal the tail and that has a follower.
-        for s in (0..len - n).rev() {
-            if &context[s..s + n] == tail {
-                // What followed, read on into the draft itself where it reaches the end:
-                // a run that repeats with period p drafts its next k tokens, not only the
-                // ones already seen.
-                let from = s + n;
-                let mut draft = Vec::with_capacity(k);
-                for i in from..from + k {
-                    let next = if i < len { context[i] } else { draft[i - len] };
-                    draft.push(next);
-                }
-                return draft;
-            }
+        if let Some(s) = (0..len - n).rev().find(|&s| &context[s..s + n] == tail) {
+            return Some((n, s + n));
         }
     }
-    Vec::new()
+    None
+}
+
+/// `k` tokens of `context` from `from` on, read on into the draft itself where they reach the
+/// end: a run that repeats with period p drafts its next k tokens, not only the ones already
+/// seen.
+fn read_on(context: &[u32], from: usize, k: usize) -> Vec<u32> {
+    let len = context.len();
+    let mut draft = Vec::with_capacity(k);
+    for i in from..from + k {
+        let next = if i < len { context[i] } else { draft[i - len] };
+        draft.push(next);
+    }
+    draft
 }
 
 /// The token to emit at a drafted position, by the rejection rule of speculative sampling for
@@ -463,24 +622,94 @@ mod tests {
         assert!(bad.contains("none, lookup, mtp or auto") && bad.contains("\"fast\""), "{bad}");
     }
 
+    /// Times steps as a machine would: a plain step 10 ms, each extra row `per_row` seconds.
+    fn timed(mode: SpeculativeMode, per_row: f64) -> LookupDrafter {
+        let mut d = LookupDrafter::new(mode);
+        d.record_step_time(1, 0.010);
+        for rows in 2..=MAX_DRAFT + 1 {
+            d.record_step_time(rows, 0.010 + per_row * (rows - 1) as f64);
+        }
+        d
+    }
+
     #[test]
-    fn auto_pauses_after_a_window_of_rejections_and_lookup_does_not() {
+    fn auto_stops_drafting_what_is_rejected_and_lookup_drafts_anyway() {
         let ctx = [1, 2, 1, 2, 1, 2, 1];
-        let mut auto = LookupDrafter::new(SpeculativeMode::Auto);
-        let mut always = LookupDrafter::new(SpeculativeMode::Lookup);
-        for _ in 0..WINDOW {
-            assert!(!auto.draft(&ctx, 8).is_empty());
-            auto.record(1, 0);
-            assert!(!always.draft(&ctx, 8).is_empty());
-            always.record(1, 0);
+        // Untimed, at even odds: a short draft (the prior cost of a row is 0.3 of a step).
+        assert_eq!(LookupDrafter::new(SpeculativeMode::Auto).draft(&ctx, 8).len(), 1);
+        let mut auto = timed(SpeculativeMode::Auto, 0.004);
+        let mut always = timed(SpeculativeMode::Lookup, 0.004);
+        let mut verifications = 0;
+        loop {
+            let d = auto.draft(&ctx, 8);
+            if d.is_empty() {
+                break;
+            }
+            auto.record(d.len(), 0);
+            verifications += 1;
+            assert!(verifications < 5, "auto keeps drafting what is always rejected");
         }
-        assert!(auto.draft(&ctx, 8).is_empty(), "auto pauses");
-        assert!(!always.draft(&ctx, 8).is_empty(), "lookup keeps drafting");
-        for _ in 1..FIRST_PAUSE {
-            assert!(auto.draft(&ctx, 8).is_empty());
+        assert!(auto.draft(&ctx, 8).is_empty(), "auto stays off while nothing new is seen");
+        for _ in 0..30 {
+            let d = always.draft(&ctx, 8);
+            assert!(!d.is_empty(), "lookup drafts whatever the acceptance");
+            always.record(d.len(), 0);
         }
-        assert!(!auto.draft(&ctx, 8).is_empty(), "the pause ends");
         assert!(LookupDrafter::new(SpeculativeMode::None).draft(&ctx, 8).is_empty());
+    }
+
+    #[test]
+    fn auto_resumes_when_the_drafts_it_declined_would_have_held() {
+        let mut auto = timed(SpeculativeMode::Auto, 0.004);
+        // "1 2 3" occurred before, followed by 4: the context copies.
+        let mut ctx: Vec<u32> = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3];
+        // Six rejections in a row.
+        assert!(!auto.draft(&ctx, 8).is_empty());
+        for _ in 0..6 {
+            auto.record(1, 0);
+        }
+        assert!(auto.draft(&ctx, 8).is_empty());
+        // The model now produces what the declined drafts said, one plain step at a time.
+        let mut plain = 0;
+        while auto.draft(&ctx, 8).is_empty() {
+            ctx.push(lookup(&ctx, 1)[0]);
+            plain += 1;
+            assert!(plain < 20, "auto never noticed the reply copying again");
+        }
+        assert!(plain >= 2, "one held token is not enough evidence after rejections ({plain})");
+        // A context that went elsewhere (a new prompt) teaches nothing.
+        let mut fresh = timed(SpeculativeMode::Auto, 0.004);
+        fresh.gate.odds = [(0.1, 5.0); MAX_NGRAM];
+        let before = fresh.gate.odds;
+        assert!(fresh.draft(&[1, 2, 3, 1, 2], 8).is_empty());
+        assert!(fresh.draft(&[7, 8, 9, 7, 8, 4, 4], 8).is_empty());
+        assert_eq!(fresh.gate.odds, before);
+    }
+
+    #[test]
+    fn auto_drafts_longer_the_cheaper_the_rows_and_the_surer_the_drafts() {
+        let ctx: Vec<u32> = (0..40).map(|i| i % 20).collect();
+        let mut cheap = timed(SpeculativeMode::Auto, 0.0005);
+        for _ in 0..20 {
+            let n = cheap.draft(&ctx, 100).len();
+            assert!(n > 0);
+            cheap.record(n, n);
+        }
+        assert_eq!(cheap.draft(&ctx, 100).len(), MAX_DRAFT);
+        assert_eq!(cheap.draft(&ctx, 2).len(), 2, "the caller's limit");
+        // Drafts that hold 4 times in 5, rows at 0.3 of a step each: three drafts (1 + 0.8 +
+        // 0.64 + 0.51 tokens for 1.9 steps) beat one (1.8 for 1.3) and seven (4.16 for 3.1).
+        let mut dear = timed(SpeculativeMode::Auto, 0.003);
+        dear.gate.odds = [(8.0, 2.0); MAX_NGRAM];
+        assert_eq!(dear.draft(&ctx, 100).len(), 3);
+        // Where each extra row costs a whole step, no verification can pay.
+        let mut flat = timed(SpeculativeMode::Auto, 0.010);
+        flat.gate.odds = cheap.gate.odds;
+        assert!(flat.draft(&ctx, 100).is_empty());
+        // A session forked from `flat` keeps its timings (they are the machine's).
+        let mut fork = LookupDrafter::with_timings_of(SpeculativeMode::Auto, &flat);
+        fork.gate.odds = cheap.gate.odds;
+        assert!(fork.draft(&ctx, 100).is_empty());
     }
 
     #[test]
