@@ -143,86 +143,180 @@ const PRIOR_ROW_COST: f64 = 0.3;
 /// `auto` drafts only when a verification is expected to emit at least this many tokens per
 /// plain step's worth of time (the margin covers the noise of the timings).
 const MIN_GAIN: f64 = 1.05;
-/// Weight of each new timing in the running step times.
-const TIME_EMA: f64 = 0.25;
+/// Timings kept per row count; their median is the step's time (a machine shared with other
+/// work gives spikes, never dips).
+const TIMINGS_KEPT: usize = 5;
+/// Timings of a row count needed before its median replaces the estimate.
+const TIMINGS_TRUSTED: usize = 3;
+/// Declined drafts after which `auto` verifies one anyway, to time it again, when only the
+/// measured cost (not the acceptance) stands against it: a slow spell of the machine must
+/// not switch drafting off for good.
+const PROBE_EVERY: usize = 64;
 /// Draft lengths `auto` chooses between: one and two, then lengths whose verification fills
 /// the quantized kernels' 4-row tiles ([`tile_aligned`]).
 const AUTO_LENGTHS: [usize; 6] = [1, 2, 3, 7, 11, 15];
 
 /// `auto`'s judgement of whether lookup drafts pay, by their measured cost and how often they
-/// hold. A verification of `k` drafts whose tokens each hold with probability `a` (given the
-/// ones before held) emits `1 + a + … + a^k` tokens on average and costs `c(k + 1)` plain
-/// steps, `c(r)` being the measured time of an r-row step over a plain one; the gate drafts
-/// the `k` with the best ratio when that ratio is at least [`MIN_GAIN`], and otherwise lets
-/// the step run plainly. `a` is counted separately for drafts found by a 1-, 2- or 3-token
-/// match (a long match is a far better bet than a single repeated word). A declined draft
-/// still teaches the gate for free: its first token is compared with the token the model
-/// then produces, so `auto` notices when a reply starts copying again without paying for
-/// a verification to find out.
+/// hold. A verification of `k` drafts emits `1 + s(1) + … + s(k)` tokens on average, `s(i)`
+/// being the chance that the first `i` drafts all hold, and costs `c(k + 1)` plain steps,
+/// `c(r)` being the measured time of an r-row step over a plain one; the gate drafts the `k`
+/// with the best ratio when that ratio is at least [`MIN_GAIN`], and otherwise lets the step
+/// run plainly. `s` is estimated position by position ([`Survival`]): a copied block tends to
+/// hold on once its first tokens held, so a draft's later tokens are far surer than its
+/// first, and a single per-token rate would cut long drafts short. It is counted separately
+/// for drafts found by a 1-, 2- or 3-token match (a long match is a far better bet than a
+/// single repeated word). A declined draft still teaches the gate for free: its first token
+/// is compared with the token the model then produces, so `auto` notices when a reply starts
+/// copying again without paying for a verification to find out.
 #[derive(Debug, Clone)]
 struct PayoffGate {
-    /// Per matched n-gram length n (index n − 1): decayed counts of draft tokens that held
-    /// and of drafts that broke (a verification that kept fewer than it was given, or a
-    /// declined draft whose first token was not the model's).
-    odds: [(f32, f32); MAX_NGRAM],
-    /// Seconds of a plain decode step (running average), once timed.
-    plain: Option<f64>,
-    /// Seconds of a step verifying r − 1 drafts (index r), once timed.
-    verify: [Option<f64>; MAX_DRAFT + 2],
+    /// How drafts held, per matched n-gram length n (index n − 1).
+    held: [Survival; MAX_NGRAM],
+    /// Seconds of the latest steps by row count (index 1: plain decode steps; index r: a
+    /// verification of r − 1 drafts).
+    times: [RecentTimes; MAX_DRAFT + 2],
     /// A declined draft's first token, waiting for the model's: (its position in the
     /// context, the token before it, the draft token, the match length).
     shadow: Option<(usize, u32, u32, usize)>,
+    /// Drafts declined since the last one verified.
+    declined: usize,
+}
+
+/// The latest [`TIMINGS_KEPT`] timings of one kind of step.
+#[derive(Debug, Clone, Copy, Default)]
+struct RecentTimes {
+    secs: [f64; TIMINGS_KEPT],
+    /// Timings taken so far (the latest ones are kept, round robin).
+    taken: usize,
+}
+
+impl RecentTimes {
+    fn push(&mut self, secs: f64) {
+        self.secs[self.taken % TIMINGS_KEPT] = secs;
+        self.taken += 1;
+    }
+
+    /// The median of the kept timings, once [`TIMINGS_TRUSTED`] were taken.
+    fn median(&self) -> Option<f64> {
+        if self.taken < TIMINGS_TRUSTED {
+            return None;
+        }
+        let mut kept = self.secs[..self.taken.min(TIMINGS_KEPT)].to_vec();
+        kept.sort_by(f64::total_cmp);
+        Some(kept[kept.len() / 2])
+    }
+}
+
+/// How far drafts hold, position by position: for draft position i (0-based), decayed counts
+/// of drafts that reached it (every earlier draft token held) and of those that broke there.
+/// The chance of breaking at a position is its breaks over its reached count, each smoothed by
+/// one pseudo-draft at the prior rate: even odds for the first position, and for the later
+/// ones the rate pooled over all later positions, so positions no draft has reached yet are
+/// judged by the ones that have.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Survival {
+    reached: [f32; MAX_DRAFT],
+    broke: [f32; MAX_DRAFT],
+}
+
+impl Survival {
+    const EMPTY: Survival = Survival { reached: [0.0; MAX_DRAFT], broke: [0.0; MAX_DRAFT] };
+
+    /// Counts a draft of which the first `held` tokens held, out of `drafted` (`held <
+    /// drafted`: it broke at position `held`); older counts decay by [`ODDS_DECAY`].
+    fn count(&mut self, drafted: usize, held: usize) {
+        for (r, b) in self.reached.iter_mut().zip(&mut self.broke) {
+            *r *= ODDS_DECAY;
+            *b *= ODDS_DECAY;
+        }
+        for r in &mut self.reached[..held.min(MAX_DRAFT)] {
+            *r += 1.0;
+        }
+        if held < drafted && held < MAX_DRAFT {
+            self.reached[held] += 1.0;
+            self.broke[held] += 1.0;
+        }
+    }
+
+    /// The chance that a draft's tokens up to position i all hold, for i = 0..k, summed: the
+    /// tokens a verification of `k` drafts is expected to keep.
+    fn expected_kept(&self, k: usize) -> f64 {
+        let later = |v: &[f32]| f64::from(v[1..].iter().sum::<f32>());
+        let pooled = (later(&self.broke) + 0.5) / (later(&self.reached) + 1.0);
+        let mut alive = 1.0;
+        let mut kept = 0.0;
+        for i in 0..k.min(MAX_DRAFT) {
+            let prior = if i == 0 { 0.5 } else { pooled };
+            let hazard = (f64::from(self.broke[i]) + prior) / (f64::from(self.reached[i]) + 1.0);
+            alive *= 1.0 - hazard;
+            kept += alive;
+        }
+        kept
+    }
 }
 
 impl PayoffGate {
     fn new() -> Self {
-        // One held and one broken draft as the prior: even odds until the reply shows more.
-        PayoffGate { odds: [(1.0, 1.0); MAX_NGRAM], plain: None, verify: [None; MAX_DRAFT + 2], shadow: None }
-    }
-
-    /// The chance that a draft token from an `n`-token match holds, given the ones before it
-    /// held.
-    fn acceptance(&self, n: usize) -> f64 {
-        let (held, broke) = self.odds[n - 1];
-        f64::from(held) / f64::from(held + broke)
-    }
-
-    fn count(&mut self, n: usize, held: usize, broke: bool) {
-        let odds = &mut self.odds[n - 1];
-        odds.0 = odds.0 * ODDS_DECAY + held as f32;
-        odds.1 = odds.1 * ODDS_DECAY + if broke { 1.0 } else { 0.0 };
-    }
-
-    /// The time of an r-row step over a plain one: measured when both are timed, otherwise
-    /// the measured rows' mean cost per extra row (or [`PRIOR_ROW_COST`]) times r − 1.
-    fn cost(&self, rows: usize) -> f64 {
-        if rows <= 1 {
-            return 1.0;
+        PayoffGate {
+            held: [Survival::EMPTY; MAX_NGRAM],
+            times: [RecentTimes::default(); MAX_DRAFT + 2],
+            shadow: None,
+            declined: 0,
         }
-        let Some(plain) = self.plain else { return 1.0 + PRIOR_ROW_COST * (rows - 1) as f64 };
-        if let Some(t) = self.verify[rows] {
+    }
+
+    /// The time of an r-row step over a plain one: the ratio of the medians when both are
+    /// timed, otherwise the timed rows' mean cost per extra row (or [`PRIOR_ROW_COST`] before
+    /// any) times r − 1; `measured` false takes the prior throughout.
+    fn cost(&self, rows: usize, measured: bool) -> f64 {
+        let plain = self.times[1].median().filter(|_| measured && rows > 1);
+        let Some(plain) = plain else { return 1.0 + PRIOR_ROW_COST * rows.saturating_sub(1) as f64 };
+        if let Some(t) = self.times[rows].median() {
             return t / plain;
         }
-        let per_row: Vec<f64> =
-            (2..self.verify.len()).filter_map(|r| self.verify[r].map(|t| (t / plain - 1.0) / (r - 1) as f64)).collect();
+        let per_row: Vec<f64> = (2..self.times.len())
+            .filter_map(|r| self.times[r].median().map(|t| (t / plain - 1.0) / (r - 1) as f64))
+            .collect();
         let slope =
             if per_row.is_empty() { PRIOR_ROW_COST } else { per_row.iter().sum::<f64>() / per_row.len() as f64 };
         1.0 + slope.max(0.0) * (rows - 1) as f64
     }
 
     /// The draft length expected to gain most for a draft from an `n`-token match, at most
-    /// `limit`; 0 when none is expected to gain [`MIN_GAIN`].
-    fn choose(&self, n: usize, limit: usize) -> usize {
-        let a = self.acceptance(n);
+    /// `limit`, by the measured costs (or by the prior ones when `measured` is false); 0 when
+    /// none is expected to gain [`MIN_GAIN`].
+    fn best_length(&self, n: usize, limit: usize, measured: bool) -> usize {
         let mut best = (0, MIN_GAIN);
         for k in AUTO_LENGTHS.into_iter().filter(|&k| k <= limit) {
-            let emitted: f64 = (0..=k).map(|i| a.powi(i as i32)).sum();
-            let gain = emitted / self.cost(k + 1);
+            let emitted = 1.0 + self.held[n - 1].expected_kept(k);
+            let gain = emitted / self.cost(k + 1, measured);
             if gain >= best.1 {
                 best = (k, gain);
             }
         }
         best.0
+    }
+
+    /// The draft length to verify now (0: decline): [`best_length`](Self::best_length), or,
+    /// after [`PROBE_EVERY`] declines that the prior costs would not have made, a probe.
+    fn choose(&mut self, n: usize, limit: usize) -> usize {
+        let mut k = self.best_length(n, limit, true);
+        if k == 0 && self.declined >= PROBE_EVERY {
+            k = self.best_length(n, limit, false);
+        }
+        tracing::trace!(
+            match_len = n,
+            kept = ?AUTO_LENGTHS.map(|k| self.held[n - 1].expected_kept(k)),
+            cost = ?AUTO_LENGTHS.map(|k| self.cost(k + 1, true)),
+            chosen = k,
+            "auto lookup draft"
+        );
+        if k == 0 {
+            self.declined += 1;
+        } else {
+            self.declined = 0;
+        }
+        k
     }
 
     /// Checks a declined draft's first token against the model's, now in `context`.
@@ -235,19 +329,14 @@ impl PayoffGate {
         // A context that no longer holds the token the draft followed went elsewhere (a
         // new prompt): nothing to learn.
         if context[at - 1] == before {
-            let held = context[at] == token;
-            self.count(n, usize::from(held), !held);
+            self.held[n - 1].count(1, usize::from(context[at] == token));
         }
     }
 
     /// Takes the time of one step of a sequence alone: `rows` = 1 is a plain decode step,
     /// otherwise a verification of `rows − 1` drafts (with any recomputation it needed).
     fn record_time(&mut self, rows: usize, secs: f64) {
-        let slot = if rows <= 1 { &mut self.plain } else { &mut self.verify[rows.min(MAX_DRAFT + 1)] };
-        *slot = Some(match *slot {
-            Some(t) => t + TIME_EMA * (secs - t),
-            None => secs,
-        });
+        self.times[rows.clamp(1, MAX_DRAFT + 1)].push(secs);
     }
 }
 
@@ -273,8 +362,7 @@ impl LookupDrafter {
     /// and the machine, not to a conversation), for a session forked from `other`'s.
     pub fn with_timings_of(mode: SpeculativeMode, other: &LookupDrafter) -> Self {
         let mut d = LookupDrafter::new(mode);
-        d.gate.plain = other.gate.plain;
-        d.gate.verify = other.gate.verify;
+        d.gate.times = other.gate.times;
         d
     }
 
@@ -314,7 +402,7 @@ impl LookupDrafter {
     /// them for the match length the draft came from.
     pub fn record(&mut self, drafted: usize, accepted: usize) {
         if self.mode == SpeculativeMode::Auto {
-            self.gate.count(self.last_n, accepted, accepted < drafted);
+            self.gate.held[self.last_n - 1].count(drafted, accepted);
             return;
         }
         if accepted == drafted {
@@ -625,11 +713,64 @@ mod tests {
     /// Times steps as a machine would: a plain step 10 ms, each extra row `per_row` seconds.
     fn timed(mode: SpeculativeMode, per_row: f64) -> LookupDrafter {
         let mut d = LookupDrafter::new(mode);
-        d.record_step_time(1, 0.010);
-        for rows in 2..=MAX_DRAFT + 1 {
-            d.record_step_time(rows, 0.010 + per_row * (rows - 1) as f64);
+        for _ in 0..TIMINGS_TRUSTED {
+            for rows in 1..=MAX_DRAFT + 1 {
+                d.record_step_time(rows, 0.010 + per_row * (rows - 1) as f64);
+            }
         }
         d
+    }
+
+    /// Counts as of many drafts whose every token held with probability `rate`.
+    fn holding(rate: f32) -> [Survival; MAX_NGRAM] {
+        [Survival { reached: [20.0; MAX_DRAFT], broke: [20.0 * (1.0 - rate); MAX_DRAFT] }; MAX_NGRAM]
+    }
+
+    #[test]
+    fn survival_follows_where_drafts_break() {
+        // Drafts of 7 that always keep 3: the fourth token is where they break.
+        let mut s = Survival::EMPTY;
+        for _ in 0..60 {
+            s.count(7, 3);
+        }
+        let (k3, k7) = (s.expected_kept(3), s.expected_kept(7));
+        assert!(k3 > 2.8 && k7 - k3 < 0.1, "{k3} {k7}");
+        // Copied blocks: half the drafts break at once, the others hold all the way. A single
+        // per-token rate would say each token holds 15 times in 16; position by position,
+        // once the first held the rest are near certain.
+        let mut s = Survival::EMPTY;
+        for _ in 0..30 {
+            s.count(15, 0);
+            s.count(15, 15);
+        }
+        let first = s.expected_kept(1);
+        assert!((0.45..0.55).contains(&first), "{first}");
+        assert!(s.expected_kept(15) > 14.0 * first, "{}", s.expected_kept(15));
+        // Nothing counted: even odds for the first token.
+        assert!((Survival::EMPTY.expected_kept(1) - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_slow_spell_of_the_machine_does_not_switch_auto_off_for_good() {
+        let ctx: Vec<u32> = (0..40).map(|i| i % 20).collect();
+        let mut d = timed(SpeculativeMode::Auto, 0.002);
+        d.gate.held = holding(0.9);
+        let k = d.draft(&ctx, 100).len();
+        assert_eq!(k, 7, "1 + 0.9 + … + 0.9^7 = 5.7 tokens for 2.4 steps");
+        // One verification slowed by other work: the median of the latest timings holds.
+        d.record_step_time(k + 1, 1.0);
+        assert_eq!(d.draft(&ctx, 100).len(), k);
+        // A long slow spell: every verification timed at ten plain steps.
+        for rows in 2..=MAX_DRAFT + 1 {
+            for _ in 0..TIMINGS_KEPT {
+                d.record_step_time(rows, 0.1);
+            }
+        }
+        for _ in 0..PROBE_EVERY {
+            assert!(d.draft(&ctx, 100).is_empty());
+        }
+        assert!(!d.draft(&ctx, 100).is_empty(), "a probe times the drafts again");
+        assert!(d.draft(&ctx, 100).is_empty(), "and only one");
     }
 
     #[test]
@@ -679,11 +820,11 @@ mod tests {
         assert!(plain >= 2, "one held token is not enough evidence after rejections ({plain})");
         // A context that went elsewhere (a new prompt) teaches nothing.
         let mut fresh = timed(SpeculativeMode::Auto, 0.004);
-        fresh.gate.odds = [(0.1, 5.0); MAX_NGRAM];
-        let before = fresh.gate.odds;
+        fresh.gate.held = holding(0.02);
+        let before = fresh.gate.held;
         assert!(fresh.draft(&[1, 2, 3, 1, 2], 8).is_empty());
         assert!(fresh.draft(&[7, 8, 9, 7, 8, 4, 4], 8).is_empty());
-        assert_eq!(fresh.gate.odds, before);
+        assert_eq!(fresh.gate.held, before);
     }
 
     #[test]
@@ -700,15 +841,15 @@ mod tests {
         // Drafts that hold 4 times in 5, rows at 0.3 of a step each: three drafts (1 + 0.8 +
         // 0.64 + 0.51 tokens for 1.9 steps) beat one (1.8 for 1.3) and seven (4.16 for 3.1).
         let mut dear = timed(SpeculativeMode::Auto, 0.003);
-        dear.gate.odds = [(8.0, 2.0); MAX_NGRAM];
+        dear.gate.held = holding(0.8);
         assert_eq!(dear.draft(&ctx, 100).len(), 3);
         // Where each extra row costs a whole step, no verification can pay.
         let mut flat = timed(SpeculativeMode::Auto, 0.010);
-        flat.gate.odds = cheap.gate.odds;
+        flat.gate.held = cheap.gate.held;
         assert!(flat.draft(&ctx, 100).is_empty());
         // A session forked from `flat` keeps its timings (they are the machine's).
         let mut fork = LookupDrafter::with_timings_of(SpeculativeMode::Auto, &flat);
-        fork.gate.odds = cheap.gate.odds;
+        fork.gate.held = cheap.gate.held;
         assert!(fork.draft(&ctx, 100).is_empty());
     }
 
