@@ -515,11 +515,16 @@ impl Session {
         Ok(decoding.into_generation())
     }
 
-    /// The drafts to check after `decoding`'s last token (docs/speculative.md): none when the
-    /// session's mode does not draft for this reply (`none`; `auto` for a sampled one), when
-    /// there is no room for them (`max_tokens`, the context) or when the context has no match.
-    fn drafts_for(&mut self, decoding: &Decoding) -> Vec<u32> {
-        let Some(last) = decoding.tokens.last().map(|t| t.id) else { return Vec::new() };
+    /// The drafts to check after `decoding`'s last token (docs/speculative.md), and whether the
+    /// MTP head made them: none when the session's mode does not draft for this reply (`none`;
+    /// `auto` for a sampled one), when there is no room for them (`max_tokens`, the context),
+    /// or when neither the context has a match nor the head is ready (its hidden state comes
+    /// with the step's forward, so after a prompt or a recompute the next step drafts).
+    /// `auto` with a head takes a lookup draft where the context has one (an edit's copied
+    /// lines hold far more often than the head's guesses, and cost no head pass), the
+    /// head's otherwise, unless its pause rule holds it back.
+    fn drafts_for(&mut self, decoding: &Decoding) -> Result<(Vec<u32>, bool), EngineError> {
+        let Some(last) = decoding.tokens.last().map(|t| t.id) else { return Ok((Vec::new(), false)) };
         // Room for the drafts: all of them plus the token after them within max_tokens, and
         // in the context.
         let room_len = decoding.req.max_tokens.saturating_sub(decoding.tokens.len() + 1);
@@ -527,22 +532,30 @@ impl Session {
         let limit = room_len.min(room_ctx).min(MAX_DRAFT);
         // `auto` leaves sampled replies plain: drafting keeps their distribution but draws
         // another random stream, so a seeded reply is the same text with `none` as with
-        // `auto`. `lookup` drafts for them too.
+        // `auto`. `lookup` and `mtp` draft for them too.
         let sampled = decoding.req.sampling.temperature > 0.0;
         let mode = self.drafter.mode();
         if limit == 0 || mode == SpeculativeMode::None || (mode == SpeculativeMode::Auto && sampled) {
-            return Vec::new();
-        }
-        // In a batch of several, a session drafting with the MTP head drafts nothing (the head
-        // needs the hidden states of its own forward, [`Session::speculative_step`]); in
-        // `auto` it still takes lookup drafts, as it does alone.
-        if mode == SpeculativeMode::Mtp {
-            return Vec::new();
+            return Ok((Vec::new(), false));
         }
         let mut context = Vec::with_capacity(self.tokens.len() + 1);
         context.extend_from_slice(&self.tokens);
         context.push(last);
-        self.drafter.draft(&context, limit)
+        let model = Arc::clone(&self.model);
+        match (self.mtp.as_mut(), model.mtp()) {
+            (Some(drafter), Some(head)) => {
+                let copied =
+                    if mode == SpeculativeMode::Auto { self.drafter.draft(&context, limit) } else { Vec::new() };
+                if !copied.is_empty() {
+                    return Ok((copied, false));
+                }
+                if drafter.paused() {
+                    return Ok((Vec::new(), false));
+                }
+                Ok((drafter.draft(head, &context, limit)?, true))
+            }
+            _ => Ok((self.drafter.draft(&context, limit), false)),
+        }
     }
 
     /// Takes the logits of a verification of `ids` (the last token, then its drafts) that has
@@ -582,103 +595,6 @@ impl Session {
         self.spec_stats.verifications += 1;
         self.spec_stats.drafted += drafted as u64;
         self.spec_stats.accepted += accepted as u64;
-    }
-
-    /// One speculative step of `decoding` alone, drafting with the model's MTP head where the
-    /// session has it on (docs/speculative.md §7; [`speculative_decode_step`] takes this path
-    /// for such a session when it is alone in its step: the head drafts from the hidden states
-    /// of the main model's forward, which the batched forward does not return): drafts from the context,
-    /// runs the last token and the drafts through [`CausalLm::forward_stepwise`] (each row's
-    /// logits the bits a decode step gives), samples position by position while the model
-    /// agrees with the drafts, and brings the state back to the last token kept: an
-    /// attention-only cache is cut back, a hybrid one returns to a snapshot taken before and
-    /// runs the kept tokens again. Returns the new tokens (at least one), or `None` when
-    /// there is nothing to draft (the caller takes a plain [`decode_step`]). On an error no
-    /// state has advanced.
-    fn speculative_step(&mut self, decoding: &mut Decoding) -> Result<Option<Vec<TokenChoice>>, EngineError> {
-        let started = Instant::now();
-        let last = decoding.tokens.last().expect("an unfinished generation has sampled a token").id;
-        // Room for the drafts: all of them plus the token after them within max_tokens, and
-        // in the context.
-        let room_len = decoding.req.max_tokens.saturating_sub(decoding.tokens.len() + 1);
-        let room_ctx = self.model.max_context().saturating_sub(self.tokens.len() + 2);
-        let limit = room_len.min(room_ctx).min(MAX_DRAFT);
-        // `auto` leaves sampled replies plain: drafting keeps their distribution but draws
-        // another random stream, and a seeded reply should be the same text here as on the
-        // scheduler's plain batched decode (`serve`). `lookup` drafts for them too.
-        let sampled = decoding.req.sampling.temperature > 0.0;
-        let mode = self.drafter.mode();
-        if limit == 0 || mode == SpeculativeMode::None || (mode == SpeculativeMode::Auto && sampled) {
-            return Ok(None);
-        }
-        let mut context = Vec::with_capacity(self.tokens.len() + 1);
-        context.extend_from_slice(&self.tokens);
-        context.push(last);
-        let base = self.tokens.len();
-        // The head borrows the model, not the session (which the acceptance below changes).
-        let model = Arc::clone(&self.model);
-        let head = model.mtp().filter(|_| self.mtp.is_some());
-        let mut by_mtp = false;
-        let drafts = match (self.mtp.as_mut(), head) {
-            (Some(drafter), Some(head)) => {
-                // `auto` takes a lookup draft where the context has one (an edit's copied
-                // lines hold far more often than the head's guesses, and cost no head pass),
-                // the head's otherwise.
-                let copied =
-                    if mode == SpeculativeMode::Auto { self.drafter.draft(&context, limit) } else { Vec::new() };
-                if !copied.is_empty() {
-                    copied
-                } else {
-                    if drafter.paused() {
-                        return Ok(None);
-                    }
-                    // Without the last position's hidden state (after a plain step) this step
-                    // drafts nothing and runs the token alone, as a decode step, to get it.
-                    by_mtp = true;
-                    drafter.draft(head, &context, limit)?
-                }
-            }
-            _ => {
-                let drafts = self.drafter.draft(&context, limit);
-                if drafts.is_empty() {
-                    return Ok(None);
-                }
-                drafts
-            }
-        };
-        let snapshot = (!drafts.is_empty() && !self.cache.is_rewindable()).then(|| self.cache.snapshot());
-        let mut ids = Vec::with_capacity(drafts.len() + 1);
-        ids.push(last);
-        ids.extend_from_slice(&drafts);
-        let (logits, hidden) = match head {
-            Some(head) => head.forward_with_hidden(&ids, &mut self.cache, true)?,
-            None => (self.model.forward_stepwise(&ids, &mut self.cache)?, Vec::new()),
-        };
-        let (out, kept) = self.choose_along(decoding, &ids, &logits);
-        if kept < ids.len() {
-            match snapshot {
-                None => self.cache.truncate(base + kept).map_err(EngineError::Failed)?,
-                Some(snap) => {
-                    self.cache.restore(&snap).map_err(EngineError::Failed)?;
-                    self.model.forward_stepwise(&ids[..kept], &mut self.cache)?;
-                    self.spec_stats.recomputed += 1;
-                }
-            }
-        }
-        if let (Some(drafter), Some(head)) = (self.mtp.as_mut(), head) {
-            // The kept positions' hidden states (a recomputation gives the same bits).
-            drafter.observe(base, &hidden[..kept * head.hidden_size()]);
-        }
-        if !by_mtp || drafts.is_empty() {
-            // A lookup verification, or the head's step without drafts (a plain decode step
-            // that also returns hidden states): timings for the lookup drafter's gate.
-            self.drafter.record_step_time(1 + drafts.len(), started.elapsed().as_secs_f64());
-        }
-        if drafts.is_empty() {
-            return Ok(Some(out));
-        }
-        self.record_verification(drafts.len(), kept - 1, by_mtp);
-        Ok(Some(out))
     }
 
     /// Starts a generation: runs `prompt` (reusing what it can) and samples the first token,
@@ -895,41 +811,38 @@ pub fn decode_step(batch: &mut [(&mut Session, &mut Decoding)]) -> Result<Vec<Op
 }
 
 /// [`decode_step`] with speculation (docs/speculative.md): every unfinished generation whose
-/// session drafts ([`Session::set_speculative`]; prompt lookup) puts its last token and its
-/// drafts through one [`CausalLm::forward_batch_stepwise`] together with the others' last
-/// tokens, so the weights are read once for all of them; each then keeps the drafts its model
+/// session drafts ([`Session::set_speculative`]; prompt lookup or the model's MTP head) puts
+/// its last token and its drafts through one [`CausalLm::forward_batch_stepwise`] together
+/// with the others' last tokens, so the weights are read once for all of them (with an MTP
+/// drafter in the batch, [`frognano_model::MtpHead::forward_batch_with_hidden`], whose
+/// hidden states the head drafts the next step from); each then keeps the drafts its model
 /// agrees with (greedy: the argmax, sampled: the rejection rule of
 /// [`crate::speculative::pick_after_draft`]) and its cache is brought back to the last token
 /// kept: an attention-only cache is cut back, a hybrid one returns to a snapshot taken before
 /// and runs the kept tokens again (all such sequences in one more forward). Each entry's
 /// tokens are those plain decoding would give (greedy: the same; sampled: the same
 /// distribution). Returns, per entry, its new tokens (at least one for an unfinished
-/// generation that goes on; none for one that had finished). When no session drafts it is
-/// [`decode_step`]. On an error no session has advanced.
+/// generation that goes on; none for one that had finished). When no session drafts and
+/// none has an MTP drafter it is [`decode_step`]. On an error no session has advanced.
 pub fn speculative_decode_step(
     batch: &mut [(&mut Session, &mut Decoding)],
 ) -> Result<Vec<Vec<TokenChoice>>, EngineError> {
-    // A sequence alone in its step times it, for `auto`'s judgement of what drafts cost.
+    // A sequence alone in its step times it, for `auto`'s judgement of what lookup drafts
+    // cost.
     let started = Instant::now();
     let timed =
         |session: &mut Session, rows: usize| session.drafter.record_step_time(rows, started.elapsed().as_secs_f64());
-    if let [(session, decoding)] = batch {
-        if session.mtp.is_some() && !decoding.is_finished() {
-            return Ok(vec![match session.speculative_step(decoding)? {
-                Some(tokens) => tokens,
-                None => {
-                    let tokens = decode_step(batch)?.pop().flatten().into_iter().collect();
-                    timed(batch[0].0, 1);
-                    tokens
-                }
-            }]);
-        }
+    let mut drafts = Vec::with_capacity(batch.len());
+    let mut by_mtp = Vec::with_capacity(batch.len());
+    for (session, decoding) in batch.iter_mut() {
+        let (d, mtp) = if decoding.is_finished() { (Vec::new(), false) } else { session.drafts_for(decoding)? };
+        drafts.push(d);
+        by_mtp.push(mtp);
     }
-    let drafts: Vec<Vec<u32>> = batch
-        .iter_mut()
-        .map(|(session, decoding)| if decoding.is_finished() { Vec::new() } else { session.drafts_for(decoding) })
-        .collect();
-    if drafts.iter().all(Vec::is_empty) {
+    // Sessions drafting with an MTP head need the hidden states of every forward they take
+    // part in (the head drafts from the last one), drafting or not this step.
+    let heads = batch.iter().any(|(s, d)| s.mtp.is_some() && !d.is_finished());
+    if drafts.iter().all(Vec::is_empty) && !heads {
         let out: Vec<Vec<TokenChoice>> = decode_step(batch)?.into_iter().map(|t| t.into_iter().collect()).collect();
         if let [(session, _)] = batch {
             timed(session, 1);
@@ -937,10 +850,12 @@ pub fn speculative_decode_step(
         return Ok(out);
     }
     let live: Vec<usize> = (0..batch.len()).filter(|&i| !batch[i].1.is_finished()).collect();
-    let model = Arc::clone(&batch[live[0]].0.model);
+    let Some(&first) = live.first() else { return Ok(vec![Vec::new(); batch.len()]) };
+    let model = Arc::clone(&batch[first].0.model);
     if live.iter().any(|&i| !std::ptr::addr_eq(Arc::as_ptr(&batch[i].0.model), Arc::as_ptr(&model))) {
         return Err(EngineError::Request("a decode step's sessions must share one model".into()));
     }
+    let head = model.mtp().filter(|_| heads);
     // Per live entry: the last token and its drafts.
     let ids: Vec<Vec<u32>> = live
         .iter()
@@ -956,7 +871,7 @@ pub fn speculative_decode_step(
             (!drafts[i].is_empty() && !cache.is_rewindable()).then(|| cache.snapshot())
         })
         .collect();
-    let logits = {
+    let (logits, hidden): (Vec<Vec<f32>>, Vec<Vec<f32>>) = {
         let mut rows: Vec<(&[u32], &mut Cache)> = Vec::with_capacity(live.len());
         let mut k = 0;
         for (i, (session, _)) in batch.iter_mut().enumerate() {
@@ -965,7 +880,10 @@ pub fn speculative_decode_step(
                 k += 1;
             }
         }
-        model.forward_batch_stepwise(&mut rows)?
+        match head {
+            Some(head) => head.forward_batch_with_hidden(&mut rows)?.into_iter().unzip(),
+            None => (model.forward_batch_stepwise(&mut rows)?, Vec::new()),
+        }
     };
     let mut out = vec![Vec::new(); batch.len()];
     // Hybrid sequences that kept fewer tokens than they ran: (entry, kept).
@@ -980,9 +898,13 @@ pub fn speculative_decode_step(
             (choice.into_iter().collect(), 1)
         } else {
             let (tokens, kept) = session.choose_along(decoding, &ids[k], &logits[k]);
-            session.record_verification(drafts[i].len(), kept - 1, false);
+            session.record_verification(drafts[i].len(), kept - 1, by_mtp[i]);
             (tokens, kept)
         };
+        if let (Some(drafter), Some(head)) = (session.mtp.as_mut(), head) {
+            // The kept positions' hidden states (a recomputation below gives the same bits).
+            drafter.observe(base, &hidden[k][..kept * head.hidden_size()]);
+        }
         out[i] = tokens;
         if kept < ids[k].len() {
             match &snapshots[k] {
@@ -1017,7 +939,7 @@ pub fn speculative_decode_step(
             }
         }
     }
-    if let [(session, _)] = batch {
+    if let ([(session, _)], [false]) = (&mut *batch, by_mtp.as_slice()) {
         timed(session, 1 + drafts[0].len());
     }
     Ok(out)

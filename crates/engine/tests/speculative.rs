@@ -252,8 +252,21 @@ fn batched_stepwise_segments_give_their_own_bits_on_the_hybrid_fixture() {
 /// some not, each give the tokens, log-probabilities and final state of the same generation
 /// decoded plainly on its own; drafts were accepted and rejected on the way.
 fn batched_speculation_is_plain_decoding(m: Arc<dyn CausalLm>, prompts: &[Vec<u32>], n: usize, what: &str) {
-    use frognano_engine::speculative_decode_step;
     let modes = [SpeculativeMode::Lookup, SpeculativeMode::None, SpeculativeMode::Auto];
+    let sessions = batched_speculation_is_plain_decoding_with(m, prompts, &modes, n, what);
+    assert_eq!(sessions[1].speculation_stats().drafted, 0, "{what}: a session set to none drafted");
+}
+
+/// [`batched_speculation_is_plain_decoding`] with one mode per prompt (cycled); returns the
+/// sessions as they ended.
+fn batched_speculation_is_plain_decoding_with(
+    m: Arc<dyn CausalLm>,
+    prompts: &[Vec<u32>],
+    modes: &[SpeculativeMode],
+    n: usize,
+    what: &str,
+) -> Vec<Session> {
+    use frognano_engine::speculative_decode_step;
     let mut plain = Vec::new();
     for p in prompts {
         let mut s = Session::new(Arc::clone(&m));
@@ -298,9 +311,9 @@ fn batched_speculation_is_plain_decoding(m: Arc<dyn CausalLm>, prompts: &[Vec<u3
         drafted += s.speculation_stats().drafted;
         accepted += s.speculation_stats().accepted;
     }
-    assert_eq!(sessions[1].speculation_stats().drafted, 0, "{what}: a session set to none drafted");
     assert!(accepted > 0 && drafted > accepted, "{what}: drafts {drafted}, accepted {accepted}");
     assert!(steps < n, "{what}: {steps} batched steps for {n} tokens: speculation saved nothing");
+    sessions
 }
 
 #[test]
@@ -424,6 +437,29 @@ fn greedy_tokens_and_states_are_unchanged_by_mtp_drafts_on_the_hybrid_fixture() 
     assert_eq!(auto.speculative(), SpeculativeMode::Auto);
     assert!(auto.drafts_with_mtp(), "auto drafts with the model's MTP head");
     assert!(!Session::new(hybrid_without_head()).drafts_with_mtp());
+}
+
+/// Sessions drafting with the MTP head inside a batch of several (as `serve` runs them) give
+/// plain decoding's tokens, log-probabilities and states, next to a session set to `none` and
+/// one in `auto`; the `mtp` sessions drafted with the head (they take no lookup drafts) and
+/// had drafts accepted and rejected.
+#[test]
+fn mtp_drafts_inside_a_batch_give_plain_decodings_tokens_and_states() {
+    let m = hybrid_with_repeating_mtp_head();
+    let prompts: Vec<Vec<u32>> = vec![
+        (0..50).map(|i| (i % 2) * 5 + 3).collect(),
+        (0..40u32).map(|i| (i * 71 + 5) % 1000).collect(),
+        (0..30).map(|i| (i % 3) * 7 + 2).collect(),
+        (0..45).map(|i| (i % 2) * 11 + 6).collect(),
+    ];
+    let modes = [SpeculativeMode::Mtp, SpeculativeMode::None, SpeculativeMode::Mtp, SpeculativeMode::Auto];
+    let sessions = batched_speculation_is_plain_decoding_with(m, &prompts, &modes, 40, "qwen35 tiny, mtp in a batch");
+    assert_eq!(sessions[1].speculation_stats().drafted, 0);
+    for i in [0, 2] {
+        let st = sessions[i].speculation_stats();
+        assert!(st.drafted > 0 && st.accepted > 0 && st.accepted < st.drafted, "session {i}: {st:?}");
+        assert!(st.recomputed > 0, "session {i}: a rejected head draft restores the hybrid state: {st:?}");
+    }
 }
 
 /// A model without an MTP head.

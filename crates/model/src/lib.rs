@@ -159,6 +159,13 @@ pub trait MtpHead: Send + Sync {
     /// (`[ids.len(), d]`), the input of [`MtpHead::mtp_forward`].
     fn forward_with_hidden(&self, ids: &[u32], cache: &mut Cache, stepwise: bool) -> Result<(Vec<f32>, Vec<f32>)>;
 
+    /// The main model over several sequences' segments in one pass, as
+    /// [`CausalLm::forward_batch_stepwise`] (every row's logits the bits of a decode step of
+    /// that token alone); also returns each segment's hidden states after the final norm
+    /// (`[ids.len(), d]`), so MTP drafters inside a batched decode step get them from the
+    /// pass that verifies their drafts. Per segment: (logits, hidden).
+    fn forward_batch_with_hidden(&self, batch: &mut [(&[u32], &mut Cache)]) -> Result<Vec<(Vec<f32>, Vec<f32>)>>;
+
     /// The head over `t` rows at positions `cache.len()..` of its own cache: row r pairs
     /// `next_ids[r]` (the token after the hidden state's position) with `hidden[r]` (a main
     /// model hidden state after the final norm, or this head's own output for a second

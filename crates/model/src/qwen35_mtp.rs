@@ -171,6 +171,30 @@ impl MtpHead for Qwen35 {
         })
     }
 
+    fn forward_batch_with_hidden(&self, batch: &mut [(&[u32], &mut Cache)]) -> Result<Vec<(Vec<f32>, Vec<f32>)>> {
+        crate::check_segment_ids(batch, self.vocab_size())?;
+        if !batch.iter().all(|(_, c)| self.fits(c)) {
+            return Err(ModelError::Input("cache belongs to a different model".into()));
+        }
+        let (d, vocab) = (self.cfg.hidden_size, self.vocab_size());
+        let ids: Vec<u32> = batch.iter().flat_map(|(ids, _)| ids.iter().copied()).collect();
+        let mut segs: Vec<(usize, &mut Cache)> = batch.iter_mut().map(|(ids, c)| (ids.len(), &mut **c)).collect();
+        let (logits, hidden) = crate::kernels::on_pool(|| {
+            let h = self.decode_layers(&ids, &mut segs, true);
+            let hidden = self.final_norm(&h);
+            (self.head(&hidden, ids.len()), hidden)
+        });
+        let mut from = 0;
+        Ok(batch
+            .iter()
+            .map(|(ids, _)| {
+                let rows = from..from + ids.len();
+                from = rows.end;
+                (logits[rows.start * vocab..rows.end * vocab].to_vec(), hidden[rows.start * d..rows.end * d].to_vec())
+            })
+            .collect())
+    }
+
     fn mtp_forward(
         &self,
         next_ids: &[u32],
