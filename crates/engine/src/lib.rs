@@ -35,5 +35,6 @@ pub use sampler::{SamplingParams, TokenChoice};
 pub use scheduler::{Flow, Job, QueueFull, Scheduler, SchedulerConfig, SchedulerStats, TokenSink};
 pub use session::{
     decode_step, speculative_decode_step, Decoding, EngineError, FinishReason, GenerateRequest, Generation, Session,
+    ROW_STATE_BUDGET,
 };
 pub use speculative::{LookupDrafter, MtpDrafter, SpeculationStats, SpeculativeMode};

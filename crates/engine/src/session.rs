@@ -129,6 +129,8 @@ pub struct Session {
     mtp: Option<Box<MtpDrafter>>,
     /// What speculation did so far.
     spec_stats: SpeculationStats,
+    /// Most bytes of recurrent state kept row by row in one verification.
+    row_state_budget: usize,
 }
 
 impl Session {
@@ -144,6 +146,7 @@ impl Session {
             drafter: Box::new(LookupDrafter::new(SpeculativeMode::default())),
             mtp: None,
             spec_stats: SpeculationStats::default(),
+            row_state_budget: ROW_STATE_BUDGET,
         }
         .with_speculative(SpeculativeMode::default())
     }
@@ -161,6 +164,14 @@ impl Session {
             (SpeculativeMode::Mtp | SpeculativeMode::Auto, Some(head)) => Some(Box::new(MtpDrafter::new(head, mode))),
             _ => None,
         };
+    }
+
+    /// Sets how many bytes of recurrent state a verification may keep row by row to return
+    /// from a rejected draft by a swap (default [`ROW_STATE_BUDGET`]); drafts whose rows need
+    /// more take a snapshot and rerun the kept rows instead (0: always). For benchmarks and
+    /// tests of both ways; no effect on attention-only models, which cut back for free.
+    pub fn set_row_state_budget(&mut self, bytes: usize) {
+        self.row_state_budget = bytes;
     }
 
     /// Fixes the MTP head's draft length (1..=4) until the next verification adapts it;
@@ -212,6 +223,7 @@ impl Session {
             drafter: Box::new(LookupDrafter::new(SpeculativeMode::default())),
             mtp: None,
             spec_stats: SpeculationStats::default(),
+            row_state_budget: ROW_STATE_BUDGET,
         }
         .with_speculative(SpeculativeMode::default());
         if known {
@@ -271,6 +283,7 @@ impl Session {
                 drafter: Box::new(LookupDrafter::new(self.drafter.mode())),
                 mtp: None,
                 spec_stats: SpeculationStats::default(),
+                row_state_budget: self.row_state_budget,
             };
             let mut s = s.with_speculative(self.drafter.mode());
             // The step timings belong to the model and the machine: the fork starts with them.
@@ -864,11 +877,24 @@ pub fn speculative_decode_step(
             std::iter::once(last).chain(drafts[i].iter().copied()).collect()
         })
         .collect();
-    let snapshots: Vec<Option<CacheSnapshot>> = live
+    // How each drafting hybrid sequence will come back from a rejected draft: short drafts
+    // keep the recurrent states row by row in the verification itself (a swap afterwards),
+    // long ones take a snapshot now and rerun the kept rows after (keeping 15 rows of a 4B
+    // model's states would hold 720 MB).
+    let rollbacks: Vec<Rollback> = live
         .iter()
         .map(|&i| {
-            let cache = &batch[i].0.cache;
-            (!drafts[i].is_empty() && !cache.is_rewindable()).then(|| cache.snapshot())
+            let n = drafts[i].len();
+            let budget = batch[i].0.row_state_budget;
+            let cache = &mut batch[i].0.cache;
+            if n == 0 || cache.is_rewindable() {
+                Rollback::Truncate
+            } else if n * cache.row_state_bytes() <= budget {
+                cache.keep_row_states(n);
+                Rollback::RowStates
+            } else {
+                Rollback::Snapshot(cache.snapshot())
+            }
         })
         .collect();
     let (logits, hidden): (Vec<Vec<f32>>, Vec<Vec<f32>>) = {
@@ -906,18 +932,25 @@ pub fn speculative_decode_step(
             drafter.observe(base, &hidden[k][..kept * head.hidden_size()]);
         }
         out[i] = tokens;
-        if kept < ids[k].len() {
-            match &snapshots[k] {
-                None => {
-                    if let Err(e) = session.cache.truncate(base + kept) {
-                        decoding.fail(format!("speculative decoding could not cut the cache back: {e}"));
-                    }
+        match &rollbacks[k] {
+            _ if kept == ids[k].len() && !matches!(rollbacks[k], Rollback::RowStates) => {}
+            Rollback::Truncate => {
+                if let Err(e) = session.cache.truncate(base + kept) {
+                    decoding.fail(format!("speculative decoding could not cut the cache back: {e}"));
                 }
-                Some(snap) => match session.cache.restore(snap) {
-                    Ok(()) => recompute.push((k, i, kept)),
-                    Err(e) => decoding.fail(format!("speculative decoding could not restore a snapshot: {e}")),
-                },
             }
+            Rollback::RowStates => match session.cache.return_to_row(kept) {
+                Ok(()) if kept < ids[k].len() => session.spec_stats.returned_to_row += 1,
+                Ok(()) => {}
+                Err(e) => decoding.fail(format!("speculative decoding could not return to a kept row: {e}")),
+            },
+            Rollback::Snapshot(snap) => match session.cache.restore(snap) {
+                Ok(()) => recompute.push((k, i, kept)),
+                Err(e) => decoding.fail(format!("speculative decoding could not restore a snapshot: {e}")),
+            },
+        }
+        if decoding.is_finished() {
+            session.cache.drop_row_states();
         }
     }
     if !recompute.is_empty() {
@@ -943,6 +976,22 @@ pub fn speculative_decode_step(
         timed(session, 1 + drafts[0].len());
     }
     Ok(out)
+}
+
+/// Most bytes of recurrent state a sequence keeps row by row during one verification
+/// ([`Cache::keep_row_states`]) unless set otherwise ([`Session::set_row_state_budget`]);
+/// longer drafts roll back from a snapshot instead. 256 MiB: five rows of the 4B model's
+/// 48 MiB of DeltaNet state, more than the MTP head's four drafts need.
+pub const ROW_STATE_BUDGET: usize = 256 << 20;
+
+/// How a sequence of a speculative step comes back to its last kept token.
+enum Rollback {
+    /// An attention-only cache (or no drafts): cut the keys and values back.
+    Truncate,
+    /// The verification kept the recurrent state after each row: swap the kept one in.
+    RowStates,
+    /// Restore this snapshot and run the kept rows again.
+    Snapshot(CacheSnapshot),
 }
 
 /// [`Decoding::choose`] with a panic in one sequence's sampling (its grammar, its penalties)

@@ -78,9 +78,12 @@ pub struct SpeculationStats {
     pub drafted: u64,
     /// Drafted tokens the model agreed with.
     pub accepted: u64,
-    /// Verifications after which a hybrid model's state was restored and the accepted tokens
-    /// run again.
+    /// Verifications after which a hybrid model's state was restored from a snapshot and the
+    /// accepted tokens run again (long drafts).
     pub recomputed: u64,
+    /// Verifications after which a hybrid model's state was brought back to the row of the
+    /// last accepted token, kept during the verification (short drafts; no rerun).
+    pub returned_to_row: u64,
 }
 
 /// `auto`'s rule for when the MTP head's drafts pay: over each window of [`WINDOW`] drafted

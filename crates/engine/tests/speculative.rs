@@ -2,7 +2,7 @@
 //! bits a decode step gives, greedy output with prompt-lookup drafts is plain decoding's token
 //! for token, and the state after a rejected draft is the state plain decoding reaches
 //! (SmolLM2, Q4_1 GGUF; the tiny hybrid Qwen3.5 fixture, whose recurrent state is restored
-//! from a snapshot and recomputed).
+//! from the states kept row by row in the verification, or from a snapshot and recomputed).
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -96,12 +96,26 @@ fn greedy_is_unchanged_with(
     what: &str,
     mode: SpeculativeMode,
 ) -> SpeculationStats {
+    greedy_is_unchanged_rolling_back(m, prompt, n, what, mode, frognano_engine::ROW_STATE_BUDGET)
+}
+
+/// [`greedy_is_unchanged_with`] with a row-state budget: the default keeps a hybrid model's
+/// states row by row in each verification; 0 rolls back from a snapshot and reruns.
+fn greedy_is_unchanged_rolling_back(
+    m: Arc<dyn CausalLm>,
+    prompt: &[u32],
+    n: usize,
+    what: &str,
+    mode: SpeculativeMode,
+    budget: usize,
+) -> SpeculationStats {
     let mut plain = Session::new(Arc::clone(&m));
     plain.set_speculative(SpeculativeMode::None);
     let a = plain.generate(prompt, &greedy(n), |_| ControlFlow::Continue(())).unwrap();
     assert_eq!(plain.speculation_stats().verifications, 0);
     let mut spec = Session::new(m);
     spec.set_speculative(mode);
+    spec.set_row_state_budget(budget);
     let b = spec.generate(prompt, &greedy(n), |_| ControlFlow::Continue(())).unwrap();
     let stats = spec.speculation_stats();
     let ids = |g: &frognano_engine::Generation| g.tokens.iter().map(|t| t.id).collect::<Vec<_>>();
@@ -143,12 +157,12 @@ fn greedy_tokens_and_states_are_unchanged_by_lookup_on_the_hybrid_fixture() {
     // drafts are mostly rejected, and the reply's own repeats give drafts that hold.
     let mut prompt: Vec<u32> = (0..1024u32).map(|i| (i * 389 + 11) % 1024).collect();
     prompt.extend(repetitive(60));
-    let mut probe = Session::new(Arc::clone(&m));
-    greedy_is_unchanged(Arc::clone(&m), &prompt, 48, "qwen35 tiny");
-    // The hybrid state was restored from a snapshot and recomputed.
-    probe.set_speculative(SpeculativeMode::Lookup);
-    probe.generate(&prompt, &greedy(48), |_| ControlFlow::Continue(())).unwrap();
-    assert!(probe.speculation_stats().recomputed > 0, "{:?}", probe.speculation_stats());
+    // Rejected drafts return to the row states kept in the verification ...
+    let rows = greedy_is_unchanged(Arc::clone(&m), &prompt, 48, "qwen35 tiny");
+    assert!(rows.returned_to_row > 0 && rows.recomputed == 0, "{rows:?}");
+    // ... or, without a budget for them, to a snapshot with the kept rows run again.
+    let snap = greedy_is_unchanged_rolling_back(m, &prompt, 48, "qwen35 tiny, snapshots", SpeculativeMode::Lookup, 0);
+    assert!(snap.recomputed > 0 && snap.returned_to_row == 0, "{snap:?}");
 }
 
 /// With sampling the output follows the sampler's distribution either way; with a seed the
@@ -427,12 +441,15 @@ fn greedy_tokens_and_states_are_unchanged_by_mtp_drafts_on_the_hybrid_fixture() 
     let g = random.generate(&prompt, &greedy(24), |_| ControlFlow::Continue(())).unwrap();
     assert!(g.tokens.iter().map(|t| t.id).eq(plain.tokens.iter().map(|t| t.id)));
     let st = random.speculation_stats();
-    assert!(st.drafted > 0 && st.recomputed > 0, "{st:?}");
+    assert!(st.drafted > 0 && st.returned_to_row > 0, "{st:?}");
 
     let m = hybrid_with_repeating_mtp_head();
     let stats = greedy_is_unchanged_with(Arc::clone(&m), &prompt, 40, "qwen35 tiny, mtp", SpeculativeMode::Mtp);
-    assert!(stats.recomputed > 0, "{stats:?}");
+    assert!(stats.returned_to_row > 0, "{stats:?}");
     assert!(stats.drafted <= 4 * stats.verifications, "{stats:?}");
+    let what = "qwen35 tiny, mtp, snapshots";
+    let stats = greedy_is_unchanged_rolling_back(Arc::clone(&m), &prompt, 40, what, SpeculativeMode::Mtp, 0);
+    assert!(stats.recomputed > 0, "{stats:?}");
     let auto = Session::new(m);
     assert_eq!(auto.speculative(), SpeculativeMode::Auto);
     assert!(auto.drafts_with_mtp(), "auto drafts with the model's MTP head");
@@ -458,7 +475,7 @@ fn mtp_drafts_inside_a_batch_give_plain_decodings_tokens_and_states() {
     for i in [0, 2] {
         let st = sessions[i].speculation_stats();
         assert!(st.drafted > 0 && st.accepted > 0 && st.accepted < st.drafted, "session {i}: {st:?}");
-        assert!(st.recomputed > 0, "session {i}: a rejected head draft restores the hybrid state: {st:?}");
+        assert!(st.returned_to_row > 0, "session {i}: a rejected head draft returns to a kept row: {st:?}");
     }
 }
 

@@ -405,9 +405,38 @@ pub struct Cache {
     pub layers: Vec<LayerCache>,
     /// Tokens already processed (the position of the next token).
     pub pos: usize,
+    /// Recurrent states a stepwise forward keeps row by row ([`Cache::keep_row_states`]).
+    pub(crate) row_states: Box<RowStates>,
+}
+
+/// The conv windows and recurrent states of every linear layer after each of the first rows of
+/// one stepwise forward (a speculative verification), kept so that a rejected draft returns
+/// to the state after the last kept row by a swap ([`Cache::return_to_row`]) instead of a
+/// snapshot taken before and a rerun of the kept rows after. The buffers are reused from step
+/// to step; a cloned cache starts without them.
+#[derive(Debug, Default)]
+pub struct RowStates {
+    /// Rows to keep states after in the next stepwise forward (0: none).
+    pub(crate) keep: usize,
+    /// The cache position where that forward began.
+    pub(crate) base: usize,
+    /// Per layer (empty for attention layers), per kept row: (conv window, recurrent state).
+    pub(crate) layers: Vec<Vec<(Vec<f32>, Vec<f32>)>>,
+}
+
+impl Clone for RowStates {
+    /// Empty: the kept states belong to one verification of one cache.
+    fn clone(&self) -> Self {
+        RowStates::default()
+    }
 }
 
 impl Cache {
+    /// An empty cache (nothing processed) with these layers.
+    pub fn new(layers: Vec<LayerCache>) -> Cache {
+        Cache { layers, pos: 0, row_states: Box::default() }
+    }
+
     /// Tokens processed so far.
     pub fn len(&self) -> usize {
         self.pos
@@ -437,6 +466,7 @@ impl Cache {
         if snap.pos > self.pos || snap.linear.len() != self.layers.len() {
             return Err(format!("snapshot at {} does not belong to this cache (at {})", snap.pos, self.pos));
         }
+        self.row_states.keep = 0;
         for (l, s) in self.layers.iter_mut().zip(&snap.linear) {
             match (l, s) {
                 (LayerCache::Attention { k, v }, None) => {
@@ -452,6 +482,93 @@ impl Cache {
         }
         self.pos = snap.pos;
         Ok(())
+    }
+
+    /// Asks the next stepwise forward over this cache (`CausalLm::forward_stepwise`,
+    /// `forward_batch_stepwise`) to keep every linear layer's state after each of its first
+    /// `rows` rows, so that [`return_to_row`](Self::return_to_row) can bring the cache back to
+    /// any of them; 0 stops keeping them (the buffers stay for the next time, until
+    /// [`drop_row_states`](Self::drop_row_states)). A cache without linear layers keeps
+    /// nothing: it cuts back by [`truncate`](Self::truncate).
+    pub fn keep_row_states(&mut self, rows: usize) {
+        let keep = if self.is_rewindable() { 0 } else { rows };
+        self.row_states.keep = keep;
+        self.row_states.base = self.pos;
+        self.row_states.layers.resize_with(self.layers.len(), Vec::new);
+        for (kept, layer) in self.row_states.layers.iter_mut().zip(&self.layers) {
+            if matches!(layer, LayerCache::Linear { .. }) && kept.len() < keep {
+                kept.resize_with(keep, Default::default);
+            }
+        }
+    }
+
+    /// Keeps every linear layer's current state as the state after row `row` of the stepwise
+    /// forward under way, when the cache was asked to keep that row
+    /// ([`keep_row_states`](Self::keep_row_states)); otherwise nothing. For implementations of
+    /// `CausalLm::forward_stepwise` that run the rows one forward at a time.
+    pub fn keep_state_after_row(&mut self, row: usize) {
+        if row >= self.row_states.keep {
+            return;
+        }
+        for (layer, kept) in self.layers.iter().zip(&mut self.row_states.layers) {
+            if let (LayerCache::Linear { conv, state }, Some((c, s))) = (layer, kept.get_mut(row)) {
+                c.clone_from(conv);
+                s.clone_from(state);
+            }
+        }
+    }
+
+    /// Bytes of state one kept row costs (every linear layer's conv window and recurrent
+    /// state): what [`keep_row_states`](Self::keep_row_states) holds per row.
+    pub fn row_state_bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| match l {
+                LayerCache::Linear { conv, state } => (conv.len() + state.len()) * 4,
+                LayerCache::Attention { .. } => 0,
+            })
+            .sum()
+    }
+
+    /// Brings the cache back to the state after the first `rows` rows of the stepwise forward
+    /// run since [`keep_row_states`](Self::keep_row_states) (1 ≤ `rows` ≤ the rows kept, or
+    /// the forward's full length, which changes nothing): the kept recurrent states are
+    /// swapped in and the keys and values cut back. Stops keeping row states.
+    pub fn return_to_row(&mut self, rows: usize) -> Result<(), String> {
+        let RowStates { keep, base, .. } = *self.row_states;
+        self.row_states.keep = 0;
+        let end = base + rows;
+        if end == self.pos {
+            return Ok(());
+        }
+        if rows == 0 || rows > keep || end > self.pos {
+            return Err(format!(
+                "the cache kept the states of {keep} rows from position {base}; row {rows} (position {end}) is not \
+                 among them (the cache is at {})",
+                self.pos
+            ));
+        }
+        for (layer, kept) in self.layers.iter_mut().zip(&mut self.row_states.layers) {
+            match layer {
+                LayerCache::Attention { k, v } => {
+                    k.truncate(end);
+                    v.truncate(end);
+                }
+                LayerCache::Linear { conv, state } => {
+                    let (c, s) = &mut kept[rows - 1];
+                    std::mem::swap(conv, c);
+                    std::mem::swap(state, s);
+                }
+            }
+        }
+        self.pos = end;
+        Ok(())
+    }
+
+    /// Frees the buffers of [`keep_row_states`](Self::keep_row_states) (a finished reply's
+    /// session keeps only its state).
+    pub fn drop_row_states(&mut self) {
+        *self.row_states = RowStates::default();
     }
 
     /// Each layer's shape ([`LayerLayout`]).
@@ -554,6 +671,43 @@ mod tests {
         r.push(&x);
         let want: Vec<f32> = x.iter().map(|&v| crate::kernels::round_f16(v)).collect();
         assert_eq!(r.to_f32(), want);
+    }
+
+    #[test]
+    fn a_cache_returns_to_a_kept_row_and_refuses_rows_it_did_not_keep() {
+        let linear = |x: f32| LayerCache::Linear { conv: vec![x; 4], state: vec![x; 8] };
+        let mut c = Cache::new(vec![LayerCache::attention(KvType::F32, 1, 4), linear(0.0)]);
+        c.keep_row_states(2);
+        // What a stepwise forward of three rows leaves: states after rows 0 and 1 kept, the
+        // cache itself after row 2.
+        for (row, x) in [1.0f32, 2.0, 3.0].into_iter().enumerate() {
+            if let LayerCache::Attention { k, v } = &mut c.layers[0] {
+                k.push(&[x; 4]);
+                v.push(&[x; 4]);
+            }
+            if row < 2 {
+                c.row_states.layers[1][row] = (vec![x; 4], vec![x; 8]);
+            }
+            c.pos += 1;
+        }
+        c.layers[1] = linear(3.0);
+        let mut again = c.clone();
+        assert!(again.return_to_row(1).unwrap_err().contains("kept the states of 0 rows"), "a clone keeps none");
+        assert!(c.clone().return_to_row(3).is_ok(), "the full length changes nothing");
+        c.return_to_row(2).unwrap();
+        assert_eq!(c.pos, 2);
+        let LayerCache::Linear { conv, state } = &c.layers[1] else { unreachable!() };
+        assert!(conv.iter().chain(state).all(|&v| v == 2.0), "{conv:?} {state:?}");
+        let LayerCache::Attention { k, .. } = &c.layers[0] else { unreachable!() };
+        assert_eq!(k.len(), 2);
+        // Once returned, nothing is kept any more.
+        let err = c.return_to_row(1).unwrap_err();
+        assert!(err.contains("kept the states of 0 rows from position 0"), "{err}");
+        // An attention-only cache keeps nothing: it cuts back by truncation.
+        let mut a = Cache::new(vec![LayerCache::attention(KvType::F32, 1, 4)]);
+        a.keep_row_states(3);
+        assert_eq!(a.row_states.keep, 0);
+        assert_eq!(c.row_state_bytes(), (4 + 8) * 4);
     }
 
     #[test]

@@ -91,8 +91,10 @@ pub trait CausalLm: Send + Sync {
     /// with it, and its greedy output must be plain decoding's. (A multi-token
     /// [`CausalLm::forward`] sums attention and the recurrent rule in a prompt's order, whose
     /// rounding differs.) Models implement it so the weights are read once for all the rows;
-    /// the default runs one decode step per token. An id outside the vocabulary is an error;
-    /// the cache is then left unchanged.
+    /// the default runs one decode step per token. When the cache was asked to keep row
+    /// states ([`Cache::keep_row_states`]) it keeps them (an implementation calls
+    /// [`Cache::keep_state_after_row`] after each row). An id outside the vocabulary is an
+    /// error; the cache is then left unchanged.
     fn forward_stepwise(&self, ids: &[u32], cache: &mut Cache) -> Result<Vec<f32>> {
         if let Some(bad) = ids.iter().find(|&&id| id as usize >= self.vocab_size()) {
             return Err(ModelError::Input(format!(
@@ -101,8 +103,11 @@ pub trait CausalLm: Send + Sync {
             )));
         }
         let mut out = Vec::with_capacity(ids.len() * self.vocab_size());
-        for &id in ids {
+        for (row, &id) in ids.iter().enumerate() {
             out.extend(self.forward_batch(&mut [(id, &mut *cache)])?.concat());
+            if row + 1 < ids.len() {
+                cache.keep_state_after_row(row);
+            }
         }
         Ok(out)
     }

@@ -859,12 +859,11 @@ impl CausalLm for Llama {
     }
 
     fn new_cache(&self) -> Cache {
-        Cache {
-            layers: (0..self.cfg.num_layers)
+        Cache::new(
+            (0..self.cfg.num_layers)
                 .map(|_| LayerCache::attention(self.kv_type, self.cfg.num_kv_heads, self.cfg.head_dim))
                 .collect(),
-            pos: 0,
-        }
+        )
     }
 
     fn kv_type(&self) -> KvType {

@@ -528,6 +528,9 @@ pub(crate) struct Segment<'a> {
     pub(crate) state: &'a mut LayerCache,
     /// Take the rows one at a time through the one-token path (`decode_layers`' `stepwise`).
     pub(crate) stepwise: bool,
+    /// A linear layer's buffers for its state after each of the first rows, when the cache
+    /// keeps them ([`Cache::keep_row_states`]; stepwise passes only).
+    pub(crate) kept: &'a mut [(Vec<f32>, Vec<f32>)],
 }
 
 /// `x[r0·w .. (r0+rows)·w]`, copied.
@@ -709,12 +712,13 @@ impl GatedDeltaNet {
             };
             // The recurrent form for one token after a prefix, the chunked one otherwise.
             let decode = seg.rows == 1 && seg.pos0 > 0;
-            work.push((rows, seg.rows, conv, state, decode, seg.pos0, seg.stepwise));
+            let kept = std::mem::take(&mut seg.kept);
+            work.push((rows, seg.rows, conv, state, decode, seg.pos0, seg.stepwise, kept));
             r0 += seg.rows;
         }
         let outs: Vec<Vec<f32>> = work
             .into_par_iter()
-            .map(|(rows, t, conv, state, decode, pos0, stepwise)| {
+            .map(|(rows, t, conv, state, decode, pos0, stepwise, kept)| {
                 if !stepwise {
                     return self.step(rows, t, conv, state, m, decode);
                 }
@@ -728,6 +732,11 @@ impl GatedDeltaNet {
                         a: rows_of(&rows.a, i, 1, hv),
                     };
                     out.extend(self.step(one, 1, conv, state, m, pos0 + i > 0));
+                    // The state after this row, for a verification that keeps only this far.
+                    if let Some((c, s)) = kept.get_mut(i).filter(|_| i + 1 < t) {
+                        c.clone_from(conv);
+                        s.clone_from(state);
+                    }
                 }
                 out
             })
@@ -832,7 +841,17 @@ impl LayerStack for Qwen35 {
         for (li, layer) in self.layers.iter().enumerate() {
             let mut parts: Vec<Segment<'_>> = segs
                 .iter_mut()
-                .map(|(rows, cache)| Segment { rows: *rows, pos0: cache.pos, state: &mut cache.layers[li], stepwise })
+                .map(|(rows, cache)| {
+                    let keep = if stepwise { cache.row_states.keep } else { 0 };
+                    let kept = match cache.row_states.layers.get_mut(li) {
+                        Some(kept) if keep > 0 => {
+                            let n = keep.min(kept.len());
+                            &mut kept[..n]
+                        }
+                        _ => &mut [],
+                    };
+                    Segment { rows: *rows, pos0: cache.pos, state: &mut cache.layers[li], stepwise, kept }
+                })
                 .collect();
             self.run_layer(layer, &mut h, t, &mut parts);
         }
@@ -869,7 +888,7 @@ impl CausalLm for Qwen35 {
                 },
             })
             .collect();
-        Cache { layers, pos: 0 }
+        Cache::new(layers)
     }
 
     fn kv_type(&self) -> KvType {

@@ -149,7 +149,7 @@ fn check_ids(ids: &[u32], vocab: usize) -> Result<()> {
 impl MtpHead for Qwen35 {
     fn new_mtp_cache(&self) -> Cache {
         let c = &self.cfg;
-        Cache { layers: vec![LayerCache::attention(self.kv_type(), c.num_key_value_heads, c.head_dim)], pos: 0 }
+        Cache::new(vec![LayerCache::attention(self.kv_type(), c.num_key_value_heads, c.head_dim)])
     }
 
     fn hidden_size(&self) -> usize {
@@ -234,7 +234,7 @@ impl MtpHead for Qwen35 {
             let mut h = mtp.fc.matmul(&x, t);
             act.round(&mut h);
             let pos0 = cache.pos;
-            let mut parts = [Segment { rows: t, pos0, state: &mut cache.layers[0], stepwise: false }];
+            let mut parts = [Segment { rows: t, pos0, state: &mut cache.layers[0], stepwise: false, kept: &mut [] }];
             self.run_layer(&mtp.layer, &mut h, t, &mut parts);
             cache.pos += t;
             let mut o = rms_norm(&h, &mtp.norm, eps);

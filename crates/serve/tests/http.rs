@@ -390,7 +390,7 @@ impl CausalLm for EndlessLm {
         8192
     }
     fn new_cache(&self) -> Cache {
-        Cache { layers: vec![LayerCache::attention(KvType::F32, 1, 1)], pos: 0 }
+        Cache::new(vec![LayerCache::attention(KvType::F32, 1, 1)])
     }
     fn forward(&self, ids: &[u32], cache: &mut Cache, _all: bool) -> frognano_model::Result<Vec<f32>> {
         std::thread::sleep(Duration::from_millis(2));

@@ -39,7 +39,7 @@ impl CausalLm for SlowLm {
         16384
     }
     fn new_cache(&self) -> Cache {
-        Cache { layers: vec![LayerCache::attention(KvType::F32, 1, 1)], pos: 0 }
+        Cache::new(vec![LayerCache::attention(KvType::F32, 1, 1)])
     }
     fn forward(&self, ids: &[u32], cache: &mut Cache, _all: bool) -> frognano_model::Result<Vec<f32>> {
         if let Some(p) = self.poison {

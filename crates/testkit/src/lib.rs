@@ -129,7 +129,7 @@ impl frognano_model::CausalLm for ScriptedLm {
     fn new_cache(&self) -> frognano_model::cache::Cache {
         use frognano_model::cache::{Cache, KvType, LayerCache};
         // One f32 "key" per token holding its id (exact up to 2^24), so the history can be read back.
-        Cache { layers: vec![LayerCache::attention(KvType::F32, 1, 1)], pos: 0 }
+        Cache::new(vec![LayerCache::attention(KvType::F32, 1, 1)])
     }
     fn forward(
         &self,
