@@ -11,8 +11,10 @@
 //! * the verification of k = 1..4 drafts: `forward_with_hidden` over k + 1 rows, stepwise (what
 //!   `Session::speculative_step` runs), i.e. the cost with every draft accepted (forced
 //!   acceptance: random weights accept nothing);
-//! * the rollback after a rejection on this hybrid model: a snapshot of the recurrent state
-//!   (taken before every verification), its restore, and the recompute of the j + 1 kept rows;
+//! * the rollback after a rejection on this hybrid model, both ways: a snapshot of the
+//!   recurrent state (taken before every verification), its restore, and the recompute of the
+//!   j + 1 kept rows; or the states kept row by row during the verification (one row's copy,
+//!   into buffers reused from step to step), a rejection then being a swap;
 //! * the MTP head: feeding it r = 1..5 rows of verified hidden states (the first draft of a
 //!   step) and one more chained draft (one row).
 //!
@@ -26,7 +28,7 @@
 //! ```
 //!
 //! in decode steps (D: the head's drafts, V(n): verification of n rows, S: snapshot, R:
-//! restore).
+//! restore), and with row states `E[cost] = D(k) + V(k+1) + k · C` (C: one row's copy).
 //!
 //! `cargo run --release -p frognano-model --example mtp_verify -- [QUANT] [PROMPT] [REPEATS] [SCALE]`
 //! (defaults q4_k 512 5 full; SCALE `tiny` builds a 4-layer, 512-wide model to try the
@@ -74,8 +76,10 @@ impl TensorSource for RandomWeights {
     }
 
     fn contains(&self, name: &str) -> bool {
-        // Tied head, one MTP layer.
-        name != frognano_model::weights::LM_HEAD && !name.starts_with("mtp.layers.1.")
+        // Tied head, one MTP layer sharing the model's embedding.
+        name != frognano_model::weights::LM_HEAD
+            && !name.starts_with("mtp.layers.1.")
+            && name != "mtp.embed_tokens.weight"
     }
 
     fn matrix(&self, w: &WeightSpec) -> frognano_model::Result<Matrix> {
@@ -239,6 +243,16 @@ fn main() -> anyhow::Result<()> {
             c.restore(&snap).map_err(anyhow::Error::msg)
         }),
     ));
+    let mut warm = base.clone();
+    steps.push((
+        "keep one row's states (buffers reused)",
+        0,
+        Box::new(move || {
+            warm.keep_row_states(1);
+            warm.keep_state_after_row(0);
+            Ok(())
+        }),
+    ));
     for rows in 1..=5 {
         let (mtp_base, ids, hid) = (&mtp_base, &ids, &hid);
         steps.push((
@@ -287,8 +301,9 @@ fn main() -> anyhow::Result<()> {
     let verify: Vec<f64> = std::iter::once(0.0).chain(med[1..=5].iter().copied()).collect();
     let snapshot = med[7];
     let restore = (med[8] - copy).max(0.0);
-    let feed: Vec<f64> = std::iter::once(0.0).chain(med[9..=13].iter().copied()).collect();
-    let chained = med[14];
+    let keep_row = med[9];
+    let feed: Vec<f64> = std::iter::once(0.0).chain(med[10..=14].iter().copied()).collect();
+    let chained = med[15];
 
     // Expected speed-up per k and acceptance rate, in decode-step units.
     let u = |s: f64| s / decode;
@@ -305,6 +320,10 @@ fn main() -> anyhow::Result<()> {
             let rollback: f64 = (0..k).map(|j| p(j) * (u(restore) + u(verify[j + 1]))).sum();
             let cost = draft + u(verify[k + 1]) + u(snapshot) + rollback;
             row.insert(format!("speedup_at_{a}"), (tokens / cost).into());
+            // Keeping the states of the first k rows in the verification instead: k copies,
+            // and a rejection is a swap.
+            let cost = draft + u(verify[k + 1]) + k as f64 * u(keep_row);
+            row.insert(format!("row_states_speedup_at_{a}"), (tokens / cost).into());
         }
         println!("{}", serde_json::Value::Object(row));
     }
