@@ -344,8 +344,15 @@ impl Talker {
             let spec = self.session.speculation_stats();
             let (drafted, accepted) = (spec.drafted - spec_before.drafted, spec.accepted - spec_before.accepted);
             if self.session.speculative() != SpeculativeMode::None {
+                let (rows, reruns) =
+                    (spec.returned_to_row - spec_before.returned_to_row, spec.recomputed - spec_before.recomputed);
+                let rollbacks = if rows + reruns > 0 {
+                    format!("; state rolled back {rows}× to a kept row, {reruns}× from a snapshot with a rerun")
+                } else {
+                    String::new()
+                };
                 eprintln!(
-                    "speculative {}: {} verifications, {accepted}/{drafted} drafted tokens accepted",
+                    "speculative {}: {} verifications, {accepted}/{drafted} drafted tokens accepted{rollbacks}",
                     self.session.speculative(),
                     spec.verifications - spec_before.verifications,
                 );
