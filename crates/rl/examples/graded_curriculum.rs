@@ -3,7 +3,8 @@
 //!
 //! `cargo run --release -p frognano-rl --example graded_curriculum -- OUT`
 //! (env: SEEDS=5, ARMS=frontier,uniform,uniform+dynamic-sampling, BUDGET=rollout tokens per
-//! run, B, G, LR, WARM_STEPS, WARM_LR, WARM_LEVELS, PARALLEL)
+//! run, B, G, LR, WARM_STEPS, WARM_LR, WARM_LEVELS, PARALLEL; the frontier arm's controller:
+//! FRONTIER_GAMMA, FRONTIER_NEW_SHARE, FRONTIER_FOCUS)
 //!
 //! Resumable: finished runs are read back, a killed run resumes from its last checkpoint.
 //! Writes `OUT/table.md` (Markdown) and `OUT/curves.svg`; driven by `bench/train_curriculum.sh`.
@@ -39,6 +40,7 @@ fn main() -> anyhow::Result<()> {
         frontier: frognano_synth::calibrate::FrontierConfig {
             gamma: env_num("FRONTIER_GAMMA", d.frontier.gamma)?,
             new_share: env_num("FRONTIER_NEW_SHARE", d.frontier.new_share)?,
+            focus: env_num("FRONTIER_FOCUS", d.frontier.focus)?,
             ..d.frontier.clone()
         },
         ..d

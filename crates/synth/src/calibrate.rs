@@ -91,6 +91,18 @@ pub struct FrontierConfig {
     pub unsolvable_p: f64,
     /// … with at least this many attempts.
     pub unsolvable_n: f64,
+    /// Sharpness of the learnability weighting: active tasks are drawn in proportion to
+    /// (p̂(1−p̂))^focus. 1 (the default) is PLR's soft weighting, under which tasks far from
+    /// the band still take a large share of a batch (the tasks below and above it
+    /// outnumber those inside); higher values concentrate the batch inside the band.
+    #[serde(default = "FrontierConfig::default_focus")]
+    pub focus: f64,
+}
+
+impl FrontierConfig {
+    fn default_focus() -> f64 {
+        1.0
+    }
 }
 
 impl Default for FrontierConfig {
@@ -107,6 +119,7 @@ impl Default for FrontierConfig {
             solved_n: 16.0,
             unsolvable_p: 0.02,
             unsolvable_n: 32.0,
+            focus: 1.0,
         }
     }
 }
@@ -253,13 +266,14 @@ impl EstimateStore {
         let mut pool: Vec<(&String, &TaskEstimate)> =
             self.tasks.iter().filter(|(_, e)| e.state == Lifecycle::Active).collect();
         while out.len() < cfg.batch && !pool.is_empty() {
-            let lsum: f64 = pool.iter().map(|(_, e)| e.learnability()).sum::<f64>().max(1e-12);
+            let learn = |e: &TaskEstimate| e.learnability().powf(cfg.focus);
+            let lsum: f64 = pool.iter().map(|(_, e)| learn(e)).sum::<f64>().max(1e-12);
             let ssum: f64 = pool.iter().map(|(_, e)| version.saturating_sub(e.version) as f64).sum();
             let weights: Vec<f64> = pool
                 .iter()
                 .map(|(_, e)| {
                     let stale = if ssum > 0.0 { version.saturating_sub(e.version) as f64 / ssum } else { 0.0 };
-                    (1.0 - cfg.staleness_mix) * e.learnability() / lsum + cfg.staleness_mix * stale
+                    (1.0 - cfg.staleness_mix) * learn(e) / lsum + cfg.staleness_mix * stale
                 })
                 .collect();
             let total: f64 = weights.iter().sum();
