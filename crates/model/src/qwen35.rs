@@ -641,6 +641,10 @@ fn attend(
         let mut o = if t == 1 && k_cache.kv_type() == KvType::F16 {
             q.iter_mut().for_each(|x| *x = crate::kernels::round_f16(*x));
             crate::kernels::attention::causal(&q, k_cache, v_cache, shape, crate::quant::ggml::F16Dot::Vec)
+        } else if t == 1 && crate::kernels::attention_q::supports(k_cache, v_cache) {
+            // A Q8_0/Q4_0 cache: the query quantized to Q8_0 and integer block dots, as
+            // llama.cpp's flash attention does with a quantized K.
+            crate::kernels::attention::causal(&q, k_cache, v_cache, shape, crate::quant::ggml::F16Dot::Vec)
         } else {
             crate::kernels::flash::causal_tiled(&q, k_cache, v_cache, shape)
         };

@@ -66,6 +66,9 @@ pub fn causal(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape, order: F16Dot) ->
     if super::plain_kernels() {
         return causal_reference(q, &k.to_f32(), &v.to_f32(), s, order);
     }
+    if s.t == 1 && super::attention_q::supports(k, v) {
+        return super::attention_q::causal_one(q, k, v, s);
+    }
     let tiled = order == F16Dot::Gemm && s.pos0 + s.t >= TILED_FROM;
     if let (Some(kb), Some(vb), false) = (k.f16_bits(), v.f16_bits(), tiled) {
         #[cfg(target_arch = "x86_64")]
