@@ -258,8 +258,8 @@ pub(super) mod x86 {
     //! The vector kernels: [`item_vnni`] and [`item_avx2`] differ only in the integer dot of
     //! the scores (`vpdpbusd` on unsigned key bytes, or `maddubs`); the tile's unpacking, the
     //! softmax step and the value sums are shared AVX2 + FMA code. Eight keys' scores at a time,
-    //! one per lane: each key's eight-lane block dot reduced with the other seven's
-    //! ([`reduce8_epi32`], integers, exact), the block scales one lane per key.
+    //! one per lane: the tile's key blocks transposed once for all the heads, so that each
+    //! key's block sum builds up in its own lane, the block scales one lane per key.
 
     use std::arch::x86_64::*;
     use std::ops::Range;
@@ -268,7 +268,7 @@ pub(super) mod x86 {
     use crate::cache::KvRows;
     use crate::kernels::attention::AttnShape;
     use crate::quant::ggml::{self, x86::expf8};
-    use crate::quant::x86::{dot_i8, dot_u8_i8, dot_u8_i8_vnni, nibbles};
+    use crate::quant::x86::{dot_i8, dot_u8_i8, nibbles};
     use crate::quant::QuantType;
 
     /// Which vector kernel runs.
@@ -351,8 +351,37 @@ pub(super) mod x86 {
     /// integer dot: `$dot_q8` takes the unpacked Q8_0 key bytes (flipped to unsigned,
     /// `k ⊕ 0x80 = k + 128`, when `$q8_bias` is 128) and `$dot_q4` the Q4_0 nibbles (`q + 8`);
     /// the bias times the query block's sum is taken off the exact integer sums.
+    /// `acc + Σ u·y` per 32-bit lane over its four (unsigned, signed) byte pairs, with VNNI.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+    unsafe fn add_dot_vnni(acc: __m256i, u: __m256i, y: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(acc, u, y)
+    }
+
+    /// [`add_dot_vnni`] with AVX2 on Q4_0 nibbles (`maddubs`: no pair of products overflows).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn add_dot_u8(acc: __m256i, u: __m256i, y: __m256i) -> __m256i {
+        _mm256_add_epi32(acc, dot_u8_i8(u, y))
+    }
+
+    /// `acc + Σ k·y` per 32-bit lane over its four signed byte pairs with AVX2 (Q8_0 keys: the
+    /// sign trick of the matmul dots).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn add_dot_i8(acc: __m256i, k: __m256i, y: __m256i) -> __m256i {
+        _mm256_add_epi32(acc, dot_i8(k, y))
+    }
+
+    /// One work item (KV head `kvh`, keys `keys`), written once and compiled with each ISA's
+    /// integer dot: `$dot_q8` takes the unpacked Q8_0 key bytes (flipped to unsigned,
+    /// `k ⊕ 0x80 = k + 128`, when `$q8_bias` is 128) and `$dot_q4` the Q4_0 nibbles (`q + 8`);
+    /// the bias times the query block's sum is taken off the exact integer sums. The keys of a
+    /// group of eight are transposed ([`unpack_keys`]): lane `l` of the `i`-th vector holds
+    /// bytes `4i..4i + 4` of key `l`'s block, so eight dot-accumulates against the query's
+    /// four-byte groups (each broadcast) leave each key's block sum in its own lane.
     macro_rules! item_kernel {
-        ($name:ident, $feat:literal, $dot_q8:ident, $q8_bias:expr, $dot_q4:ident) => {
+        ($name:ident, $feat:literal, $dot_q8:ident, $q8_bias:expr, $dot_q4:ident, $dequantize:ident, $add_values:ident) => {
             /// One work item; `Q4`: the keys are Q4_0 blocks (else Q8_0).
             #[target_feature(enable = $feat)]
             pub(super) unsafe fn $name<const Q4: bool>(
@@ -361,6 +390,7 @@ pub(super) mod x86 {
                 keys: Range<usize>,
                 w: &mut Scratch,
             ) -> Partial {
+                const GROUPS: usize = TILE / 8;
                 let (g, dh, nb) = (c.group, c.dh, c.dh / 32);
                 w.prepare(g, dh);
                 let mut p = Partial::new(g, dh);
@@ -368,37 +398,39 @@ pub(super) mod x86 {
                 let scale = _mm256_set1_ps(c.scale);
                 for t0 in keys.clone().step_by(TILE) {
                     let live = TILE.min(keys.end - t0);
+                    prefetch_tile(c, kvh, (t0 + TILE)..(t0 + 2 * TILE).min(keys.end));
                     unpack_keys::<Q4>(c, kvh, t0, live, $q8_bias == 128, w);
-                    dequantize_values(c, kvh, t0, live, w);
+                    $dequantize(c, kvh, t0, live, w);
+                    let groups = live.div_ceil(8);
                     for h in 0..g {
                         let qh = kvh * g + h;
                         let sc = w.sc.as_mut_ptr().add(h * TILE);
-                        for g8 in 0..live.div_ceil(8) {
-                            let mut sacc = _mm256_setzero_ps();
-                            for b in 0..nb {
-                                let y = _mm256_loadu_si256(c.qa.qs.as_ptr().add(qh * dh + 32 * b).cast());
-                                let kq = w.kq.as_ptr().add((b * TILE + 8 * g8) * 32);
-                                let r: [__m256i; 8] = std::array::from_fn(|l| {
-                                    let x = _mm256_loadu_si256(kq.add(32 * l).cast());
-                                    if Q4 {
-                                        $dot_q4(x, y)
-                                    } else {
-                                        $dot_q8(x, y)
-                                    }
-                                });
-                                let mut isum = reduce8_epi32(&r);
+                        let mut sacc = [_mm256_setzero_ps(); GROUPS];
+                        for b in 0..nb {
+                            let yq = c.qa.qs.as_ptr().add(qh * dh + 32 * b).cast::<i32>();
+                            let y: [__m256i; 8] =
+                                std::array::from_fn(|i| _mm256_set1_epi32(yq.add(i).read_unaligned()));
+                            let qsum = bias * *c.qa.sums32.get_unchecked(qh * nb + b) as i32;
+                            let dq = _mm256_set1_ps(*c.qa.d.get_unchecked(qh * nb + b));
+                            for (g8, sg) in sacc.iter_mut().enumerate().take(groups) {
+                                let kq = w.kq.as_ptr().add(((b * GROUPS + g8) * 8) * 32);
+                                let mut isum = _mm256_setzero_si256();
+                                for (i, yi) in y.iter().enumerate() {
+                                    let x = _mm256_loadu_si256(kq.add(32 * i).cast());
+                                    isum = if Q4 { $dot_q4(isum, x, *yi) } else { $dot_q8(isum, x, *yi) };
+                                }
                                 if bias != 0 {
-                                    let qsum = *c.qa.sums32.get_unchecked(qh * nb + b) as i32;
-                                    isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(bias * qsum));
+                                    isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(qsum));
                                 }
                                 let dk = _mm256_cvtph_ps(_mm_loadu_si128(w.kd.as_ptr().add(b * TILE + 8 * g8).cast()));
-                                let dd = _mm256_mul_ps(dk, _mm256_set1_ps(*c.qa.d.get_unchecked(qh * nb + b)));
-                                sacc = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), sacc);
+                                *sg = _mm256_fmadd_ps(_mm256_mul_ps(dk, dq), _mm256_cvtepi32_ps(isum), *sg);
                             }
-                            _mm256_storeu_ps(sc.add(8 * g8), _mm256_mul_ps(sacc, scale));
+                        }
+                        for (g8, sg) in sacc.iter().enumerate().take(groups) {
+                            _mm256_storeu_ps(sc.add(8 * g8), _mm256_mul_ps(*sg, scale));
                         }
                         let alpha = softmax_step(&mut p, h, std::slice::from_raw_parts_mut(sc, TILE), live);
-                        add_values(&mut p.acc[h * dh..(h + 1) * dh], &w.sc[h * TILE..], &w.vt, live, alpha);
+                        $add_values(&mut p.acc[h * dh..(h + 1) * dh], &w.sc[h * TILE..], &w.vt, live, alpha);
                     }
                 }
                 p
@@ -406,35 +438,108 @@ pub(super) mod x86 {
         };
     }
 
-    item_kernel!(item_vnni, "avx2,fma,f16c,avx512f,avx512vl,avx512vnni", dot_u8_i8_vnni, 128, dot_u8_i8_vnni);
-    item_kernel!(item_avx2, "avx2,fma,f16c", dot_i8, 0, dot_u8_i8);
+    item_kernel!(
+        item_vnni,
+        "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
+        add_dot_vnni,
+        128,
+        add_dot_vnni,
+        dequantize_values_512,
+        add_values_512
+    );
+    item_kernel!(item_avx2, "avx2,fma,f16c", add_dot_i8, 0, add_dot_u8, dequantize_values, add_values);
 
-    /// The key blocks of keys `t0..t0 + live` (KV head `kvh`) unpacked into `w.kq` (32 bytes
-    /// per block and key, `[block][key]`: Q8_0's int8 values, flipped to `k + 128` when `flip`,
-    /// or Q4_0's nibbles) and their scales into `w.kd`; keys past `live` get zeros.
+    /// Asks for the key and value rows of KV head `kvh` of keys `keys` (the next tile) to be
+    /// brought into the cache: a head's rows lie `kv_heads` heads apart, a stride the hardware
+    /// prefetchers follow poorly across pages.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn prefetch_tile(c: &Ctx, kvh: usize, keys: Range<usize>) {
+        for (ty, bytes) in [(c.kt, c.kb), (c.vt, c.vb)] {
+            let len = c.dh / 32 * ty.block_bytes();
+            for j in keys.clone() {
+                let row = bytes.as_ptr().wrapping_add(c.at(ty, j, kvh));
+                let mut off = 0;
+                while off < len + 63 {
+                    _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(off.min(len - 1)).cast());
+                    off += 64;
+                }
+            }
+        }
+    }
+
+    /// The key blocks of keys `t0..t0 + live` (KV head `kvh`) unpacked into `w.kq` (Q8_0's int8
+    /// values, flipped to `k + 128` when `flip`, or Q4_0's nibbles), each group of eight keys of
+    /// a block transposed ([`transpose8x8`]: `[block][group][dword][key]`), and their scales
+    /// into `w.kd` (`[block][key]`); keys past `live` get zeros.
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn unpack_keys<const Q4: bool>(c: &Ctx, kvh: usize, t0: usize, live: usize, flip: bool, w: &mut Scratch) {
         let (nb, bb) = (c.dh / 32, c.kt.block_bytes());
         let flip_v = _mm256_set1_epi8(if flip { 0x80u8 as i8 } else { 0 });
-        for jj in 0..TILE {
-            let base = if jj < live { c.kb.as_ptr().add(c.at(c.kt, t0 + jj, kvh)) } else { std::ptr::null() };
-            for b in 0..nb {
-                let out = w.kq.as_mut_ptr().add((b * TILE + jj) * 32);
-                if jj >= live {
-                    _mm256_storeu_si256(out.cast(), _mm256_setzero_si256());
-                    *w.kd.get_unchecked_mut(b * TILE + jj) = 0;
-                    continue;
-                }
-                let blk = base.add(b * bb);
-                *w.kd.get_unchecked_mut(b * TILE + jj) = (blk as *const u16).read_unaligned();
-                let x = if Q4 {
-                    nibbles(blk.add(2))
+        for g8 in 0..TILE / 8 {
+            let rows: [*const u8; 8] = std::array::from_fn(|l| {
+                let jj = 8 * g8 + l;
+                if jj < live {
+                    c.kb.as_ptr().add(c.at(c.kt, t0 + jj, kvh))
                 } else {
-                    _mm256_xor_si256(_mm256_loadu_si256(blk.add(2).cast()), flip_v)
-                };
-                _mm256_storeu_si256(out.cast(), x);
+                    std::ptr::null()
+                }
+            });
+            for b in 0..nb {
+                let r: [__m256i; 8] = std::array::from_fn(|l| {
+                    let kd = w.kd.as_mut_ptr().add(b * TILE + 8 * g8 + l);
+                    if rows[l].is_null() {
+                        *kd = 0;
+                        return _mm256_setzero_si256();
+                    }
+                    let blk = rows[l].add(b * bb);
+                    *kd = (blk as *const u16).read_unaligned();
+                    if Q4 {
+                        nibbles(blk.add(2))
+                    } else {
+                        _mm256_xor_si256(_mm256_loadu_si256(blk.add(2).cast()), flip_v)
+                    }
+                });
+                let out = w.kq.as_mut_ptr().add(((b * (TILE / 8) + g8) * 8) * 32);
+                for (i, v) in transpose8x8(&r).iter().enumerate() {
+                    _mm256_storeu_si256(out.add(32 * i).cast(), *v);
+                }
             }
         }
+    }
+
+    /// The 8×8 matrix of 32-bit lanes `r` transposed: lane `l` of result `i` is lane `i` of
+    /// `r[l]`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn transpose8x8(r: &[__m256i; 8]) -> [__m256i; 8] {
+        // t[2p]: lanes 0, 1, 4, 5 of r[2p] and r[2p + 1] interleaved; t[2p + 1]: lanes 2, 3, 6, 7.
+        let t: [__m256i; 8] = std::array::from_fn(|i| {
+            let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
+            if i % 2 == 0 {
+                _mm256_unpacklo_epi32(a, b)
+            } else {
+                _mm256_unpackhi_epi32(a, b)
+            }
+        });
+        // u[k] (k < 4): lanes k and k + 4 of r[0..4]; u[4 + k]: the same of r[4..8].
+        let u: [__m256i; 8] = std::array::from_fn(|i| {
+            let (half, k) = (i / 4, i % 4);
+            let (a, b) = (t[4 * half + k / 2], t[4 * half + 2 + k / 2]);
+            if k % 2 == 0 {
+                _mm256_unpacklo_epi64(a, b)
+            } else {
+                _mm256_unpackhi_epi64(a, b)
+            }
+        });
+        std::array::from_fn(|i| {
+            let k = i % 4;
+            if i < 4 {
+                _mm256_permute2x128_si256::<0x20>(u[k], u[4 + k])
+            } else {
+                _mm256_permute2x128_si256::<0x31>(u[k], u[4 + k])
+            }
+        })
     }
 
     /// The value rows of keys `t0..t0 + live` (KV head `kvh`) dequantized into `w.vt`
@@ -463,19 +568,75 @@ pub(super) mod x86 {
         }
     }
 
-    /// Lane `l` of the result is the sum of the eight lanes of `r[l]` (integers: exact in any
-    /// order).
+    /// [`dequantize_values`] sixteen values a register (AVX-512F; the same products).
+    #[target_feature(enable = "avx2,fma,f16c,avx512f")]
+    unsafe fn dequantize_values_512(c: &Ctx, kvh: usize, t0: usize, live: usize, w: &mut Scratch) {
+        let (dh, nb, bb) = (c.dh, c.dh / 32, c.vt.block_bytes());
+        for jj in 0..live {
+            let base = c.vb.as_ptr().add(c.at(c.vt, t0 + jj, kvh));
+            let out = w.vt.as_mut_ptr().add(jj * dh);
+            for b in 0..nb {
+                let blk = base.add(b * bb);
+                let d = _mm512_cvtph_ps(_mm256_set1_epi16((blk as *const u16).read_unaligned() as i16));
+                let x = if c.vt == QuantType::Q8_0 {
+                    _mm256_loadu_si256(blk.add(2).cast())
+                } else {
+                    _mm256_sub_epi8(nibbles(blk.add(2)), _mm256_set1_epi8(8))
+                };
+                let parts = [_mm256_castsi256_si128(x), _mm256_extracti128_si256::<1>(x)];
+                for (i, part) in parts.into_iter().enumerate() {
+                    let v = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(part)));
+                    _mm512_storeu_ps(out.add(32 * b + 16 * i), v);
+                }
+            }
+        }
+    }
+
+    /// [`add_values`] sixteen elements a register (AVX-512F; the same operations per element).
+    #[target_feature(enable = "avx2,fma,f16c,avx512f")]
+    unsafe fn add_values_512(acc: &mut [f32], p: &[f32], vt: &[f32], live: usize, alpha: f32) {
+        let dh = acc.len();
+        let mut col = 0;
+        while col < dh {
+            if dh - col >= 128 {
+                add_columns_512::<8>(acc.as_mut_ptr().add(col), p, vt.as_ptr().add(col), dh, live, alpha);
+                col += 128;
+            } else if dh - col >= 64 {
+                add_columns_512::<4>(acc.as_mut_ptr().add(col), p, vt.as_ptr().add(col), dh, live, alpha);
+                col += 64;
+            } else {
+                add_columns_512::<2>(acc.as_mut_ptr().add(col), p, vt.as_ptr().add(col), dh, live, alpha);
+                col += 32;
+            }
+        }
+    }
+
+    /// [`add_columns`] on `16·R` columns (AVX-512F).
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn reduce8_epi32(r: &[__m256i; 8]) -> __m256i {
-        let a = _mm256_hadd_epi32(r[0], r[1]);
-        let b = _mm256_hadd_epi32(r[2], r[3]);
-        let c = _mm256_hadd_epi32(r[4], r[5]);
-        let d = _mm256_hadd_epi32(r[6], r[7]);
-        // Each 128-bit half of e: four sums of r[0..4] (lanes 0–3, then 4–7 of each).
-        let e = _mm256_hadd_epi32(a, b);
-        let f = _mm256_hadd_epi32(c, d);
-        _mm256_add_epi32(_mm256_permute2x128_si256::<0x20>(e, f), _mm256_permute2x128_si256::<0x31>(e, f))
+    #[target_feature(enable = "avx2,fma,f16c,avx512f")]
+    unsafe fn add_columns_512<const R: usize>(
+        acc: *mut f32,
+        p: &[f32],
+        vt: *const f32,
+        dh: usize,
+        live: usize,
+        alpha: f32,
+    ) {
+        let mut a: [__m512; R] = std::array::from_fn(|r| _mm512_loadu_ps(acc.add(16 * r)));
+        if alpha != 1.0 {
+            let al = _mm512_set1_ps(alpha);
+            a.iter_mut().for_each(|x| *x = _mm512_mul_ps(*x, al));
+        }
+        for (jj, &pj) in p.iter().enumerate().take(live) {
+            let pv = _mm512_set1_ps(pj);
+            let row = vt.add(jj * dh);
+            for (r, x) in a.iter_mut().enumerate() {
+                *x = _mm512_fmadd_ps(pv, _mm512_loadu_ps(row.add(16 * r)), *x);
+            }
+        }
+        for (r, x) in a.iter().enumerate() {
+            _mm512_storeu_ps(acc.add(16 * r), *x);
+        }
     }
 
     /// Head `h`'s online-softmax step on the tile's scores `sc` (the first `live` real):

@@ -202,14 +202,14 @@ pub(crate) unsafe fn dot_u8_i8(u: __m256i, y: __m256i) -> __m256i {
 /// (each the sum of 4 adjacent products) as [`dot_i8`], exactly.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-pub(crate) unsafe fn dot_i8_vnni(x: __m256i, y: __m256i) -> __m256i {
+unsafe fn dot_i8_vnni(x: __m256i, y: __m256i) -> __m256i {
     _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
 }
 
 /// Σ u·y over 32 (unsigned, signed) byte pairs with VNNI: the lanes of [`dot_u8_i8`], exactly.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-pub(crate) unsafe fn dot_u8_i8_vnni(u: __m256i, y: __m256i) -> __m256i {
+unsafe fn dot_u8_i8_vnni(u: __m256i, y: __m256i) -> __m256i {
     _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, y)
 }
 
