@@ -36,7 +36,7 @@ field() { python3 -c "import json,sys; v = json.loads(sys.stdin.read())['$1']; p
 
 echo "model $model, $threads threads, decode $decode tokens after each prompt, KV cache $kv (both sides)"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
-echo "simd: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512bw|avx512vnni|fma|f16c)$' | sort -u | tr '\n' ' ')"
+echo "simd: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512bw|avx512vnni|avx512_vnni|fma|f16c)$' | sort -u | tr '\n' ' ')"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "| prompt | FrogNano prefill tok/s | llama.cpp prefill tok/s | ratio | FrogNano decode tok/s | llama.cpp decode tok/s | ratio | FrogNano KV MiB | FrogNano f16 decode tok/s |"
