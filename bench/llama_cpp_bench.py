@@ -3,7 +3,10 @@ FrogNano: prefill of N pseudo-random tokens (the same ids as gguf_bench), then M
 steps, one sequence. Prints one JSON line, with the M + 1 greedy token ids (`tokens`). Run it
 with .venv-llama/bin/python.
 
-Usage: llama_cpp_bench.py MODEL.gguf THREADS PREFILL DECODE
+Usage: llama_cpp_bench.py MODEL.gguf THREADS PREFILL DECODE [KV]
+KV: the KV cache type, f16 (the default: llama.cpp's own defaults, flash attention off) or
+q8_0 / q4_0 (type_k = type_v = GGML_TYPE_Q8_0 (8) / Q4_0 (2), with flash attention on, which
+llama.cpp needs for a quantized V cache).
 """
 import json
 import os
@@ -14,12 +17,17 @@ import numpy as np
 import llama_cpp
 from llama_cpp import Llama
 
-if len(sys.argv) != 5:
+if len(sys.argv) not in (5, 6):
     sys.exit(__doc__)
 model, threads, n_pre, n_dec = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+kv = sys.argv[5] if len(sys.argv) == 6 else "f16"
+KV_TYPES = {"q8_0": 8, "q4_0": 2}
+if kv != "f16" and kv not in KV_TYPES:
+    sys.exit(f"unknown KV cache type {kv!r}: expected f16, q8_0 or q4_0")
+kv_args = {} if kv == "f16" else {"flash_attn": True, "type_k": KV_TYPES[kv], "type_v": KV_TYPES[kv]}
 t = time.perf_counter()
 llm = Llama(model_path=model, n_ctx=n_pre + n_dec + 8, n_threads=threads, n_threads_batch=threads,
-            n_batch=n_pre, verbose=False)
+            n_batch=n_pre, verbose=False, **kv_args)
 load_s = time.perf_counter() - t
 vocab = llm.n_vocab()
 
@@ -44,7 +52,8 @@ for _ in range(n_dec):
     nxt = last()
     tokens.append(nxt)
 dec = time.perf_counter() - t
-print(json.dumps({"engine": "llama.cpp", "model": model, "threads": threads, "load_s": round(load_s, 3),
+print(json.dumps({"engine": "llama.cpp", "model": model, "threads": threads, "kv_cache": kv,
+                  "load_s": round(load_s, 3),
                   "prefill_tokens": n_pre, "prefill_tok_s": n_pre / pre, "decode_tokens": n_dec,
                   "decode_tok_s": n_dec / dec, "weight_bytes": os.path.getsize(model),
                   "tokens": tokens}))

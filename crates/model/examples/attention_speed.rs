@@ -4,14 +4,18 @@
 //!
 //! ```text
 //! cargo run --release -p frognano-model --example attention_speed -- [--threads 2] [--ctx 512,1024,4096]
-//!     [--only decode|prefill]
+//!     [--only decode|prefill] [--shape coder|smollm2|qwen35-4b] [--kv-cache f16|q8_0|q4_0]
 //! ```
 //! Per shape it prints the milliseconds per call of each and their ratio (one layer; the
 //! model has 28). The outputs are compared bit for bit as a side check (a prefill from
 //! `TILED_FROM` positions on takes the tiled kernel, whose order differs: "OUTPUTS DIFFER").
+//! With `--kv-cache q8_0|q4_0` the comparison is with the tiled kernel (`flash::causal_tiled`,
+//! what one token on a quantized cache ran before `kernels::attention_q`), and the largest
+//! output difference is printed instead.
 use std::time::Instant;
 
 use frognano_model::kernels::attention::{causal, causal_reference, AttnShape};
+use frognano_model::kernels::flash::causal_tiled;
 use frognano_model::kernels::round_f16;
 use frognano_model::quant::ggml::F16Dot;
 use frognano_model::{KvRows, KvType};
@@ -72,7 +76,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         other => return Err(format!("--shape {other}: expected coder, smollm2 or qwen35-4b").into()),
     };
     let reference = !args.iter().any(|a| a == "--no-reference");
-    println!("threads {threads}; one layer, {hq} heads / {hkv} KV heads × {dh}");
+    let kv: KvType = arg(&args, "--kv-cache", "f16").parse()?;
+    kv.check_head_dim(dh)?;
+    println!("threads {threads}; one layer, {hq} heads / {hkv} KV heads × {dh}, {kv} cache");
     for &n in &ctx {
         for (what, t) in [("decode", 1), ("prefill", n)] {
             if !only.is_empty() && only != what {
@@ -84,10 +90,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let k = f16_values(n * hkv * dh, 2, 2.0);
             let v = f16_values(n * hkv * dh, 3, 1.0);
             let order = F16Dot::for_batch(t);
-            let (mut kc, mut vc) = (KvRows::new(KvType::F16, hkv * dh, dh), KvRows::new(KvType::F16, hkv * dh, dh));
+            let (mut kc, mut vc) = (KvRows::new(kv, hkv * dh, dh), KvRows::new(kv, hkv * dh, dh));
             kc.push(&k);
             vc.push(&v);
+            drop((k, v));
             let (fast, a) = time(|| causal(&q, &kc, &vc, s, order));
+            if kv != KvType::F16 {
+                let (tiled, b) = time(|| causal_tiled(&q, &kc, &vc, s));
+                let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+                println!(
+                    "{what:>7} {n:>6}: causal {:>9.3} ms, tiled {:>9.3} ms, {:>5.1}x, outputs within {worst:.1e}",
+                    fast * 1e3,
+                    tiled * 1e3,
+                    tiled / fast
+                );
+                continue;
+            }
+            let (k, v) = (kc.to_f32(), vc.to_f32());
             let (plain, b) =
                 if reference { time(|| causal_reference(&q, &k, &v, s, order)) } else { (f64::NAN, a.clone()) };
             let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());

@@ -227,6 +227,15 @@ impl KvRows {
         }
     }
 
+    /// The ggml block type and the stored blocks (`len` rows of `width / 32` blocks each), when
+    /// stored as Q8_0 or Q4_0.
+    pub fn blocks(&self) -> Option<(QuantType, &[u8])> {
+        match &self.store {
+            Store::Blocks(q, v) => Some((*q, v)),
+            _ => None,
+        }
+    }
+
     /// The f32 values, `[len, width]`, when stored as f32.
     pub fn f32_values(&self) -> Option<&[f32]> {
         match &self.store {

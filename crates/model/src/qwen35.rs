@@ -636,13 +636,17 @@ fn attend(
     let scale = 1.0 / (dh as f32).sqrt();
     let (Some(kc), Some(vc)) = (k_cache.f32_values(), v_cache.f32_values()) else {
         // An f16 or quantized cache (`--kv-cache`): the tiled kernel, then the activation
-        // rounding of the output. One token on an f16 cache (decode) takes the one-token
-        // kernel instead, as llama.cpp computes it (the query rounded to f16, as its f16 K·Q
-        // converts it): it reads each key row where it lies, where the tiled kernel would
-        // transpose every key of the context for the one row of each head.
+        // rounding of the output. One token (decode) takes a one-token kernel instead, which
+        // reads each key row where it lies, where the tiled kernel would transpose every key of
+        // the context for the one row of each head: on an f16 cache as llama.cpp computes it
+        // (the query rounded to f16, as its f16 K·Q converts it), on a Q8_0/Q4_0 cache
+        // `kernels::attention_q` (the query quantized to Q8_0, integer block dots, as
+        // llama.cpp's flash attention does with a quantized K).
         let shape = AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, scale };
         let mut o = if t == 1 && k_cache.kv_type() == KvType::F16 {
             q.iter_mut().for_each(|x| *x = crate::kernels::round_f16(*x));
+            crate::kernels::attention::causal(&q, k_cache, v_cache, shape, crate::quant::ggml::F16Dot::Vec)
+        } else if t == 1 && crate::kernels::attention_q::supports(k_cache, v_cache) {
             crate::kernels::attention::causal(&q, k_cache, v_cache, shape, crate::quant::ggml::F16Dot::Vec)
         } else {
             crate::kernels::flash::causal_tiled(&q, k_cache, v_cache, shape)

@@ -24,6 +24,14 @@
 //! every 16-lane register as two 256-bit halves, lane for lane (so eight keys, eight
 //! exponentials per register), else the reference; `FROGNANO_PLAIN_KERNELS=1` asks for the
 //! reference. Tests hold each kernel the CPU runs to the reference bit for bit.
+//!
+//! A quantized cache (`--kv-cache q8_0|q4_0`) has its own one-token kernel,
+//! [`super::attention_q`]: the query quantized to Q8_0 and each key scored by an integer block
+//! dot (AVX-512 VNNI `vpdpbusd` or AVX2 `maddubs`), an online softmax over tiles of 32 keys for
+//! all the query heads of a KV head at once, the value rows dequantized once per tile, and the
+//! keys cut into chunks across the threads whose partial sums are combined in a fixed order.
+//! Batches on a quantized or f32 cache, and long batches on any, take the tiled kernel
+//! ([`super::flash`]).
 
 use rayon::prelude::*;
 
@@ -58,13 +66,17 @@ pub const TILED_FROM: usize = 512;
 /// Causal attention of `q` (`[t, heads, head_dim]`, values already f16-rounded) against the
 /// cache `k`/`v` (`[pos0 + t, kv_heads · head_dim]`). For an f16 cache it follows llama.cpp's
 /// summation `order` ([`F16Dot::for_batch`]): one token (decode) always, a batch below
-/// [`TILED_FROM`] positions, bit-identical to [`causal_reference`]. A longer batch, and every
-/// call on a quantized (Q8_0/Q4_0) or f32 cache, runs the tiled online-softmax kernel
-/// ([`super::flash::causal_tiled`]). `FROGNANO_PLAIN_KERNELS=1` asks for [`causal_reference`]
+/// [`TILED_FROM`] positions, bit-identical to [`causal_reference`]. One token on a quantized
+/// (Q8_0/Q4_0) cache runs [`super::attention_q::causal_one`] (integer block dots against the
+/// query quantized to Q8_0). A longer batch, a batch on a quantized cache and every call on an
+/// f32 cache run the tiled online-softmax kernel ([`super::flash::causal_tiled`]). `FROGNANO_PLAIN_KERNELS=1` asks for [`causal_reference`]
 /// on the cache's values throughout. Returns `[t, heads · head_dim]`.
 pub fn causal(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape, order: F16Dot) -> Vec<f32> {
     if super::plain_kernels() {
         return causal_reference(q, &k.to_f32(), &v.to_f32(), s, order);
+    }
+    if s.t == 1 && super::attention_q::supports(k, v) {
+        return super::attention_q::causal_one(q, k, v, s);
     }
     let tiled = order == F16Dot::Gemm && s.pos0 + s.t >= TILED_FROM;
     if let (Some(kb), Some(vb), false) = (k.f16_bits(), v.f16_bits(), tiled) {

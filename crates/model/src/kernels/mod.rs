@@ -2,6 +2,7 @@
 //! reference twin live in their own files ([`delta_rule`], [`conv`]).
 
 pub mod attention;
+pub mod attention_q;
 pub mod conv;
 pub mod delta_rule;
 pub mod f16_rows;

@@ -34,7 +34,7 @@ pub mod q4k_x8;
 pub mod q6k_x8;
 pub mod quantize;
 #[cfg(target_arch = "x86_64")]
-mod x86;
+pub(crate) mod x86;
 
 use half::f16;
 use rayon::prelude::*;

@@ -176,7 +176,7 @@ unsafe fn hsum_ps(v: __m256) -> f32 {
 /// 32 nibbles from 16 bytes: low nibbles in the lower 128 bits, high nibbles in the upper.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn nibbles(p: *const u8) -> __m256i {
+pub(crate) unsafe fn nibbles(p: *const u8) -> __m256i {
     let x = _mm_loadu_si128(p as *const __m128i);
     let both = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
     _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
@@ -185,7 +185,7 @@ unsafe fn nibbles(p: *const u8) -> __m256i {
 /// Σ x·y over 32 signed byte pairs, as 8 i32 partial sums (sign trick for `maddubs`).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dot_i8(x: __m256i, y: __m256i) -> __m256i {
+pub(crate) unsafe fn dot_i8(x: __m256i, y: __m256i) -> __m256i {
     let ax = _mm256_sign_epi8(x, x);
     let sy = _mm256_sign_epi8(y, x);
     _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1))
@@ -194,7 +194,7 @@ unsafe fn dot_i8(x: __m256i, y: __m256i) -> __m256i {
 /// Σ u·y over 32 (unsigned ≤ 127, signed) byte pairs, as 8 i32 partial sums.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dot_u8_i8(u: __m256i, y: __m256i) -> __m256i {
+pub(crate) unsafe fn dot_u8_i8(u: __m256i, y: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1))
 }
 
