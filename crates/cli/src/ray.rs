@@ -50,3 +50,43 @@ impl RayArgs {
         Ok(self.config()?.map(|config| RayRunner { config }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct Top {
+        #[command(flatten)]
+        ray: RayArgs,
+    }
+
+    #[test]
+    fn flags_become_the_cluster_settings_and_bad_ones_are_named() {
+        let t = Top::try_parse_from(["x", "--ray", "head:6379", "--ray-memory", "2G", "--ray-retries", "1"]).unwrap();
+        let c = t.ray.config().unwrap().expect("--ray given");
+        assert_eq!((c.address.as_str(), c.memory_per_unit, c.max_retries), ("head:6379", 2 << 30, 1));
+        assert!(Top::try_parse_from(["x"]).unwrap().ray.config().unwrap().is_none());
+        assert!(Top::try_parse_from(["x", "--ray-cpus", "2"]).is_err(), "--ray-cpus goes with --ray");
+        let t = Top::try_parse_from(["x", "--ray", "head:6379", "--ray-cpus", "0"]).unwrap();
+        assert_eq!(t.ray.config().unwrap_err().to_string(), "--ray-cpus must be more than 0, got 0");
+        let e = Top::try_parse_from(["x", "--ray", "h:1", "--ray-memory", "lots"]).unwrap_err().to_string();
+        assert!(e.contains("expected e.g. 2G"), "{e}");
+    }
+
+    #[test]
+    fn every_command_with_units_takes_ray() {
+        for line in [
+            "eval grade --instances i.jsonl --predictions gold --ray h:1",
+            "eval run --instances i.jsonl --solver-cmd true --ray h:1 --ray-cpus 2",
+            "synth repo --ray h:1",
+            "synth batch manifest.txt --ray h:1 --ray-memory 4G",
+            "train --toy --ray h:1",
+        ] {
+            crate::Cli::try_parse_from(std::iter::once("frognano").chain(line.split(' ')))
+                .unwrap_or_else(|e| panic!("{line}: {e}"));
+        }
+    }
+}
