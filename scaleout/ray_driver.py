@@ -1,9 +1,9 @@
-"""Ray driver of `frognano eval … --ray ADDRESS`.
+"""Ray driver of `frognano eval … | synth … | train … --ray ADDRESS`.
 
 The `frognano` process that the user started (the Rust driver) runs this script with the
 Python that has Ray installed, writes the units of its run to our stdin as JSON lines
 `{"index": i, "unit": {...}}` and closes it. We submit one Ray task per unit; each task runs
-`frognano eval unit` on whatever node Ray picks, feeds it the unit on stdin, and hands back
+`frognano unit` on whatever node Ray picks, feeds it the unit on stdin, and hands back
 what it prints: the result and the text of every file the unit wrote. As each task finishes
 we print one JSON line to stdout:
 
@@ -15,7 +15,7 @@ first line is `{"event": "cluster", "nodes": N, "cpus": C}`.
 
 Fault handling is Ray's: a task whose worker process or node dies is run again, up to
 `--max-retries` times (Ray's `max_retries`, counting only system failures). A unit that fails
-on its own (`frognano eval unit` exits non-zero) is not retried; it comes back as an error.
+on its own (`frognano unit` exits non-zero) is not retried; it comes back as an error.
 Whatever happens, each index is printed at most once, so nothing is written twice; an index
 never printed (this driver killed) is simply not written, and a rerun of the same command
 runs it.
@@ -35,7 +35,7 @@ import time
 
 import ray
 
-# prctl(PR_SET_PDEATHSIG, SIGKILL): the `frognano eval unit` child dies with the Ray worker
+# prctl(PR_SET_PDEATHSIG, SIGKILL): the `frognano unit` child dies with the Ray worker
 # that started it, so a killed node leaves no unit running on behind Ray's back.
 PR_SET_PDEATHSIG = 1
 
@@ -48,7 +48,7 @@ def _die_with_parent():
 
 
 class UnitFailed(Exception):
-    """`frognano eval unit` exited non-zero: the unit's own failure, not the cluster's."""
+    """`frognano unit` exited non-zero: the unit's own failure, not the cluster's."""
 
 
 @ray.remote
@@ -64,7 +64,7 @@ def run_unit(frognano_hint, unit_text):
     env = dict(os.environ, FROGNANO_RAY_NODE=node)
     started = time.monotonic()
     proc = subprocess.run(
-        [exe, "eval", "unit"],
+        [exe, "unit"],
         input=unit_text,
         capture_output=True,
         text=True,
@@ -73,7 +73,7 @@ def run_unit(frognano_hint, unit_text):
     )
     if proc.returncode != 0:
         tail = " | ".join(proc.stderr.strip().splitlines()[-5:])
-        raise UnitFailed(f"frognano eval unit exited with {proc.returncode} on node {node[:12]}: {tail}")
+        raise UnitFailed(f"frognano unit exited with {proc.returncode} on node {node[:12]}: {tail}")
     return {"answer": proc.stdout, "node": node, "worker_seconds": time.monotonic() - started}
 
 

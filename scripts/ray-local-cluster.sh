@@ -4,7 +4,7 @@
 #   scripts/ray-local-cluster.sh stop DIR                            kills every node it started
 # `start` writes DIR/address (host:port of the head) and DIR/head.pgid, DIR/worker1.pgid, …:
 # each node is a `ray start --block` in a session of its own, so `kill -9 -- -PGID` ends that
-# node and everything it runs (raylet, workers, their `frognano eval unit`), as a lost machine
+# node and everything it runs (raylet, workers, their `frognano unit`), as a lost machine
 # would. Ray listens on the host's address (it binds every interface); nothing leaves the host.
 # Worker node i listens on 127.0.0.(i+1), so that each node of this one host has an address
 # of its own and a driver can be told to attach to the head (FROGNANO_RAY_NODE_IP, written to

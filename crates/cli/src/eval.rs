@@ -8,7 +8,6 @@ use frognano_agent::swe_solver::AgentSolver;
 use frognano_protocol::codec::ToolParser;
 use frognano_sandbox::Isolation;
 use frognano_swe::eval::{AgentLimits, ExecConfig, GradeJob, GradeLogJob, ParseLogJob, RunJob, SolverConfig};
-use frognano_swe::ray::RayConfig;
 use frognano_swe::runs::Shard;
 
 use crate::progress::Bar;
@@ -25,9 +24,6 @@ pub enum EvalCommand {
     ParseLog(ParseLogArgs),
     /// Grade one log for one instance; prints swebench's per-instance report JSON.
     GradeLog(GradeLogArgs),
-    /// Internal: a worker of `--ray` runs one unit (JSON on stdin) and prints its answer.
-    #[command(hide = true)]
-    Unit,
 }
 
 /// Options shared by `grade` and `run`.
@@ -62,39 +58,14 @@ pub struct ExecArgs {
     /// Run tests without confinement (no network or write protection).
     #[arg(long)]
     pub no_sandbox: bool,
-    /// Run every instance attempt as a task on the Ray cluster at ADDRESS (host:port,
-    /// ray://host:10001, auto); `--ray` alone takes RAY_ADDRESS. Needs a Python with `ray`
-    /// (FROGNANO_RAY_PYTHON, default python3; scripts/setup-ray.sh). docs/scale-out.md.
-    #[arg(long, value_name = "ADDRESS", num_args = 0..=1, default_missing_value = "")]
-    pub ray: Option<String>,
-    /// CPUs each Ray task declares.
-    #[arg(long, default_value_t = 1.0, requires = "ray")]
-    pub ray_cpus: f64,
-    /// Memory each Ray task declares (e.g. 2G, 512M).
-    #[arg(long, default_value = "1G", value_parser = frognano_swe::ray::parse_memory, requires = "ray")]
-    pub ray_memory: u64,
-    /// Reruns of a task whose Ray worker or node died.
-    #[arg(long, default_value_t = 3, requires = "ray")]
-    pub ray_retries: u32,
+    /// Every instance attempt as a task on a Ray cluster.
+    #[command(flatten)]
+    pub ray: crate::ray::RayArgs,
 }
 
 impl ExecArgs {
     fn config(&self) -> anyhow::Result<ExecConfig> {
-        let ray = match &self.ray {
-            None => None,
-            Some(address) => Some(RayConfig {
-                address: if address.is_empty() {
-                    std::env::var("RAY_ADDRESS").unwrap_or_default()
-                } else {
-                    address.clone()
-                },
-                python: std::env::var_os("FROGNANO_RAY_PYTHON").map_or_else(|| "python3".into(), PathBuf::from),
-                frognano: std::env::current_exe()?,
-                cpus_per_unit: self.ray_cpus,
-                memory_per_unit: self.ray_memory,
-                max_retries: self.ray_retries,
-            }),
-        };
+        let ray = self.ray.config()?;
         Ok(ExecConfig {
             instances: self.instances.clone(),
             repos: self.repos.clone(),
@@ -258,15 +229,6 @@ pub fn run(cmd: EvalCommand) -> anyhow::Result<()> {
             let job = GradeLogJob { instance: a.instance, instance_id: a.instance_id, log: a.log };
             let report = frognano_swe::eval::grade_log(&job)?;
             println!("{}", frognano_swe::report::instance_report_text(&report));
-            Ok(())
-        }
-        EvalCommand::Unit => {
-            let mut text = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
-            let unit: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("eval unit: stdin is not a JSON unit: {e}"))?;
-            let answer = frognano_swe::eval::run_unit(&unit)?;
-            println!("{answer}");
             Ok(())
         }
         EvalCommand::Grade(a) => {

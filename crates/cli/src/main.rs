@@ -4,6 +4,7 @@ mod constrain;
 mod eval;
 mod progress;
 mod pull;
+mod ray;
 mod review;
 mod run;
 mod serve;
@@ -11,6 +12,7 @@ mod solve;
 mod synth;
 mod threads;
 mod train;
+mod unit;
 
 use clap::{Parser, Subcommand};
 
@@ -47,6 +49,9 @@ enum Command {
     Train(Box<train::TrainArgs>),
     /// A local web page to review runs (solve, eval, train) and apply, reject or send back.
     Review(review::ReviewArgs),
+    /// Internal: a `--ray` worker runs one unit of work (JSON on stdin) and prints its answer.
+    #[command(hide = true)]
+    Unit,
 }
 
 impl Command {
@@ -64,7 +69,7 @@ impl Command {
             },
             Command::Train(a) => a.threads,
             Command::Logits(a) => a.threads,
-            Command::Pull(_) | Command::Eval(_) | Command::Review(_) => return None,
+            Command::Pull(_) | Command::Eval(_) | Command::Review(_) | Command::Unit => return None,
         };
         flags.threads
     }
@@ -99,6 +104,7 @@ fn main() {
         Command::Eval(cmd) => eval::run(cmd),
         Command::Train(a) => train::run(*a),
         Command::Review(a) => review::run(a),
+        Command::Unit => unit::run(),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -82,6 +82,10 @@ pub struct BatchArgs {
     /// Run tests without confinement.
     #[arg(long)]
     pub no_sandbox: bool,
+    /// Each package as a task on a Ray cluster (--out on a path every node sees; --jobs is
+    /// then the cluster's to decide).
+    #[command(flatten)]
+    pub ray: crate::ray::RayArgs,
 }
 
 impl BatchArgs {
@@ -201,6 +205,10 @@ pub struct GenerateArgs {
     /// Model replies tried per task before falling back to the template.
     #[arg(long, default_value_t = frognano_synth::issue_model::DEFAULT_ATTEMPTS)]
     pub issue_attempts: usize,
+    /// Each candidate's validation as a task on a Ray cluster (--out on a path every node
+    /// sees; with --max-tasks, --workers × 4 candidates go out at a time).
+    #[command(flatten)]
+    pub ray: crate::ray::RayArgs,
 }
 
 /// `frognano synth calibrate`.
@@ -322,7 +330,11 @@ pub fn run(cmd: SynthCommand) -> anyhow::Result<()> {
         Some(SynthSub::Calibrate(a)) => run_calibrate(&a),
         Some(SynthSub::Batch(a)) => run_batch(&a),
         None => {
-            let s = frognano_synth::pipeline::synthesize_with_progress(&cmd.generate.options()?, &Bar::candidates())?;
+            let runner = cmd.generate.ray.runner()?;
+            let runner = runner.as_ref().map(|r| r as &dyn frognano_swe::remote::UnitRunner);
+            let limits = frognano_synth::pipeline::RunLimits::default();
+            let opts = cmd.generate.options()?;
+            let s = frognano_synth::pipeline::synthesize_at(&opts, &Bar::candidates(), &limits, runner)?;
             let rate = if s.seconds > 0.0 { 60.0 * s.tasks_accepted as f64 / s.seconds } else { 0.0 };
             println!(
                 "accepted {} of {} candidates ({} skipped as done); {:.1} tasks/min; {:.0}% of worker time in test runs",
@@ -343,7 +355,9 @@ pub fn run(cmd: SynthCommand) -> anyhow::Result<()> {
 
 fn run_batch(a: &BatchArgs) -> anyhow::Result<()> {
     let opts = a.options()?;
-    let r = frognano_synth::batch::run_batch(&opts, &Bar::counting())?;
+    let runner = a.ray.runner()?;
+    let runner = runner.as_ref().map(|r| r as &dyn frognano_swe::remote::UnitRunner);
+    let r = frognano_synth::batch::run_batch_at(&opts, &Bar::counting(), runner)?;
     println!("{:<50} {:>5} {:>6} {:>7}  outcome", "package", "tasks", "tried", "seconds");
     for p in &r.packages {
         println!("{:<50} {:>5} {:>6} {:>7.0}  {}", p.spec, p.tasks, p.candidates_tried, p.seconds, p.outcome);

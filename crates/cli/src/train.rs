@@ -245,6 +245,10 @@ pub struct TrainArgs {
     /// `--parallel-rollouts` threads (`-t/--threads`).
     #[command(flatten)]
     pub threads: crate::threads::ThreadArgs,
+    /// Each rollout group (the G attempts on one task) as a task on a Ray cluster, its
+    /// worker loading the step's policy weights from --out (on a path every node sees).
+    #[command(flatten)]
+    pub ray: crate::ray::RayArgs,
 }
 
 impl TrainArgs {
@@ -317,6 +321,7 @@ impl TrainArgs {
             lora,
             bf16: a.bf16,
             backend,
+            ray: a.ray.config()?,
         })
     }
 }

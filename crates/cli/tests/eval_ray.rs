@@ -18,67 +18,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
+use frognano_testkit::ray::{lose_worker_node_mid_run, units_started_twice, RayCluster as Cluster};
 use frognano_testkit::{bash_project, diff_for};
 use serde_json::{json, Value};
 
 const INSTANCES: usize = 20;
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
-
-/// The Python with Ray: FROGNANO_RAY_PYTHON, else the repository's `.venv-ray`.
 fn ray_python() -> Option<PathBuf> {
-    let python = std::env::var_os("FROGNANO_RAY_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".venv-ray/bin/python"));
-    let status = match Command::new(&python).args(["-c", "import ray"]).output() {
-        Ok(o) if o.status.success() => Ok(()),
-        Ok(o) => Err(format!("{} cannot import ray: {}", python.display(), String::from_utf8_lossy(&o.stderr).trim())),
-        Err(e) => Err(format!("{}: {e}", python.display())),
-    };
-    frognano_testkit::available_or_skip("ray (scripts/setup-ray.sh)", "eval --ray on a local cluster", status)
-        .then_some(python)
+    frognano_testkit::ray::ray_python("eval --ray on a local cluster")
 }
 
-/// A two-node cluster started by the project's script; stopped (every node's process group
-/// killed) when dropped, also when the test fails.
-struct Cluster {
-    dir: PathBuf,
-    address: String,
-    /// The head's IP: the drivers attach there (FROGNANO_RAY_NODE_IP), not to the worker node
-    /// this test kills.
-    head_ip: String,
-}
-
-impl Cluster {
-    fn start(dir: &Path, python: &Path) -> Cluster {
-        let o = Command::new(repo_root().join("scripts/ray-local-cluster.sh"))
-            .args(["start", dir.to_str().unwrap(), "1", "2"])
-            .env("RAY_PYTHON", python)
-            .output()
-            .unwrap();
-        let mut cluster = Cluster { dir: dir.to_path_buf(), address: String::new(), head_ip: String::new() };
-        assert!(o.status.success(), "cluster did not start: {}", String::from_utf8_lossy(&o.stderr));
-        cluster.address = std::fs::read_to_string(dir.join("address")).unwrap().trim().to_string();
-        cluster.head_ip = std::fs::read_to_string(dir.join("head-ip")).unwrap().trim().to_string();
-        cluster
-    }
-
-    /// Process group of the worker node: `kill -9 -- -PGID` is that machine lost.
-    fn worker_pgid(&self) -> String {
-        std::fs::read_to_string(self.dir.join("worker1.pgid")).unwrap().trim().to_string()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = Command::new(repo_root().join("scripts/ray-local-cluster.sh"))
-            .args(["stop", self.dir.to_str().unwrap()])
-            .output();
-    }
+fn start_cluster(dir: &Path, python: &Path) -> Cluster {
+    Cluster::start(dir, python, 1, 2, &[])
 }
 
 /// Twenty instances of one bash project whose `greet` misspells "Hello".
@@ -184,7 +136,7 @@ fn a_ray_cluster_runs_every_instance_once_and_leaves_what_the_local_run_leaves()
     let Some(python) = ray_python() else { return };
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let cluster = Cluster::start(&root.join("cluster"), &python);
+    let cluster = start_cluster(&root.join("cluster"), &python);
     let set = instances(root);
     let set = set.to_str().unwrap();
     let run = |out: &str, starts: &str, sleep: f64, ray: bool| -> Command {
@@ -270,41 +222,14 @@ fn a_ray_cluster_runs_every_instance_once_and_leaves_what_the_local_run_leaves()
     // A lost node: the worker node is killed while it runs a unit.
     let starts = root.join("starts-kill");
     let mut child = run("kill", "starts-kill", 0.6, true).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    let pgid = cluster.worker_pgid();
-    let on_worker = |text: &str| text.lines().filter(|l| l.ends_with(&format!(" {pgid}"))).count();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        // Two units started on the worker node: the second is asleep in its solver now.
-        if on_worker(&std::fs::read_to_string(&starts).unwrap_or_default()) >= 2 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the worker node never started two units");
-        assert!(child.try_wait().unwrap().is_none(), "the run ended before the worker node took two units");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let killed = Command::new("kill").args(["-9", "--", &format!("-{pgid}")]).status().unwrap();
-    assert!(killed.success());
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "the run did not finish after the worker node was killed");
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-    assert!(status.success(), "{stderr}");
+    let (ok_run, stderr) = lose_worker_node_mid_run(&cluster, &mut child, &starts, 2);
+    assert!(ok_run, "{stderr}");
     let kill_rows = by_id(jsonl(&run_dir("kill").join("results.jsonl")));
     assert_eq!(kill_rows, local_rows, "every instance once, with the local run's results");
     assert_eq!(by_id(jsonl(&run_dir("kill").join("preds.jsonl"))).len(), INSTANCES);
     // The unit the worker node was running when it died started again on the head.
     let started = std::fs::read_to_string(&starts).unwrap();
-    let mut count: BTreeMap<&str, usize> = BTreeMap::new();
-    for l in started.lines() {
-        *count.entry(l.split(' ').next().unwrap()).or_default() += 1;
-    }
-    let rerun: Vec<&&str> = count.iter().filter(|(_, n)| **n > 1).map(|(id, _)| id).collect();
-    assert!(!rerun.is_empty(), "no unit of the killed node ran again: {started}");
+    assert!(!units_started_twice(&starts).is_empty(), "no unit of the killed node ran again: {started}");
 
     // A rerun finds every unit finished: nothing runs, nothing is appended.
     ok(run("kill", "starts-kill", 0.0, true).output().unwrap());

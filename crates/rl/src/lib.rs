@@ -19,6 +19,7 @@ pub mod loss;
 pub mod metrics;
 pub mod optim;
 pub mod policy;
+pub mod remote;
 pub mod rollout;
 pub mod store;
 pub mod tinker;

@@ -54,15 +54,20 @@ pub fn split_bodies(datums: Vec<Value>, max_bytes: usize) -> Vec<Vec<Value>> {
     out
 }
 
-/// The loss to request given the server's `supported_loss_fns`: `ppo` with our clip range
-/// in ratio space when offered, else `importance_sampling` (then keep rollouts at most one
-/// policy version stale). `None` when the server offers neither.
+/// The losses of the Tinker API itself, assumed when a server's capabilities do not list
+/// any: Tinker's `get_server_capabilities` answers with the supported models only (SkyRL tx
+/// 0.3.0 does so), and every Tinker server takes these loss names.
+pub const TINKER_BUILTIN_LOSSES: [&str; 3] = ["cross_entropy", "importance_sampling", "ppo"];
+
+/// The loss to request given the server's `supported_loss_fns` (the Tinker built-ins,
+/// [`TINKER_BUILTIN_LOSSES`], when the server lists none): `ppo` with our clip range in ratio
+/// space when offered, else `importance_sampling` (then keep rollouts at most one policy
+/// version stale). `None` when the server offers neither.
 pub fn choose_loss(capabilities: &Value, cfg: &LossConfig) -> Option<(String, Option<Value>)> {
-    let offered: Vec<&str> = capabilities
-        .get("supported_loss_fns")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+    let offered: Vec<&str> = match capabilities.get("supported_loss_fns").and_then(Value::as_array) {
+        Some(a) => a.iter().filter_map(Value::as_str).collect(),
+        None => TINKER_BUILTIN_LOSSES.to_vec(),
+    };
     if cfg.kind == PolicyLoss::Ppo && offered.contains(&"ppo") {
         let conf = json!({"clip_low_threshold": 1.0 - cfg.clip_low, "clip_high_threshold": 1.0 + cfg.clip_high});
         return Some(("ppo".into(), Some(conf)));
@@ -353,6 +358,9 @@ mod tests {
         let is_only = json!({"supported_loss_fns": ["cross_entropy", "importance_sampling"]});
         assert_eq!(choose_loss(&is_only, &cfg).unwrap().0, "importance_sampling");
         assert!(choose_loss(&json!({"supported_loss_fns": ["cross_entropy"]}), &cfg).is_none());
+        // A server that lists models only (Tinker's own answer) takes the built-in losses.
+        let models_only = json!({"supported_models": [{"model_name": "m"}]});
+        assert_eq!(choose_loss(&models_only, &cfg).unwrap().0, "ppo");
     }
 
     #[test]

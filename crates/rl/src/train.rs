@@ -83,6 +83,9 @@ pub struct TrainJob {
     pub bf16: bool,
     /// Where gradients are computed.
     pub backend: GradientBackend,
+    /// Roll the groups out on this Ray cluster (`--ray`) instead of in this process; the run
+    /// folder must then be on a path every node sees.
+    pub ray: Option<frognano_swe::ray::RayConfig>,
 }
 
 /// The learning rate when none is given: 1e-2 for the toy, 1e-4 with LoRA, 1e-6 for full
@@ -130,6 +133,23 @@ pub struct TrainSummary {
     pub out: PathBuf,
 }
 
+/// The policy of `--model` (built with `opts`), its chat template, and the options of the
+/// task environment around it: what the trainer and a cluster worker ([`crate::remote`])
+/// both start from.
+pub(crate) fn load_task_policy(
+    model: &str,
+    opts: &PolicyOptions,
+    repos: Option<PathBuf>,
+    isolation: Isolation,
+    enable_thinking: bool,
+) -> anyhow::Result<(Policy, ChatParts, SweEnvOptions)> {
+    let path = frognano_model::load::resolve_path(model)?;
+    let policy = Policy::load(&path, opts)?;
+    let (_, chat) = ChatParts::split(frognano_model::load(model)?)?;
+    let env_opts = SweEnvOptions { repos, isolation, enable_thinking, ..SweEnvOptions::default() };
+    Ok((policy, chat, env_opts))
+}
+
 /// Runs [`TrainJob`]: opens (or resumes) the run in `job.out` and trains to the last step,
 /// reporting each step to `progress` (its summary line through [`Progress::println`]).
 pub fn run_training(a: &TrainJob, progress: &dyn Progress) -> anyhow::Result<TrainSummary> {
@@ -156,15 +176,7 @@ pub fn run_training(a: &TrainJob, progress: &dyn Progress) -> anyhow::Result<Tra
         }
         TrainTarget::Tasks { model, tasks, synth_repo, repos, isolation, enable_thinking } => {
             eprintln!("loading the policy from {model} …");
-            let path = frognano_model::load::resolve_path(model)?;
-            let policy = Policy::load(&path, &opts)?;
-            let (_, chat) = ChatParts::split(frognano_model::load(model)?)?;
-            let env_opts = SweEnvOptions {
-                repos: repos.clone(),
-                isolation: *isolation,
-                enable_thinking: *enable_thinking,
-                ..SweEnvOptions::default()
-            };
+            let (policy, chat, env_opts) = load_task_policy(model, &opts, repos.clone(), *isolation, *enable_thinking)?;
             let env = match (synth_repo, tasks) {
                 (Some(repo), tasks) => {
                     let out = tasks.clone().unwrap_or_else(|| a.out.join("synth"));
@@ -199,6 +211,35 @@ pub fn run_training(a: &TrainJob, progress: &dyn Progress) -> anyhow::Result<Tra
         eprintln!("gradients on {url} (model {}, loss {loss_fn})", client.model_id);
         trainer.use_remote(crate::trainer::RemoteTrainer { client, loss_fn, loss_config })?;
     }
+    if let Some(config) = &a.ray {
+        let target = match &a.target {
+            TrainTarget::Toy => crate::remote::RecipeTarget::Toy,
+            TrainTarget::Tasks { model, tasks, synth_repo, repos, isolation, enable_thinking } => {
+                // A synth-grown pool lives in its synth folder; workers load it from there.
+                let tasks = match (synth_repo, tasks) {
+                    (Some(_), t) => t.clone().unwrap_or_else(|| a.out.join("synth")),
+                    (None, Some(t)) => t.clone(),
+                    (None, None) => unreachable!("checked by validate()"),
+                };
+                // A model given as a path is handed on absolute (the workers run elsewhere).
+                let model = match std::path::Path::new(model).exists() {
+                    true => std::path::absolute(model)?.to_string_lossy().into_owned(),
+                    false => model.clone(),
+                };
+                crate::remote::RecipeTarget::Tasks {
+                    model,
+                    tasks: std::path::absolute(&tasks)?,
+                    repos: repos.as_ref().map(std::path::absolute).transpose()?,
+                    isolation: *isolation,
+                    enable_thinking: *enable_thinking,
+                }
+            }
+        };
+        let recipe = crate::remote::WorkerRecipe { target, lora: lora.clone(), bf16: a.bf16, seed };
+        let runner = frognano_swe::ray::RayRunner { config: config.clone() };
+        eprintln!("rollout groups on the Ray cluster at {}", config.address);
+        trainer.use_remote_rollouts(crate::remote::RemoteRollouts::new(Box::new(runner), recipe));
+    }
     match resuming {
         Some(c) => eprintln!("resuming {} from {}", a.out.display(), c.display()),
         None => eprintln!("training into {}", a.out.display()),
@@ -227,6 +268,7 @@ mod tests {
             lora: None,
             bf16: false,
             backend: GradientBackend::Local,
+            ray: None,
         }
     }
 

@@ -146,6 +146,22 @@ pub struct Trainer {
     step: u64,
     version: u64,
     remote: Option<RemoteTrainer>,
+    remote_rollouts: Option<crate::remote::RemoteRollouts>,
+}
+
+/// The scheduler a step's rollouts share: decode batches of up to `parallel` attempts, and
+/// prefix reuse so that a group's common prompt is prefilled once. A cluster worker rolls
+/// its group out on the same kind of scheduler ([`crate::remote`]).
+pub(crate) fn rollout_scheduler(model: Arc<dyn CausalLm>, parallel: usize) -> anyhow::Result<Arc<Scheduler>> {
+    let parallel = parallel.max(1);
+    let config = SchedulerConfig {
+        max_batch: parallel,
+        sessions: 2 * parallel + 2,
+        prefix_reuse: true,
+        max_waiting: usize::MAX,
+        ..Default::default()
+    };
+    Ok(Arc::new(Scheduler::start(model, config).context("starting the rollout scheduler")?))
 }
 
 /// Seed for one rollout: a fixed mix of the run seed and its coordinates.
@@ -211,6 +227,7 @@ impl Trainer {
             step,
             version,
             remote: None,
+            remote_rollouts: None,
         })
     }
 
@@ -232,6 +249,14 @@ impl Trainer {
         }
         self.remote = Some(remote);
         Ok(())
+    }
+
+    /// Rolls the groups of every step out on a cluster from now on (`frognano train --ray`):
+    /// each group is one unit, run by a worker that loads this step's policy weights from the
+    /// run folder. The rollouts come back in the form the local rollout code makes them, with
+    /// the same seeds, so everything after the rollouts is unchanged.
+    pub fn use_remote_rollouts(&mut self, remote: crate::remote::RemoteRollouts) {
+        self.remote_rollouts = Some(remote);
     }
 
     /// Steps finished so far.
@@ -260,23 +285,32 @@ impl Trainer {
     /// the index of `tasks[0]` among the step's groups (nonzero for dynamic-sampling rounds).
     fn collect(&self, tasks: &[String], first: usize) -> anyhow::Result<Vec<Vec<Rollout>>> {
         let g = self.cfg.group_size;
-        let jobs: Vec<(usize, usize)> = (0..tasks.len()).flat_map(|i| (0..g).map(move |j| (i, j))).collect();
-        let parallel = self.cfg.parallel_rollouts.max(1);
-        let sampler = Arc::new(
-            Scheduler::start(
-                Arc::clone(&self.sampler),
-                SchedulerConfig {
-                    max_batch: parallel,
-                    sessions: 2 * parallel + 2,
-                    prefix_reuse: true,
-                    max_waiting: usize::MAX,
-                    ..Default::default()
-                },
-            )
-            .context("starting the rollout scheduler")?,
-        );
         // Group ids stay unique across steps however many rounds a step samples.
         let stride = (self.cfg.tasks_per_step * (1 + self.cfg.dynamic_sampling_rounds)) as u64;
+        if let Some(remote) = &self.remote_rollouts {
+            let jobs: Vec<crate::remote::GroupJob> = tasks
+                .iter()
+                .enumerate()
+                .map(|(i, task)| crate::remote::GroupJob {
+                    task_id: task.clone(),
+                    seeds: (0..g).map(|j| rollout_seed(self.cfg.seed, self.step, first + i, j)).collect(),
+                    label: format!("step {} group {}", self.step + 1, first + i),
+                })
+                .collect();
+            let parallel = self.cfg.parallel_rollouts.max(1);
+            let mut groups = remote.collect(&self.policy, self.version, &self.out, &self.rollout, parallel, &jobs)?;
+            for (i, (group, job)) in groups.iter_mut().zip(&jobs).enumerate() {
+                for (j, (r, seed)) in group.iter_mut().zip(&job.seeds).enumerate() {
+                    r.group = self.step * stride + (first + i) as u64;
+                    r.attempt = j as u32;
+                    r.policy_version = self.version;
+                    r.seed = *seed;
+                }
+            }
+            return Ok(groups);
+        }
+        let jobs: Vec<(usize, usize)> = (0..tasks.len()).flat_map(|i| (0..g).map(move |j| (i, j))).collect();
+        let sampler = rollout_scheduler(Arc::clone(&self.sampler), self.cfg.parallel_rollouts)?;
         let run = |&(i, j): &(usize, usize)| -> anyhow::Result<Rollout> {
             let seed = rollout_seed(self.cfg.seed, self.step, first + i, j);
             let mut r = self.env.rollout(&sampler, &tasks[i], &self.rollout, seed)?;
@@ -462,18 +496,26 @@ impl Trainer {
         Ok((total, stats, st.grad_norm))
     }
 
-    /// One remote optimizer step on a mini-batch. The server reports its own loss figures;
-    /// the gradient norm is not reported back (0).
+    /// One remote optimizer step on a mini-batch. The server reports its own loss figures
+    /// and the logprobs of the targets (compared with the sampler's); the gradient norm is
+    /// not reported back (0).
     fn update_remote(&mut self, batch: &[Datum]) -> anyhow::Result<(f64, LossStats, f64)> {
         let remote = self.remote.as_mut().expect("checked by the caller");
         let (results, _) =
             remote.client.train_step(batch, &remote.loss_fn, remote.loss_config.as_ref(), &self.cfg.optim)?;
-        let loss = results
-            .iter()
-            .filter_map(|r| r.pointer("/metrics/loss:sum").and_then(serde_json::Value::as_f64))
-            .sum::<f64>();
+        let loss = results.iter().map(remote_loss).sum::<f64>();
         let tokens = batch.iter().map(Datum::loss_tokens).sum::<f32>();
-        Ok((loss, LossStats { tokens, ..LossStats::default() }, 0.0))
+        // The server's logprobs of the targets against the sampler's: the same gap the local
+        // update reports (a large one means the server's base model is not the sampler's).
+        let outputs = results.iter().flat_map(|r| r["loss_fn_outputs"].as_array().cloned().unwrap_or_default());
+        let mut abs_logprob_gap = 0.0f32;
+        for (d, o) in batch.iter().zip(outputs) {
+            let Some(lp) = o.pointer("/logprobs/data").and_then(serde_json::Value::as_array) else { continue };
+            for ((w, old), new) in d.weights.iter().zip(&d.old_logprobs).zip(lp) {
+                abs_logprob_gap += w * (new.as_f64().unwrap_or(f64::from(*old)) as f32 - old).abs();
+            }
+        }
+        Ok((loss, LossStats { tokens, abs_logprob_gap, ..LossStats::default() }, 0.0))
     }
 
     /// Saves the server's adapter for sampling, downloads it and loads it into the local
@@ -537,6 +579,21 @@ impl Trainer {
         }
         Ok(())
     }
+}
+
+/// The loss of one `forward_backward` answer: its `loss:sum` metric, or where the server
+/// reports none (SkyRL tx 0.3.0 answers `metrics: {}`), the sum of its per-token losses.
+fn remote_loss(result: &serde_json::Value) -> f64 {
+    if let Some(sum) = result.pointer("/metrics/loss:sum").and_then(serde_json::Value::as_f64) {
+        return sum;
+    }
+    let outputs = result["loss_fn_outputs"].as_array().map(Vec::as_slice).unwrap_or_default();
+    outputs
+        .iter()
+        .filter_map(|o| o.pointer("/elementwise_loss/data").and_then(serde_json::Value::as_array))
+        .flatten()
+        .filter_map(serde_json::Value::as_f64)
+        .sum()
 }
 
 /// The newest complete checkpoint folder under `out/checkpoints`, if any.

@@ -121,7 +121,7 @@ pub fn grade(job: &GradeJob, progress: &dyn Progress) -> anyhow::Result<RunSumma
     }
 }
 
-/// The worker's side of one unit of a run on a cluster (`frognano eval unit`): `unit` is
+/// The worker's side of one unit of a run on a cluster (`frognano unit`): `unit` is
 /// what the driver sent (`kind` `grade` or `run`); the answer goes back to the driver, which
 /// writes it as a local run would.
 pub fn run_unit(unit: &Value) -> anyhow::Result<Value> {

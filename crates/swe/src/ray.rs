@@ -3,7 +3,7 @@
 //! Ray's API is Python, so the cluster side is a short Python script shipped in the binary
 //! (`scaleout/ray_driver.py`, run with a Python that has `ray`: `scripts/setup-ray.sh`). This
 //! module starts it, writes the units to its stdin and reads one JSON line per finished unit
-//! from its stdout; every task it submits runs `frognano eval unit` on a cluster node. Retries
+//! from its stdout; every task it submits runs `frognano unit` on a cluster node. Retries
 //! of lost workers and nodes are Ray's (`max_retries`); each unit is answered at most once.
 
 use std::io::{BufRead, BufReader, Write};

@@ -3,7 +3,7 @@
 //!
 //! A *unit* is one instance attempt. The driver (the `frognano` process the user started)
 //! turns each unit into a self-contained JSON object: the instance, the prediction or the
-//! solver, and the execution settings. A worker (`frognano eval unit`, on any machine that
+//! solver, and the execution settings. A worker (`frognano unit`, on any machine that
 //! has the binary and the repositories) runs it into a private folder and answers with the
 //! result and the text of every file it wrote. The driver then writes those files where the
 //! local run writes them and appends the same result rows, so a run through a cluster leaves

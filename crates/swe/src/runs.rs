@@ -90,7 +90,7 @@ fn record_placement(path: &Path, instance_id: &str, attempt: usize, placement: V
     }
 }
 
-/// A worker's side of a `grade` unit (`frognano eval unit`): runs the prediction into a
+/// A worker's side of a `grade` unit (`frognano unit`): runs the prediction into a
 /// private folder and answers with the result and the text of every file written there.
 pub fn grade_unit(unit: &Value) -> anyhow::Result<Value> {
     let inst = instance_from_json(&unit["instance"])?;

@@ -274,6 +274,98 @@ fn run_package(entry: &BatchEntry, opts: &BatchOptions, dir: &Path) -> PackageYi
 /// Runs the batch: every package not finished by an earlier run, `jobs` at a time; returns
 /// the report over all finished packages (also written to `yield.json`).
 pub fn run_batch(opts: &BatchOptions, progress: &dyn Progress) -> anyhow::Result<YieldReport> {
+    run_batch_at(opts, progress, None)
+}
+
+/// A package as a unit of a cluster run: its entry, its folder and the settings it runs with.
+fn package_unit(entry: &BatchEntry, opts: &BatchOptions, dir: &Path) -> serde_json::Value {
+    let t = &opts.template;
+    serde_json::json!({
+        "kind": "synth_package",
+        "label": entry.spec,
+        "spec": entry.spec,
+        "source": entry.source,
+        "budget_s": entry.budget.as_secs_f64(),
+        "dir": dir,
+        "suite_limit_s": opts.suite_limit.as_secs_f64(),
+        "template": {
+            "seed": t.gen.seed,
+            "min_complexity": t.gen.min_complexity,
+            "operators": t.gen.operators,
+            "max_candidates": t.gen.max_candidates,
+            "workers": t.workers,
+            "max_tasks": t.max_tasks,
+            "combine": t.combine,
+            "max_combos": t.max_combos,
+            "min_timeout_s": t.min_timeout.as_secs_f64(),
+            "max_f2p_fraction": t.max_f2p_fraction,
+            "unconfined": t.isolation == frognano_sandbox::Isolation::Unconfined,
+            "python": t.python,
+            "harbor": t.harbor,
+        },
+    })
+}
+
+/// A cluster worker's side of one `synth_package` unit: runs the package into its folder
+/// (under the batch's `--out`, on a path every node sees) exactly as a local batch job does,
+/// and answers with its [`PackageYield`] row, which the driver records.
+pub fn package_unit_run(unit: &serde_json::Value) -> anyhow::Result<serde_json::Value> {
+    fn field<T: serde::de::DeserializeOwned>(v: &serde_json::Value, name: &str) -> anyhow::Result<T> {
+        serde_json::from_value(v[name].clone()).map_err(|e| anyhow::anyhow!("unit field `{name}`: {e}"))
+    }
+    let t = &unit["template"];
+    let secs = |v: &serde_json::Value, name: &str| -> anyhow::Result<Duration> {
+        let s: f64 = field(v, name)?;
+        Ok(Duration::from_secs_f64(s))
+    };
+    let template = SynthOptions {
+        source: field(unit, "source")?,
+        out: field(unit, "dir")?,
+        gen: crate::pipeline::GenOptions {
+            seed: field(t, "seed")?,
+            min_complexity: field(t, "min_complexity")?,
+            operators: field(t, "operators")?,
+            max_candidates: field(t, "max_candidates")?,
+        },
+        workers: field(t, "workers")?,
+        max_tasks: field(t, "max_tasks")?,
+        combine: field(t, "combine")?,
+        max_combos: field(t, "max_combos")?,
+        min_timeout: secs(t, "min_timeout_s")?,
+        max_f2p_fraction: field(t, "max_f2p_fraction")?,
+        isolation: if field(t, "unconfined")? {
+            frognano_sandbox::Isolation::Unconfined
+        } else {
+            frognano_sandbox::Isolation::Bubblewrap
+        },
+        python: field(t, "python")?,
+        harbor: field(t, "harbor")?,
+        issue_model: None,
+    };
+    let entry =
+        BatchEntry { spec: field(unit, "spec")?, source: template.source.clone(), budget: secs(unit, "budget_s")? };
+    let dir: PathBuf = field(unit, "dir")?;
+    let opts = BatchOptions {
+        entries: vec![entry.clone()],
+        out: dir.clone(),
+        jobs: 1,
+        template,
+        suite_limit: secs(unit, "suite_limit_s")?,
+    };
+    Ok(serde_json::to_value(run_package(&entry, &opts, &dir))?)
+}
+
+/// [`run_batch`] with each package run as one unit of `runner` (a Ray cluster: `synth batch
+/// --ray`) instead of on `jobs` local threads: a package's intake, environment, baseline and
+/// candidates all run on one node, in its folder under `opts.out` (which must be on a path
+/// every node sees); this process merges its tasks and appends its `batch.jsonl` line as a
+/// local job does. A package whose unit fails is not recorded (a rerun runs it again) and the
+/// run ends with an error naming it, after the others are recorded.
+pub fn run_batch_at(
+    opts: &BatchOptions,
+    progress: &dyn Progress,
+    runner: Option<&dyn frognano_swe::remote::UnitRunner>,
+) -> anyhow::Result<YieldReport> {
     anyhow::ensure!(opts.jobs >= 1, "--jobs must be at least 1");
     std::fs::create_dir_all(opts.out.join("packages"))?;
     let out = opts.out.canonicalize()?;
@@ -289,34 +381,73 @@ pub fn run_batch(opts: &BatchOptions, progress: &dyn Progress) -> anyhow::Result
     let state = Mutex::new(State { merged_ids });
     let todo: Vec<&BatchEntry> = opts.entries.iter().filter(|e| !finished.contains(&e.spec)).collect();
     progress.start("batch", opts.entries.len() as u64, (opts.entries.len() - todo.len()) as u64);
-    // `jobs` threads take the packages in manifest order.
-    let next = std::sync::atomic::AtomicUsize::new(0);
     let first_error: Mutex<Option<anyhow::Error>> = Mutex::new(None);
-    std::thread::scope(|s| {
-        for _ in 0..opts.jobs.min(todo.len()) {
-            let (state, first_error, out, next, todo) = (&state, &first_error, &out, &next, &todo);
-            s.spawn(move || loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let Some(entry) = todo.get(i) else { return };
-                if first_error.lock().expect("error lock").is_some() {
-                    return;
+    // Merges a finished package's tasks and records its row (both kinds of run end here).
+    let finish = |entry: &BatchEntry, dir: &Path, row: &PackageYield| {
+        let record = (|| -> anyhow::Result<()> {
+            let mut st = state.lock().expect("state lock");
+            merge_tasks(&out, dir, &mut st)?;
+            append_line(&out.join("batch.jsonl"), &serde_json::to_string(row)?)?;
+            Ok(())
+        })();
+        if let Err(e) = record {
+            first_error.lock().expect("error lock").get_or_insert(e);
+        }
+        progress.message(&format!("{}: {} ({} tasks)", entry.spec, row.outcome, row.tasks));
+        progress.inc(1);
+    };
+    match runner {
+        None => {
+            // `jobs` threads take the packages in manifest order.
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            std::thread::scope(|s| {
+                for _ in 0..opts.jobs.min(todo.len()) {
+                    let (first_error, out, next, todo, finish) = (&first_error, &out, &next, &todo, &finish);
+                    s.spawn(move || loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let Some(entry) = todo.get(i) else { return };
+                        if first_error.lock().expect("error lock").is_some() {
+                            return;
+                        }
+                        let dir = out.join("packages").join(slug(entry));
+                        let row = run_package(entry, opts, &dir);
+                        finish(entry, &dir, &row);
+                    });
                 }
-                let dir = out.join("packages").join(slug(entry));
-                let row = run_package(entry, opts, &dir);
-                let record = (|| -> anyhow::Result<()> {
-                    let mut st = state.lock().expect("state lock");
-                    merge_tasks(out, &dir, &mut st)?;
-                    append_line(&out.join("batch.jsonl"), &serde_json::to_string(&row)?)?;
-                    Ok(())
-                })();
-                if let Err(e) = record {
-                    first_error.lock().expect("error lock").get_or_insert(e);
-                }
-                progress.message(&format!("{}: {} ({} tasks)", entry.spec, row.outcome, row.tasks));
-                progress.inc(1);
             });
         }
-    });
+        Some(runner) => {
+            let dirs: Vec<PathBuf> = todo.iter().map(|e| out.join("packages").join(slug(e))).collect();
+            let units: Vec<serde_json::Value> =
+                todo.iter().zip(&dirs).map(|(e, dir)| package_unit(e, opts, dir)).collect();
+            let mut failed: Vec<String> = Vec::new();
+            let res = runner.run_units(&units, progress, &mut |i, answer| {
+                let row = answer.outcome.map_err(anyhow::Error::msg).and_then(|v| {
+                    serde_json::from_value::<PackageYield>(v).map_err(|e| anyhow::anyhow!("unreadable answer: {e}"))
+                });
+                match row {
+                    Ok(row) => finish(todo[i], &dirs[i], &row),
+                    Err(e) => {
+                        progress.println(&format!("{} failed on the cluster: {e:#}", todo[i].spec));
+                        failed.push(format!("{} ({e:#})", todo[i].spec));
+                        progress.inc(1);
+                    }
+                }
+            });
+            let mut first = first_error.lock().expect("error lock");
+            if first.is_none() {
+                if let Err(e) = res {
+                    *first = Some(e);
+                } else if !failed.is_empty() {
+                    *first = Some(anyhow::anyhow!(
+                        "{} package(s) failed on the cluster and are not recorded (rerun the same command to run them): {}",
+                        failed.len(),
+                        failed.join("; ")
+                    ));
+                }
+            }
+        }
+    }
     progress.finish();
     if let Some(e) = first_error.into_inner().expect("error lock") {
         return Err(e);

@@ -17,7 +17,7 @@ use crate::mutate::Language;
 use crate::project::{shell_quote, TestRunner, TestSetup};
 
 /// Which project modules each test file reaches.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct FirstPass {
     /// Test file → every project module it imports, transitively (its conftests' included).
     reach: BTreeMap<String, BTreeSet<String>>,

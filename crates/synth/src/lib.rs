@@ -11,7 +11,8 @@
 //! endpoint or the in-process `frognano_engine::EngineLlm`), [`harbor`] (Harbor task dirs),
 //! [`calibrate`] (pass-rate estimates and the frontier controller), [`task_meta`] (the
 //! `synth` record of each task), [`jobs`] (the issue model and `synth calibrate` as configs
-//! with `validate()`; the flags are in `crates/cli`).
+//! with `validate()`; the flags are in `crates/cli`), [`remote`] (candidates and batch
+//! packages as units of a Ray cluster run).
 
 pub mod batch;
 pub mod calibrate;
@@ -26,4 +27,5 @@ pub mod langs;
 pub mod mutate;
 pub mod pipeline;
 pub mod project;
+pub mod remote;
 pub mod task_meta;

@@ -21,6 +21,7 @@ use crate::mutate::{self, apply_edits, edits_overlap, Edit, Language, OperatorId
 use crate::project::{self, Baseline, EnvOptions, TestRun, TestSetup};
 use crate::task_meta::{Difficulty, SynthMeta, ValidationTimes, SYNTH_FIELD};
 use frognano_swe::progress::{NoProgress, Progress};
+use frognano_swe::remote::UnitRunner;
 
 // The edits of one file are part of a task's `synth` record; their type lives with it.
 pub use crate::task_meta::FileMutation;
@@ -150,7 +151,7 @@ pub enum Rejection {
 }
 
 /// A candidate that passed validation.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Validated {
     /// Tests the fix makes pass.
     pub fail_to_pass: Vec<String>,
@@ -213,7 +214,7 @@ pub struct ValidationEnv<'a> {
 }
 
 /// What the cheap first pass of one candidate did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FirstPassRun {
     /// Test files run.
     pub files: usize,
@@ -670,25 +671,50 @@ fn build_instance(sh: &Shared<'_>, cand: &Candidate, v: &Validated) -> anyhow::R
     })
 }
 
-fn process(sh: &Shared<'_>, worker_dir: &Path, cand: &Candidate) -> anyhow::Result<()> {
-    if sh.opts.max_tasks.is_some_and(|m| sh.accepted.load(Ordering::SeqCst) >= m) {
-        return Ok(());
-    }
-    // Past the time budget: left undecided (not recorded), so a later run tries it.
-    if sh.deadline.is_some_and(|d| Instant::now() >= d) {
-        return Ok(());
-    }
-    let t0 = Instant::now();
-    let env = ValidationEnv {
+/// What validating one candidate gave: the verdict, what its first pass did, and how long it
+/// took. A worker on a cluster answers with this ([`crate::remote`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CandidateVerdict {
+    /// Validated, or why not.
+    pub result: Result<Validated, Rejection>,
+    /// The first pass, when there was one.
+    pub first_pass: Option<FirstPassRun>,
+    /// Wall-clock seconds of the validation.
+    pub seconds: f64,
+}
+
+/// Whether a candidate should still be validated now: not once `max_tasks` are accepted,
+/// not past the time budget (left undecided, not recorded, so a later run tries it).
+fn wanted(sh: &Shared<'_>) -> bool {
+    sh.opts.max_tasks.is_none_or(|m| sh.accepted.load(Ordering::SeqCst) < m)
+        && sh.deadline.is_none_or(|d| Instant::now() < d)
+}
+
+fn validation_env<'a>(sh: &'a Shared<'_>) -> ValidationEnv<'a> {
+    ValidationEnv {
         setup: sh.setup,
         base: sh.base,
         timeout: sh.timeout,
         isolation: sh.opts.isolation,
         max_f2p_fraction: sh.opts.max_f2p_fraction,
         first_pass: sh.first_pass.as_ref(),
-    };
-    let (res, pass_run) = validate_counted(worker_dir, sh.clean, cand, env)?;
-    let spent = t0.elapsed().as_secs_f64();
+    }
+}
+
+fn process(sh: &Shared<'_>, worker_dir: &Path, cand: &Candidate) -> anyhow::Result<()> {
+    if !wanted(sh) {
+        return Ok(());
+    }
+    let t0 = Instant::now();
+    let (result, first_pass) = validate_counted(worker_dir, sh.clean, cand, validation_env(sh))?;
+    record(sh, cand, CandidateVerdict { result, first_pass, seconds: t0.elapsed().as_secs_f64() })
+}
+
+/// Writes what `verdict` says about `cand`: the task (tasks.jsonl, the task repository,
+/// Harbor) when it is accepted, and its line in candidates.jsonl either way. Local workers
+/// and the answers of a cluster's workers both end here, so both write the same files.
+fn record(sh: &Shared<'_>, cand: &Candidate, verdict: CandidateVerdict) -> anyhow::Result<()> {
+    let CandidateVerdict { result: res, first_pass: pass_run, seconds: spent } = verdict;
     let _guard = sh.out_lock.lock().expect("output lock");
     {
         let mut s = sh.summary.lock().expect("summary lock");
@@ -804,6 +830,149 @@ fn run_batch(sh: &Shared<'_>, workers: &[PathBuf], cands: &[Candidate], progress
     }
 }
 
+/// What a cluster worker needs to validate candidates, written once per run to
+/// [`VALIDATION_CONTEXT_FILE`] under the run's `work/` folder (on a path every node sees)
+/// instead of with every unit.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ValidationContext {
+    /// The clean tree (with its environment prepared), copied by the worker per candidate.
+    pub base_tree: PathBuf,
+    /// Test command and parser.
+    pub setup: TestSetup,
+    /// The clean tree's reference.
+    pub baseline: Baseline,
+    /// The first pass's map, when first passes are on.
+    pub first_pass: Option<FirstPass>,
+    /// Per-run timeout, seconds.
+    pub timeout_s: f64,
+    /// Run the tests unconfined.
+    pub unconfined: bool,
+    /// Largest share of the run tests a bug may fail.
+    pub max_f2p_fraction: f64,
+}
+
+/// File name of the [`ValidationContext`] of a run (under `OUT/work/`).
+pub const VALIDATION_CONTEXT_FILE: &str = "validation-context.json";
+
+/// Validates `cands` as units of `runner` (one candidate each) and records every answer here
+/// exactly as [`run_batch`] records a local worker's verdict. With `max_tasks`, candidates go
+/// out in waves of `4 × workers` so that a cluster does not validate far past the cap. A unit
+/// that fails (its worker errs, or the cluster gives up on it) is left undecided: nothing is
+/// recorded for it and the run ends with an error naming it, after recording the others; a
+/// rerun of the same command validates it (and only the undecided ones).
+fn run_remote(
+    sh: &Shared<'_>,
+    runner: &dyn UnitRunner,
+    cands: &[Candidate],
+    progress: &dyn Progress,
+) -> anyhow::Result<()> {
+    if cands.is_empty() {
+        return Ok(());
+    }
+    let work = sh.base_tree.parent().expect("the base tree lies under work/");
+    let context_path = work.join(VALIDATION_CONTEXT_FILE);
+    let context = ValidationContext {
+        base_tree: sh.base_tree.to_path_buf(),
+        setup: sh.setup.clone(),
+        baseline: sh.base.clone(),
+        first_pass: sh.first_pass.clone(),
+        timeout_s: sh.timeout.as_secs_f64(),
+        unconfined: sh.opts.isolation == Isolation::Unconfined,
+        max_f2p_fraction: sh.opts.max_f2p_fraction,
+    };
+    std::fs::write(&context_path, serde_json::to_string(&context)?)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", context_path.display()))?;
+    let wave = if sh.opts.max_tasks.is_some() { 4 * sh.opts.workers.max(1) } else { cands.len() };
+    let placements = sh.opts.out.join("placements.jsonl");
+    let mut failed: Vec<String> = Vec::new();
+    let mut first_error: Option<anyhow::Error> = None;
+    for chunk in cands.chunks(wave) {
+        if !wanted(sh) || first_error.is_some() {
+            break;
+        }
+        let units: Vec<Value> = chunk
+            .iter()
+            .map(|c| json!({"kind": "synth_candidate", "label": c.key, "context": context_path, "candidate": c}))
+            .collect();
+        let res = runner.run_units(&units, progress, &mut |i, answer| {
+            let cand = &chunk[i];
+            let mut row = json!({"key": cand.key});
+            if let Value::Object(m) = answer.placement {
+                row.as_object_mut().expect("an object").extend(m);
+            }
+            if let Err(e) = append_jsonl(&placements, &row) {
+                progress.println(&format!("warning: {e}"));
+            }
+            let verdict = answer.outcome.map_err(anyhow::Error::msg).and_then(|v| {
+                serde_json::from_value::<CandidateVerdict>(v)
+                    .map_err(|e| anyhow::anyhow!("unreadable answer for candidate {}: {e}", cand.key))
+            });
+            match verdict {
+                Ok(v) => {
+                    if let Err(e) = record(sh, cand, v) {
+                        first_error.get_or_insert(e.context(format!("candidate {}", cand.key)));
+                    }
+                }
+                Err(e) => {
+                    progress.println(&format!("candidate {} failed on the cluster: {e:#}", cand.key));
+                    failed.push(format!("{} ({e:#})", cand.key));
+                }
+            }
+            progress.inc(1);
+        });
+        if let Some(e) = first_error.take() {
+            return Err(e);
+        }
+        res?;
+    }
+    if !failed.is_empty() {
+        anyhow::bail!(
+            "{} candidate(s) failed on the cluster and are not recorded (rerun the same command to validate them): {}",
+            failed.len(),
+            failed.join("; ")
+        );
+    }
+    Ok(())
+}
+
+/// A cluster worker's side of one `synth_candidate` unit: copies the clean tree the unit's
+/// context names into a private folder, validates the candidate there, and answers with the
+/// [`CandidateVerdict`].
+pub fn validate_unit(unit: &Value) -> anyhow::Result<Value> {
+    let path = unit["context"]
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("unit field `context`: expected the path of {VALIDATION_CONTEXT_FILE}"))?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        anyhow::anyhow!("cannot read {path} ({e}): the synth --out folder must be on a path every node sees")
+    })?;
+    let ctx: ValidationContext = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
+    let cand: Candidate = serde_json::from_value(unit["candidate"].clone())
+        .map_err(|e| anyhow::anyhow!("unit field `candidate`: {e}"))?;
+    let tmp = tempfile::Builder::new().prefix("frognano-synth-unit").tempdir()?;
+    let tree = tmp.path().join("tree");
+    copy_tree(&ctx.base_tree, &tree)?;
+    let mut clean = HashMap::new();
+    for f in &cand.files {
+        // A file the clean tree lacks stays out of `clean`: validation rejects the candidate
+        // (edits do not apply), as it does locally.
+        if let Ok(text) = std::fs::read_to_string(tree.join(&f.path)) {
+            clean.insert(f.path.clone(), text);
+        }
+    }
+    let env = ValidationEnv {
+        setup: &ctx.setup,
+        base: &ctx.baseline,
+        timeout: Duration::from_secs_f64(ctx.timeout_s),
+        isolation: if ctx.unconfined { Isolation::Unconfined } else { Isolation::Bubblewrap },
+        max_f2p_fraction: ctx.max_f2p_fraction,
+        first_pass: ctx.first_pass.as_ref(),
+    };
+    let t0 = Instant::now();
+    let (result, first_pass) = validate_counted(&tree, &clean, &cand, env)?;
+    let verdict = CandidateVerdict { result, first_pass, seconds: t0.elapsed().as_secs_f64() };
+    Ok(serde_json::to_value(verdict)?)
+}
+
 /// Runs the whole pipeline; appends to `out/tasks.jsonl` and skips candidates an earlier
 /// run already decided (resume).
 pub fn synthesize(opts: &SynthOptions) -> anyhow::Result<SynthSummary> {
@@ -838,6 +1007,19 @@ pub fn synthesize_until(
     opts: &SynthOptions,
     progress: &dyn Progress,
     limits: &RunLimits,
+) -> anyhow::Result<SynthSummary> {
+    synthesize_at(opts, progress, limits, None)
+}
+
+/// [`synthesize_until`] with the candidates validated by `runner` (one unit per candidate, on
+/// a Ray cluster: `frognano synth … --ray`) instead of local workers. Intake, environment,
+/// baseline and the recording of every verdict stay in this process; `opts.out` must be on a
+/// path the cluster's nodes see (they copy its clean tree and run its environment).
+pub fn synthesize_at(
+    opts: &SynthOptions,
+    progress: &dyn Progress,
+    limits: &RunLimits,
+    runner: Option<&dyn UnitRunner>,
 ) -> anyhow::Result<SynthSummary> {
     opts.validate()?;
     let started = Instant::now();
@@ -924,7 +1106,8 @@ pub fn synthesize_until(
         }
     }
     let task_repo = TaskRepo::open(&out.join("tasks.git"), &intake.git_dir, &intake.commit)?;
-    let n_workers = opts.workers.max(1);
+    // A cluster's workers copy the clean tree themselves.
+    let n_workers = if runner.is_some() { 0 } else { opts.workers.max(1) };
     let mut workers = Vec::new();
     for i in 0..n_workers {
         let d = work.join(format!("w{i}"));
@@ -963,7 +1146,10 @@ pub fn synthesize_until(
     let todo: Vec<Candidate> = cands.iter().filter(|c| !done.contains(&c.key)).cloned().collect();
     sh.summary.lock().expect("summary lock").resumed_skipped = cands.len() - todo.len();
     progress.start("synth", todo.len() as u64, 0);
-    run_batch(&sh, &workers, &todo, progress)?;
+    match runner {
+        Some(r) => run_remote(&sh, r, &todo, progress)?,
+        None => run_batch(&sh, &workers, &todo, progress)?,
+    }
 
     if opts.combine >= 2 {
         // Combine every validated single bug, from this run and earlier ones.
@@ -995,7 +1181,10 @@ pub fn synthesize_until(
             }
         }
         progress.add_total(combos.len() as u64);
-        run_batch(&sh, &workers, &combos, progress)?;
+        match runner {
+            Some(r) => run_remote(&sh, r, &combos, progress)?,
+            None => run_batch(&sh, &workers, &combos, progress)?,
+        }
     }
     progress.finish();
     for w in &workers {

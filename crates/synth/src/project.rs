@@ -69,7 +69,7 @@ pub(crate) fn ensure_tests(cond: bool, message: impl FnOnce() -> String) -> anyh
 }
 
 /// How a project's tests are run and read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TestSetup {
     /// Language the bug operators work on; `None` when no operator set exists.
     pub language: Option<Language>,
@@ -723,7 +723,7 @@ pub fn run_tests(dir: &Path, setup: &TestSetup, timeout: Duration, isolation: Is
 }
 
 /// The clean tree's reference: tests that passed in both runs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Baseline {
     /// Passed in both reference runs.
     pub passing: BTreeSet<String>,

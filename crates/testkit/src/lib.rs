@@ -1,9 +1,11 @@
 //! Helpers shared by the integration tests of several crates (swe, synth, rl, serve): small git
-//! repositories made on the fly, file writes, copies of checked-in fixture folders, and the
-//! demo model's path. Test code only; nothing here is part of FrogNano itself.
+//! repositories made on the fly, file writes, copies of checked-in fixture folders, the
+//! demo model's path, and a local Ray cluster ([`ray`]). Test code only; nothing here is part of FrogNano itself.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+pub mod ray;
 
 /// Runs `git ARGS` in `dir` with a throwaway identity and no signing; panics with git's
 /// stderr when it fails. Returns stdout, trimmed.
