@@ -486,3 +486,35 @@ fn hybrid_without_head() -> Arc<dyn CausalLm> {
     m.mtp = None;
     Arc::new(m)
 }
+
+/// Qwen2.5-Coder-1.5B-Instruct (Q4_K_M, a real coding model; `scripts/fetch-coder-model.sh`)
+/// on an edit, where the reply copies the code it changes: greedy tokens, log-probabilities
+/// and the final state with lookup drafts equal plain decoding's (drafts accepted and
+/// rejected), and `auto` gives the same text. Opt-in (a 1.1 GB model, minutes in a debug
+/// build): `cargo test --release -p frognano-engine --test speculative -- --ignored`.
+#[test]
+#[ignore = "needs models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf and a release build"]
+fn greedy_tokens_and_states_are_unchanged_by_lookup_on_qwen25_coder() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf");
+    assert!(path.exists(), "{} is missing: run scripts/fetch-coder-model.sh", path.display());
+    let loaded = frognano_model::load::load(path.to_str().unwrap()).unwrap();
+    let tok = loaded.tokenizer.unwrap();
+    let model: Arc<dyn CausalLm> = Arc::from(loaded.model);
+    let text = "<|im_start|>user\nRename `total` to `acc` in this function. Reply with the whole function only.\n\
+                ```python\ndef mean(values):\n    total = 0\n    count = 0\n    for v in values:\n        total += v\n        \
+                count += 1\n    if count == 0:\n        return 0.0\n    return total / count\n```<|im_end|>\n\
+                <|im_start|>assistant\n";
+    let prompt = tok.encode_with(text, false).unwrap();
+    greedy_is_unchanged(Arc::clone(&model), &prompt, 64, "Qwen2.5-Coder-1.5B Q4_K_M, lookup");
+    let ids = |mode: SpeculativeMode| {
+        let mut s = Session::new(Arc::clone(&model));
+        s.set_speculative(mode);
+        let g = s.generate(&prompt, &greedy(64), |_| ControlFlow::Continue(())).unwrap();
+        (g.tokens.iter().map(|t| t.id).collect::<Vec<_>>(), s.speculation_stats())
+    };
+    let (plain, _) = ids(SpeculativeMode::None);
+    let (auto, stats) = ids(SpeculativeMode::Auto);
+    assert_eq!(auto, plain, "auto changed the greedy text ({stats:?})");
+    assert!(stats.accepted > 0, "auto drafted nothing that held on an edit: {stats:?}");
+}
