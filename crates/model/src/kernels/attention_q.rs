@@ -267,6 +267,7 @@ pub(super) mod x86 {
     use super::{combine, run, tree8, Ctx, Partial, Scratch, TILE};
     use crate::cache::KvRows;
     use crate::kernels::attention::AttnShape;
+    use crate::kernels::flash::x86::add_weighted_rows;
     use crate::quant::ggml::{self, x86::expf8};
     use crate::quant::x86::{dot_i8, dot_u8_i8, nibbles};
     use crate::quant::QuantType;
@@ -611,7 +612,7 @@ pub(super) mod x86 {
         }
     }
 
-    /// [`add_columns`] on `16·R` columns (AVX-512F).
+    /// [`add_weighted_rows`] on `16·R` columns (AVX-512F).
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f")]
     unsafe fn add_columns_512<const R: usize>(
@@ -685,41 +686,12 @@ pub(super) mod x86 {
         let mut col = 0;
         while col < dh {
             if dh - col >= 64 {
-                add_columns::<8>(acc.as_mut_ptr().add(col), p, vt.as_ptr().add(col), dh, live, alpha);
+                add_weighted_rows::<8>(acc.as_mut_ptr().add(col), p, vt.as_ptr().add(col), dh, live, alpha);
                 col += 64;
             } else {
-                add_columns::<4>(acc.as_mut_ptr().add(col), p, vt.as_ptr().add(col), dh, live, alpha);
+                add_weighted_rows::<4>(acc.as_mut_ptr().add(col), p, vt.as_ptr().add(col), dh, live, alpha);
                 col += 32;
             }
-        }
-    }
-
-    /// [`add_values`] on `8·R` columns from `acc` (value rows `dh` apart from `vt`).
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn add_columns<const R: usize>(
-        acc: *mut f32,
-        p: &[f32],
-        vt: *const f32,
-        dh: usize,
-        live: usize,
-        alpha: f32,
-    ) {
-        let mut a: [__m256; R] = std::array::from_fn(|r| _mm256_loadu_ps(acc.add(8 * r)));
-        if alpha != 1.0 {
-            // (x·1 = x: skipping the product when no new maximum came changes no bit.)
-            let al = _mm256_set1_ps(alpha);
-            a.iter_mut().for_each(|x| *x = _mm256_mul_ps(*x, al));
-        }
-        for (jj, &pj) in p.iter().enumerate().take(live) {
-            let pv = _mm256_set1_ps(pj);
-            let row = vt.add(jj * dh);
-            for (r, x) in a.iter_mut().enumerate() {
-                *x = _mm256_fmadd_ps(pv, _mm256_loadu_ps(row.add(8 * r)), *x);
-            }
-        }
-        for (r, x) in a.iter().enumerate() {
-            _mm256_storeu_ps(acc.add(8 * r), *x);
         }
     }
 }

@@ -229,7 +229,7 @@ fn step_rows(
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(super) mod x86 {
     //! [`step`]: [`super::step_reference`] eight keys (scores, weights) or eight elements
     //! (value sums) per AVX2 register.
 
@@ -350,6 +350,7 @@ mod x86 {
         let scale_v = _mm256_set1_ps(scale);
         let mut p = [[0.0f32; 64]; R];
         let mut alpha = [_mm256_setzero_ps(); R];
+        let mut alpha_s = [0.0f32; R];
         for r in 0..R {
             let mut masks = [_mm256_setzero_ps(); 8];
             let mut maxv = neg_inf;
@@ -375,6 +376,7 @@ mod x86 {
             _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
             ml[r] = (st.m, st.l * al + tree8(&lanes));
             alpha[r] = _mm256_set1_ps(al);
+            alpha_s[r] = al;
         }
         let mut e0 = 0;
         while e0 + 32 <= dh {
@@ -401,7 +403,7 @@ mod x86 {
         for r in 0..R {
             let mut e = e0;
             while e < dh {
-                values::<1>(&mut o[r * dh..(r + 1) * dh], e, &p[r], tile, visible, alpha[r]);
+                values::<1>(&mut o[r * dh..(r + 1) * dh], e, &p[r], tile, visible, alpha_s[r]);
                 e += 8;
             }
         }
@@ -450,15 +452,14 @@ mod x86 {
         let mut lanes = [0.0f32; 8];
         _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
         st.l = st.l * alpha + tree8(&lanes);
-        let alpha_v = _mm256_set1_ps(alpha);
         let mut e0 = 0;
         while e0 < dh {
             let nv = ((dh - e0) / 8).min(8);
             match nv {
-                8 => values::<8>(st.o, e0, &p, tile, visible, alpha_v),
-                4..=7 => values::<4>(st.o, e0, &p, tile, visible, alpha_v),
-                2 | 3 => values::<2>(st.o, e0, &p, tile, visible, alpha_v),
-                _ => values::<1>(st.o, e0, &p, tile, visible, alpha_v),
+                8 => values::<8>(st.o, e0, &p, tile, visible, alpha),
+                4..=7 => values::<4>(st.o, e0, &p, tile, visible, alpha),
+                2 | 3 => values::<2>(st.o, e0, &p, tile, visible, alpha),
+                _ => values::<1>(st.o, e0, &p, tile, visible, alpha),
             }
             e0 += 8 * match nv {
                 8 => 8,
@@ -488,25 +489,38 @@ mod x86 {
     /// `o[e0..e0 + 8N] = o·α + Σ_j p_j·v_j` over the tile's visible keys, the sums in registers.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn values<const N: usize>(
-        o: &mut [f32],
-        e0: usize,
-        p: &[f32; 64],
-        tile: &Tile,
-        visible: usize,
-        alpha: __m256,
+    unsafe fn values<const N: usize>(o: &mut [f32], e0: usize, p: &[f32; 64], tile: &Tile, visible: usize, alpha: f32) {
+        add_weighted_rows::<N>(o.as_mut_ptr().add(e0), p, tile.vt.as_ptr().add(e0), tile.dh, visible, alpha)
+    }
+
+    /// `acc[0..8N] = acc·α + Σ_{j < live} p_j · rows[j·stride ..][..8N]`, the sums in registers
+    /// in key order: the value step of an online softmax (this tiled kernel's, and the
+    /// quantized-cache decode kernel's, `super::attention_q`).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in crate::kernels) unsafe fn add_weighted_rows<const N: usize>(
+        acc: *mut f32,
+        p: &[f32],
+        rows: *const f32,
+        stride: usize,
+        live: usize,
+        alpha: f32,
     ) {
-        let op = o.as_mut_ptr().add(e0);
-        let mut acc: [__m256; N] = std::array::from_fn(|i| _mm256_mul_ps(_mm256_loadu_ps(op.add(8 * i)), alpha));
-        for (j, &pj) in p.iter().enumerate().take(visible) {
+        let mut a: [__m256; N] = std::array::from_fn(|r| _mm256_loadu_ps(acc.add(8 * r)));
+        if alpha != 1.0 {
+            // (x·1 = x: skipping the product when no new maximum came changes no bit.)
+            let al = _mm256_set1_ps(alpha);
+            a.iter_mut().for_each(|x| *x = _mm256_mul_ps(*x, al));
+        }
+        for (j, &pj) in p.iter().enumerate().take(live) {
             let pv = _mm256_set1_ps(pj);
-            let vr = tile.vt.as_ptr().add(j * tile.dh + e0);
-            for (i, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr.add(8 * i)), *a);
+            let row = rows.add(j * stride);
+            for (r, x) in a.iter_mut().enumerate() {
+                *x = _mm256_fmadd_ps(pv, _mm256_loadu_ps(row.add(8 * r)), *x);
             }
         }
-        for (i, a) in acc.iter().enumerate() {
-            _mm256_storeu_ps(op.add(8 * i), *a);
+        for (r, x) in a.iter().enumerate() {
+            _mm256_storeu_ps(acc.add(8 * r), *x);
         }
     }
 }
