@@ -831,8 +831,10 @@ pub fn decode_step(batch: &mut [(&mut Session, &mut Decoding)]) -> Result<Vec<Op
 /// hidden states the head drafts the next step from); each then keeps the drafts its model
 /// agrees with (greedy: the argmax, sampled: the rejection rule of
 /// [`crate::speculative::pick_after_draft`]) and its cache is brought back to the last token
-/// kept: an attention-only cache is cut back, a hybrid one returns to a snapshot taken before
-/// and runs the kept tokens again (all such sequences in one more forward). Each entry's
+/// kept: an attention-only cache is cut back; a hybrid one swaps in the recurrent state it
+/// kept for that row during the verification (drafts within [`ROW_STATE_BUDGET`]), or
+/// returns to a snapshot taken before and runs the kept tokens again (longer drafts; all
+/// such sequences in one more forward). Each entry's
 /// tokens are those plain decoding would give (greedy: the same; sampled: the same
 /// distribution). Returns, per entry, its new tokens (at least one for an unfinished
 /// generation that goes on; none for one that had finished). When no session drafts and
@@ -933,17 +935,18 @@ pub fn speculative_decode_step(
         }
         out[i] = tokens;
         match &rollbacks[k] {
-            _ if kept == ids[k].len() && !matches!(rollbacks[k], Rollback::RowStates) => {}
-            Rollback::Truncate => {
-                if let Err(e) = session.cache.truncate(base + kept) {
-                    decoding.fail(format!("speculative decoding could not cut the cache back: {e}"));
-                }
-            }
+            // Also when every row was kept: that ends the keeping of row states.
             Rollback::RowStates => match session.cache.return_to_row(kept) {
                 Ok(()) if kept < ids[k].len() => session.spec_stats.returned_to_row += 1,
                 Ok(()) => {}
                 Err(e) => decoding.fail(format!("speculative decoding could not return to a kept row: {e}")),
             },
+            _ if kept == ids[k].len() => {}
+            Rollback::Truncate => {
+                if let Err(e) = session.cache.truncate(base + kept) {
+                    decoding.fail(format!("speculative decoding could not cut the cache back: {e}"));
+                }
+            }
             Rollback::Snapshot(snap) => match session.cache.restore(snap) {
                 Ok(()) => recompute.push((k, i, kept)),
                 Err(e) => decoding.fail(format!("speculative decoding could not restore a snapshot: {e}")),
