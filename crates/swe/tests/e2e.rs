@@ -32,14 +32,7 @@ struct Fixture {
 }
 
 fn unittest_id(test: &str) -> String {
-    // unittest's verbose name changed in Python 3.11 (qualified method name in parentheses).
-    let out =
-        Command::new("python3").args(["-c", "import sys; print(int(sys.version_info >= (3, 11)))"]).output().unwrap();
-    if String::from_utf8_lossy(&out.stdout).trim() == "1" {
-        format!("{test} (tests.test_calc.CalcTest.{test})")
-    } else {
-        format!("{test} (tests.test_calc.CalcTest)")
-    }
+    frognano_testkit::unittest_verbose_name(test, "tests.test_calc.CalcTest")
 }
 
 fn fixture() -> Fixture {

@@ -26,13 +26,7 @@ const CALC_FIXED: &str = "def add(a, b):\n    return a + b\n";
 const TESTS: &str = "import os, sys, unittest\n\nfrom calc import add\n\n\nclass CalcTest(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 2), 4)\n\n    def test_env(self):\n        marker = os.path.join(os.path.dirname(sys.prefix), 'frognano-environment.json')\n        self.assertTrue(os.path.exists(marker), sys.prefix)\n";
 
 fn unittest_id(test: &str) -> String {
-    let out =
-        Command::new("python3").args(["-c", "import sys; print(int(sys.version_info >= (3, 11)))"]).output().unwrap();
-    if String::from_utf8_lossy(&out.stdout).trim() == "1" {
-        format!("{test} (tests.test_calc.CalcTest.{test})")
-    } else {
-        format!("{test} (tests.test_calc.CalcTest)")
-    }
+    frognano_testkit::unittest_verbose_name(test, "tests.test_calc.CalcTest")
 }
 
 fn isolation() -> Isolation {

@@ -101,6 +101,21 @@ pub fn available_or_skip(needs: &str, context: &str, status: Result<(), String>)
     false
 }
 
+/// How `python3 -m unittest -v` names test method `test` of `class` (a dotted path such as
+/// `tests.test_calc.CalcTest`), which is what a SWE-bench instance's test lists hold for
+/// Django's parser: Python 3.11 put the qualified method name in the parentheses.
+pub fn unittest_verbose_name(test: &str, class: &str) -> String {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print(int(sys.version_info >= (3, 11)))"])
+        .output()
+        .expect("python3 runs");
+    if String::from_utf8_lossy(&out.stdout).trim() == "1" {
+        format!("{test} ({class}.{test})")
+    } else {
+        format!("{test} ({class})")
+    }
+}
+
 /// The demo model ([`frognano_model::load::DEMO_MODEL`]), or `None` with a note on stderr
 /// when it has not been fetched; with `FROGNANO_REQUIRE_FIXTURES` set (CI) a missing model is
 /// a failure instead of a skip.
