@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 # Tests that need fetched fixtures (demo model, tokenizer) fail instead of skipping.
 export FROGNANO_REQUIRE_FIXTURES=1
 cargo fmt --all -- --check
+# Every CUDA kernel compiles for the GPU (nvcc from PyPI, no GPU needed; docs/gpu.md §4).
+./scripts/check-kernels.sh
 cargo clippy --workspace --all-targets -- -D warnings
 # fuzz/ is its own workspace (cargo-fuzz, libFuzzer): type-check its target against today's
 # frognano-model. In the same target folder it reuses what clippy just checked (fuzz/Cargo.toml

@@ -1,0 +1,57 @@
+//! The kernels of kernels/ as Rust functions: each wrapper names its kernel, picks the launch
+//! shape and passes the kernel's parameters in order. The model forwards call only these.
+
+use crate::backend::{Arg, Gpu, Result};
+
+include!(concat!(env!("OUT_DIR"), "/kernel_sources.rs"));
+
+/// The source NVRTC compiles: common.cuh, then every kernels/*.cu in name order, with their
+/// `#include "…"` and `#pragma once` lines dropped (everything is in one translation unit).
+pub fn source() -> String {
+    let mut s = String::new();
+    for (name, text) in SOURCES {
+        s.push_str(&format!("// ---- {name}\n"));
+        for line in text.lines() {
+            let l = line.trim_start();
+            if !l.starts_with("#include \"") && !l.starts_with("#pragma once") {
+                s.push_str(line);
+                s.push('\n');
+            }
+        }
+    }
+    s
+}
+
+/// The name of every `extern "C" __global__` kernel in the sources.
+pub fn names() -> Vec<String> {
+    let key = "extern \"C\" __global__ void ";
+    let mut out = Vec::new();
+    for (_, text) in SOURCES {
+        let mut rest = *text;
+        while let Some(i) = rest.find(key) {
+            rest = &rest[i + key.len()..];
+            let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// Blocks of `per` items covering `n`.
+pub fn blocks(n: usize, per: usize) -> u32 {
+    n.div_ceil(per).max(1) as u32
+}
+
+/// `y[r] = x[r] / sqrt(mean(x[r]²) + eps) · w` for `rows` rows of `width` (norm.cu).
+pub fn rms_norm(dev: &Gpu, x: u64, w: u64, y: u64, rows: usize, width: usize, eps: f32) -> Result<()> {
+    if rows == 0 {
+        return Ok(());
+    }
+    dev.launch(
+        "rms_norm",
+        [rows as u32, 1, 1],
+        [256, 1, 1],
+        0,
+        &[Arg::Ptr(x), Arg::Ptr(w), Arg::Ptr(y), Arg::I32(width as i32), Arg::F32(eps)],
+    )
+}

@@ -1,0 +1,74 @@
+//! # frognano-gpu
+//!
+//! FrogNano on an NVIDIA GPU (docs/gpu.md). The kernels are CUDA C++ files in `kernels/`,
+//! compiled at run time by NVRTC for the device found; the driver, cuBLAS and NVRTC are opened
+//! at run time too (cudarc's dynamic loading), so this crate builds on machines without CUDA
+//! and the same binary runs on a GPU machine.
+//!
+//! Layers, from the bottom: [`backend::Device`] (memory, copies, kernels by name, one GEMM),
+//! implemented by [`cuda::CudaDevice`] and by [`sim::SimDevice`] — the same kernel sources
+//! compiled for the host and run on a CPU simulator, so the tests check every kernel and the
+//! whole forward without a GPU; [`kernels`] (one Rust function per kernel).
+
+pub mod backend;
+pub mod cuda;
+pub mod kernels;
+pub mod sim;
+
+use std::sync::Arc;
+
+pub use backend::{Arg, Buffer, Device, GemmType, Gpu, GpuError, MatmulNt, Result};
+
+/// Where a model runs (`--device`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceSpec {
+    /// The CPU path of frognano-model (the default).
+    #[default]
+    Cpu,
+    /// CUDA device N (`cuda`, `cuda:N`).
+    Cuda(usize),
+    /// The CPU simulator of the CUDA kernels (`sim`): slow; for checking the GPU path.
+    Sim,
+}
+
+impl DeviceSpec {
+    /// The names `--device` takes.
+    pub const NAMES: &'static str = "cpu, cuda, cuda:N, sim";
+}
+
+impl std::str::FromStr for DeviceSpec {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let s = s.trim().to_ascii_lowercase();
+        match s.as_str() {
+            "cpu" => Ok(DeviceSpec::Cpu),
+            "cuda" | "gpu" => Ok(DeviceSpec::Cuda(0)),
+            "sim" => Ok(DeviceSpec::Sim),
+            _ => match s.strip_prefix("cuda:") {
+                Some(n) => n.parse().map(DeviceSpec::Cuda).map_err(|_| {
+                    format!("--device {s:?}: the ordinal after cuda: must be a number (cuda:0, cuda:1, …)")
+                }),
+                None => Err(format!("unknown device {s:?}: expected one of {}", DeviceSpec::NAMES)),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceSpec::Cpu => f.write_str("cpu"),
+            DeviceSpec::Cuda(n) => write!(f, "cuda:{n}"),
+            DeviceSpec::Sim => f.write_str("sim"),
+        }
+    }
+}
+
+/// Opens the device `spec` names (not [`DeviceSpec::Cpu`], which has none).
+pub fn open(spec: DeviceSpec) -> Result<Gpu> {
+    match spec {
+        DeviceSpec::Cpu => Err(GpuError::Unsupported("the CPU is not a GPU device".into())),
+        DeviceSpec::Cuda(n) => Ok(Arc::new(cuda::CudaDevice::open(n)?)),
+        DeviceSpec::Sim => Ok(Arc::new(sim::SimDevice::new())),
+    }
+}
