@@ -13,6 +13,7 @@
 pub mod backend;
 pub mod cuda;
 pub mod kernels;
+pub mod quant;
 pub mod sim;
 
 use std::sync::Arc;
