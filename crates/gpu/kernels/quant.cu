@@ -238,9 +238,13 @@ __device__ __forceinline__ void quant_decode8<QUANT_Q4_K>(const fn_u8* b, int e0
     quant_scale_min_k4(e0 >> 5, b + 4, &sc, &m);
     float dl = d * sc, ml = dmin * m;
     int l = e0 & 63;
-    const fn_u8* qs = b + 16 + 32 * (e0 >> 6) + (l & 31);
+    // Q4_K blocks are 144 bytes and these 8 bytes start at a multiple of 8 in the block: two
+    // aligned 32-bit loads (the buffer is 256-byte aligned, every row a whole number of blocks).
+    const fn_u32* qs = (const fn_u32*)(b + 16 + 32 * (e0 >> 6) + (l & 31));
     int sh = l >= 32 ? 4 : 0;
-    for (int i = 0; i < 8; i++) v[i] = dl * (float)((qs[i] >> sh) & 15) - ml;
+    fn_u32 q0 = qs[0] >> sh, q1 = qs[1] >> sh;
+    for (int i = 0; i < 4; i++) v[i] = dl * (float)((q0 >> (8 * i)) & 15) - ml;
+    for (int i = 0; i < 4; i++) v[4 + i] = dl * (float)((q1 >> (8 * i)) & 15) - ml;
 }
 // Q5_K: as Q4_K with qh[32] before qs: the fifth bit of element e is qh[e%32] bit e/32.
 template <>
@@ -249,12 +253,14 @@ __device__ __forceinline__ void quant_decode8<QUANT_Q5_K>(const fn_u8* b, int e0
     quant_scale_min_k4(e0 >> 5, b + 4, &sc, &m);
     float dl = d * sc, ml = dmin * m;
     int l = e0 & 63, bit = e0 >> 5;
-    const fn_u8* qh = b + 16 + (e0 & 31);
-    const fn_u8* qs = b + 48 + 32 * (e0 >> 6) + (l & 31);
+    // 176-byte blocks; qh and qs reads start at multiples of 8 in the block (as Q4_K's).
+    const fn_u32* qh = (const fn_u32*)(b + 16 + (e0 & 31));
+    const fn_u32* qs = (const fn_u32*)(b + 48 + 32 * (e0 >> 6) + (l & 31));
     int sh = l >= 32 ? 4 : 0;
-    for (int i = 0; i < 8; i++) {
-        int q = ((qs[i] >> sh) & 15) | (((qh[i] >> bit) & 1) << 4);
-        v[i] = dl * (float)q - ml;
+    for (int h = 0; h < 2; h++) {
+        fn_u32 q = qs[h] >> sh, hb = qh[h] >> bit;
+        for (int i = 0; i < 4; i++)
+            v[4 * h + i] = dl * (float)(((q >> (8 * i)) & 15) | (((hb >> (8 * i)) & 1) << 4)) - ml;
     }
 }
 // Q6_K: ql[128], qh[64], scales[16] int8, d f16. Element e: n = e/128, quarter t = e%128/32,

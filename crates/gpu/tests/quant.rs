@@ -262,3 +262,22 @@ fn quantized_f32_weights() {
         }
     }
 }
+
+/// A matrix that kept only its CPU-packed form has no stored bytes to upload: an error, not
+/// garbage on the device.
+#[test]
+fn a_packed_only_matrix_is_refused() {
+    let dev = device();
+    let (rows, cols) = (16, 256);
+    let ty = QuantType::Q4_K;
+    let mut m = Matrix::new(rows, cols, DType::Quant(ty), Bytes::from_vec(random_blocks(ty, rows, 5)));
+    m.pack_for_matmul();
+    if !m.bytes().is_empty() {
+        eprintln!("skipped: this CPU has no packed Q4_K kernel, so the matrix kept its bytes");
+        return;
+    }
+    match DeviceMatrix::upload(&dev, &m) {
+        Err(frognano_gpu::GpuError::Unsupported(msg)) => assert!(msg.contains("Q4_K"), "{msg}"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+}
