@@ -200,6 +200,9 @@ pub fn kv_append(dev: &Gpu, kv: &DeviceKv, k: u64, v: u64, pos0: usize, rows: us
     if n == 0 {
         return Ok(());
     }
+    if n > i32::MAX as usize {
+        return Err(GpuError::Unsupported(format!("kv_append: {rows} rows of {} values in one call", kv.width)));
+    }
     dev.launch(
         &format!("attn_kv_append_{}", kv.ty.suffix()),
         [blocks(n, 256), 1, 1],
