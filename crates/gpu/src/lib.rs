@@ -10,6 +10,7 @@
 //! compiled for the host and run on a CPU simulator, so the tests check every kernel and the
 //! whole forward without a GPU; [`kernels`] (one Rust function per kernel).
 
+pub mod attention;
 pub mod backend;
 pub mod cuda;
 pub mod kernels;
