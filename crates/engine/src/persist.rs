@@ -311,8 +311,14 @@ fn load_chain(
     keep: usize,
 ) -> Result<Session, PersistError> {
     let mut cache = model.new_cache();
-    let layout = cache.layout();
     let leaf = files.last().expect("a chain has a file");
+    if cache.is_on_device() {
+        return Err(invalid(
+            &leaf.path,
+            "the model runs on a GPU, whose session states cannot be loaded from disk yet",
+        ));
+    }
+    let layout = cache.layout();
     let mut at = 0;
     let mut tokens = leaf.tokens()?;
     for f in files {
@@ -382,6 +388,9 @@ fn load_chain(
 /// `extra` (the caller's own data, e.g. the chat's messages) in its header.
 /// `frognano chat --session FILE` keeps its conversation this way.
 pub fn save_session_file(path: &Path, model_id: &str, session: &Session, extra: Value) -> Result<u64, PersistError> {
+    if session.cache().is_on_device() {
+        return Err(invalid(path, "the model runs on a GPU, whose session states are not saved to disk yet"));
+    }
     let Some((pos, _, logits)) = session.save_points().into_iter().find(|(pos, snap, _)| snap.is_none() && *pos > 0)
     else {
         return Err(invalid(path, "the session holds no state to save yet"));
@@ -574,6 +583,10 @@ impl SessionStore {
     /// does not hold yet, each continuing the longest file of the same conversation. The
     /// bytes are copied here and written on the store's thread.
     pub fn save(&self, session: &Session) {
+        if session.cache().is_on_device() {
+            // A GPU model's states stay in device memory (not saved to disk yet).
+            return;
+        }
         let points = session.save_points();
         let mut jobs = Vec::new();
         {
@@ -676,6 +689,9 @@ impl SessionStore {
     /// prompt's tokens it holds. A damaged or missing file is reported, dropped from the
     /// store, and the next best tried.
     pub fn restore(&self, prompt: &[u32], better_than: usize, model: &Arc<dyn CausalLm>) -> Option<(Session, usize)> {
+        if model.new_cache().is_on_device() {
+            return None;
+        }
         loop {
             let (name, keep, chain) = {
                 let mut index = lock(&self.inner.index);

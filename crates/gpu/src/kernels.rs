@@ -55,3 +55,60 @@ pub fn rms_norm(dev: &Gpu, x: u64, w: u64, y: u64, rows: usize, width: usize, ep
         &[Arg::Ptr(x), Arg::Ptr(w), Arg::Ptr(y), Arg::I32(width as i32), Arg::F32(eps)],
     )
 }
+
+/// Launch shape of the element-wise kernels: 256 threads a block, at most 4096 blocks (the
+/// kernels loop over the rest).
+fn elementwise(n: usize) -> ([u32; 3], [u32; 3]) {
+    ([blocks(n, 256).min(4096), 1, 1], [256, 1, 1])
+}
+
+/// `h += u` over `n` values.
+pub fn add(dev: &Gpu, h: u64, u: u64, n: usize) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let (g, b) = elementwise(n);
+    dev.launch("ew_add", g, b, 0, &[Arg::Ptr(h), Arg::Ptr(u), Arg::I32(n as i32)])
+}
+
+/// `g = silu(g) · u` over `n` values (SwiGLU).
+pub fn silu_mul(dev: &Gpu, g: u64, u: u64, n: usize) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let (gr, b) = elementwise(n);
+    dev.launch("ew_silu_mul", gr, b, 0, &[Arg::Ptr(g), Arg::Ptr(u), Arg::I32(n as i32)])
+}
+
+/// `o ·= sigmoid(gate)` over `n` values.
+pub fn sigmoid_mul(dev: &Gpu, o: u64, gate: u64, n: usize) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let (g, b) = elementwise(n);
+    dev.launch("ew_sigmoid_mul", g, b, 0, &[Arg::Ptr(o), Arg::Ptr(gate), Arg::I32(n as i32)])
+}
+
+/// Rows `[query | gate]` of `2·dh` (`rows` = tokens · heads) split into `q` and `gate`, rows of `dh`.
+pub fn split_halves(dev: &Gpu, qg: u64, q: u64, gate: u64, rows: usize, dh: usize) -> Result<()> {
+    if rows == 0 {
+        return Ok(());
+    }
+    let (g, b) = elementwise(rows * dh);
+    dev.launch(
+        "ew_split_halves",
+        g,
+        b,
+        0,
+        &[Arg::Ptr(qg), Arg::Ptr(q), Arg::Ptr(gate), Arg::I32(rows as i32), Arg::I32(dh as i32)],
+    )
+}
+
+/// `x[r] += b` for `rows` rows of `width`.
+pub fn add_bias(dev: &Gpu, x: u64, b: u64, rows: usize, width: usize) -> Result<()> {
+    if rows == 0 {
+        return Ok(());
+    }
+    let (g, bl) = elementwise(rows * width);
+    dev.launch("ew_add_bias", g, bl, 0, &[Arg::Ptr(x), Arg::Ptr(b), Arg::I32(rows as i32), Arg::I32(width as i32)])
+}

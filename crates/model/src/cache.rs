@@ -362,6 +362,40 @@ impl LayerCache {
     }
 }
 
+/// One sequence's state kept on an accelerator (frognano-gpu): its layers' keys, values and
+/// recurrent states in device memory, owned by the model that made the cache. The engine
+/// only snapshots, restores, forks and cuts it back through [`Cache`]'s methods, which
+/// forward here.
+pub trait DeviceState: Send + Sync + std::fmt::Debug {
+    /// A device copy of the whole state (a fork of the sequence).
+    fn duplicate(&self) -> Box<dyn DeviceState>;
+    /// A copy of what cannot be cut back — the recurrent states — for [`Cache::snapshot`]
+    /// (keys and values are append-only: restoring cuts them back instead).
+    fn save(&self) -> Box<dyn DeviceState>;
+    /// Returns to `snap` (made by [`DeviceState::save`] of this state) at position `pos`.
+    fn restore(&mut self, snap: &dyn DeviceState, pos: usize) -> Result<(), String>;
+    /// Whether every layer can be cut back to an earlier position (attention only).
+    fn is_rewindable(&self) -> bool;
+    /// Cuts keys and values back to `pos` positions (attention-only states).
+    fn truncate(&mut self, pos: usize) -> Result<(), String>;
+    /// Bytes of device memory held.
+    fn byte_len(&self) -> usize;
+    /// For the model that made it, to reach its own type.
+    fn as_any(&self) -> &dyn std::any::Any;
+    /// For the model that made it, to reach its own type.
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
+}
+
+/// A [`DeviceState`] in a [`Cache`] or [`CacheSnapshot`]; cloning it copies the device memory.
+#[derive(Debug)]
+pub struct DeviceSlot(pub Box<dyn DeviceState>);
+
+impl Clone for DeviceSlot {
+    fn clone(&self) -> Self {
+        DeviceSlot(self.0.duplicate())
+    }
+}
+
 /// The shape of one layer's state: what a saved state must match to be loaded into a model's
 /// cache (`frognano_engine::persist`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -392,6 +426,8 @@ pub struct CacheSnapshot {
     pub pos: usize,
     /// Per layer: conv and recurrent state of linear layers, `None` for attention layers.
     linear: Vec<Option<(Vec<f32>, Vec<f32>)>>,
+    /// The saved device state of a cache on an accelerator.
+    device: Option<DeviceSlot>,
 }
 
 impl CacheSnapshot {
@@ -403,7 +439,8 @@ impl CacheSnapshot {
 
     /// Bytes this snapshot holds.
     pub fn byte_len(&self) -> usize {
-        self.linear.iter().flatten().map(|(c, s)| (c.len() + s.len()) * 4).sum()
+        let device = self.device.as_ref().map_or(0, |d| d.0.byte_len());
+        device + self.linear.iter().flatten().map(|(c, s)| (c.len() + s.len()) * 4).sum::<usize>()
     }
 }
 
@@ -416,6 +453,8 @@ pub struct Cache {
     pub pos: usize,
     /// Recurrent states a stepwise forward keeps row by row ([`Cache::keep_row_states`]).
     pub(crate) row_states: Box<RowStates>,
+    /// The state of a model on an accelerator ([`Cache::on_device`]); `layers` is then empty.
+    pub device: Option<DeviceSlot>,
 }
 
 /// The conv windows and recurrent states of every linear layer after each of the first rows of
@@ -443,7 +482,17 @@ impl Clone for RowStates {
 impl Cache {
     /// An empty cache (nothing processed) with these layers.
     pub fn new(layers: Vec<LayerCache>) -> Cache {
-        Cache { layers, pos: 0, row_states: Box::default() }
+        Cache { layers, pos: 0, row_states: Box::default(), device: None }
+    }
+
+    /// An empty cache whose state lives on an accelerator (a model of frognano-gpu).
+    pub fn on_device(state: Box<dyn DeviceState>) -> Cache {
+        Cache { layers: Vec::new(), pos: 0, row_states: Box::default(), device: Some(DeviceSlot(state)) }
+    }
+
+    /// Whether the state lives on an accelerator.
+    pub fn is_on_device(&self) -> bool {
+        self.device.is_some()
     }
 
     /// Tokens processed so far.
@@ -458,6 +507,9 @@ impl Cache {
     /// state. Keys and values are append-only, so they are not copied; restoring truncates
     /// them.
     pub fn snapshot(&self) -> CacheSnapshot {
+        if let Some(d) = &self.device {
+            return CacheSnapshot { pos: self.pos, linear: Vec::new(), device: Some(DeviceSlot(d.0.save())) };
+        }
         let linear = self
             .layers
             .iter()
@@ -466,12 +518,21 @@ impl Cache {
                 LayerCache::Attention { .. } => None,
             })
             .collect();
-        CacheSnapshot { pos: self.pos, linear }
+        CacheSnapshot { pos: self.pos, linear, device: None }
     }
 
     /// Returns to `snap`, taken earlier from this cache (and not from beyond a later restore
     /// to an earlier point). Fails if the cache no longer holds that many positions.
     pub fn restore(&mut self, snap: &CacheSnapshot) -> Result<(), String> {
+        if let Some(d) = &mut self.device {
+            let Some(saved) = &snap.device else { return Err("snapshot of a cache on the CPU".into()) };
+            if snap.pos > self.pos {
+                return Err(format!("snapshot at {} does not belong to this cache (at {})", snap.pos, self.pos));
+            }
+            d.0.restore(&*saved.0, snap.pos)?;
+            self.pos = snap.pos;
+            return Ok(());
+        }
         if snap.pos > self.pos || snap.linear.len() != self.layers.len() {
             return Err(format!("snapshot at {} does not belong to this cache (at {})", snap.pos, self.pos));
         }
@@ -500,7 +561,7 @@ impl Cache {
     /// [`drop_row_states`](Self::drop_row_states)). A cache without linear layers keeps
     /// nothing: it cuts back by [`truncate`](Self::truncate).
     pub fn keep_row_states(&mut self, rows: usize) {
-        let keep = if self.is_rewindable() { 0 } else { rows };
+        let keep = if self.is_rewindable() || self.device.is_some() { 0 } else { rows };
         self.row_states.keep = keep;
         self.row_states.base = self.pos;
         self.row_states.layers.resize_with(self.layers.len(), Vec::new);
@@ -530,6 +591,11 @@ impl Cache {
     /// Bytes of state one kept row costs (every linear layer's conv window and recurrent
     /// state): what [`keep_row_states`](Self::keep_row_states) holds per row.
     pub fn row_state_bytes(&self) -> usize {
+        if self.device.is_some() {
+            // Row states are not kept on a device: far over any budget, so a verification
+            // takes a snapshot instead.
+            return 1 << 40;
+        }
         self.layers
             .iter()
             .map(|l| match l {
@@ -598,6 +664,9 @@ impl Cache {
     /// True when every layer can be rewound to any earlier position without a snapshot
     /// (pure attention models).
     pub fn is_rewindable(&self) -> bool {
+        if let Some(d) = &self.device {
+            return d.0.is_rewindable();
+        }
         self.layers.iter().all(|l| matches!(l, LayerCache::Attention { .. }))
     }
 
@@ -606,12 +675,21 @@ impl Cache {
         if !self.is_rewindable() {
             return Err("a cache with recurrent (linear-attention) state can only return to a snapshot".into());
         }
-        let snap = CacheSnapshot { pos: pos.min(self.pos), linear: vec![None; self.layers.len()] };
+        if let Some(d) = &mut self.device {
+            let pos = pos.min(self.pos);
+            d.0.truncate(pos)?;
+            self.pos = pos;
+            return Ok(());
+        }
+        let snap = CacheSnapshot { pos: pos.min(self.pos), linear: vec![None; self.layers.len()], device: None };
         self.restore(&snap)
     }
 
     /// Bytes of state held (for memory reports).
     pub fn byte_len(&self) -> usize {
+        if let Some(d) = &self.device {
+            return d.0.byte_len();
+        }
         self.layers
             .iter()
             .map(|l| match l {

@@ -57,6 +57,9 @@ pub enum ModelError {
     /// Bad input at run time (token ids, lengths).
     #[error("{0}")]
     Input(String),
+    /// An accelerator failed (a CUDA call, device memory), with its message.
+    #[error("{0}")]
+    Device(String),
 }
 
 /// Result alias for the model crate.

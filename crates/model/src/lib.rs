@@ -38,7 +38,7 @@ pub mod test_support;
 pub mod tokenizer;
 pub mod weights;
 
-pub use cache::{Cache, CacheSnapshot, KvRows, KvType, LayerCache, LayerLayout};
+pub use cache::{Cache, CacheSnapshot, DeviceSlot, DeviceState, KvRows, KvType, LayerCache, LayerLayout};
 pub use error::{ModelError, Result};
 pub use load::{load, LoadedModel};
 
@@ -127,6 +127,12 @@ pub trait CausalLm: Send + Sync {
     /// The model's multi-token-prediction head, when it has one (Qwen3.5 checkpoints with
     /// `mtp.*` weights): what `--speculative mtp` drafts with.
     fn mtp(&self) -> Option<&dyn MtpHead> {
+        None
+    }
+
+    /// The model as its concrete type, for code that builds on it (frognano-gpu uploads a
+    /// loaded [`qwen35::Qwen35`] or [`llama::Llama`]); `None` for models that do not say.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
         None
     }
 }

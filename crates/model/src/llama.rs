@@ -727,31 +727,15 @@ impl Llama {
         n
     }
 
-    /// `(cos, sin)` of every rotated pair at position `pos`, computed as ggml's rope cache does:
-    /// the angle starts at `pos` and is multiplied by `theta_scale` once per pair, in f32; it
-    /// is divided by the pair's frequency factor, then scaled by the linear `freq_scale`.
-    fn rope_angles(&self, pos: usize) -> Vec<(f32, f32)> {
-        let mut theta = pos as f32;
-        let scale = self.cfg.rope_freq_scale;
-        (0..self.cfg.rope_dim / 2)
-            .map(|i| {
-                let ff = self.freq_factors.as_ref().and_then(|v| v.get(i)).copied().unwrap_or(1.0);
-                let extrap = theta / ff;
-                theta *= self.theta_scale;
-                let interp = scale * extrap;
-                match &self.cfg.yarn {
-                    None => (interp.cos(), interp.sin()),
-                    Some(y) => {
-                        let [low, high] = y.corr_dims;
-                        let ramp = 1.0 - ((i as f32 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
-                        let mix = ramp * y.ext_factor;
-                        let a = interp * (1.0 - mix) + extrap * mix;
-                        let mscale = y.attn_factor * (1.0 + 0.1 * (1.0 / scale).ln());
-                        (a.cos() * mscale, a.sin() * mscale)
-                    }
-                }
-            })
-            .collect()
+    /// `(cos, sin)` of every rotated pair at position `pos` ([`rope_angles`]).
+    pub fn rope_angles(&self, pos: usize) -> Vec<(f32, f32)> {
+        rope_angles(&self.cfg, self.theta_scale, self.freq_factors.as_deref(), pos)
+    }
+
+    /// The RoPE inputs beside the config: `theta^(−2/rope_dim)` and the Llama 3.1 frequency
+    /// factors, for [`rope_angles`] elsewhere (a device model builds its tables with them).
+    pub fn rope_parts(&self) -> (f32, Option<Vec<f32>>) {
+        (self.theta_scale, self.freq_factors.clone())
     }
 
     /// Rotates one head. The products are fused the way ggml's (GCC-contracted) C code
@@ -831,6 +815,33 @@ impl Llama {
     }
 }
 
+/// `(cos, sin)` of every rotated pair at position `pos`, computed as ggml's rope cache does:
+/// the angle starts at `pos` and is multiplied by `theta_scale` once per pair, in f32; it
+/// is divided by the pair's frequency factor, then scaled by the linear `freq_scale`.
+pub fn rope_angles(cfg: &LlamaConfig, theta_scale: f32, freq_factors: Option<&[f32]>, pos: usize) -> Vec<(f32, f32)> {
+    let mut theta = pos as f32;
+    let scale = cfg.rope_freq_scale;
+    (0..cfg.rope_dim / 2)
+        .map(|i| {
+            let ff = freq_factors.and_then(|v| v.get(i)).copied().unwrap_or(1.0);
+            let extrap = theta / ff;
+            theta *= theta_scale;
+            let interp = scale * extrap;
+            match &cfg.yarn {
+                None => (interp.cos(), interp.sin()),
+                Some(y) => {
+                    let [low, high] = y.corr_dims;
+                    let ramp = 1.0 - ((i as f32 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
+                    let mix = ramp * y.ext_factor;
+                    let a = interp * (1.0 - mix) + extrap * mix;
+                    let mscale = y.attn_factor * (1.0 + 0.1 * (1.0 / scale).ln());
+                    (a.cos() * mscale, a.sin() * mscale)
+                }
+            }
+        })
+        .collect()
+}
+
 /// RMSNorm with ggml's numerics: the sum of squares (each square rounded to f32) accumulated in
 /// f64, the mean rounded to f32, then `x · (1/√(mean + eps)) · w` in f32. Matching it to the bit
 /// matters: the next matmul quantizes its input to 8 bits, and a one-ulp change can move a value
@@ -895,6 +906,20 @@ impl CausalLm for Llama {
 
     fn forward_batch_stepwise(&self, batch: &mut [(&[u32], &mut Cache)]) -> Result<Vec<Vec<f32>>> {
         crate::kernels::on_pool(|| decoder::forward_batch_stepwise(self, batch))
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+}
+
+impl Llama {
+    /// Llama 4's attention temperature (Ministral 3) of a query at `pos`: 1 for other models.
+    pub fn attn_temperature(&self, pos: usize) -> f32 {
+        match self.cfg.attn_temperature {
+            Some((beta, floor)) => (((pos as f64 / floor as f64).floor() + 1.0).ln() * beta as f64 + 1.0) as f32,
+            None => 1.0,
+        }
     }
 }
 

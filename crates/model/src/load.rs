@@ -87,16 +87,50 @@ pub fn resolve_path(spec: &str) -> Result<PathBuf> {
     Err(ModelError::io(p, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or folder")))
 }
 
+/// Moves a model loaded on the CPU onto an accelerator. frognano-gpu implements it for
+/// `--device cuda|sim`; the binary installs one with [`set_accelerator`] before it loads
+/// anything, so that every command's load — `run`, `serve`, the agent's, the trainer's
+/// rollouts — ends on that device through the same [`load`].
+pub trait Accelerator: Send + Sync {
+    /// The device, for messages (`cuda:0`).
+    fn name(&self) -> String;
+    /// The model on the device: `model` is the CPU model as loaded (weights as stored, not
+    /// repacked for the CPU's kernels), tokenizer and template included.
+    fn place(&self, model: LoadedModel) -> Result<LoadedModel>;
+}
+
+static ACCELERATOR: std::sync::RwLock<Option<std::sync::Arc<dyn Accelerator>>> = std::sync::RwLock::new(None);
+
+/// Makes every later [`load`] place its model on `acc` (`None`: the CPU again).
+pub fn set_accelerator(acc: Option<std::sync::Arc<dyn Accelerator>>) {
+    *ACCELERATOR.write().unwrap_or_else(|e| e.into_inner()) = acc;
+}
+
+/// The accelerator [`load`] places models on, if one was set.
+pub fn accelerator() -> Option<std::sync::Arc<dyn Accelerator>> {
+    ACCELERATOR.read().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
 /// Loads the model named by `spec`: a checkpoint folder, a `.gguf` file, or a hub id.
 pub fn load(spec: impl AsRef<str>) -> Result<LoadedModel> {
     load_quantized(spec, None)
 }
 
 /// [`load`], re-quantizing the weight matrices to `quant` (`--quant q8_0|q4_k`) when given.
+/// With an [`Accelerator`] set, the model is placed on it.
 pub fn load_quantized(spec: impl AsRef<str>, quant: Option<QuantType>) -> Result<LoadedModel> {
+    match accelerator() {
+        Some(acc) => acc.place(load_on_cpu(spec, quant, false)?),
+        None => load_on_cpu(spec, quant, true),
+    }
+}
+
+/// [`load_quantized`] on the CPU whatever the accelerator; `pack`: repack the weights for this
+/// CPU's kernels (an accelerator wants them as stored).
+pub fn load_on_cpu(spec: impl AsRef<str>, quant: Option<QuantType>, pack: bool) -> Result<LoadedModel> {
     let path = resolve_path(spec.as_ref())?;
     if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
-        return load_gguf(&path, quant);
+        return load_gguf(&path, quant, pack);
     }
     if !path.is_dir() {
         return Err(ModelError::format(
@@ -120,7 +154,9 @@ pub fn load_quantized(spec: impl AsRef<str>, quant: Option<QuantType>) -> Result
             let mut m = Qwen35::load(cfg, &st, None)?;
             if let Some(q) = quant {
                 m.quantize_weights(q);
-                m.pack_for_matmul();
+                if pack {
+                    m.pack_for_matmul();
+                }
                 bytes = m.weight_bytes();
             }
             (Box::new(m), eos, bytes)
@@ -132,7 +168,9 @@ pub fn load_quantized(spec: impl AsRef<str>, quant: Option<QuantType>) -> Result
             let mut m = Llama::load(cfg, &st, tied)?;
             if let Some(q) = quant {
                 m.quantize_weights(q);
-                m.pack_for_matmul();
+                if pack {
+                    m.pack_for_matmul();
+                }
                 bytes = m.weight_bytes();
             }
             (Box::new(m), eos_from_config(&v), bytes)
@@ -179,7 +217,7 @@ fn eos_from_config(v: &serde_json::Value) -> Vec<u32> {
 
 /// Loads a `.gguf` file: the network (memory-mapped; re-quantized to `quant` if given), its
 /// tokenizer, chat template and stop ids.
-fn load_gguf(path: &Path, quant: Option<QuantType>) -> Result<LoadedModel> {
+fn load_gguf(path: &Path, quant: Option<QuantType>, pack: bool) -> Result<LoadedModel> {
     let f = GgufFile::open(path)?;
     let weights = GgufWeights::new(&f)?;
     // Re-quantized weights are no longer the file's tensors: their size is the model's.
@@ -195,7 +233,9 @@ fn load_gguf(path: &Path, quant: Option<QuantType>) -> Result<LoadedModel> {
                 m.quantize_weights(q);
                 quantized_bytes = Some(m.weight_bytes());
             }
-            m.pack_for_matmul();
+            if pack {
+                m.pack_for_matmul();
+            }
             Box::new(m)
         }
         GgufArch::Llama | GgufArch::Qwen2 | GgufArch::Qwen3 => {
@@ -204,7 +244,9 @@ fn load_gguf(path: &Path, quant: Option<QuantType>) -> Result<LoadedModel> {
                 m.quantize_weights(q);
                 quantized_bytes = Some(m.weight_bytes());
             }
-            m.pack_for_matmul();
+            if pack {
+                m.pack_for_matmul();
+            }
             Box::new(m)
         }
     };

@@ -449,6 +449,11 @@ impl Qwen35 {
         self.cfg.rms_norm_eps as f32
     }
 
+    /// The rotary embedding of the attention layers.
+    pub fn rope(&self) -> &Rope {
+        &self.rope
+    }
+
     /// One decoder layer over `h` (`[t, d]`, updated in place): pre-norm mixer and MLP with
     /// their residuals, the mixer advancing each segment's state of this layer.
     pub(crate) fn run_layer(&self, layer: &Layer, h: &mut [f32], t: usize, parts: &mut [Segment<'_>]) {
@@ -933,5 +938,9 @@ impl CausalLm for Qwen35 {
 
     fn mtp(&self) -> Option<&dyn crate::MtpHead> {
         self.mtp.as_ref().map(|_| self as &dyn crate::MtpHead)
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }

@@ -161,6 +161,16 @@ impl Rope {
         Rope { inv_freq, rotary_dim }
     }
 
+    /// `(cos, sin)` of every rotated pair at position `pos`, in f32 (unrounded): the table a
+    /// device kernel rotates with.
+    pub fn cos_sin(&self, pos: usize) -> Vec<(f32, f32)> {
+        self.inv_freq
+            .iter()
+            .map(|f| (pos as f32 * f).cos())
+            .zip(self.inv_freq.iter().map(|f| (pos as f32 * f).sin()))
+            .collect()
+    }
+
     /// Rotates one head vector `x` (length ≥ rotary_dim) for position `pos`; cos/sin are
     /// rounded to the activation dtype first, like transformers.
     pub fn apply(&self, x: &mut [f32], pos: usize, act: Act) {
