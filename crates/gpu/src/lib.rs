@@ -12,6 +12,7 @@
 
 pub mod backend;
 pub mod cuda;
+pub mod deltanet;
 pub mod kernels;
 pub mod sim;
 
