@@ -51,29 +51,29 @@ extern "C" __global__ void delta_conv1d_silu(const float* __restrict__ x, float*
     const int t0 = blockIdx.y * DELTA_CONV_TOKENS;
     const int t1 = t0 + DELTA_CONV_TOKENS < t ? t0 + DELTA_CONV_TOKENS : t;
     float wr[DELTA_CONV_MAXK], win[DELTA_CONV_MAXK];
-DELTA_UNROLL
+    DELTA_UNROLL
     for (int j = 0; j < DELTA_CONV_MAXK; j++) wr[j] = j < k ? w[(size_t)c * k + j] : 0.0f;
     const float wlast = w[(size_t)c * k + k - 1];
     win[DELTA_CONV_MAXK - 1] = 0.0f;
     // win[j] = ext[i + j] for the taps before the current token (j < K-1).
-DELTA_UNROLL
+    DELTA_UNROLL
     for (int j = 0; j < DELTA_CONV_MAXK - 1; j++) win[j] = j < k - 1 ? delta_conv_ext(state, x, t0 + j, c, channels, k) : 0.0f;
     for (int i = t0; i < t1; i++) {
         const float cur = x[(size_t)i * channels + c];
         float acc = 0.0f;
-DELTA_UNROLL
+        DELTA_UNROLL
         for (int j = 0; j < DELTA_CONV_MAXK - 1; j++)
             if (j < k - 1) acc += wr[j] * win[j];
         acc += wlast * cur;
         y[(size_t)i * channels + c] = fn_silu(acc);
-DELTA_UNROLL
+        DELTA_UNROLL
         for (int j = 0; j < DELTA_CONV_MAXK - 1; j++) win[j] = j == k - 2 ? cur : (j < k - 2 ? win[j + 1] : win[j]);
     }
     if (blockIdx.y == 0) {
         float keep[DELTA_CONV_MAXK - 1];
-DELTA_UNROLL
+        DELTA_UNROLL
         for (int r = 0; r < DELTA_CONV_MAXK - 1; r++) keep[r] = r < k - 1 ? delta_conv_ext(state, x, t + r, c, channels, k) : 0.0f;
-DELTA_UNROLL
+        DELTA_UNROLL
         for (int r = 0; r < DELTA_CONV_MAXK - 1; r++)
             if (r < k - 1) state[(size_t)r * channels + c] = keep[r];
     }
@@ -143,7 +143,7 @@ extern "C" __global__ void delta_rule_recurrent(const float* __restrict__ q, con
     const int a0 = warp * 32;
     float* st = state + (size_t)h * dk * dv;
     float s[32];
-DELTA_UNROLL
+    DELTA_UNROLL
     for (int r = 0; r < 32; r++) s[r] = col ? st[(size_t)(a0 + r) * dv + j] : 0.0f;
     for (int i = 0; i < t; i++) {
         // Every lane of a warp reads the same key and query entries: broadcast loads.
@@ -152,7 +152,7 @@ DELTA_UNROLL
         const float alpha = delta_decay_exp(g[(size_t)i * hv + h]);
         const float b = beta[(size_t)i * hv + h];
         float part = 0.0f;
-DELTA_UNROLL
+        DELTA_UNROLL
         for (int r = 0; r < 32; r++) {
             s[r] *= alpha;
             part += kr[r] * s[r];
@@ -164,7 +164,7 @@ DELTA_UNROLL
         const float vv = col ? v[((size_t)i * hv + h) * dv + j] : 0.0f;
         const float d = (vv - ks) * b;
         part = 0.0f;
-DELTA_UNROLL
+        DELTA_UNROLL
         for (int r = 0; r < 32; r++) {
             s[r] += kr[r] * d;
             part += qr[r] * s[r];
@@ -177,7 +177,7 @@ DELTA_UNROLL
             out[((size_t)i * hv + h) * dv + j] = o;
         }
     }
-DELTA_UNROLL
+    DELTA_UNROLL
     for (int r = 0; r < 32; r++)
         if (col) st[(size_t)(a0 + r) * dv + j] = s[r];
 }
@@ -186,7 +186,7 @@ DELTA_UNROLL
 // (zeros below), DELTA_CHUNK × DELTA_KT values over the block's DELTA_CHUNK_THREADS threads.
 __device__ __forceinline__ void delta_stage_k(float (*tile)[DELTA_KT + 1], const float* __restrict__ k, int n0,
                                               int c, int hk, int kh, int dk, int a0) {
-DELTA_UNROLL
+    DELTA_UNROLL
     for (int e = 0; e < DELTA_CHUNK * DELTA_KT / DELTA_CHUNK_THREADS; e++) {
         const int idx = threadIdx.x + e * DELTA_CHUNK_THREADS;
         const int i = idx / DELTA_KT, aa = idx % DELTA_KT;
@@ -244,98 +244,99 @@ extern "C" __global__ void delta_rule_chunked(const float* __restrict__ q, const
         const float last = sh_cum[c - 1];
         if ((int)threadIdx.x < c) sh_f[threadIdx.x] = delta_decay_exp(last - sh_cum[threadIdx.x]);
 
-        // A = strictly_lower(diag(β) K Kᵀ ⊙ D): rows warp + 8r, columns lane and lane + 32.
-        float acc[RPW][2];
-DELTA_UNROLL
-        for (int r = 0; r < RPW; r++) acc[r][0] = acc[r][1] = 0.0f;
+        // A = strictly_lower(diag(β) K Kᵀ ⊙ D) with rows warp + 8r, columns lane and lane + 32,
+        // and in the same pass over staged K the slice K S (rows warp + 8r, column lane).
+        float acc[RPW][2], xs[RPW];
+        DELTA_UNROLL
+        for (int r = 0; r < RPW; r++) acc[r][0] = acc[r][1] = xs[r] = 0.0f;
         for (int a0 = 0; a0 < dk; a0 += DELTA_KT) {
             delta_stage_k(sh_tile, k, n0, c, hk, kh, dk, a0);
             __syncthreads();
-DELTA_UNROLL
+            DELTA_UNROLL
             for (int aa = 0; aa < DELTA_KT; aa++) {
                 const float k0 = sh_tile[lane][aa], k1 = sh_tile[lane + 32][aa];
-DELTA_UNROLL
+                const float sa = sh_s[a0 + aa][lane];
+                DELTA_UNROLL
                 for (int r = 0; r < RPW; r++) {
                     const float ki = sh_tile[warp + WARPS * r][aa];
                     acc[r][0] += ki * k0;
                     acc[r][1] += ki * k1;
+                    xs[r] += ki * sa;
                 }
             }
             __syncthreads();
         }
-DELTA_UNROLL
+        DELTA_UNROLL
         for (int r = 0; r < RPW; r++) {
             const int i = warp + WARPS * r;
-DELTA_UNROLL
+            DELTA_UNROLL
             for (int s2 = 0; s2 < 2; s2++) {
                 const int m = lane + 32 * s2;
                 float e = 0.0f;
                 if (m < i && i < c) e = sh_beta[i] * acc[r][s2] * delta_decay_exp(sh_cum[i] - sh_cum[m]);
                 sh_m[i][m] = e;
             }
-        }
-
-        // X = β (v − exp(γ) K S) for this slice's columns. The rows of K are read by all
-        // lanes of a warp at once (broadcasts).
-        const float* krow[RPW];
-        const float* qrow[RPW];
-DELTA_UNROLL
-        for (int r = 0; r < RPW; r++) {
-            const int i = warp + WARPS * r;
-            const size_t tok = (size_t)n0 + (i < c ? i : 0);
-            krow[r] = k + (tok * hk + kh) * dk;
-            qrow[r] = q + (tok * hk + kh) * dk;
-        }
-        float xs[RPW];
-DELTA_UNROLL
-        for (int r = 0; r < RPW; r++) xs[r] = 0.0f;
-        for (int a = 0; a < dk; a++) {
-            const float sa = sh_s[a][lane];
-DELTA_UNROLL
-            for (int r = 0; r < RPW; r++) xs[r] += krow[r][a] * sa;
-        }
-DELTA_UNROLL
-        for (int r = 0; r < RPW; r++) {
-            const int i = warp + WARPS * r;
+            // X = β (v − exp(γ) K S) for this slice's columns.
             if (i < c) {
                 const float vv = col ? v[((size_t)(n0 + i) * hv + h) * dv + j] : 0.0f;
                 sh_x[i][lane] = sh_beta[i] * (vv - sh_ecum[i] * xs[r]);
             }
         }
-        __syncthreads();
 
-        // (I + A) Vnew = X by forward substitution, one warp (lane ↔ column).
-        if (warp == 0) {
-            for (int i = 1; i < c; i++) {
+        // (I + A) Vnew = X by forward substitution, lane ↔ column, in blocks of 8 rows: the 8
+        // warps subtract the solved rows above a block from its rows (one row a warp), then
+        // warp 0 solves the 8 × 8 diagonal block.
+        for (int b0 = 0; b0 < c; b0 += WARPS) {
+            __syncthreads();
+            const int i = b0 + warp;
+            if (b0 > 0 && i < c) {
                 float e = sh_x[i][lane];
-                for (int m = 0; m < i; m++) e -= sh_m[i][m] * sh_x[m][lane];
+                for (int m = 0; m < b0; m++) e -= sh_m[i][m] * sh_x[m][lane];
                 sh_x[i][lane] = e;
+            }
+            __syncthreads();
+            if (warp == 0) {
+                const int b1 = b0 + WARPS < c ? b0 + WARPS : c;
+                for (int ii = b0 + 1; ii < b1; ii++) {
+                    float e = sh_x[ii][lane];
+                    for (int m = b0; m < ii; m++) e -= sh_m[ii][m] * sh_x[m][lane];
+                    sh_x[ii][lane] = e;
+                }
             }
         }
         __syncthreads();
 
-        // M = lower_incl(Q Kᵀ ⊙ D): Q rows from global (broadcast), K staged.
-DELTA_UNROLL
-        for (int r = 0; r < RPW; r++) acc[r][0] = acc[r][1] = 0.0f;
+        // M = lower_incl(Q Kᵀ ⊙ D) with Q rows from global (every lane of a warp reads the same
+        // entry: broadcasts) and K staged, and in the same pass the slice Q S.
+        const float* qrow[RPW];
+        DELTA_UNROLL
+        for (int r = 0; r < RPW; r++) {
+            const int i = warp + WARPS * r;
+            qrow[r] = q + (((size_t)n0 + (i < c ? i : 0)) * hk + kh) * dk;
+        }
+        DELTA_UNROLL
+        for (int r = 0; r < RPW; r++) acc[r][0] = acc[r][1] = xs[r] = 0.0f;
         for (int a0 = 0; a0 < dk; a0 += DELTA_KT) {
             delta_stage_k(sh_tile, k, n0, c, hk, kh, dk, a0);
             __syncthreads();
-DELTA_UNROLL
+            DELTA_UNROLL
             for (int aa = 0; aa < DELTA_KT; aa++) {
                 const float k0 = sh_tile[lane][aa], k1 = sh_tile[lane + 32][aa];
-DELTA_UNROLL
+                const float sa = sh_s[a0 + aa][lane];
+                DELTA_UNROLL
                 for (int r = 0; r < RPW; r++) {
                     const float qi = qrow[r][a0 + aa];
                     acc[r][0] += qi * k0;
                     acc[r][1] += qi * k1;
+                    xs[r] += qi * sa;
                 }
             }
             __syncthreads();
         }
-DELTA_UNROLL
+        DELTA_UNROLL
         for (int r = 0; r < RPW; r++) {
             const int i = warp + WARPS * r;
-DELTA_UNROLL
+            DELTA_UNROLL
             for (int s2 = 0; s2 < 2; s2++) {
                 const int m = lane + 32 * s2;
                 float e = 0.0f;
@@ -346,14 +347,7 @@ DELTA_UNROLL
         __syncthreads();
 
         // O = exp(γ) Q S + M Vnew.
-DELTA_UNROLL
-        for (int r = 0; r < RPW; r++) xs[r] = 0.0f;
-        for (int a = 0; a < dk; a++) {
-            const float sa = sh_s[a][lane];
-DELTA_UNROLL
-            for (int r = 0; r < RPW; r++) xs[r] += qrow[r][a] * sa;
-        }
-DELTA_UNROLL
+        DELTA_UNROLL
         for (int r = 0; r < RPW; r++) {
             const int i = warp + WARPS * r;
             if (i < c) {
@@ -368,18 +362,18 @@ DELTA_UNROLL
         const float el = delta_decay_exp(last);
         constexpr int APW = DELTA_MAX_DK / WARPS;  // key rows a warp
         float sn[APW];
-DELTA_UNROLL
+        DELTA_UNROLL
         for (int r = 0; r < APW; r++) sn[r] = sh_s[warp + WARPS * r][lane] * el;
         for (int m = 0; m < c; m++) {
             const float* km = k + ((size_t)(n0 + m) * hk + kh) * dk;
             const float fx = sh_f[m] * sh_x[m][lane];
-DELTA_UNROLL
+            DELTA_UNROLL
             for (int r = 0; r < APW; r++) {
                 const int a = warp + WARPS * r;
                 if (a < dk) sn[r] += km[a] * fx;
             }
         }
-DELTA_UNROLL
+        DELTA_UNROLL
         for (int r = 0; r < APW; r++) sh_s[warp + WARPS * r][lane] = sn[r];
         __syncthreads();
     }

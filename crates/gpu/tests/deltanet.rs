@@ -121,9 +121,13 @@ struct Case {
 }
 
 fn case(t: usize, hk: usize, hv: usize, dk: usize, dv: usize, tiled: bool, seed: u32) -> Case {
+    // Rows sharing a common direction (as real keys do), so that the dot products between
+    // tokens, and with them the long-range terms of the chunked form, are of order one.
+    let common = values(dk, seed + 6);
     let unit = |n: usize, s: u32, scale: f32| {
         let mut x = values(n, s);
         for r in x.chunks_exact_mut(dk) {
+            r.iter_mut().zip(&common).for_each(|(e, c)| *e += 1.5 * c);
             cpu::l2_normalize(r, 1e-6);
             r.iter_mut().for_each(|e| *e *= scale);
         }
@@ -132,8 +136,13 @@ fn case(t: usize, hk: usize, hv: usize, dk: usize, dv: usize, tiled: bool, seed:
     let q = unit(t * hk * dk, seed, 1.0 / (dk as f32).sqrt());
     let k = unit(t * hk * dk, seed + 1, 1.0);
     let v = values(t * hv * dv, seed + 2);
-    // Log decays in [-1.5, 0]: a chunk's cumulative decay passes e^-60, where decay_exp flushes.
-    let g: Vec<f32> = values(t * hv, seed + 3).iter().map(|e| -(e + 1.0) * 0.75).collect();
+    // Mostly weak log decays (a chunk keeps its early tokens), with a strong one now and then,
+    // after which a chunk's cumulative decay passes e^-60, where decay_exp flushes to zero.
+    let g: Vec<f32> = values(t * hv, seed + 3)
+        .iter()
+        .enumerate()
+        .map(|(i, e)| if i % 37 == 5 { -(e + 1.0) * 20.0 } else { -(e + 1.0) * 0.05 })
+        .collect();
     let beta: Vec<f32> = values(t * hv, seed + 4).iter().map(|e| (e + 1.0) * 0.5).collect();
     let state: Vec<f32> = values(hv * dk * dv, seed + 5).iter().map(|e| e * 0.5).collect();
     let r = hv / hk;
@@ -185,8 +194,11 @@ fn cpu_delta(c: &Case, chunked: bool) -> (Vec<f32>, Vec<f32>) {
 
 fn check(what: &str, got: (Vec<f32>, Vec<f32>), want: (Vec<f32>, Vec<f32>)) {
     let (d_out, d_state) = (rel_diff(&got.0, &want.0), rel_diff(&got.1, &want.1));
-    assert!(d_out < 1e-4, "{what}: out differs by {d_out} (relative)");
-    assert!(d_state < 1e-4, "{what}: state after differs by {d_state} (relative)");
+    eprintln!("{what}: out {d_out:.2e}, state {d_state:.2e} (relative)");
+    // The simulator lands within ~3e-7 of the CPU (summation order only); 1e-5 leaves room for
+    // the device's fused multiply-adds and still fails a 0.1 % error in one term.
+    assert!(d_out < 1e-5, "{what}: out differs by {d_out} (relative)");
+    assert!(d_state < 1e-5, "{what}: state after differs by {d_state} (relative)");
 }
 
 #[test]
