@@ -13,6 +13,7 @@
 pub mod attention;
 pub mod backend;
 pub mod cuda;
+pub mod deltanet;
 pub mod kernels;
 pub mod quant;
 pub mod sim;
