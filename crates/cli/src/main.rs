@@ -57,6 +57,16 @@ enum Command {
 impl Command {
     /// The `-t/--threads` count of a command that runs a model, if given.
     fn threads(&self) -> Option<usize> {
+        self.model_flags().and_then(|f| f.threads)
+    }
+
+    /// The `--device` of a command that runs a model, if given.
+    fn device(&self) -> Option<frognano_gpu::DeviceSpec> {
+        self.model_flags().and_then(|f| f.device)
+    }
+
+    /// The flags of a command that runs a model in this process.
+    fn model_flags(&self) -> Option<threads::ThreadArgs> {
         let flags = match self {
             Command::Run(a) => a.gen.threads,
             Command::Chat(a) => a.gen.threads,
@@ -71,7 +81,7 @@ impl Command {
             Command::Logits(a) => a.threads,
             Command::Pull(_) | Command::Eval(_) | Command::Review(_) | Command::Unit => return None,
         };
-        flags.threads
+        Some(flags)
     }
 }
 
@@ -92,6 +102,14 @@ fn main() {
     if let Err(e) = threads::size_pool(cli.command.threads()) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
+    }
+    // Only commands that run a model here place it; `eval run` passes the choice on to the
+    // `frognano solve` processes it starts through FROGNANO_DEVICE.
+    if cli.command.model_flags().is_some() {
+        if let Err(e) = threads::place_models(cli.command.device()) {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
     }
     let result = match cli.command {
         Command::Run(a) => run::run(a),

@@ -4,13 +4,41 @@
 
 use anyhow::Context;
 
-/// The thread-count flag (flattened into each command that runs a model).
+/// Where the model runs: the thread count and the device (flattened into each command that
+/// runs a model).
 #[derive(Debug, Clone, Copy, Default, clap::Args)]
 pub struct ThreadArgs {
     /// Threads for the model's work (matrix products, attention), as llama.cpp's -t
     /// [default: RAYON_NUM_THREADS if set, else one per CPU core].
     #[arg(short = 't', long = "threads", value_name = "N", value_parser = parse_threads)]
     pub threads: Option<usize>,
+    /// Where the model runs: cpu, cuda, cuda:N (an NVIDIA GPU; needs the driver and the CUDA
+    /// 13 libraries at run time), or sim (the CUDA kernels on a CPU simulator: slow, for
+    /// checking) [default: FROGNANO_DEVICE if set, else cpu].
+    #[arg(long = "device", value_name = "DEVICE", value_parser = parse_device)]
+    pub device: Option<frognano_gpu::DeviceSpec>,
+}
+
+/// A `--device` name, or an error listing the names.
+fn parse_device(s: &str) -> Result<frognano_gpu::DeviceSpec, String> {
+    s.parse()
+}
+
+/// Places every model this process loads on `device` (else `FROGNANO_DEVICE`, else the CPU),
+/// and exports the choice as `FROGNANO_DEVICE` so that the `frognano solve` processes `eval run
+/// --frognano-bin` starts use the same device.
+pub fn place_models(device: Option<frognano_gpu::DeviceSpec>) -> anyhow::Result<()> {
+    let spec = match device {
+        Some(d) => d,
+        None => match std::env::var("FROGNANO_DEVICE") {
+            Ok(s) if !s.trim().is_empty() => s.parse().map_err(|e: String| anyhow::anyhow!("FROGNANO_DEVICE: {e}"))?,
+            _ => frognano_gpu::DeviceSpec::Cpu,
+        },
+    };
+    if spec != frognano_gpu::DeviceSpec::Cpu {
+        std::env::set_var("FROGNANO_DEVICE", spec.to_string());
+    }
+    frognano_gpu::install(spec).with_context(|| format!("--device {spec}"))
 }
 
 /// `N ≥ 1`, or an error saying what was expected.

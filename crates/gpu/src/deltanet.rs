@@ -166,7 +166,10 @@ pub fn delta_rule(
     dk: usize,
     dv: usize,
 ) -> Result<()> {
-    let form = if t <= RECURRENT_MAX_T { "delta_rule_recurrent" } else { "delta_rule_chunked" };
+    // The recurrent kernel maps key rows to whole warps; narrower keys (small test models)
+    // take the chunked form for a few tokens too.
+    let recurrent = t <= RECURRENT_MAX_T && dk.is_multiple_of(32);
+    let form = if recurrent { "delta_rule_recurrent" } else { "delta_rule_chunked" };
     delta_launch(dev, form, [q, k, v, g, beta, state, out, key_head], [t, hk, hv, dk, dv])
 }
 

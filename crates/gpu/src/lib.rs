@@ -75,3 +75,52 @@ pub fn open(spec: DeviceSpec) -> Result<Gpu> {
         DeviceSpec::Sim => Ok(Arc::new(sim::SimDevice::new())),
     }
 }
+
+pub mod model;
+
+pub use model::GpuModel;
+
+/// Places every model frognano-model loads on one device (`--device`): the
+/// [`frognano_model::load::Accelerator`] of this crate.
+pub struct GpuAccelerator {
+    spec: DeviceSpec,
+    dev: Gpu,
+}
+
+impl GpuAccelerator {
+    /// Opens `spec`'s device now, so that a missing driver is reported before any loading.
+    pub fn open(spec: DeviceSpec) -> Result<GpuAccelerator> {
+        Ok(GpuAccelerator { spec, dev: open(spec)? })
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Gpu {
+        &self.dev
+    }
+}
+
+impl frognano_model::load::Accelerator for GpuAccelerator {
+    fn name(&self) -> String {
+        format!("{} ({})", self.spec, self.dev.describe())
+    }
+
+    fn place(&self, mut m: frognano_model::LoadedModel) -> frognano_model::Result<frognano_model::LoadedModel> {
+        let on_device = GpuModel::from_cpu(&self.dev, &*m.model).map_err(|e| {
+            frognano_model::ModelError::Device(format!("{}: --device {}: {e}", m.path.display(), self.spec))
+        })?;
+        m.weight_bytes = on_device.weight_bytes();
+        // The CPU model (and its file mapping) goes; the device holds the weights now.
+        m.model = Box::new(on_device);
+        Ok(m)
+    }
+}
+
+/// Makes every later `frognano_model::load` place its model on `spec` (the CPU: as loaded).
+/// The device is opened here, so a machine without one fails now, naming what is missing.
+pub fn install(spec: DeviceSpec) -> Result<()> {
+    match spec {
+        DeviceSpec::Cpu => frognano_model::load::set_accelerator(None),
+        _ => frognano_model::load::set_accelerator(Some(Arc::new(GpuAccelerator::open(spec)?))),
+    }
+    Ok(())
+}

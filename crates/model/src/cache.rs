@@ -454,7 +454,8 @@ pub struct Cache {
     /// Recurrent states a stepwise forward keeps row by row ([`Cache::keep_row_states`]).
     pub(crate) row_states: Box<RowStates>,
     /// The state of a model on an accelerator ([`Cache::on_device`]); `layers` is then empty.
-    pub device: Option<DeviceSlot>,
+    /// (Boxed: a thin pointer keeps a CPU cache's size.)
+    pub device: Option<Box<DeviceSlot>>,
 }
 
 /// The conv windows and recurrent states of every linear layer after each of the first rows of
@@ -487,7 +488,7 @@ impl Cache {
 
     /// An empty cache whose state lives on an accelerator (a model of frognano-gpu).
     pub fn on_device(state: Box<dyn DeviceState>) -> Cache {
-        Cache { layers: Vec::new(), pos: 0, row_states: Box::default(), device: Some(DeviceSlot(state)) }
+        Cache { layers: Vec::new(), pos: 0, row_states: Box::default(), device: Some(Box::new(DeviceSlot(state))) }
     }
 
     /// Whether the state lives on an accelerator.

@@ -1,0 +1,171 @@
+//! The whole GPU forward (frognano_gpu::GpuModel) against transformers' and the CPU path's
+//! outputs, on the CPU simulator (or on a GPU with FROGNANO_TEST_DEVICE=cuda: bench/gpu.sh).
+
+use std::path::PathBuf;
+
+use frognano_gpu::{DeviceSpec, Gpu, GpuModel};
+use frognano_model::tensor::{to_f32_vec, DType};
+use frognano_model::CausalLm;
+use safetensors::SafeTensors;
+
+fn device() -> Gpu {
+    let spec: DeviceSpec = std::env::var("FROGNANO_TEST_DEVICE").ok().map_or(DeviceSpec::Sim, |s| s.parse().unwrap());
+    frognano_gpu::open(spec).unwrap_or_else(|e| panic!("cannot open {spec}: {e}"))
+}
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(name)
+}
+
+/// The CPU model as loaded for a device, and the same checkpoint on the device.
+fn both(name: &str) -> (Box<dyn CausalLm>, GpuModel) {
+    let path = fixture(name);
+    let cpu = frognano_model::load::load_on_cpu(path.to_str().unwrap(), None, false).unwrap();
+    let gpu = GpuModel::from_cpu(&device(), &*cpu.model).unwrap();
+    (cpu.model, gpu)
+}
+
+struct Golden(Vec<u8>);
+
+impl Golden {
+    fn open(name: &str) -> Self {
+        Golden(std::fs::read(fixture(&format!("{name}.golden.safetensors"))).unwrap())
+    }
+    fn f32(&self, key: &str) -> Vec<f32> {
+        let st = SafeTensors::deserialize(&self.0).unwrap();
+        to_f32_vec(st.tensor(key).unwrap().data(), DType::F32)
+    }
+    fn ids(&self, key: &str) -> Vec<u32> {
+        let st = SafeTensors::deserialize(&self.0).unwrap();
+        let t = st.tensor(key).unwrap();
+        t.data().chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32).collect()
+    }
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    row.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0 as u32
+}
+
+#[test]
+fn qwen35_f32_on_the_device_matches_transformers() {
+    for name in ["qwen35-tiny", "qwen35-wrapper-untied"] {
+        let (_, m) = both(name);
+        let g = Golden::open(name);
+        let ids = g.ids("input_ids");
+        let vocab = m.vocab_size();
+        // One prefill (the chunked delta rule over three chunks and a tail, the tiled attention).
+        let mut cache = m.new_cache();
+        let full = m.forward(&ids, &mut cache, true).unwrap();
+        let d = max_abs_diff(&full, &g.f32("logits_full"));
+        assert!(d < 1e-3, "{name}: prefill logits differ from transformers by {d}");
+        // Greedy decode (the recurrent rule, split-K attention): the same tokens and logits.
+        let want_decode = g.f32("logits_decode");
+        let mut next = argmax(&full[(ids.len() - 1) * vocab..]);
+        for (step, want) in g.ids("greedy_tokens").iter().enumerate() {
+            assert_eq!(next, *want, "{name}: greedy token {step}");
+            let lg = m.forward(&[next], &mut cache, false).unwrap();
+            let d = max_abs_diff(&lg, &want_decode[step * vocab..(step + 1) * vocab]);
+            assert!(d < 1e-3, "{name}: decode step {step} logits differ by {d}");
+            next = argmax(&lg);
+        }
+        // A prefill in two pieces is one pass.
+        let mut c2 = m.new_cache();
+        let mut split = m.forward(&ids[..100], &mut c2, true).unwrap();
+        split.extend(m.forward(&ids[100..], &mut c2, true).unwrap());
+        let d = max_abs_diff(&split, &g.f32("logits_split_prefill"));
+        assert!(d < 1e-3, "{name}: split prefill differs from transformers by {d}");
+    }
+}
+
+#[test]
+fn llama_family_on_the_device_follows_the_cpu_path() {
+    // GGUF files of each llama-family variant: Llama 3 RoPE, Qwen2 biases, Qwen3 q/k norms,
+    // Mistral, Ministral 3's YaRN and attention temperature, and a Q8_0 file.
+    for name in [
+        "llama3-tiny.gguf",
+        "qwen2-tiny.gguf",
+        "qwen3-tiny.gguf",
+        "mistral-tiny.gguf",
+        "ministral3-tiny.gguf",
+        "qwen3-tiny-q8_0.gguf",
+    ] {
+        let (cpu, gpu) = both(&format!("arch/{name}"));
+        let ids: Vec<u32> = (0..24).map(|i| (i * 37 + 5) % 200).collect();
+        let (mut cc, mut gc) = (cpu.new_cache(), gpu.new_cache());
+        let want = cpu.forward(&ids, &mut cc, true).unwrap();
+        let got = gpu.forward(&ids, &mut gc, true).unwrap();
+        let scale = want.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+        let d = max_abs_diff(&got, &want);
+        // The CPU path rounds the query to f16 and quantizes activations to 8 bits as llama.cpp
+        // does; the device keeps them f32.
+        assert!(d < 0.03 * scale, "{name}: prefill logits differ by {d} (largest {scale})");
+        // Decode steps give the CPU's greedy tokens.
+        let vocab = cpu.vocab_size();
+        let mut next = argmax(&want[(ids.len() - 1) * vocab..]);
+        for step in 0..6 {
+            let a = cpu.forward(&[next], &mut cc, false).unwrap();
+            let b = gpu.forward(&[next], &mut gc, false).unwrap();
+            assert_eq!(argmax(&b), argmax(&a), "{name}: greedy token {step}");
+            next = argmax(&a);
+        }
+    }
+}
+
+#[test]
+fn device_caches_snapshot_fork_batch_and_verify_as_cpu_caches_do() {
+    let (_, m) = both("qwen35-tiny");
+    let ids: Vec<u32> = (0..40).map(|i| (i * 13 + 7) % 200).collect();
+    let vocab = m.vocab_size();
+    let mut a = m.new_cache();
+    m.forward(&ids[..30], &mut a, false).unwrap();
+    // A snapshot, three more tokens, a restore: the next forward gives the first run's logits.
+    let snap = a.snapshot();
+    let first = m.forward(&ids[30..33], &mut a, false).unwrap();
+    a.restore(&snap).unwrap();
+    assert_eq!(a.len(), 30);
+    assert_eq!(m.forward(&ids[30..33], &mut a, false).unwrap(), first, "restored state");
+    // A clone is a fork: both go on alike, and independently.
+    let mut b = a.clone();
+    let x = m.forward(&ids[33..34], &mut a, false).unwrap();
+    let y = m.forward(&ids[33..34], &mut b, false).unwrap();
+    assert_eq!(x, y, "fork");
+    m.forward(&ids[34..36], &mut a, false).unwrap();
+    assert_eq!(b.len(), 34);
+    // A batched decode step gives each sequence what a step alone gives.
+    let (mut c1, mut c2) = (b.clone(), a.clone());
+    let alone = [m.forward(&[5], &mut c1, false).unwrap(), m.forward(&[9], &mut c2, false).unwrap()];
+    let batch = m.forward_batch(&mut [(5, &mut b), (9, &mut a)]).unwrap();
+    for (i, (p, q)) in alone.iter().zip(&batch).enumerate() {
+        let d = max_abs_diff(p, q);
+        assert!(d < 1e-4, "batch row {i} differs by {d}");
+    }
+    // A stepwise verification gives each row the bits of a decode step.
+    let mut s = c1.clone();
+    let mut steps = Vec::new();
+    for &id in &ids[..5] {
+        steps.extend(m.forward(&[id], &mut s, false).unwrap());
+    }
+    let mut v = c1.clone();
+    let verified = m.forward_stepwise(&ids[..5], &mut v).unwrap();
+    assert_eq!(verified.len(), 5 * vocab);
+    assert_eq!(verified, steps, "stepwise rows are decode steps");
+    // Another model's cache is refused, not misread.
+    let (_, other) = both("qwen35-tiny");
+    let err = other.forward(&[1], &mut a, false).unwrap_err();
+    assert!(err.to_string().contains("different model"), "{err}");
+}
+
+#[test]
+fn bad_input_is_an_error_that_names_it() {
+    let (_, m) = both("qwen35-tiny");
+    let mut c = m.new_cache();
+    let err = m.forward(&[u32::MAX], &mut c, false).unwrap_err().to_string();
+    assert!(err.contains("out of vocabulary"), "{err}");
+    assert_eq!(c.len(), 0, "the cache is unchanged");
+    assert!(m.forward(&[], &mut c, false).is_err());
+}
