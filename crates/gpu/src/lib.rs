@@ -124,3 +124,28 @@ pub fn install(spec: DeviceSpec) -> Result<()> {
     }
     Ok(())
 }
+
+/// The device this crate's tests run on: `FROGNANO_TEST_DEVICE` (`cuda`, `cuda:N`, `sim`),
+/// else `cuda` when `FROGNANO_REQUIRE_GPU` is set (bench/gpu.sh), else the simulator — so a
+/// machine without a GPU runs every test on the simulator, and a GPU run that cannot open its
+/// device fails instead of quietly testing the simulator.
+///
+/// # Panics
+/// When the device named cannot be opened (the message says why).
+pub fn test_device() -> Gpu {
+    let spec = match std::env::var("FROGNANO_TEST_DEVICE") {
+        Ok(s) => s.parse().unwrap_or_else(|e| panic!("FROGNANO_TEST_DEVICE: {e}")),
+        Err(_) if std::env::var_os("FROGNANO_REQUIRE_GPU").is_some() => DeviceSpec::Cuda(0),
+        Err(_) => DeviceSpec::Sim,
+    };
+    open(spec).unwrap_or_else(|e| panic!("cannot open {spec} for the tests: {e}"))
+}
+
+/// The repository's `fixtures/` folder: `FROGNANO_FIXTURES` when set (test binaries carried to
+/// another machine), else the one beside this crate.
+pub fn fixtures_dir() -> std::path::PathBuf {
+    match std::env::var_os("FROGNANO_FIXTURES") {
+        Some(p) => p.into(),
+        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures"),
+    }
+}

@@ -4,12 +4,11 @@
 //! reference, on the CPU simulator (or `FROGNANO_TEST_DEVICE`).
 
 use frognano_gpu::attention::{self, AttnPath, AttnScratch, DeviceKv, KvDtype};
-use frognano_gpu::{Buffer, DeviceSpec, Gpu};
+use frognano_gpu::{Buffer, Gpu};
 
 /// The device the tests run on: the simulator, or `FROGNANO_TEST_DEVICE`.
 pub fn device() -> Gpu {
-    let spec: DeviceSpec = std::env::var("FROGNANO_TEST_DEVICE").ok().map_or(DeviceSpec::Sim, |s| s.parse().unwrap());
-    frognano_gpu::open(spec).unwrap_or_else(|e| panic!("cannot open {spec}: {e}"))
+    frognano_gpu::test_device()
 }
 
 fn values(n: usize, seed: u32) -> Vec<f32> {

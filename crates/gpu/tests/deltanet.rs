@@ -1,13 +1,12 @@
 //! The Gated DeltaNet kernels (frognano_gpu::deltanet) against frognano-model's CPU code, on
 //! the CPU simulator (or the device `FROGNANO_TEST_DEVICE` names).
 
-use frognano_gpu::{deltanet, Buffer, DeviceSpec, Gpu};
+use frognano_gpu::{deltanet, Buffer, Gpu};
 use frognano_model::kernels::{self as cpu, conv, delta_rule};
 
 /// The device the tests run on: the simulator, or `FROGNANO_TEST_DEVICE`.
 fn device() -> Gpu {
-    let spec: DeviceSpec = std::env::var("FROGNANO_TEST_DEVICE").ok().map_or(DeviceSpec::Sim, |s| s.parse().unwrap());
-    frognano_gpu::open(spec).unwrap_or_else(|e| panic!("cannot open {spec}: {e}"))
+    frognano_gpu::test_device()
 }
 
 /// `n` pseudo-random values in [-1, 1].

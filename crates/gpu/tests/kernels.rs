@@ -1,12 +1,11 @@
 //! Every kernel against the CPU reference of frognano-model, on the CPU simulator (and on a
 //! real GPU when `FROGNANO_TEST_DEVICE=cuda` names one: bench/gpu.sh).
 
-use frognano_gpu::{kernels, Buffer, DeviceSpec, Gpu};
+use frognano_gpu::{kernels, Buffer, Gpu};
 
 /// The device the tests run on: the simulator, or `FROGNANO_TEST_DEVICE`.
 pub fn device() -> Gpu {
-    let spec: DeviceSpec = std::env::var("FROGNANO_TEST_DEVICE").ok().map_or(DeviceSpec::Sim, |s| s.parse().unwrap());
-    frognano_gpu::open(spec).unwrap_or_else(|e| panic!("cannot open {spec}: {e}"))
+    frognano_gpu::test_device()
 }
 
 fn values(n: usize, seed: u32) -> Vec<f32> {

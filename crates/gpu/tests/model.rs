@@ -3,18 +3,17 @@
 
 use std::path::PathBuf;
 
-use frognano_gpu::{DeviceSpec, Gpu, GpuModel};
+use frognano_gpu::{Gpu, GpuModel};
 use frognano_model::tensor::{to_f32_vec, DType};
 use frognano_model::CausalLm;
 use safetensors::SafeTensors;
 
 fn device() -> Gpu {
-    let spec: DeviceSpec = std::env::var("FROGNANO_TEST_DEVICE").ok().map_or(DeviceSpec::Sim, |s| s.parse().unwrap());
-    frognano_gpu::open(spec).unwrap_or_else(|e| panic!("cannot open {spec}: {e}"))
+    frognano_gpu::test_device()
 }
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(name)
+    frognano_gpu::fixtures_dir().join(name)
 }
 
 /// The CPU model as loaded for a device, and the same checkpoint on the device.

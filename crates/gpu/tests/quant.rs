@@ -4,15 +4,14 @@
 //! several) and the row gather, for every dtype.
 
 use frognano_gpu::quant::{DeviceMatrix, MatmulScratch};
-use frognano_gpu::{Buffer, DeviceSpec, Gpu};
+use frognano_gpu::{Buffer, Gpu};
 use frognano_model::quant::QuantType;
 use frognano_model::tensor::{round_bf16, round_f16, Bytes, DType, Matrix};
 use half::{bf16, f16};
 
 /// The device the tests run on: the simulator, or `FROGNANO_TEST_DEVICE`.
 pub fn device() -> Gpu {
-    let spec: DeviceSpec = std::env::var("FROGNANO_TEST_DEVICE").ok().map_or(DeviceSpec::Sim, |s| s.parse().unwrap());
-    frognano_gpu::open(spec).unwrap_or_else(|e| panic!("cannot open {spec}: {e}"))
+    frognano_gpu::test_device()
 }
 
 fn values(n: usize, seed: u32) -> Vec<f32> {
