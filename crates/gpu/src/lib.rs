@@ -104,14 +104,14 @@ impl frognano_model::load::Accelerator for GpuAccelerator {
         format!("{} ({})", self.spec, self.dev.describe())
     }
 
-    fn place(&self, mut m: frognano_model::LoadedModel) -> frognano_model::Result<frognano_model::LoadedModel> {
-        let on_device = GpuModel::from_cpu(&self.dev, &*m.model).map_err(|e| {
-            frognano_model::ModelError::Device(format!("{}: --device {}: {e}", m.path.display(), self.spec))
-        })?;
-        m.weight_bytes = on_device.weight_bytes();
-        // The CPU model (and its file mapping) goes; the device holds the weights now.
-        m.model = Box::new(on_device);
-        Ok(m)
+    fn place_model(
+        &self,
+        m: &dyn frognano_model::CausalLm,
+    ) -> frognano_model::Result<(Box<dyn frognano_model::CausalLm>, usize)> {
+        let on_device =
+            GpuModel::from_cpu(&self.dev, m).map_err(|e| frognano_model::ModelError::Device(e.to_string()))?;
+        let bytes = on_device.weight_bytes();
+        Ok((Box::new(on_device), bytes))
     }
 }
 

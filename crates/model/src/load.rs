@@ -94,9 +94,20 @@ pub fn resolve_path(spec: &str) -> Result<PathBuf> {
 pub trait Accelerator: Send + Sync {
     /// The device, for messages (`cuda:0`).
     fn name(&self) -> String;
+    /// A network on the device, from the CPU one (weights as stored, not repacked for the
+    /// CPU's kernels): what the trainer's rollouts sample from after each update.
+    fn place_model(&self, model: &dyn CausalLm) -> Result<(Box<dyn CausalLm>, usize)>;
+
     /// The model on the device: `model` is the CPU model as loaded (weights as stored, not
     /// repacked for the CPU's kernels), tokenizer and template included.
-    fn place(&self, model: LoadedModel) -> Result<LoadedModel>;
+    fn place(&self, mut model: LoadedModel) -> Result<LoadedModel> {
+        let (net, bytes) = self
+            .place_model(&*model.model)
+            .map_err(|e| ModelError::Device(format!("{}: --device {}: {e}", model.path.display(), self.name())))?;
+        model.model = net;
+        model.weight_bytes = bytes;
+        Ok(model)
+    }
 }
 
 static ACCELERATOR: std::sync::RwLock<Option<std::sync::Arc<dyn Accelerator>>> = std::sync::RwLock::new(None);
@@ -104,6 +115,16 @@ static ACCELERATOR: std::sync::RwLock<Option<std::sync::Arc<dyn Accelerator>>> =
 /// Makes every later [`load`] place its model on `acc` (`None`: the CPU again).
 pub fn set_accelerator(acc: Option<std::sync::Arc<dyn Accelerator>>) {
     *ACCELERATOR.write().unwrap_or_else(|e| e.into_inner()) = acc;
+}
+
+/// `model` on the accelerator when one is set (its weight bytes there), else `model` as it is.
+/// Code that builds a network itself (the trainer's policy after an update) ends it here, as
+/// [`load`] does.
+pub fn on_accelerator(model: Box<dyn CausalLm>) -> Result<Box<dyn CausalLm>> {
+    match accelerator() {
+        Some(acc) => Ok(acc.place_model(&*model)?.0),
+        None => Ok(model),
+    }
 }
 
 /// The accelerator [`load`] places models on, if one was set.

@@ -314,12 +314,16 @@ impl Policy {
         &self,
         quant: Option<frognano_model::quant::QuantType>,
     ) -> anyhow::Result<Box<dyn frognano_model::CausalLm>> {
-        Ok(match &self.net {
+        // With `--device cuda` the network goes to the GPU, its weights as stored.
+        let pack = frognano_model::load::accelerator().is_none();
+        let net: Box<dyn frognano_model::CausalLm> = match &self.net {
             Net::Llama(s) => {
                 let mut m = llama::inference_model(s, &self.store)?;
                 if let Some(q) = quant {
                     m.quantize_weights(q);
-                    m.pack_for_matmul();
+                    if pack {
+                        m.pack_for_matmul();
+                    }
                 }
                 Box::new(m)
             }
@@ -327,11 +331,14 @@ impl Policy {
                 let mut m = qwen35::inference_model(c, &self.store)?;
                 if let Some(q) = quant {
                     m.quantize_weights(q);
-                    m.pack_for_matmul();
+                    if pack {
+                        m.pack_for_matmul();
+                    }
                 }
                 Box::new(m)
             }
-        })
+        };
+        Ok(frognano_model::load::on_accelerator(net)?)
     }
 
     /// Every base weight with LoRA merged, under its on-disk name, in the storage dtype (F64
