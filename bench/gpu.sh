@@ -40,7 +40,39 @@ for m in fixtures/arch/llama3-tiny.gguf fixtures/arch/qwen2-tiny.gguf; do
     log "logits --device cuda $m: exit $?"
 done
 
-# 3. Speed on the 4B shapes (random bf16 weights made here by torch), FrogNano vs transformers.
+# 3. serve on the device: 32 concurrent streams (the tiny fixture has a tokenizer and template).
+"$bin/frognano" serve fixtures/qwen35-tiny --device cuda --port 8093 --max-concurrent 32 >"$out/serve.log" 2>&1 &
+serve_pid=$!
+python3 - <<'PY' 2>&1 | tee -a "$out/summary.txt"
+import json, threading, time, urllib.request
+base = "http://127.0.0.1:8093"
+for _ in range(120):
+    try:
+        urllib.request.urlopen(base + "/health", timeout=1); break
+    except Exception:
+        time.sleep(0.5)
+done, errors, tokens = [], [], [0]
+def one(i):
+    body = json.dumps({"model": "m", "stream": True, "max_tokens": 64, "temperature": 0,
+                       "messages": [{"role": "user", "content": f"Stream {i}: count to twenty."}]}).encode()
+    req = urllib.request.Request(base + "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            for line in r:
+                if line.startswith(b"data: {"):
+                    tokens[0] += 1
+        done.append(i)
+    except Exception as e:
+        errors.append(f"{i}: {e}")
+t = time.time()
+ts = [threading.Thread(target=one, args=(i,)) for i in range(32)]
+[x.start() for x in ts]; [x.join() for x in ts]
+s = time.time() - t
+print(f"== serve --device cuda, 32 streams: {len(done)} finished, {len(errors)} failed, {tokens[0]} chunks in {s:.1f} s ({tokens[0]/s:.0f} chunks/s)", errors[:3])
+PY
+kill "$serve_pid" 2>/dev/null
+
+# 4. Speed on the 4B shapes (random bf16 weights made here by torch), FrogNano vs transformers.
 q4b=/tmp/qwen35-4b-random
 python3 bench/make_random_qwen35_4b.py "$q4b" >"$out/make4b.log" 2>&1
 log "4B checkpoint: exit $?"
