@@ -1,9 +1,11 @@
 // Causal grouped-query attention with a KV cache (src/attention.rs): RoPE from a table of
 // (cos, sin) the host computes per position (so every model's RoPE variant stays on the host),
-// the cache append (f32 or f16 rows), split-K flash decoding (keys in chunks across blocks,
+// the cache append (f32 or f16 rows, or ggml Q8_0/Q4_0 blocks quantized as frognano-model's
+// KvRows::push does), split-K flash decoding (keys in chunks across blocks,
 // then a combine kernel) for one or a few new tokens, and a tiled flash-attention prefill
 // (a tile of query rows per block, online softmax over key tiles in shared memory).
-// Everything accumulates in f32; f16 keys and values are converted on read.
+// Everything accumulates in f32; f16 keys and values are converted on read, Q8_0/Q4_0 ones
+// dequantized on read (ggml's float operations).
 #include "common.cuh"
 
 // "Minus infinity" of the online softmaxes: finite, so that differences of two of them stay
@@ -33,6 +35,32 @@ __device__ __forceinline__ float attn_ld(const float* p, size_t i) { return p[i]
 __device__ __forceinline__ float attn_ld(const fn_u16* p, size_t i) { return fn_h2f(p[i]); }
 __device__ __forceinline__ void attn_st(float* p, size_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void attn_st(fn_u16* p, size_t i, float v) { p[i] = fn_f2h(v); }
+
+// Q8_0 and Q4_0 caches: ggml blocks of 32 values (an f16 scale d, little-endian, then the
+// quants: 32 int8 q, x = q·d; or 16 bytes, element j in the low nibble of byte j and element
+// j + 16 in its high nibble, x = (q − 8)·d), rows of width / 32 blocks (width a multiple of 32),
+// so element i of the flat [capacity, width] array is element i % 32 of block i / 32. The
+// kernels take the blocks as bytes and view them through these tag types, so that attn_ld's
+// overloads (by element index) pick the dequantization.
+struct attn_q8_0 {
+    fn_u8 byte;
+};
+struct attn_q4_0 {
+    fn_u8 byte;
+};
+#define ATTN_Q8_0_BYTES 34
+#define ATTN_Q4_0_BYTES 18
+__device__ __forceinline__ float attn_scale(const fn_u8* blk) { return fn_h2f((fn_u16)(blk[0] | (blk[1] << 8))); }
+__device__ __forceinline__ float attn_ld(const attn_q8_0* p, size_t i) {
+    const fn_u8* blk = reinterpret_cast<const fn_u8*>(p) + (i >> 5) * ATTN_Q8_0_BYTES;
+    return (float)(int)(fn_i8)blk[2 + (i & 31)] * attn_scale(blk);
+}
+__device__ __forceinline__ float attn_ld(const attn_q4_0* p, size_t i) {
+    const fn_u8* blk = reinterpret_cast<const fn_u8*>(p) + (i >> 5) * ATTN_Q4_0_BYTES;
+    const int j = (int)(i & 31);
+    const int q = j < 16 ? (blk[2 + j] & 15) : (blk[2 + j - 16] >> 4);
+    return (float)(q - 8) * attn_scale(blk);
+}
 
 // ---- RoPE
 
@@ -80,6 +108,96 @@ extern "C" __global__ void attn_kv_append_f16(fn_u16* __restrict__ kc, fn_u16* _
     attn_append(kc, vc, k, v, (size_t)pos0 * width, n);
 }
 
+// f32 products and sums rounded once each, never fused into an fma (the device compiles with
+// --fmad=true): the quantizers must repeat the CPU's float operations exactly. On the host the
+// product is exact in double, then rounded once to f32.
+#if defined(__CUDACC__)
+#define ATTN_MUL_RN(a, b) __fmul_rn(a, b)
+#define ATTN_ADD_RN(a, b) __fadd_rn(a, b)
+#else
+#define ATTN_MUL_RN(a, b) ((float)((double)(a) * (double)(b)))
+#define ATTN_ADD_RN(a, b) ((float)((double)(a) + (double)(b)))
+#endif
+
+// Rust's `f as i8` of an f32: toward zero, saturating, NaN to 0.
+__device__ __forceinline__ int attn_f2i8(float f) {
+    if (!(f == f)) return 0;
+    if (f <= -128.0f) return -128;
+    if (f >= 127.0f) return 127;
+    return (int)f;
+}
+
+__device__ __forceinline__ void attn_put_scale(fn_u8* blk, float d) {
+    const fn_u16 h = fn_f2h(d);
+    blk[0] = (fn_u8)(h & 0xff);
+    blk[1] = (fn_u8)(h >> 8);
+}
+
+// One Q8_0 block from the warp's 32 values (lane l holds element l), as KvRows::push
+// (ggml's quantize_row_q8_0_ref): amax = max |x| (NaN ignored), d = amax / 127, id = 1/d (0 when
+// d is 0), q = round(x·id) (half away from zero), the scale stored as f16 (nearest even).
+// Every lane of the warp calls it.
+__device__ __forceinline__ void attn_quant_q8_0(fn_u8* blk, float x, int lane) {
+    const float amax = fmaxf(0.0f, fn_warp_max(fabsf(x)));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    if (lane == 0) attn_put_scale(blk, d);
+    blk[2 + lane] = (fn_u8)(fn_i8)attn_f2i8(roundf(ATTN_MUL_RN(x, id)));
+}
+
+// One Q4_0 block (ggml's quantize_row_q4_0_ref, as KvRows::push): max = the value of largest
+// magnitude (the first of equal ones; NaN never; +0 when none is above 0), d = max / −8,
+// id = 1/d (0 when d is 0), q = min(15, (i8)(x·id + 8.5)); element j in the low nibble of byte
+// j, element j + 16 in its high nibble. Every lane of the warp calls it.
+__device__ __forceinline__ void attn_quant_q4_0(fn_u8* blk, float x, int lane) {
+    const float a = fabsf(x);
+    float key = a > 0.0f ? a : -1.0f, val = x;
+    int idx = lane;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ok = __shfl_xor_sync(0xffffffffu, key, o), ov = __shfl_xor_sync(0xffffffffu, val, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (ok > key || (ok == key && oi < idx)) {
+            key = ok;
+            val = ov;
+            idx = oi;
+        }
+    }
+    const float mx = key > 0.0f ? val : 0.0f;
+    const float d = mx / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    if (lane == 0) attn_put_scale(blk, d);
+    int q = attn_f2i8(ATTN_ADD_RN(ATTN_MUL_RN(x, id), 8.5f));
+    q = (q < 15 ? q : 15) & 0xff;
+    const int hi = __shfl_down_sync(0xffffffffu, q, 16);
+    if (lane < 16) blk[2 + lane] = (fn_u8)((q | (hi << 4)) & 0xff);
+}
+
+// kc/vc rows of width / 32 Q8_0 blocks; the nb = rows·width / 32 blocks of k and of v
+// ([rows, width] f32) written from row pos0 on. One warp a block (of k and of v): grid
+// ceil(nb / 8) of 256 threads.
+extern "C" __global__ void attn_kv_append_q8_0(fn_u8* __restrict__ kc, fn_u8* __restrict__ vc,
+                                               const float* __restrict__ k, const float* __restrict__ v, int pos0,
+                                               int width, int nb) {
+    const int lane = threadIdx.x % 32;
+    const size_t b = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (b >= (size_t)nb) return;  // whole warps
+    const size_t dst = ((size_t)pos0 * (width / 32) + b) * ATTN_Q8_0_BYTES;
+    attn_quant_q8_0(kc + dst, k[b * 32 + lane], lane);
+    attn_quant_q8_0(vc + dst, v[b * 32 + lane], lane);
+}
+
+// The same into a Q4_0 cache.
+extern "C" __global__ void attn_kv_append_q4_0(fn_u8* __restrict__ kc, fn_u8* __restrict__ vc,
+                                               const float* __restrict__ k, const float* __restrict__ v, int pos0,
+                                               int width, int nb) {
+    const int lane = threadIdx.x % 32;
+    const size_t b = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (b >= (size_t)nb) return;  // whole warps
+    const size_t dst = ((size_t)pos0 * (width / 32) + b) * ATTN_Q4_0_BYTES;
+    attn_quant_q4_0(kc + dst, k[b * 32 + lane], lane);
+    attn_quant_q4_0(vc + dst, v[b * 32 + lane], lane);
+}
+
 // ---- Split-K flash decoding
 
 // Block (chunk c, head group y, query row z) of ATTN_DEC_THREADS threads: query heads
@@ -119,12 +237,12 @@ __device__ __forceinline__ void attn_decode_core(const float* q, const T* kc, co
         const int cnt = attn_min(ATTN_DEC_TILE, end - t0);
         // Scores of the tile, scaled, into p_s[hh][jj].
         for (int jj = warp; jj < cnt; jj += warps) {
-            const T* kr = kc + (size_t)(t0 + jj) * width + koff;
+            const size_t kr = (size_t)(t0 + jj) * width + koff;
             float kreg[ATTN_MAX_DIM / 32];
             ATTN_UNROLL
             for (int s = 0; s < ATTN_MAX_DIM / 32; s++) {
                 const int d = lane + 32 * s;
-                kreg[s] = d < head_dim ? attn_ld(kr, d) : 0.0f;
+                kreg[s] = d < head_dim ? attn_ld(kc, kr + d) : 0.0f;
             }
             for (int hh = 0; hh < hb; hh++) {
                 float part = 0.0f;
@@ -170,12 +288,12 @@ __device__ __forceinline__ void attn_decode_core(const float* q, const T* kc, co
             }
         }
         for (int jj = 0; jj < cnt; jj++) {
-            const T* vr = vc + (size_t)(t0 + jj) * width + koff;
+            const size_t vr = (size_t)(t0 + jj) * width + koff;
             float vv[ATTN_MAX_DIM / ATTN_DEC_THREADS];
             ATTN_UNROLL
             for (int k = 0; k < ATTN_MAX_DIM / ATTN_DEC_THREADS; k++) {
                 const int d = tid + ATTN_DEC_THREADS * k;
-                vv[k] = d < head_dim ? attn_ld(vr, d) : 0.0f;
+                vv[k] = d < head_dim ? attn_ld(vc, vr + d) : 0.0f;
             }
             ATTN_UNROLL
             for (int hh = 0; hh < ATTN_DEC_HEADS; hh++) {
@@ -222,6 +340,26 @@ extern "C" __global__ void attn_decode_partial_f16(const float* __restrict__ q, 
                                                    int heads, int kv_heads, int head_dim, int hb, int chunk,
                                                    float scale) {
     attn_decode_core(q, kc, vc, pm, pl, pacc, pos0, heads, kv_heads, head_dim, hb, chunk, scale);
+}
+
+// The same on a Q8_0 cache (kc/vc the blocks' bytes).
+extern "C" __global__ void attn_decode_partial_q8_0(const float* __restrict__ q, const fn_u8* __restrict__ kc,
+                                                    const fn_u8* __restrict__ vc, float* __restrict__ pm,
+                                                    float* __restrict__ pl, float* __restrict__ pacc, int pos0,
+                                                    int heads, int kv_heads, int head_dim, int hb, int chunk,
+                                                    float scale) {
+    attn_decode_core(q, reinterpret_cast<const attn_q8_0*>(kc), reinterpret_cast<const attn_q8_0*>(vc), pm, pl, pacc,
+                     pos0, heads, kv_heads, head_dim, hb, chunk, scale);
+}
+
+// The same on a Q4_0 cache.
+extern "C" __global__ void attn_decode_partial_q4_0(const float* __restrict__ q, const fn_u8* __restrict__ kc,
+                                                    const fn_u8* __restrict__ vc, float* __restrict__ pm,
+                                                    float* __restrict__ pl, float* __restrict__ pacc, int pos0,
+                                                    int heads, int kv_heads, int head_dim, int hb, int chunk,
+                                                    float scale) {
+    attn_decode_core(q, reinterpret_cast<const attn_q4_0*>(kc), reinterpret_cast<const attn_q4_0*>(vc), pm, pl, pacc,
+                     pos0, heads, kv_heads, head_dim, hb, chunk, scale);
 }
 
 // out[rh, :] = Σ_c e^(m_c − M)·acc_c / Σ_c e^(m_c − M)·l_c over the chunks of the partials, for
@@ -372,4 +510,22 @@ extern "C" __global__ void attn_prefill_f16(const float* __restrict__ q, const f
                                             int heads, int kv_heads, int head_dim, int bk, float scale) {
     FN_DYNAMIC_SHARED(float, sh);
     attn_prefill_core(sh, q, kc, vc, out, t, pos0, heads, kv_heads, head_dim, bk, scale);
+}
+
+// The same on a Q8_0 cache (kc/vc the blocks' bytes).
+extern "C" __global__ void attn_prefill_q8_0(const float* __restrict__ q, const fn_u8* __restrict__ kc,
+                                             const fn_u8* __restrict__ vc, float* __restrict__ out, int t, int pos0,
+                                             int heads, int kv_heads, int head_dim, int bk, float scale) {
+    FN_DYNAMIC_SHARED(float, sh);
+    attn_prefill_core(sh, q, reinterpret_cast<const attn_q8_0*>(kc), reinterpret_cast<const attn_q8_0*>(vc), out, t,
+                      pos0, heads, kv_heads, head_dim, bk, scale);
+}
+
+// The same on a Q4_0 cache.
+extern "C" __global__ void attn_prefill_q4_0(const float* __restrict__ q, const fn_u8* __restrict__ kc,
+                                             const fn_u8* __restrict__ vc, float* __restrict__ out, int t, int pos0,
+                                             int heads, int kv_heads, int head_dim, int bk, float scale) {
+    FN_DYNAMIC_SHARED(float, sh);
+    attn_prefill_core(sh, q, reinterpret_cast<const attn_q4_0*>(kc), reinterpret_cast<const attn_q4_0*>(vc), out, t,
+                      pos0, heads, kv_heads, head_dim, bk, scale);
 }

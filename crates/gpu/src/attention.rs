@@ -1,11 +1,12 @@
 //! Attention on the device (kernels/attention.cu): RoPE from a host table, the KV cache of one
-//! sequence's layer ([`DeviceKv`], f32 or f16 rows), and causal grouped-query attention over it
-//! — split-K flash decoding for one or a few new tokens, a tiled flash-attention prefill for
-//! longer batches ([`attention`]). The kernels accumulate in f32; f16 keys and values are
-//! converted on read.
+//! sequence's layer ([`DeviceKv`], f32 or f16 rows, or ggml Q8_0/Q4_0 blocks), and causal
+//! grouped-query attention over it — split-K flash decoding for one or a few new tokens, a
+//! tiled flash-attention prefill for longer batches ([`attention`]). The kernels accumulate in
+//! f32; f16 keys and values are converted on read, Q8_0/Q4_0 ones dequantized on read.
 
 use crate::backend::{Arg, Buffer, Gpu, GpuError, Result};
 use crate::kernels::blocks;
+use frognano_model::quant::{self, QuantType};
 
 /// Largest head_dim the attention kernels take (`ATTN_MAX_DIM`).
 pub const MAX_HEAD_DIM: usize = 256;
@@ -32,27 +33,46 @@ pub enum KvDtype {
     F32,
     /// IEEE half rows (rounded to nearest even on append).
     F16,
+    /// ggml Q8_0 blocks: per 32 values an f16 scale and 32 int8 (34 bytes), quantized on
+    /// append exactly as frognano-model's `KvRows::push` does (the same bytes).
+    Q8_0,
+    /// ggml Q4_0 blocks: per 32 values an f16 scale and 16 bytes of nibbles (18 bytes),
+    /// quantized on append as `KvRows::push` does.
+    Q4_0,
 }
 
 impl KvDtype {
-    /// Bytes per element.
-    pub fn size(self) -> usize {
+    /// Bytes of one row of `width` values (`width` a multiple of 32 for the block types).
+    pub fn row_bytes(self, width: usize) -> usize {
         match self {
-            KvDtype::F32 => 4,
-            KvDtype::F16 => 2,
+            KvDtype::F32 => width * 4,
+            KvDtype::F16 => width * 2,
+            KvDtype::Q8_0 => width / 32 * 34,
+            KvDtype::Q4_0 => width / 32 * 18,
+        }
+    }
+    /// The ggml block type, for the block types.
+    pub fn block_type(self) -> Option<QuantType> {
+        match self {
+            KvDtype::Q8_0 => Some(QuantType::Q8_0),
+            KvDtype::Q4_0 => Some(QuantType::Q4_0),
+            KvDtype::F32 | KvDtype::F16 => None,
         }
     }
     fn suffix(self) -> &'static str {
         match self {
             KvDtype::F32 => "f32",
             KvDtype::F16 => "f16",
+            KvDtype::Q8_0 => "q8_0",
+            KvDtype::Q4_0 => "q4_0",
         }
     }
 }
 
 /// One sequence's keys and values of one layer on the device: rows `[capacity, width]`
 /// (width = kv_heads·head_dim, row `p` the key/value of position `p`), keys and values in two
-/// buffers of [`KvDtype`] elements.
+/// buffers of [`KvDtype`] elements (for Q8_0/Q4_0, a row is `width / 32` ggml blocks, the
+/// bytes frognano-model's `KvRows::raw_rows` holds).
 pub struct DeviceKv {
     k: Buffer,
     v: Buffer,
@@ -68,9 +88,16 @@ impl std::fmt::Debug for DeviceKv {
 }
 
 impl DeviceKv {
-    /// A zeroed cache of `capacity` rows of `width` values.
+    /// A zeroed cache of `capacity` rows of `width` values (a multiple of 32 for Q8_0/Q4_0:
+    /// an error otherwise).
     pub fn new(dev: &Gpu, ty: KvDtype, width: usize, capacity: usize) -> Result<DeviceKv> {
-        let bytes = width * capacity * ty.size();
+        if ty.block_type().is_some() && !width.is_multiple_of(32) {
+            return Err(GpuError::Unsupported(format!(
+                "a {} KV cache needs rows in whole blocks of 32: width {width} is not a multiple of 32",
+                ty.suffix()
+            )));
+        }
+        let bytes = capacity * ty.row_bytes(width);
         Ok(DeviceKv { k: Buffer::zeroed(dev, bytes)?, v: Buffer::zeroed(dev, bytes)?, ty, width, capacity })
     }
     /// Rows the buffers hold.
@@ -87,7 +114,24 @@ impl DeviceKv {
     }
     /// Device bytes of both buffers.
     pub fn byte_len(&self) -> usize {
-        2 * self.capacity * self.width * self.ty.size()
+        2 * self.capacity * self.ty.row_bytes(self.width)
+    }
+    /// Bytes of one row of keys (or of values).
+    pub fn row_bytes(&self) -> usize {
+        self.ty.row_bytes(self.width)
+    }
+    /// The stored bytes of rows `0..rows` of the keys and of the values (f32 or f16 values in
+    /// this machine's order, or the ggml blocks), as frognano-model's `KvRows::raw_rows` has them.
+    pub fn download_raw(&self, rows: usize) -> Result<(Vec<u8>, Vec<u8>)> {
+        if rows > self.capacity {
+            return Err(GpuError::Unsupported(format!("{rows} rows of a KV cache of capacity {}", self.capacity)));
+        }
+        let read = |b: &Buffer| -> Result<Vec<u8>> {
+            let mut bytes = vec![0u8; rows * self.row_bytes()];
+            b.device().download(b.ptr(), &mut bytes)?;
+            Ok(bytes)
+        };
+        Ok((read(&self.k)?, read(&self.v)?))
     }
     /// The device address of the keys `[capacity, width]`.
     pub fn k_ptr(&self) -> u64 {
@@ -116,28 +160,30 @@ impl DeviceKv {
         self.copy_rows_into(dev, &copy, rows.min(self.capacity))?;
         Ok(copy)
     }
-    /// Copies the first `rows` rows to the host as f32 (keys, values; each `[rows, width]`),
-    /// for tests and saving.
+    /// Copies the first `rows` rows to the host as f32 (keys, values; each `[rows, width]`;
+    /// Q8_0/Q4_0 dequantized as ggml does), for tests and saving.
     pub fn download_rows(&self, rows: usize) -> Result<(Vec<f32>, Vec<f32>)> {
-        if rows > self.capacity {
-            return Err(GpuError::Unsupported(format!("{rows} rows of a KV cache of capacity {}", self.capacity)));
-        }
+        let (k, v) = self.download_raw(rows)?;
         let n = rows * self.width;
-        let read = |b: &Buffer| -> Result<Vec<f32>> {
-            let mut bytes = vec![0u8; n * self.ty.size()];
-            b.device().download(b.ptr(), &mut bytes)?;
-            Ok(match self.ty {
+        let conv = |bytes: Vec<u8>| -> Vec<f32> {
+            match self.ty {
                 KvDtype::F32 => bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect(),
                 KvDtype::F16 => bytes
                     .chunks_exact(2)
                     .map(|c| half::f16::from_bits(u16::from_ne_bytes([c[0], c[1]])).to_f32())
                     .collect(),
-            })
+                KvDtype::Q8_0 | KvDtype::Q4_0 => {
+                    let mut out = vec![0.0f32; n];
+                    let q = self.ty.block_type().expect("a block type");
+                    quant::dequantize(q, &bytes, &mut out);
+                    out
+                }
+            }
         };
-        Ok((read(&self.k)?, read(&self.v)?))
+        Ok((conv(k), conv(v)))
     }
     fn copy_rows_into(&self, dev: &Gpu, dst: &DeviceKv, rows: usize) -> Result<()> {
-        let bytes = rows * self.width * self.ty.size();
+        let bytes = rows * self.row_bytes();
         if bytes > 0 {
             dev.copy(dst.k.ptr(), self.k.ptr(), bytes)?;
             dev.copy(dst.v.ptr(), self.v.ptr(), bytes)?;
@@ -186,8 +232,11 @@ pub fn rope(
 }
 
 /// Writes the `k`, `v` rows (`[rows, width]` f32) at positions `pos0..pos0+rows` of the cache
-/// (converted to its type, f16 rounded to nearest even). The caller reserves first; rows past
-/// the capacity are an error. One thread an element, blocks of 256.
+/// (converted to its type: f16 rounded to nearest even; Q8_0/Q4_0 quantized block by block
+/// with the float operations of frognano-model's `KvRows::push`, so the bytes are the CPU
+/// cache's). The caller reserves first; rows past the capacity are an error. f32/f16: one
+/// thread an element, blocks of 256; Q8_0/Q4_0: one warp a block of 32 (of k and of v), 8
+/// warps a block.
 pub fn kv_append(dev: &Gpu, kv: &DeviceKv, k: u64, v: u64, pos0: usize, rows: usize) -> Result<()> {
     if pos0 + rows > kv.capacity {
         return Err(GpuError::Unsupported(format!(
@@ -203,9 +252,13 @@ pub fn kv_append(dev: &Gpu, kv: &DeviceKv, k: u64, v: u64, pos0: usize, rows: us
     if n > i32::MAX as usize {
         return Err(GpuError::Unsupported(format!("kv_append: {rows} rows of {} values in one call", kv.width)));
     }
+    let (grid, count) = match kv.ty.block_type() {
+        Some(_) => (blocks(n / 32, 8), n / 32),
+        None => (blocks(n, 256), n),
+    };
     dev.launch(
         &format!("attn_kv_append_{}", kv.ty.suffix()),
-        [blocks(n, 256), 1, 1],
+        [grid, 1, 1],
         [256, 1, 1],
         0,
         &[
@@ -215,7 +268,7 @@ pub fn kv_append(dev: &Gpu, kv: &DeviceKv, k: u64, v: u64, pos0: usize, rows: us
             Arg::Ptr(v),
             Arg::I32(pos0 as i32),
             Arg::I32(kv.width as i32),
-            Arg::I32(n as i32),
+            Arg::I32(count as i32),
         ],
     )
 }
@@ -294,12 +347,13 @@ pub fn attention(
 
 /// [`attention`] with the kernel chosen by `path` (tests run both on the same input).
 ///
-/// Launch shapes. Split-K: `attn_decode_partial_{f32,f16}` on grid `(chunks, heads / hb, t)`
+/// Launch shapes (the same for every [`KvDtype`]). Split-K:
+/// `attn_decode_partial_{f32,f16,q8_0,q4_0}` on grid `(chunks, heads / hb, t)`
 /// of 128 threads, `hb` = the largest divisor of `heads / kv_heads` up to 8 (the query heads
 /// of one KV head that share every key and value read), chunks = ⌈(pos0+t) / chunk⌉; then
 /// `attn_decode_combine` on `t·heads` blocks of ⌈head_dim/32⌉·32 threads (at most 256).
 /// Partials in `scratch`: max and sum `[t·heads, chunks]`, accumulators
-/// `[t·heads, chunks, head_dim]`. Tiled: `attn_prefill_{f32,f16}` on grid `(⌈t/16⌉, heads)` of
+/// `[t·heads, chunks, head_dim]`. Tiled: `attn_prefill_{f32,f16,q8_0,q4_0}` on grid `(⌈t/16⌉, heads)` of
 /// 128 threads, key tiles of `bk` = 64 (head_dim ≤ 64), 32 (≤ 128) or 16 keys, dynamic shared
 /// memory `((16 + bk)·(head_dim+1) + 16·bk)·4` bytes (under 34 KB).
 #[allow(clippy::too_many_arguments)]

@@ -152,6 +152,15 @@ pub struct GpuModel {
     weight_bytes: usize,
 }
 
+/// The cache type a model placed on a device keeps: the CPU model's, except a block type its
+/// head_dim cannot take in whole blocks of 32 (then f16, as before).
+fn device_kv_type(ty: KvType, head_dim: usize) -> KvType {
+    match ty {
+        KvType::Q8_0 | KvType::Q4_0 if ty.check_head_dim(head_dim).is_err() => KvType::F16,
+        other => other,
+    }
+}
+
 /// Reusable device buffers of one forward, by name, grown to the largest pass seen.
 #[derive(Default)]
 struct Work {
@@ -240,10 +249,7 @@ impl GpuModel {
             conv_k: c.linear_conv_kernel_dim,
         };
         let head = m.lm_head.as_ref().map(|h| DeviceMatrix::upload(dev, h)).transpose()?;
-        let kv_type = match m.kv_type() {
-            KvType::F32 => KvType::F32,
-            _ => KvType::F16,
-        };
+        let kv_type = device_kv_type(m.kv_type(), shape.head_dim);
         GpuModel::assemble(
             dev,
             shape,
@@ -306,10 +312,7 @@ impl GpuModel {
         let (theta_scale, freq_factors) = m.rope_parts();
         let rope = RopeTable::Llama { cfg: c.clone(), theta_scale, freq_factors, temperature: c.attn_temperature };
         let head = m.output.as_ref().map(|h| DeviceMatrix::upload(dev, h)).transpose()?;
-        let kv_type = match m.kv_type() {
-            KvType::F32 => KvType::F32,
-            _ => KvType::F16,
-        };
+        let kv_type = device_kv_type(m.kv_type(), shape.head_dim);
         GpuModel::assemble(
             dev,
             shape,
@@ -383,8 +386,16 @@ impl GpuModel {
     fn kv_dtype(&self) -> KvDtype {
         match self.kv_type {
             KvType::F32 => KvDtype::F32,
-            _ => KvDtype::F16,
+            KvType::F16 => KvDtype::F16,
+            KvType::Q8_0 => KvDtype::Q8_0,
+            KvType::Q4_0 => KvDtype::Q4_0,
         }
+    }
+
+    /// Whether the model has a full-attention layer (whose head_dim the block types need in
+    /// whole blocks of 32).
+    fn has_attention(&self) -> bool {
+        self.layers.iter().any(|l| matches!(l.mixer, MixerWeights::Attention(_)))
     }
 
     fn new_state(&self) -> Result<SeqState> {
@@ -729,15 +740,14 @@ impl CausalLm for GpuModel {
     }
 
     fn set_kv_type(&mut self, ty: KvType) -> frognano_model::Result<()> {
-        match ty {
-            KvType::F32 | KvType::F16 => {
-                self.kv_type = ty;
-                Ok(())
-            }
-            other => {
-                Err(ModelError::Input(format!("--kv-cache {other} is not available on the GPU yet (f16 or f32 are)")))
-            }
+        // Every attention layer has the shape's head_dim; the block types quantize each head in
+        // whole blocks of 32, as the CPU path does (KvType::check_head_dim).
+        if self.has_attention() {
+            ty.check_head_dim(self.shape.head_dim)
+                .map_err(|e| ModelError::Input(format!("{e}; on the GPU, f16 or f32 caches take any head_dim")))?;
         }
+        self.kv_type = ty;
+        Ok(())
     }
 
     fn cache_bytes(&self, tokens: usize) -> usize {

@@ -1,10 +1,31 @@
 //! The attention kernels (kernels/attention.cu, src/attention.rs) against the CPU: RoPE
-//! against frognano-model's and llama.rs's formulas, the KV cache round trip, and causal GQA
+//! against frognano-model's and llama.rs's formulas, the KV cache round trip (Q8_0/Q4_0 blocks
+//! byte for byte against frognano-model's `KvRows`), and causal GQA
 //! attention (both the split-K decoding and the tiled prefill path) against a plain f64
 //! reference, on the CPU simulator (or `FROGNANO_TEST_DEVICE`).
 
 use frognano_gpu::attention::{self, AttnPath, AttnScratch, DeviceKv, KvDtype};
 use frognano_gpu::{Buffer, Gpu};
+use frognano_model::cache::{KvRows, KvType};
+
+const ALL: [KvDtype; 4] = [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0];
+
+/// The CPU cache type of a device one.
+fn cpu_type(ty: KvDtype) -> KvType {
+    match ty {
+        KvDtype::F32 => KvType::F32,
+        KvDtype::F16 => KvType::F16,
+        KvDtype::Q8_0 => KvType::Q8_0,
+        KvDtype::Q4_0 => KvType::Q4_0,
+    }
+}
+
+/// `x` (`[rows, width]`) stored in a CPU cache of type `ty` (heads of `head_dim`).
+fn cpu_rows(ty: KvDtype, width: usize, head_dim: usize, x: &[f32]) -> KvRows {
+    let mut r = KvRows::new(cpu_type(ty), width, head_dim);
+    r.push(x);
+    r
+}
 
 /// The device the tests run on: the simulator, or `FROGNANO_TEST_DEVICE`.
 pub fn device() -> Gpu {
@@ -96,10 +117,10 @@ fn rope_matches_the_cpu_rotations() {
 fn kv_append_round_trips() {
     let dev = device();
     let width = 2 * 64;
-    for ty in [KvDtype::F32, KvDtype::F16] {
+    for ty in ALL {
         let mut kv = DeviceKv::new(&dev, ty, width, 4).unwrap();
         assert_eq!((kv.capacity(), kv.width(), kv.dtype()), (4, width, ty));
-        assert_eq!(kv.byte_len(), 2 * 4 * width * ty.size());
+        assert_eq!(kv.byte_len(), 2 * 4 * cpu_type(ty).row_bytes(width));
         let (k, v) = (values(6 * width, 10), values(6 * width, 11));
         let (bk, bv) = (Buffer::from_f32(&dev, &k).unwrap(), Buffer::from_f32(&dev, &v).unwrap());
         // Rows 0..3, then rows 3..6 after growing (the first 3 kept).
@@ -113,6 +134,8 @@ fn kv_append_round_trips() {
             match ty {
                 KvDtype::F32 => x.to_vec(),
                 KvDtype::F16 => x.iter().map(|&e| f16_round(e)).collect(),
+                // The CPU cache's dequantized values.
+                KvDtype::Q8_0 | KvDtype::Q4_0 => cpu_rows(ty, width, 64, x).to_f32(),
             }
         };
         assert_eq!(gk, conv(&k), "{ty:?} keys");
@@ -125,6 +148,89 @@ fn kv_append_round_trips() {
         assert_eq!(fv[..2 * width], gv[..2 * width]);
         assert!(fk[2 * width..].iter().chain(&fv[2 * width..]).all(|&e| e == 0.0));
     }
+}
+
+/// Rows of 4 blocks of 32 with the quantizers' corner cases, then `random` rows of values().
+fn awkward_rows(random: usize, seed: u32) -> Vec<f32> {
+    let mut x = Vec::new();
+    // Q8_0 with d = 1 (max 127): halves round away from zero; Q4_0 with d = 1 (max −8).
+    let mut b: Vec<f32> = (0..32).map(|i| (i as f32 - 16.0) * 0.5).collect();
+    b[31] = 127.0;
+    x.extend(&b);
+    b[31] = -8.0;
+    x.extend(b.iter().map(|v| v.clamp(-8.0, 7.5)));
+    // All zero (Q4_0's d is −0 then), and ±0 only.
+    x.extend([0.0f32; 32]);
+    x.extend((0..32).map(|i| if i % 2 == 0 { -0.0f32 } else { 0.0 }));
+    // Ties of magnitude (the first wins Q4_0's max), either sign first.
+    x.extend((0..32).map(|i| match i {
+        3 => -3.0f32,
+        9 => 3.0,
+        _ => (i as f32) * 0.05 - 0.8,
+    }));
+    x.extend((0..32).map(|i| match i {
+        3 => 3.0f32,
+        9 => -3.0,
+        _ => (i as f32) * 0.05 - 0.8,
+    }));
+    // A scale in f16's subnormals, one past its range (inf), a NaN and an infinity among values.
+    x.extend(values(32, seed).iter().map(|v| v * 1e-6));
+    x.extend(values(32, seed + 1).iter().map(|v| v * 1e7));
+    let mut n = values(32, seed + 2);
+    n[5] = f32::NAN;
+    x.extend(&n);
+    n[5] = f32::INFINITY;
+    x.extend(&n);
+    // Peaks: one large value among small ones.
+    let mut p = values(32, seed + 3);
+    p[17] = -40.0;
+    x.extend(&p);
+    p[17] = 40.0;
+    x.extend(&p);
+    x.extend(values(random * 128, seed + 4).iter().map(|v| 4.0 * v));
+    x
+}
+
+#[test]
+fn quantized_kv_append_gives_the_cpu_bytes() {
+    let dev = device();
+    let width = 128; // 2 heads of 64: 4 blocks a row
+    for ty in [KvDtype::Q8_0, KvDtype::Q4_0] {
+        let (k, v) = (awkward_rows(7, 30), awkward_rows(7, 40));
+        let rows = k.len() / width;
+        let mut kv = DeviceKv::new(&dev, ty, width, 2).unwrap();
+        let (bk, bv) = (Buffer::from_f32(&dev, &k).unwrap(), Buffer::from_f32(&dev, &v).unwrap());
+        // Two rows, then the rest at position 2 (after growing), as a prefill and more.
+        attention::kv_append(&dev, &kv, bk.ptr(), bv.ptr(), 0, 2).unwrap();
+        kv.reserve(&dev, 2, rows).unwrap();
+        attention::kv_append(&dev, &kv, bk.at(2 * width * 4), bv.at(2 * width * 4), 2, rows - 2).unwrap();
+        let (gk, gv) = kv.download_raw(rows).unwrap();
+        let (ck, cv) = (cpu_rows(ty, width, 64, &k), cpu_rows(ty, width, 64, &v));
+        for (name, got, want) in [("keys", &gk, ck.raw_rows(0..rows)), ("values", &gv, cv.raw_rows(0..rows))] {
+            assert_eq!(got.len(), want.len(), "{ty:?} {name}");
+            let bb = if ty == KvDtype::Q8_0 { 34 } else { 18 };
+            if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
+                let b = i / bb;
+                panic!(
+                    "{ty:?} {name}: byte {i} (block {b}, row {}) differs: device {:?}, CPU {:?}",
+                    b / (width / 32),
+                    &got[b * bb..][..bb],
+                    &want[b * bb..][..bb]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn block_caches_need_widths_in_blocks_of_32() {
+    let dev = device();
+    for ty in [KvDtype::Q8_0, KvDtype::Q4_0] {
+        let e = DeviceKv::new(&dev, ty, 2 * 40, 4).unwrap_err().to_string();
+        assert!(e.contains("width 80") && e.contains("32"), "{e}");
+        assert!(DeviceKv::new(&dev, ty, 3 * 32, 4).is_ok());
+    }
+    assert!(DeviceKv::new(&dev, KvDtype::F16, 2 * 40, 4).is_ok());
 }
 
 #[test]
@@ -186,7 +292,7 @@ struct Case {
 
 /// Fills a cache with `pos0 + t` rows (appended in two calls, as a prefill then a step), runs
 /// every path on it and checks each against [`reference`] over the cache's own (f16-rounded
-/// for an f16 cache) values. Returns the worst relative error.
+/// for an f16 cache, dequantized for Q8_0/Q4_0) values. Returns the worst relative error.
 fn check(dev: &Gpu, c: &Case, paths: &[AttnPath], seed: u32) -> f32 {
     let Case { ty, heads, kv_heads, head_dim, t, pos0 } = *c;
     let (width, total) = (kv_heads * head_dim, pos0 + t);
@@ -199,6 +305,11 @@ fn check(dev: &Gpu, c: &Case, paths: &[AttnPath], seed: u32) -> f32 {
     kv.reserve(dev, pos0, total).unwrap();
     attention::kv_append(dev, &kv, bk.at(pos0 * width * 4), bv.at(pos0 * width * 4), pos0, t).unwrap();
     let (kc, vc) = kv.download_rows(total).unwrap();
+    if ty.block_type().is_some() {
+        // The values the device holds are the CPU cache's.
+        assert_eq!(kc, cpu_rows(ty, width, head_dim, &k).to_f32(), "{ty:?} keys");
+        assert_eq!(vc, cpu_rows(ty, width, head_dim, &v).to_f32(), "{ty:?} values");
+    }
     let want = reference(&q, &kc, &vc, t, pos0, heads, kv_heads, head_dim);
     let peak = want.iter().fold(0.0f32, |a, &b| a.max(b.abs()));
     let bq = Buffer::from_f32(dev, &q).unwrap();
@@ -237,7 +348,7 @@ const BOTH: [AttnPath; 2] = [AttnPath::SplitK { chunk: None }, AttnPath::Tiled];
 #[test]
 fn attention_matches_the_reference_at_head_dim_64() {
     let dev = device();
-    for ty in [KvDtype::F32, KvDtype::F16] {
+    for ty in ALL {
         for (t, pos0) in [(1, 0), (1, 37), (5, 0), (20, 11)] {
             let c = Case { ty, heads: 8, kv_heads: 2, head_dim: 64, t, pos0 };
             check(&dev, &c, &BOTH, 100 + t as u32);
@@ -248,7 +359,7 @@ fn attention_matches_the_reference_at_head_dim_64() {
 #[test]
 fn attention_matches_the_reference_at_head_dim_256() {
     let dev = device();
-    for ty in [KvDtype::F32, KvDtype::F16] {
+    for ty in ALL {
         for (t, pos0) in [(1, 0), (1, 37), (5, 0), (20, 11)] {
             // Qwen3.5's full-attention shape: 16 query heads on 4 KV heads of 256.
             let c = Case { ty, heads: 16, kv_heads: 4, head_dim: 256, t, pos0 };
@@ -287,6 +398,11 @@ fn split_k_decoding_over_several_chunks_matches() {
     // Three rows over 257 keys in chunks of 128: the first row's third chunk is empty.
     let c = Case { ty: KvDtype::F32, heads: 4, kv_heads: 1, head_dim: 64, t: 3, pos0: 254 };
     check(&dev, &c, &[AttnPath::SplitK { chunk: Some(128) }, AttnPath::Tiled], 500);
+    // Block caches over several chunks and key tiles, head_dim 128 (llama's).
+    for ty in [KvDtype::Q8_0, KvDtype::Q4_0] {
+        let c = Case { ty, heads: 8, kv_heads: 2, head_dim: 128, t: 2, pos0: 150 };
+        check(&dev, &c, &[AttnPath::SplitK { chunk: Some(64) }, AttnPath::Tiled], 600);
+    }
 }
 
 #[test]
