@@ -331,8 +331,13 @@ impl Talker {
             let prefill = first.unwrap_or(total);
             let n = g.tokens.len().saturating_sub(1).max(1);
             let threads = crate::threads::pool_size();
+            // On a GPU the device does the model's work; the CPU threads only drive it.
+            let place = match frognano_model::load::accelerator() {
+                Some(acc) => format!("{} | ", acc.name()),
+                None => String::new(),
+            };
             eprintln!(
-                "prefill {} tokens ({} reused) {:.1} tok/s | decode {} tokens {:.1} tok/s | finish {:?} | {threads} thread{}",
+                "prefill {} tokens ({} reused) {:.1} tok/s | decode {} tokens {:.1} tok/s | finish {:?} | {place}{threads} thread{}",
                 g.prompt_tokens - g.cached_tokens,
                 g.cached_tokens,
                 (g.prompt_tokens - g.cached_tokens) as f64 / prefill,

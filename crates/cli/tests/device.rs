@@ -49,6 +49,25 @@ fn the_simulated_gpu_gives_the_cpus_logits_and_greedy_text() {
         String::from_utf8(out.stdout).unwrap()
     };
     assert_eq!(run("sim"), run("cpu"), "greedy text on the simulated GPU");
+    // --stats names the device the model ran on.
+    let out = bin()
+        .args([
+            "run",
+            "fixtures/qwen35-tiny",
+            "-p",
+            "Hi",
+            "--temperature",
+            "0",
+            "-n",
+            "2",
+            "--device",
+            "sim",
+            "--stats",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("sim (CPU simulator"), "{err}");
 }
 
 #[test]

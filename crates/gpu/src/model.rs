@@ -760,6 +760,10 @@ impl CausalLm for GpuModel {
         kv + linear * state * 4
     }
 
+    fn device_memory_free(&self) -> Option<u64> {
+        self.dev.memory().map(|(free, _)| free as u64)
+    }
+
     fn forward(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> frognano_model::Result<Vec<f32>> {
         Ok(self.run(&mut [(ids, cache)], false, all_logits)?.remove(0))
     }

@@ -130,6 +130,12 @@ pub trait CausalLm: Send + Sync {
         None
     }
 
+    /// Bytes free on the device this model's caches live in, for a model on an accelerator
+    /// (what [`memory::check_context`] checks a context against); `None` on the CPU.
+    fn device_memory_free(&self) -> Option<u64> {
+        None
+    }
+
     /// The model as its concrete type, for code that builds on it (frognano-gpu uploads a
     /// loaded [`qwen35::Qwen35`] or [`llama::Llama`]); `None` for models that do not say.
     fn as_any(&self) -> Option<&dyn std::any::Any> {

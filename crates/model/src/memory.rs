@@ -40,22 +40,38 @@ pub fn fit_context(
     available: u64,
     kv: crate::KvType,
 ) -> Result<(), String> {
+    fit_context_in(bytes, ctx, available, kv, "of memory is available (MemAvailable)")
+}
+
+/// [`fit_context`], naming where the memory is (`"of GPU memory is free"`).
+fn fit_context_in(
+    bytes: impl Fn(usize) -> usize,
+    ctx: usize,
+    available: u64,
+    kv: crate::KvType,
+    where_: &str,
+) -> Result<(), String> {
     let need = bytes(ctx) as u64;
     if need <= available {
         return Ok(());
     }
     let fits = largest_fitting(&bytes, ctx, available);
     Err(format!(
-        "a context of {ctx} tokens needs {:.2} GiB of cache (KV cache {kv}), but only {:.2} GiB of memory is available \
-         (MemAvailable); the largest context that fits is {fits} tokens: pass -c/--ctx-size {fits}, or a smaller \
-         --kv-cache (q8_0 takes 53 %, q4_0 28 % of f16)",
+        "a context of {ctx} tokens needs {:.2} GiB of cache (KV cache {kv}), but only {:.2} GiB {where_}; the \
+         largest context that fits is {fits} tokens: pass -c/--ctx-size {fits}, or a smaller --kv-cache (q8_0 takes \
+         53 %, q4_0 28 % of f16)",
         gib(need),
         gib(available),
     ))
 }
 
-/// [`fit_context`] for `model` against [`mem_available`] (no check where that is unknown).
+/// [`fit_context`] for `model` against the memory its caches live in: the device's free
+/// memory for a model on a GPU ([`CausalLm::device_memory_free`]), else [`mem_available`] (no
+/// check where that is unknown).
 pub fn check_context(model: &dyn CausalLm, ctx: usize) -> Result<(), String> {
+    if let Some(free) = model.device_memory_free() {
+        return fit_context_in(|n| model.cache_bytes(n), ctx, free, model.kv_type(), "of GPU memory is free");
+    }
     match mem_available() {
         Some(available) => fit_context(|n| model.cache_bytes(n), ctx, available, model.kv_type()),
         None => Ok(()),
