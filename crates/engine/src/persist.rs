@@ -43,7 +43,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
 use frognano_model::cache::as_bytes;
-use frognano_model::{CacheSnapshot, CausalLm, LayerCache, LayerLayout};
+use frognano_model::{Cache, CacheSnapshot, CausalLm, LayerCache, LayerLayout};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -282,7 +282,16 @@ fn point_parts(
     snap: Option<&CacheSnapshot>,
     logits: &[f32],
 ) -> Vec<(String, Vec<u8>)> {
-    let cache = session.cache();
+    // A cache on a GPU is copied to the host first (only its current state is saved:
+    // `SessionStore::save` skips a device cache's earlier snapshots).
+    let host;
+    let cache = match session.cache().is_on_device() {
+        true => {
+            host = session.cache().to_host();
+            &host
+        }
+        false => session.cache(),
+    };
     let mut parts = vec![
         ("tokens".to_string(), as_bytes(&session.tokens()[..pos]).to_vec()),
         ("logits".to_string(), as_bytes(logits).to_vec()),
@@ -310,14 +319,13 @@ fn load_chain(
     model_id: &str,
     keep: usize,
 ) -> Result<Session, PersistError> {
-    let mut cache = model.new_cache();
     let leaf = files.last().expect("a chain has a file");
-    if cache.is_on_device() {
-        return Err(invalid(
-            &leaf.path,
-            "the model runs on a GPU, whose session states cannot be loaded from disk yet",
-        ));
-    }
+    // A model on a GPU: the state is read into a CPU cache of its layout, then uploaded.
+    let mut device = Some(model.new_cache()).filter(Cache::is_on_device);
+    let mut cache = match &device {
+        Some(d) => d.host_template().map_err(|e| invalid(&leaf.path, e))?,
+        None => model.new_cache(),
+    };
     let layout = cache.layout();
     let mut at = 0;
     let mut tokens = leaf.tokens()?;
@@ -368,6 +376,10 @@ fn load_chain(
         }
     }
     cache.pos = leaf.header.pos;
+    if let Some(mut d) = device.take() {
+        d.load_host(cache).map_err(|e| invalid(&leaf.path, e))?;
+        cache = d;
+    }
     let mut logits = Some(leaf.f32s("logits")?);
     if logits.as_ref().is_some_and(|l| l.len() != model.vocab_size()) {
         return Err(invalid(
@@ -388,9 +400,6 @@ fn load_chain(
 /// `extra` (the caller's own data, e.g. the chat's messages) in its header.
 /// `frognano chat --session FILE` keeps its conversation this way.
 pub fn save_session_file(path: &Path, model_id: &str, session: &Session, extra: Value) -> Result<u64, PersistError> {
-    if session.cache().is_on_device() {
-        return Err(invalid(path, "the model runs on a GPU, whose session states are not saved to disk yet"));
-    }
     let Some((pos, _, logits)) = session.save_points().into_iter().find(|(pos, snap, _)| snap.is_none() && *pos > 0)
     else {
         return Err(invalid(path, "the session holds no state to save yet"));
@@ -583,11 +592,11 @@ impl SessionStore {
     /// does not hold yet, each continuing the longest file of the same conversation. The
     /// bytes are copied here and written on the store's thread.
     pub fn save(&self, session: &Session) {
+        let mut points = session.save_points();
         if session.cache().is_on_device() {
-            // A GPU model's states stay in device memory (not saved to disk yet).
-            return;
+            // The snapshots of a cache on a GPU stay there; its current state is saved.
+            points.retain(|(_, snap, _)| snap.is_none());
         }
-        let points = session.save_points();
         let mut jobs = Vec::new();
         {
             let mut index = lock(&self.inner.index);
@@ -689,9 +698,6 @@ impl SessionStore {
     /// prompt's tokens it holds. A damaged or missing file is reported, dropped from the
     /// store, and the next best tried.
     pub fn restore(&self, prompt: &[u32], better_than: usize, model: &Arc<dyn CausalLm>) -> Option<(Session, usize)> {
-        if model.new_cache().is_on_device() {
-            return None;
-        }
         loop {
             let (name, keep, chain) = {
                 let mut index = lock(&self.inner.index);

@@ -24,7 +24,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use frognano_model::cache::{DeviceState, KvType};
+use frognano_model::cache::{DeviceState, KvRows, KvType, LayerCache, LayerLayout};
 use frognano_model::llama::{Llama, LlamaConfig, RopeStyle};
 use frognano_model::qwen35::{Mixer, Qwen35};
 use frognano_model::{Cache, CausalLm, ModelError};
@@ -416,7 +416,7 @@ impl GpuModel {
                 }
             });
         }
-        Ok(SeqState { dev: self.dev.clone(), model: self.id, layers })
+        Ok(SeqState { dev: self.dev.clone(), model: self.id, head_dim: s.head_dim, layers })
     }
 
     /// `y[n, rows] = x[n, cols]·Wᵀ`; in pieces of at most [`GEMV_ROWS`] rows when `stepwise`.
@@ -703,6 +703,16 @@ impl GpuModel {
     }
 }
 
+/// The CPU's name for a device cache type.
+fn kv_type_of(ty: KvDtype) -> KvType {
+    match ty {
+        KvDtype::F32 => KvType::F32,
+        KvDtype::F16 => KvType::F16,
+        KvDtype::Q8_0 => KvType::Q8_0,
+        KvDtype::Q4_0 => KvType::Q4_0,
+    }
+}
+
 fn state_of(cache: &mut Cache) -> &mut SeqState {
     cache.device.as_mut().and_then(|d| d.0.as_any_mut().downcast_mut::<SeqState>()).expect("checked by GpuModel::run")
 }
@@ -795,6 +805,8 @@ impl CausalLm for GpuModel {
 pub struct SeqState {
     dev: Gpu,
     model: u64,
+    /// Values per head of the attention layers (for the layout a CPU cache would have).
+    head_dim: usize,
     layers: Vec<LayerState>,
 }
 
@@ -843,7 +855,7 @@ impl DeviceState for SeqState {
                 },
             })
             .collect();
-        Box::new(SeqState { dev: self.dev.clone(), model: self.model, layers })
+        Box::new(SeqState { dev: self.dev.clone(), model: self.model, head_dim: self.head_dim, layers })
     }
 
     fn save(&self) -> Box<dyn DeviceState> {
@@ -905,6 +917,77 @@ impl DeviceState for SeqState {
             .sum()
     }
 
+    fn layout(&self) -> Vec<LayerLayout> {
+        self.layers
+            .iter()
+            .map(|l| match l {
+                LayerState::Attention { kv, .. } => LayerLayout::Attention {
+                    kv_type: kv_type_of(kv.dtype()).to_string(),
+                    width: kv.width(),
+                    head_dim: self.head_dim,
+                },
+                LayerState::Linear { conv, state } => {
+                    LayerLayout::Linear { conv: conv.len() / 4, state: state.len() / 4 }
+                }
+            })
+            .collect()
+    }
+
+    fn to_host(&self, pos: usize) -> Vec<LayerCache> {
+        self.layers
+            .iter()
+            .map(|l| match l {
+                LayerState::Attention { kv, rows } => {
+                    let rows = (*rows).min(pos);
+                    let (kb, vb) = must(kv.download_raw(rows), "copying keys and values to the host");
+                    let ty = kv_type_of(kv.dtype());
+                    let (mut k, mut v) =
+                        (KvRows::new(ty, kv.width(), self.head_dim), KvRows::new(ty, kv.width(), self.head_dim));
+                    k.push_raw(&kb).expect("rows of the cache's own type");
+                    v.push_raw(&vb).expect("rows of the cache's own type");
+                    LayerCache::Attention { k, v }
+                }
+                LayerState::Linear { conv, state } => LayerCache::Linear {
+                    conv: must(conv.to_f32(), "copying a conv state to the host"),
+                    state: must(state.to_f32(), "copying a recurrent state to the host"),
+                },
+            })
+            .collect()
+    }
+
+    fn load_host(&mut self, layers: &[LayerCache], pos: usize) -> std::result::Result<(), String> {
+        if layers.len() != self.layers.len() {
+            return Err(format!("{} saved layers for a model of {}", layers.len(), self.layers.len()));
+        }
+        for (i, (l, h)) in self.layers.iter_mut().zip(layers).enumerate() {
+            match (l, h) {
+                (LayerState::Attention { kv, rows }, LayerCache::Attention { k, v }) => {
+                    if k.len() != pos
+                        || v.len() != pos
+                        || k.width() != kv.width()
+                        || kv_type_of(kv.dtype()) != k.kv_type()
+                    {
+                        return Err(format!("layer {i}: saved keys and values do not fit this cache"));
+                    }
+                    // Room to go on without moving the cache at the next token.
+                    kv.reserve(&self.dev, 0, pos + (pos / 4).max(256)).map_err(|e| e.to_string())?;
+                    self.dev.upload(kv.k_ptr(), k.raw_rows(0..pos)).map_err(|e| e.to_string())?;
+                    self.dev.upload(kv.v_ptr(), v.raw_rows(0..pos)).map_err(|e| e.to_string())?;
+                    *rows = pos;
+                }
+                (LayerState::Linear { conv, state }, LayerCache::Linear { conv: c, state: s }) => {
+                    if c.len() * 4 != conv.len() || s.len() * 4 != state.len() {
+                        return Err(format!("layer {i}: saved recurrent state of the wrong size"));
+                    }
+                    conv.write_f32(c).map_err(|e| e.to_string())?;
+                    state.write_f32(s).map_err(|e| e.to_string())?;
+                }
+                _ => return Err(format!("layer {i}: saved layer of another kind")),
+            }
+        }
+        Ok(())
+    }
+
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
@@ -946,6 +1029,18 @@ impl DeviceState for SavedState {
 
     fn byte_len(&self) -> usize {
         self.linear.iter().flatten().map(|(c, s)| c.len() + s.len()).sum()
+    }
+
+    fn layout(&self) -> Vec<LayerLayout> {
+        Vec::new()
+    }
+
+    fn to_host(&self, _pos: usize) -> Vec<LayerCache> {
+        Vec::new()
+    }
+
+    fn load_host(&mut self, _layers: &[LayerCache], _pos: usize) -> std::result::Result<(), String> {
+        Err("a snapshot is not a cache".into())
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

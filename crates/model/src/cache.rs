@@ -380,6 +380,15 @@ pub trait DeviceState: Send + Sync + std::fmt::Debug {
     fn truncate(&mut self, pos: usize) -> Result<(), String>;
     /// Bytes of device memory held.
     fn byte_len(&self) -> usize;
+    /// Each layer's shape as a CPU cache of the model would have it (what a saved state must
+    /// match, `frognano_engine::persist`).
+    fn layout(&self) -> Vec<LayerLayout>;
+    /// The state of the first `pos` positions as CPU layers (keys and values in their stored
+    /// bytes), to save it. Panics when the device fails (an unusable device ends the process).
+    fn to_host(&self, pos: usize) -> Vec<LayerCache>;
+    /// Loads CPU layers of `pos` positions (as [`DeviceState::to_host`] gives them) into this
+    /// state: a saved conversation restored.
+    fn load_host(&mut self, layers: &[LayerCache], pos: usize) -> Result<(), String>;
     /// For the model that made it, to reach its own type.
     fn as_any(&self) -> &dyn std::any::Any;
     /// For the model that made it, to reach its own type.
@@ -641,6 +650,51 @@ impl Cache {
         Ok(())
     }
 
+    /// A CPU cache holding this cache's state (a copy from the device for a cache on an
+    /// accelerator, a plain clone otherwise): what is saved to disk.
+    pub fn to_host(&self) -> Cache {
+        match &self.device {
+            Some(d) => Cache { layers: d.0.to_host(self.pos), pos: self.pos, row_states: Box::default(), device: None },
+            None => self.clone(),
+        }
+    }
+
+    /// An empty CPU cache with this cache's layout (a device cache's too), to load a saved
+    /// state into before [`Cache::load_host`].
+    pub fn host_template(&self) -> Result<Cache, String> {
+        let layers = self
+            .layout()
+            .into_iter()
+            .map(|l| match l {
+                LayerLayout::Attention { kv_type, width, head_dim } => {
+                    let ty: KvType = kv_type.parse()?;
+                    Ok(LayerCache::Attention {
+                        k: KvRows::new(ty, width, head_dim),
+                        v: KvRows::new(ty, width, head_dim),
+                    })
+                }
+                LayerLayout::Linear { conv, state } => {
+                    Ok(LayerCache::Linear { conv: vec![0.0; conv], state: vec![0.0; state] })
+                }
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(Cache::new(layers))
+    }
+
+    /// Makes this cache hold `host`'s state (a CPU cache of the same layout): uploaded for a
+    /// cache on an accelerator, moved in otherwise.
+    pub fn load_host(&mut self, host: Cache) -> Result<(), String> {
+        if host.layout() != self.layout() {
+            return Err("the saved state's layers do not match this model's".into());
+        }
+        match &mut self.device {
+            Some(d) => d.0.load_host(&host.layers, host.pos)?,
+            None => self.layers = host.layers,
+        }
+        self.pos = host.pos;
+        Ok(())
+    }
+
     /// Frees the buffers of [`keep_row_states`](Self::keep_row_states) (a finished reply's
     /// session keeps only its state).
     pub fn drop_row_states(&mut self) {
@@ -649,6 +703,9 @@ impl Cache {
 
     /// Each layer's shape ([`LayerLayout`]).
     pub fn layout(&self) -> Vec<LayerLayout> {
+        if let Some(d) = &self.device {
+            return d.0.layout();
+        }
         self.layers
             .iter()
             .map(|l| match l {
