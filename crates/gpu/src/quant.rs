@@ -22,7 +22,8 @@ use crate::GemmType;
 
 /// The most rows of `x` the GEMV kernels take in one launch; [`DeviceMatrix::matmul`] goes
 /// the GEMM way above it. Every row of `x` up to this many gets the bits it gets alone
-/// (`n = 1`), so a stepwise pass in pieces of at most this many rows is exact.
+/// (`n = 1`), so a stepwise pass in pieces of at most this many rows is exact; that is why the
+/// float formats (F32, F16, BF16) take the GEMV up to here too instead of cuBLAS.
 pub const GEMV_MAX_N: usize = 32;
 
 /// The most rows of `x` the small GEMV (`quant_gemv_<type>`) takes; the batched one
