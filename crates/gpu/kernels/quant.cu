@@ -1,8 +1,8 @@
 // Weight matrices in their stored formats (F32, F16, BF16 and ggml's block formats, laid out
 // exactly as in a GGUF file: row-major, each row a whole number of blocks). One templated block
-// decoder per format turns 8 consecutive elements of a block into f32; the GEMV (y = x·Wᵀ for
-// up to 8 rows of x), the dequantize-to-f16 kernel (the GEMM path) and the row gather (embedding
-// lookup) all use it, so the three agree on every format. The float operations follow
+// decoder per format turns 8 consecutive elements of a block into f32; the GEMVs (y = x·Wᵀ for
+// up to 8 rows of x, and the batched one for up to 32), the dequantize-to-f16 kernel (the GEMM
+// path) and the row gather (embedding lookup) all use it, so they agree on every format. The float operations follow
 // frognano-model's `quant::dequantize` (ggml's `dequantize_row_*`).
 #include "common.cuh"
 
@@ -23,7 +23,7 @@
 #define QUANT_IQ4_NL 13
 #define QUANT_IQ4_XS 14
 
-// Most rows of x one GEMV launch takes.
+// Most rows of x one quant_gemv_<type> launch takes (quant_gemv32_<type> takes up to 32).
 #define QUANT_GEMV_MAX_N 8
 
 // ggml's kvalues_iq4nl.
@@ -296,7 +296,7 @@ __device__ __forceinline__ void quant_decode8<QUANT_IQ4_XS>(const fn_u8* b, int 
     for (int i = 0; i < 8; i++) v[i] = dl * (float)quant_kvalues_iq4nl[(qs[i] >> sh) & 15];
 }
 
-// ---- GEMV: y[j, r] = Σ_k x[j, k]·W[r, k] for j < n ≤ 8.
+// ---- GEMV: y[j, r] = Σ_k x[j, k]·W[r, k] for j < n ≤ 8 (more rows: quant_gemv32 below).
 // One warp per output row (blocks of 128 threads, 4 rows a block). The row is cut into chunks of
 // 8 elements; lane l takes chunks l, l + 32, …, so a warp's 32 lanes read 256 consecutive
 // elements (one k-quant super-block, or 8 small blocks with 4 lanes each) at a time, decode
@@ -402,6 +402,177 @@ extern "C" __global__ void quant_gemv_iq4_nl(const void* w, const float* x, floa
 }
 extern "C" __global__ void quant_gemv_iq4_xs(const void* w, const float* x, float* y, int rows, int cols, int n) {
     quant_gemv_blocks<QUANT_IQ4_XS>(w, x, y, rows, cols, n);
+}
+
+// ---- Batched GEMV: y[j, r] = Σ_k x[j, k]·W[r, k] for j < n ≤ 32 (DeviceMatrix::matmul takes
+// it for 8 < n ≤ 32). Every row of y gets the bits quant_gemv_<type> gives it: each lane sums
+// the same chunks of 8 elements (block formats) or the same elements (float formats) in the
+// same order with the same fmaf, and the warp reduces with fn_warp_sum, so a row's result does
+// not depend on n, nor on which of the two kernels ran. The work is laid out differently:
+// blocks of 256 threads (8 warps), each warp owning QUANT_GEMV32_ROWS_PER_WARP rows of W (16
+// rows a block); x goes through dynamic shared memory a tile of QUANT_GEMV32_TILE columns at a
+// time ([n][256] f32, n KiB, 32 KiB at n = 32), and each lane decodes its 8 weights of each of
+// its rows once per tile and uses them for all n rows of x (2·n accumulators a lane).
+#define QUANT_GEMV32_MAX_N 32
+#define QUANT_GEMV32_TILE 256
+#define QUANT_GEMV32_ROWS_PER_WARP 2
+
+// `#pragma unroll` for nvcc and NVRTC (the accumulators must stay in registers); the host
+// compiler of the simulator has no such pragma.
+#if defined(__CUDACC__)
+#define QUANT_UNROLL _Pragma("unroll")
+#else
+#define QUANT_UNROLL
+#endif
+
+// Where element e (< 256) of a tile row of x lives in shared memory for the block formats:
+// lane c reads its chunk c = e/8 element by element (i = e%8), so element i of every lane's
+// chunk is one 32-float row, permuted by c ^ 4i. Both the reads (lane c, fixed i) and the
+// coalesced stores (thread e) then touch 32 different banks.
+__device__ __forceinline__ int quant_gemv32_slot(int e) {
+    int c = e >> 3, i = e & 7;
+    return i * 32 + (c ^ (4 * i));
+}
+
+template <int T, bool BLOCKS>
+__device__ __forceinline__ void quant_gemv32(const void* w, const float* __restrict__ x, float* __restrict__ y,
+                                             int rows, int cols, int n) {
+    FN_DYNAMIC_SHARED(float, xs);  // [n][QUANT_GEMV32_TILE]
+    const int QK = quant_traits<T>::QK, BYTES = quant_traits<T>::BYTES;
+    const int R = QUANT_GEMV32_ROWS_PER_WARP, TILE = QUANT_GEMV32_TILE;
+    int lane = threadIdx.x & 31;
+    int row0 = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * R;
+    bool active = row0 < rows;  // the whole warp; it still takes part in the block's barriers
+    size_t row_bytes = BLOCKS ? (size_t)(cols / QK) * BYTES : (size_t)cols * (T == QUANT_F32 ? 4 : 2);
+    const fn_u8* wr[R];
+    bool valid[R];
+    QUANT_UNROLL
+    for (int r = 0; r < R; r++) {
+        valid[r] = row0 + r < rows;
+        wr[r] = (const fn_u8*)w + (size_t)(valid[r] ? row0 + r : 0) * row_bytes;
+    }
+    float acc[R][QUANT_GEMV32_MAX_N];
+    QUANT_UNROLL
+    for (int r = 0; r < R; r++) {
+        QUANT_UNROLL
+        for (int j = 0; j < QUANT_GEMV32_MAX_N; j++) acc[r][j] = 0.0f;
+    }
+    for (int k0 = 0; k0 < cols; k0 += TILE) {
+        int width = cols - k0 < TILE ? cols - k0 : TILE;
+        __syncthreads();  // every warp is done with the previous tile
+        for (int idx = threadIdx.x; idx < n * TILE; idx += blockDim.x) {
+            int j = idx / TILE, e = idx % TILE;
+            float v = e < width ? x[(size_t)j * cols + k0 + e] : 0.0f;
+            xs[j * TILE + (BLOCKS ? quant_gemv32_slot(e) : e)] = v;
+        }
+        __syncthreads();
+        if (!active) continue;
+        if constexpr (BLOCKS) {
+            // Lane l: chunk l of the tile, i.e. chunk k0/8 + l of the row (as quant_gemv_blocks'
+            // c = lane, lane + 32, …).
+            if (lane * 8 < width) {
+                int c = k0 / 8 + lane;
+                int blk = c / (QK / 8), e0 = (c % (QK / 8)) * 8;
+                float v[R][8];
+                QUANT_UNROLL
+                for (int r = 0; r < R; r++) {
+                    if (valid[r]) {
+                        quant_decode8<T>(wr[r] + (size_t)blk * BYTES, e0, v[r]);
+                    } else {
+                        QUANT_UNROLL
+                        for (int i = 0; i < 8; i++) v[r][i] = 0.0f;
+                    }
+                }
+                QUANT_UNROLL
+                for (int j = 0; j < QUANT_GEMV32_MAX_N; j++) {
+                    if (j < n) {
+                        const float* xj = xs + j * TILE;
+                        QUANT_UNROLL
+                        for (int i = 0; i < 8; i++) {
+                            float xv = xj[i * 32 + (lane ^ (4 * i))];
+                            QUANT_UNROLL
+                            for (int r = 0; r < R; r++) acc[r][j] = fmaf(v[r][i], xv, acc[r][j]);
+                        }
+                    }
+                }
+            }
+        } else {
+            // Lane l: elements l, l + 32, … of the tile (as quant_gemv_floats' k = lane, lane + 32, …).
+            for (int m = 0; m < TILE / 32; m++) {
+                int e = m * 32 + lane;
+                if (e < width) {
+                    float wk[R];
+                    QUANT_UNROLL
+                    for (int r = 0; r < R; r++) wk[r] = valid[r] ? quant_load<T>(wr[r], k0 + e) : 0.0f;
+                    QUANT_UNROLL
+                    for (int j = 0; j < QUANT_GEMV32_MAX_N; j++) {
+                        if (j < n) {
+                            float xv = xs[j * TILE + e];
+                            QUANT_UNROLL
+                            for (int r = 0; r < R; r++) acc[r][j] = fmaf(wk[r], xv, acc[r][j]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if (!active) return;
+    QUANT_UNROLL
+    for (int r = 0; r < R; r++) {
+        QUANT_UNROLL
+        for (int j = 0; j < QUANT_GEMV32_MAX_N; j++) {
+            if (j < n) {
+                float s = fn_warp_sum(acc[r][j]);
+                if (lane == 0 && valid[r]) y[(size_t)j * rows + row0 + r] = s;
+            }
+        }
+    }
+}
+
+extern "C" __global__ void quant_gemv32_f32(const void* w, const float* x, float* y, int rows, int cols, int n) {
+    quant_gemv32<QUANT_F32, false>(w, x, y, rows, cols, n);
+}
+extern "C" __global__ void quant_gemv32_f16(const void* w, const float* x, float* y, int rows, int cols, int n) {
+    quant_gemv32<QUANT_F16, false>(w, x, y, rows, cols, n);
+}
+extern "C" __global__ void quant_gemv32_bf16(const void* w, const float* x, float* y, int rows, int cols, int n) {
+    quant_gemv32<QUANT_BF16, false>(w, x, y, rows, cols, n);
+}
+extern "C" __global__ void quant_gemv32_q4_0(const void* w, const float* x, float* y, int rows, int cols, int n) {
+    quant_gemv32<QUANT_Q4_0, true>(w, x, y, rows, cols, n);
+}
+extern "C" __global__ void quant_gemv32_q4_1(const void* w, const float* x, float* y, int rows, int cols, int n) {
+    quant_gemv32<QUANT_Q4_1, true>(w, x, y, rows, cols, n);
+}
+extern "C" __global__ void quant_gemv32_q5_0(const void* w, const float* x, float* y, int rows, int cols, int n) {
+    quant_gemv32<QUANT_Q5_0, true>(w, x, y, rows, cols, n);
+}
+extern "C" __global__ void quant_gemv32_q5_1(const void* w, const float* x, float* y, int rows, int cols, int n) {
+    quant_gemv32<QUANT_Q5_1, true>(w, x, y, rows, cols, n);
+}
+extern "C" __global__ void quant_gemv32_q8_0(const void* w, const float* x, float* y, int rows, int cols, int n) {
+    quant_gemv32<QUANT_Q8_0, true>(w, x, y, rows, cols, n);
+}
+extern "C" __global__ void quant_gemv32_q2_k(const void* w, const float* x, float* y, int rows, int cols, int n) {
+    quant_gemv32<QUANT_Q2_K, true>(w, x, y, rows, cols, n);
+}
+extern "C" __global__ void quant_gemv32_q3_k(const void* w, const float* x, float* y, int rows, int cols, int n) {
+    quant_gemv32<QUANT_Q3_K, true>(w, x, y, rows, cols, n);
+}
+extern "C" __global__ void quant_gemv32_q4_k(const void* w, const float* x, float* y, int rows, int cols, int n) {
+    quant_gemv32<QUANT_Q4_K, true>(w, x, y, rows, cols, n);
+}
+extern "C" __global__ void quant_gemv32_q5_k(const void* w, const float* x, float* y, int rows, int cols, int n) {
+    quant_gemv32<QUANT_Q5_K, true>(w, x, y, rows, cols, n);
+}
+extern "C" __global__ void quant_gemv32_q6_k(const void* w, const float* x, float* y, int rows, int cols, int n) {
+    quant_gemv32<QUANT_Q6_K, true>(w, x, y, rows, cols, n);
+}
+extern "C" __global__ void quant_gemv32_iq4_nl(const void* w, const float* x, float* y, int rows, int cols, int n) {
+    quant_gemv32<QUANT_IQ4_NL, true>(w, x, y, rows, cols, n);
+}
+extern "C" __global__ void quant_gemv32_iq4_xs(const void* w, const float* x, float* y, int rows, int cols, int n) {
+    quant_gemv32<QUANT_IQ4_XS, true>(w, x, y, rows, cols, n);
 }
 
 // ---- Dequantize to f16: out[r, :] = W[r, :] rounded to f16 (row-major [rows, cols]). One

@@ -37,7 +37,7 @@ use crate::quant::{DeviceMatrix, MatmulScratch};
 
 /// Rows a GEMV takes at once: a stepwise pass runs its matmuls in pieces of at most this many
 /// rows, so every row gets the bits a decode step of it alone gets.
-const GEMV_ROWS: usize = 8;
+const GEMV_ROWS: usize = crate::quant::GEMV_MAX_N;
 
 /// First capacity of a sequence's KV cache, in positions (doubled as it fills).
 const KV_START: usize = 256;

@@ -4,8 +4,9 @@
 //! row a whole number of blocks).
 //!
 //! [`DeviceMatrix::matmul`] runs `y = x · Wᵀ` two ways: for up to [`GEMV_MAX_N`] rows of `x` a
-//! GEMV kernel per format reads the weights once and dequantizes them in registers; for more
-//! rows the weights are dequantized to f16 (bf16 and f32 weights are used as they are) into a
+//! GEMV kernel per format reads the weights once and dequantizes them in registers (one kernel
+//! for up to 8 rows, a batched one with `x` staged in shared memory for up to 32; a row gets
+//! the same bits from either, whatever `n` is); for more rows the weights are dequantized to f16 (bf16 and f32 weights are used as they are) into a
 //! [`MatmulScratch`], `x` is converted to the same type, and [`crate::Device::matmul_nt`] (cuBLAS)
 //! multiplies. Unlike the CPU path, activations are never quantized to 8 bits: the GEMV is an
 //! f32 product of the dequantized weights, the GEMM one of f16-rounded (bf16) operands with
@@ -20,11 +21,26 @@ use crate::kernels::blocks;
 use crate::GemmType;
 
 /// The most rows of `x` the GEMV kernels take in one launch; [`DeviceMatrix::matmul`] goes
-/// the GEMM way above it.
-pub const GEMV_MAX_N: usize = 8;
+/// the GEMM way above it. Every row of `x` up to this many gets the bits it gets alone
+/// (`n = 1`), so a stepwise pass in pieces of at most this many rows is exact; that is why the
+/// float formats (F32, F16, BF16) take the GEMV up to here too instead of cuBLAS.
+pub const GEMV_MAX_N: usize = 32;
+
+/// The most rows of `x` the small GEMV (`quant_gemv_<type>`) takes; the batched one
+/// (`quant_gemv32_<type>`) takes the rest up to [`GEMV_MAX_N`].
+const GEMV_SMALL_N: usize = 8;
 
 /// Rows of output a GEMV block computes (one warp each).
 const GEMV_ROWS_PER_BLOCK: usize = 4;
+
+/// Rows of output a batched GEMV block computes (8 warps of 2 rows).
+const GEMV32_ROWS_PER_BLOCK: usize = 16;
+
+/// Threads of a batched GEMV block.
+const GEMV32_THREADS: u32 = 256;
+
+/// Columns of `x` a batched GEMV block stages in shared memory at a time (f32, per row of `x`).
+const GEMV32_TILE: usize = 256;
 
 /// Default bound on the dequantized weights [`MatmulScratch`] holds at once: 64 Mi elements
 /// (128 MiB of f16).
@@ -94,9 +110,13 @@ impl DeviceMatrix {
     }
 
     /// `y[n, rows] = x[n, cols] · Wᵀ` (`x`, `y`: f32 device buffers, row-major; `y`
-    /// overwritten). `n ≤ GEMV_MAX_N`: one GEMV launch (`quant_gemv_<type>`, blocks of 128
-    /// threads, a warp per output row) that reads the weights once for all `n` rows. Larger
-    /// `n`: W dequantized to f16 (`quant_dequant_<type>_f16`; f16, bf16 and f32 weights used as
+    /// overwritten). `n ≤ 8`: one GEMV launch (`quant_gemv_<type>`, blocks of 128 threads, a
+    /// warp per output row) that reads the weights once for all `n` rows. `8 < n ≤
+    /// GEMV_MAX_N` (32): one batched GEMV launch (`quant_gemv32_<type>`, blocks of 256 threads,
+    /// a warp per 2 output rows, `x` staged through `n` KiB of shared memory 256 columns at a
+    /// time) that also reads and decodes the weights once. Both give row `j` of `y` the same
+    /// bits whatever `n` is (each lane sums the same elements in the same order), so a row's
+    /// result never depends on the rows batched with it. Larger `n` (prefill): W dequantized to f16 (`quant_dequant_<type>_f16`; f16, bf16 and f32 weights used as
     /// stored) in row chunks of at most `scratch`'s chunk size, `x` converted to the same type,
     /// and [`crate::Device::matmul_nt`] per chunk.
     pub fn matmul(&self, dev: &Gpu, x: u64, y: u64, n: usize, scratch: &mut MatmulScratch) -> Result<()> {
@@ -112,11 +132,18 @@ impl DeviceMatrix {
     /// The GEMV path of [`DeviceMatrix::matmul`] (`n ≤ GEMV_MAX_N`).
     fn gemv(&self, dev: &Gpu, x: u64, y: u64, n: usize) -> Result<()> {
         debug_assert!(n <= GEMV_MAX_N);
+        let (name, grid, block, shared) = if n <= GEMV_SMALL_N {
+            let name = format!("quant_gemv_{}", suffix(self.dtype));
+            (name, blocks(self.rows, GEMV_ROWS_PER_BLOCK), (32 * GEMV_ROWS_PER_BLOCK) as u32, 0)
+        } else {
+            let name = format!("quant_gemv32_{}", suffix(self.dtype));
+            (name, blocks(self.rows, GEMV32_ROWS_PER_BLOCK), GEMV32_THREADS, (n * GEMV32_TILE * 4) as u32)
+        };
         dev.launch(
-            &format!("quant_gemv_{}", suffix(self.dtype)),
-            [blocks(self.rows, GEMV_ROWS_PER_BLOCK), 1, 1],
-            [(32 * GEMV_ROWS_PER_BLOCK) as u32, 1, 1],
-            0,
+            &name,
+            [grid, 1, 1],
+            [block, 1, 1],
+            shared,
             &[
                 Arg::Ptr(self.buf.ptr()),
                 Arg::Ptr(x),

@@ -1,9 +1,10 @@
 //! Weight matrices in their stored formats (quant.rs, kernels/quant.cu) against the CPU code of
 //! frognano-model, on the CPU simulator (or on a real GPU when `FROGNANO_TEST_DEVICE` names
-//! one): the GEMV (n ≤ 8), the GEMM path (dequantize to f16 + matmul_nt, in one chunk and in
-//! several) and the row gather, for every dtype.
+//! one): the GEMVs (n ≤ 8, and the batched one for 8 < n ≤ 32, each row's bits independent of
+//! n), the GEMM path (dequantize to f16 + matmul_nt, in one chunk and in several) and the row
+//! gather, for every dtype.
 
-use frognano_gpu::quant::{DeviceMatrix, MatmulScratch};
+use frognano_gpu::quant::{DeviceMatrix, MatmulScratch, GEMV_MAX_N};
 use frognano_gpu::{Buffer, Gpu};
 use frognano_model::quant::QuantType;
 use frognano_model::tensor::{round_bf16, round_f16, Bytes, DType, Matrix};
@@ -108,8 +109,8 @@ fn check_dtype(dtype: DType, rows: usize, cols: usize) {
     let wf = m.to_f32(); // frognano-model's dequantization
     let mut scratch = MatmulScratch::new();
 
-    // GEMV: an f32 product of the dequantized weights.
-    for n in [1, 3, 8] {
+    // GEMV: an f32 product of the dequantized weights (n ≤ 8 and the batched kernel above).
+    for n in [1, 3, 8, 9, 17, 32] {
         let x = values(n * cols, 100 + n as u32);
         let got = device_matmul(&dev, &dm, &x, n, &mut scratch);
         let (want, mag) = reference(&wf, &x, rows, cols, n);
@@ -126,14 +127,31 @@ fn check_dtype(dtype: DType, rows: usize, cols: usize) {
         check(&format!("{name} gemv n={n} vs Matrix::matmul"), &got, &cpu, &mag, tol);
     }
 
-    // GEMM: W as f16 (quantized formats) or as stored, x rounded to the same type.
+    // Every row gets the bits it gets alone, whatever n is and whichever GEMV kernel runs.
+    let x = values(GEMV_MAX_N * cols, 300);
+    let alone: Vec<Vec<u32>> = (0..GEMV_MAX_N)
+        .map(|j| {
+            let y = device_matmul(&dev, &dm, &x[j * cols..(j + 1) * cols], 1, &mut scratch);
+            y.iter().map(|v| v.to_bits()).collect()
+        })
+        .collect();
+    for n in [5, 8, 9, 20, 31, 32] {
+        let got = device_matmul(&dev, &dm, &x[..n * cols], n, &mut scratch);
+        for (j, want) in alone.iter().take(n).enumerate() {
+            let bits: Vec<u32> = got[j * rows..(j + 1) * rows].iter().map(|v| v.to_bits()).collect();
+            assert_eq!(&bits, want, "{name} gemv n={n}: row {j} differs from its n=1 result");
+        }
+    }
+
+    // GEMM (n > GEMV_MAX_N): W as f16 (quantized formats) or as stored, x rounded to the same
+    // type.
     let round: fn(f32) -> f32 = match dtype {
         DType::F32 => |v| v,
         DType::BF16 => round_bf16,
         DType::F16 | DType::Quant(_) => round_f16,
     };
     let wr: Vec<f32> = wf.iter().map(|&v| round(v)).collect();
-    let n = 9;
+    let n = GEMV_MAX_N + 1;
     let x = values(n * cols, 200);
     let xr: Vec<f32> = x.iter().map(|&v| round(v)).collect();
     let (want, mag) = reference(&wr, &xr, rows, cols, n);
@@ -241,6 +259,33 @@ fn iq4_xs_weights() {
     check_dtype(DType::Quant(QuantType::IQ4_XS), 7, 512);
 }
 
+/// The batched GEMV over several blocks of output rows (16 a block, the last one partial) and a
+/// width whose last shared-memory tile of x is partial (288 = 256 + 32; 45 for f16), against
+/// the reference and against each row alone.
+#[test]
+fn batched_gemv_over_blocks_and_a_partial_tile() {
+    let dev = device();
+    let rows = 37;
+    for (dtype, cols) in [(DType::Quant(QuantType::Q4_0), 288), (DType::Quant(QuantType::Q8_0), 288), (DType::F16, 45)]
+    {
+        let name = dtype.name();
+        let m = matrix(dtype, rows, cols, 11);
+        let dm = DeviceMatrix::upload(&dev, &m).unwrap();
+        let wf = m.to_f32();
+        let mut scratch = MatmulScratch::new();
+        let n = 19;
+        let x = values(n * cols, 400);
+        let got = device_matmul(&dev, &dm, &x, n, &mut scratch);
+        let (want, mag) = reference(&wf, &x, rows, cols, n);
+        check(&format!("{name} [{rows}, {cols}] gemv n={n}"), &got, &want, &mag, 1e-5);
+        for j in [0, 7, 18] {
+            let one = device_matmul(&dev, &dm, &x[j * cols..(j + 1) * cols], 1, &mut scratch);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got[j * rows..(j + 1) * rows]), bits(&one), "{name} gemv n={n}: row {j} vs alone");
+        }
+    }
+}
+
 /// Weights quantized the way `--quant` does (frognano-model's quantizers), not random blocks.
 #[test]
 fn quantized_f32_weights() {
@@ -253,7 +298,7 @@ fn quantized_f32_weights() {
         let dm = DeviceMatrix::upload(&dev, &m).unwrap();
         let wf = m.to_f32();
         let mut scratch = MatmulScratch::new();
-        for n in [1, 3] {
+        for n in [1, 3, 17] {
             let x = values(n * cols, 50 + n as u32);
             let got = device_matmul(&dev, &dm, &x, n, &mut scratch);
             let (want, mag) = reference(&wf, &x, rows, cols, n);
