@@ -52,6 +52,8 @@ fn main() {
         .include(&out)
         .flag_if_supported("-std=c++17")
         .flag_if_supported("-fno-strict-aliasing")
+        // _longjmp between fiber stacks: glibc's fortified longjmp would take that for a bug.
+        .flag_if_supported("-U_FORTIFY_SOURCE")
         // Kernels compiled for the host trip warnings that mean nothing there (unused
         // parameters of the device-only paths); the nvcc check sees them as CUDA.
         .flag_if_supported("-Wno-unused-parameter")

@@ -1,11 +1,13 @@
 // The CUDA-on-CPU simulator (docs/gpu.md §3): runs a kernel's grid one block at a time, every
-// thread of the block a fiber (ucontext) on the calling OS thread. A fiber runs until it
+// thread of the block a fiber (started by ucontext, switched by _setjmp/_longjmp) on the
+// calling OS thread. A fiber runs until it
 // reaches a barrier (`__syncthreads`, `__syncwarp`, a shuffle) or returns; when no fiber can
 // run, the scheduler releases every warp whose live threads all wait at a warp barrier, else
 // the block barrier once every live thread waits at it, else reports a deadlock (threads of
 // one warp or block waiting at different barriers: undefined behaviour on the device too).
 #include "sim.h"
 
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <cstdio>
@@ -22,6 +24,10 @@ enum State { kRunnable, kAtBlockBarrier, kAtWarpBarrier, kDone };
 
 struct Fiber {
     ucontext_t ctx;
+    // After its first start a fiber is resumed by _longjmp: swapcontext saves and restores the
+    // signal mask with a system call at every switch, which made the simulator 10x slower.
+    jmp_buf jump;
+    bool started = false;
     State state = kRunnable;
     dim3 tid{0, 0, 0};
     std::vector<char> stack;
@@ -31,6 +37,7 @@ constexpr size_t kStack = 256 * 1024;
 
 std::vector<Fiber> fibers;
 ucontext_t scheduler;
+jmp_buf scheduler_jump;
 size_t current = 0;
 void (*kernel_call)(void**) = nullptr;
 void** kernel_args = nullptr;
@@ -40,13 +47,13 @@ bool deadlocked = false;
 
 void yield(State s) {
     fibers[current].state = s;
-    swapcontext(&fibers[current].ctx, &scheduler);
+    if (_setjmp(fibers[current].jump) == 0) _longjmp(scheduler_jump, 1);
 }
 
 void entry() {
     kernel_call(kernel_args);
     fibers[current].state = kDone;
-    // uc_link returns to the scheduler.
+    _longjmp(scheduler_jump, 1);
 }
 
 // Runs one block; false on a deadlock.
@@ -60,6 +67,7 @@ bool run_block(unsigned threads) {
         f.ctx.uc_stack.ss_size = kStack;
         f.ctx.uc_link = &scheduler;
         makecontext(&f.ctx, entry, 0);
+        f.started = false;
         f.state = kRunnable;
         f.tid = dim3{i % block_dim.x, i / block_dim.x % block_dim.y, i / (block_dim.x * block_dim.y)};
     }
@@ -69,7 +77,14 @@ bool run_block(unsigned threads) {
             if (fibers[i].state != kRunnable) continue;
             current = i;
             thread_idx = fibers[i].tid;
-            swapcontext(&scheduler, &fibers[i].ctx);
+            if (_setjmp(scheduler_jump) == 0) {
+                if (fibers[i].started) {
+                    _longjmp(fibers[i].jump, 1);
+                } else {
+                    fibers[i].started = true;
+                    swapcontext(&scheduler, &fibers[i].ctx);
+                }
+            }
             ran = true;
         }
         if (ran) continue;
