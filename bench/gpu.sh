@@ -8,7 +8,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-bench/out/gpu}"
 mkdir -p "$out"
-bin=bench/gpu-bin
+bin=/tmp/frognano-gpu-bin
+rm -rf "$bin" && mkdir -p "$bin"
+python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' bench/gpu-bin/pack.tar.xz "$bin" ||
+    { echo "no bench/gpu-bin/pack.tar.xz: run bench/gpu-build.sh here and carry bench/gpu-bin"; exit 1; }
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export FROGNANO_FIXTURES="$PWD/fixtures" FROGNANO_REQUIRE_GPU=1
 log() { echo "== $*" | tee -a "$out/summary.txt"; }
