@@ -8,6 +8,10 @@ export FROGNANO_REQUIRE_FIXTURES=1
 cargo fmt --all -- --check
 # Every CUDA kernel compiles for the GPU (nvcc from PyPI, no GPU needed; docs/gpu.md §4).
 ./scripts/check-kernels.sh
+# libnvrtc from the same wheels, for crates/gpu/tests/nvrtc.rs (NVRTC compiling the kernels as
+# a GPU run does; no driver is there, so --device cuda still reports no CUDA).
+cuda_root="$(./scripts/setup-cuda-nvcc.sh | tail -1)"
+export LD_LIBRARY_PATH="$cuda_root/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cargo clippy --workspace --all-targets -- -D warnings
 # fuzz/ is its own workspace (cargo-fuzz, libFuzzer): type-check its target against today's
 # frognano-model. In the same target folder it reuses what clippy just checked (fuzz/Cargo.toml

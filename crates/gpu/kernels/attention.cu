@@ -31,10 +31,10 @@
 #endif
 
 __device__ __forceinline__ int attn_min(int a, int b) { return a < b ? a : b; }
-__device__ __forceinline__ float attn_ld(const float* p, size_t i) { return p[i]; }
-__device__ __forceinline__ float attn_ld(const fn_u16* p, size_t i) { return fn_h2f(p[i]); }
-__device__ __forceinline__ void attn_st(float* p, size_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void attn_st(fn_u16* p, size_t i, float v) { p[i] = fn_f2h(v); }
+__device__ __forceinline__ float attn_ld(const float* p, fn_size i) { return p[i]; }
+__device__ __forceinline__ float attn_ld(const fn_u16* p, fn_size i) { return fn_h2f(p[i]); }
+__device__ __forceinline__ void attn_st(float* p, fn_size i, float v) { p[i] = v; }
+__device__ __forceinline__ void attn_st(fn_u16* p, fn_size i, float v) { p[i] = fn_f2h(v); }
 
 // Q8_0 and Q4_0 caches: ggml blocks of 32 values (an f16 scale d, little-endian, then the
 // quants: 32 int8 q, x = q·d; or 16 bytes, element j in the low nibble of byte j and element
@@ -51,11 +51,11 @@ struct attn_q4_0 {
 #define ATTN_Q8_0_BYTES 34
 #define ATTN_Q4_0_BYTES 18
 __device__ __forceinline__ float attn_scale(const fn_u8* blk) { return fn_h2f((fn_u16)(blk[0] | (blk[1] << 8))); }
-__device__ __forceinline__ float attn_ld(const attn_q8_0* p, size_t i) {
+__device__ __forceinline__ float attn_ld(const attn_q8_0* p, fn_size i) {
     const fn_u8* blk = reinterpret_cast<const fn_u8*>(p) + (i >> 5) * ATTN_Q8_0_BYTES;
     return (float)(int)(fn_i8)blk[2 + (i & 31)] * attn_scale(blk);
 }
-__device__ __forceinline__ float attn_ld(const attn_q4_0* p, size_t i) {
+__device__ __forceinline__ float attn_ld(const attn_q4_0* p, fn_size i) {
     const fn_u8* blk = reinterpret_cast<const fn_u8*>(p) + (i >> 5) * ATTN_Q4_0_BYTES;
     const int j = (int)(i & 31);
     const int q = j < 16 ? (blk[2 + j] & 15) : (blk[2 + j - 16] >> 4);
@@ -71,12 +71,12 @@ __device__ __forceinline__ float attn_ld(const attn_q4_0* p, size_t i) {
 extern "C" __global__ void attn_rope(float* __restrict__ x, const float* __restrict__ cos_sin, int heads, int head_dim,
                                      int rot_dim, int halves) {
     const int half = rot_dim / 2;
-    float* xr = x + (size_t)blockIdx.x * heads * head_dim;
-    const float* cs = cos_sin + (size_t)blockIdx.x * half * 2;
+    float* xr = x + (fn_size)blockIdx.x * heads * head_dim;
+    const float* cs = cos_sin + (fn_size)blockIdx.x * half * 2;
     for (int p = threadIdx.x; p < heads * half; p += blockDim.x) {
         const int h = p / half, i = p - h * half;
         const float c = cs[2 * i], s = cs[2 * i + 1];
-        float* xh = xr + (size_t)h * head_dim;
+        float* xh = xr + (fn_size)h * head_dim;
         const int a = halves ? i : 2 * i, b = halves ? i + half : 2 * i + 1;
         const float x0 = xh[a], x1 = xh[b];
         xh[a] = fmaf(x0, c, -(x1 * s));
@@ -87,9 +87,9 @@ extern "C" __global__ void attn_rope(float* __restrict__ x, const float* __restr
 // ---- KV cache append
 
 template <typename T>
-__device__ __forceinline__ void attn_append(T* kc, T* vc, const float* k, const float* v, size_t base, int n) {
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (size_t)n) {
+__device__ __forceinline__ void attn_append(T* kc, T* vc, const float* k, const float* v, fn_size base, int n) {
+    const fn_size i = (fn_size)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (fn_size)n) {
         attn_st(kc, base + i, k[i]);
         attn_st(vc, base + i, v[i]);
     }
@@ -98,14 +98,14 @@ __device__ __forceinline__ void attn_append(T* kc, T* vc, const float* k, const 
 // kc/vc [capacity, width] f32; rows [n / width, width] of k and v written from row pos0 on.
 extern "C" __global__ void attn_kv_append_f32(float* __restrict__ kc, float* __restrict__ vc, const float* __restrict__ k,
                                               const float* __restrict__ v, int pos0, int width, int n) {
-    attn_append(kc, vc, k, v, (size_t)pos0 * width, n);
+    attn_append(kc, vc, k, v, (fn_size)pos0 * width, n);
 }
 
 // The same into an f16 cache (round to nearest even).
 extern "C" __global__ void attn_kv_append_f16(fn_u16* __restrict__ kc, fn_u16* __restrict__ vc,
                                               const float* __restrict__ k, const float* __restrict__ v, int pos0,
                                               int width, int n) {
-    attn_append(kc, vc, k, v, (size_t)pos0 * width, n);
+    attn_append(kc, vc, k, v, (fn_size)pos0 * width, n);
 }
 
 // f32 products and sums rounded once each, never fused into an fma (the device compiles with
@@ -179,9 +179,9 @@ extern "C" __global__ void attn_kv_append_q8_0(fn_u8* __restrict__ kc, fn_u8* __
                                                const float* __restrict__ k, const float* __restrict__ v, int pos0,
                                                int width, int nb) {
     const int lane = threadIdx.x % 32;
-    const size_t b = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (b >= (size_t)nb) return;  // whole warps
-    const size_t dst = ((size_t)pos0 * (width / 32) + b) * ATTN_Q8_0_BYTES;
+    const fn_size b = (fn_size)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (b >= (fn_size)nb) return;  // whole warps
+    const fn_size dst = ((fn_size)pos0 * (width / 32) + b) * ATTN_Q8_0_BYTES;
     attn_quant_q8_0(kc + dst, k[b * 32 + lane], lane);
     attn_quant_q8_0(vc + dst, v[b * 32 + lane], lane);
 }
@@ -191,9 +191,9 @@ extern "C" __global__ void attn_kv_append_q4_0(fn_u8* __restrict__ kc, fn_u8* __
                                                const float* __restrict__ k, const float* __restrict__ v, int pos0,
                                                int width, int nb) {
     const int lane = threadIdx.x % 32;
-    const size_t b = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (b >= (size_t)nb) return;  // whole warps
-    const size_t dst = ((size_t)pos0 * (width / 32) + b) * ATTN_Q4_0_BYTES;
+    const fn_size b = (fn_size)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (b >= (fn_size)nb) return;  // whole warps
+    const fn_size dst = ((fn_size)pos0 * (width / 32) + b) * ATTN_Q4_0_BYTES;
     attn_quant_q4_0(kc + dst, k[b * 32 + lane], lane);
     attn_quant_q4_0(vc + dst, v[b * 32 + lane], lane);
 }
@@ -216,11 +216,11 @@ __device__ __forceinline__ void attn_decode_core(const float* q, const T* kc, co
     __shared__ float m_s[ATTN_DEC_HEADS], l_s[ATTN_DEC_HEADS], a_s[ATTN_DEC_HEADS];
     const int chunks = gridDim.x, c = blockIdx.x, row = blockIdx.z;
     const int h0 = blockIdx.y * hb, group = heads / kv_heads, kvh = h0 / group;
-    const size_t width = (size_t)kv_heads * head_dim, koff = (size_t)kvh * head_dim;
+    const fn_size width = (fn_size)kv_heads * head_dim, koff = (fn_size)kvh * head_dim;
     const int n = pos0 + row + 1;
     const int start = c * chunk, end = attn_min(start + chunk, n);
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, warps = blockDim.x / 32;
-    const size_t rh0 = (size_t)row * heads + h0;  // (row, head) index of the block's first head
+    const fn_size rh0 = (fn_size)row * heads + h0;  // (row, head) index of the block's first head
     for (int e = tid; e < hb * head_dim; e += blockDim.x) q_s[e] = q[rh0 * head_dim + e];
     if (tid < hb) {
         m_s[tid] = ATTN_NEG;
@@ -237,7 +237,7 @@ __device__ __forceinline__ void attn_decode_core(const float* q, const T* kc, co
         const int cnt = attn_min(ATTN_DEC_TILE, end - t0);
         // Scores of the tile, scaled, into p_s[hh][jj].
         for (int jj = warp; jj < cnt; jj += warps) {
-            const size_t kr = (size_t)(t0 + jj) * width + koff;
+            const fn_size kr = (fn_size)(t0 + jj) * width + koff;
             float kreg[ATTN_MAX_DIM / 32];
             ATTN_UNROLL
             for (int s = 0; s < ATTN_MAX_DIM / 32; s++) {
@@ -288,7 +288,7 @@ __device__ __forceinline__ void attn_decode_core(const float* q, const T* kc, co
             }
         }
         for (int jj = 0; jj < cnt; jj++) {
-            const size_t vr = (size_t)(t0 + jj) * width + koff;
+            const fn_size vr = (fn_size)(t0 + jj) * width + koff;
             float vv[ATTN_MAX_DIM / ATTN_DEC_THREADS];
             ATTN_UNROLL
             for (int k = 0; k < ATTN_MAX_DIM / ATTN_DEC_THREADS; k++) {
@@ -368,7 +368,7 @@ extern "C" __global__ void attn_decode_combine(const float* __restrict__ pm, con
                                                const float* __restrict__ pacc, float* __restrict__ out, int chunks,
                                                int head_dim) {
     __shared__ float w_s[ATTN_MAX_CHUNKS];
-    const size_t rh = blockIdx.x;
+    const fn_size rh = blockIdx.x;
     const float* m = pm + rh * chunks;
     const float* l = pl + rh * chunks;
     float mx = ATTN_NEG;
@@ -381,7 +381,7 @@ extern "C" __global__ void attn_decode_combine(const float* __restrict__ pm, con
     const float* acc = pacc + rh * chunks * head_dim;
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float s = 0.0f;
-        for (int c = 0; c < chunks; c++) s = fmaf(w_s[c], acc[(size_t)c * head_dim + d], s);
+        for (int c = 0; c < chunks; c++) s = fmaf(w_s[c], acc[(fn_size)c * head_dim + d], s);
         out[rh * head_dim + d] = s * inv;
     }
 }
@@ -406,13 +406,13 @@ __device__ __forceinline__ void attn_prefill_core(float* sh, const float* q, con
     float* s_s = kv_s + bk * ld;
     const int q0 = blockIdx.x * ATTN_PF_ROWS, h = blockIdx.y;
     const int group = heads / kv_heads, kvh = h / group;
-    const size_t width = (size_t)kv_heads * head_dim, koff = (size_t)kvh * head_dim;
+    const fn_size width = (fn_size)kv_heads * head_dim, koff = (fn_size)kvh * head_dim;
     const int rows = attn_min(ATTN_PF_ROWS, t - q0);
     const int kend = pos0 + q0 + rows;  // keys 0..kend-1 are seen by some row of the tile
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, warps = blockDim.x / 32;
     for (int e = tid; e < ATTN_PF_ROWS * head_dim; e += blockDim.x) {
         const int r = e / head_dim, d = e - r * head_dim;
-        q_s[r * ld + d] = r < rows ? q[((size_t)(q0 + r) * heads + h) * head_dim + d] : 0.0f;
+        q_s[r * ld + d] = r < rows ? q[((fn_size)(q0 + r) * heads + h) * head_dim + d] : 0.0f;
     }
     if (tid < ATTN_PF_ROWS) {
         m_s[tid] = ATTN_NEG;
@@ -427,7 +427,7 @@ __device__ __forceinline__ void attn_prefill_core(float* sh, const float* q, con
         const int cnt = attn_min(bk, kend - k0);
         for (int e = tid; e < bk * head_dim; e += blockDim.x) {
             const int j = e / head_dim, d = e - j * head_dim;
-            kv_s[j * ld + d] = j < cnt ? attn_ld(kc, (size_t)(k0 + j) * width + koff + d) : 0.0f;
+            kv_s[j * ld + d] = j < cnt ? attn_ld(kc, (fn_size)(k0 + j) * width + koff + d) : 0.0f;
         }
         __syncthreads();
         for (int e = tid; e < ATTN_PF_ROWS * bk; e += blockDim.x) {
@@ -445,7 +445,7 @@ __device__ __forceinline__ void attn_prefill_core(float* sh, const float* q, con
         __syncthreads();
         for (int e = tid; e < bk * head_dim; e += blockDim.x) {
             const int j = e / head_dim, d = e - j * head_dim;
-            kv_s[j * ld + d] = j < cnt ? attn_ld(vc, (size_t)(k0 + j) * width + koff + d) : 0.0f;
+            kv_s[j * ld + d] = j < cnt ? attn_ld(vc, (fn_size)(k0 + j) * width + koff + d) : 0.0f;
         }
         for (int r = warp; r < ATTN_PF_ROWS; r += warps) {
             float* sr = s_s + r * bk;
@@ -485,7 +485,7 @@ __device__ __forceinline__ void attn_prefill_core(float* sh, const float* q, con
     }
     if (ro < rows) {
         const float inv = 1.0f / l_s[ro];
-        float* dst = out + ((size_t)(q0 + ro) * heads + h) * head_dim;
+        float* dst = out + ((fn_size)(q0 + ro) * heads + h) * head_dim;
         ATTN_UNROLL
         for (int k = 0; k < ATTN_MAX_DIM / 8; k++) {
             const int d = dl + 8 * k;

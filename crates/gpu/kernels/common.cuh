@@ -3,11 +3,14 @@
 // the host C++ compiler with sim/sim.h (the CPU simulator the tests run them on). So: no CUDA
 // headers (f16 conversions are PTX instructions on the device, bit arithmetic here), dynamic
 // shared memory through FN_DYNAMIC_SHARED, every kernel `extern "C"` so it has a plain name.
+// No <stdint.h> either (NVRTC compiles without the C headers: tests/nvrtc.rs holds that), so
+// the fixed-width types are ours, and offsets are `fn_size` (64 bits on every side).
 #pragma once
 
 #if defined(__CUDACC__)
 #define FN_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 typedef unsigned long long fn_u64;
+typedef unsigned long long fn_size;
 typedef unsigned int fn_u32;
 typedef unsigned short fn_u16;
 typedef unsigned char fn_u8;
@@ -26,6 +29,7 @@ __device__ __forceinline__ fn_u16 fn_f2h(float f) {
 #include "sim.h"
 #define FN_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(fnsim::dynamic_shared())
 typedef unsigned long long fn_u64;
+typedef unsigned long long fn_size;
 typedef unsigned int fn_u32;
 typedef unsigned short fn_u16;
 typedef unsigned char fn_u8;

@@ -34,7 +34,7 @@ __device__ __forceinline__ float delta_decay_exp(float x) { return x < -60.0f ? 
 // Row r of [state ; x] for channel c: the carried state (K-1 rows, oldest first), then x.
 __device__ __forceinline__ float delta_conv_ext(const float* state, const float* x, int r, int c, int channels,
                                                 int k) {
-    return r < k - 1 ? state[(size_t)r * channels + c] : x[(size_t)(r - (k - 1)) * channels + c];
+    return r < k - 1 ? state[(fn_size)r * channels + c] : x[(fn_size)(r - (k - 1)) * channels + c];
 }
 
 // y[i, c] = silu(Σ_j w[c, j] · ext[i + j, c]) with ext = [state ; x] ([K-1 + t, C]); then the
@@ -52,20 +52,20 @@ extern "C" __global__ void delta_conv1d_silu(const float* __restrict__ x, float*
     const int t1 = t0 + DELTA_CONV_TOKENS < t ? t0 + DELTA_CONV_TOKENS : t;
     float wr[DELTA_CONV_MAXK], win[DELTA_CONV_MAXK];
     DELTA_UNROLL
-    for (int j = 0; j < DELTA_CONV_MAXK; j++) wr[j] = j < k ? w[(size_t)c * k + j] : 0.0f;
-    const float wlast = w[(size_t)c * k + k - 1];
+    for (int j = 0; j < DELTA_CONV_MAXK; j++) wr[j] = j < k ? w[(fn_size)c * k + j] : 0.0f;
+    const float wlast = w[(fn_size)c * k + k - 1];
     win[DELTA_CONV_MAXK - 1] = 0.0f;
     // win[j] = ext[i + j] for the taps before the current token (j < K-1).
     DELTA_UNROLL
     for (int j = 0; j < DELTA_CONV_MAXK - 1; j++) win[j] = j < k - 1 ? delta_conv_ext(state, x, t0 + j, c, channels, k) : 0.0f;
     for (int i = t0; i < t1; i++) {
-        const float cur = x[(size_t)i * channels + c];
+        const float cur = x[(fn_size)i * channels + c];
         float acc = 0.0f;
         DELTA_UNROLL
         for (int j = 0; j < DELTA_CONV_MAXK - 1; j++)
             if (j < k - 1) acc += wr[j] * win[j];
         acc += wlast * cur;
-        y[(size_t)i * channels + c] = fn_silu(acc);
+        y[(fn_size)i * channels + c] = fn_silu(acc);
         DELTA_UNROLL
         for (int j = 0; j < DELTA_CONV_MAXK - 1; j++) win[j] = j == k - 2 ? cur : (j < k - 2 ? win[j + 1] : win[j]);
     }
@@ -75,7 +75,7 @@ extern "C" __global__ void delta_conv1d_silu(const float* __restrict__ x, float*
         for (int r = 0; r < DELTA_CONV_MAXK - 1; r++) keep[r] = r < k - 1 ? delta_conv_ext(state, x, t + r, c, channels, k) : 0.0f;
         DELTA_UNROLL
         for (int r = 0; r < DELTA_CONV_MAXK - 1; r++)
-            if (r < k - 1) state[(size_t)r * channels + c] = keep[r];
+            if (r < k - 1) state[(fn_size)r * channels + c] = keep[r];
     }
 }
 
@@ -90,22 +90,22 @@ extern "C" __global__ void delta_split_qkv(const float* __restrict__ y, float* _
     const int vec = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (vec >= t * per) return;  // warp-uniform
     const int tok = vec / per, j = vec % per;
-    const float* src = y + (size_t)tok * (2 * hk * dk + hv * dv);
+    const float* src = y + (fn_size)tok * (2 * hk * dk + hv * dv);
     if (j < 2 * hk) {
-        src += (size_t)j * dk;
+        src += (fn_size)j * dk;
         float s = 0.0f;
         for (int d = lane; d < dk; d += 32) s += src[d] * src[d];
         s = fn_warp_sum(s);
         const float inv = 1.0f / sqrtf(s + 1e-6f);
-        float* dst = j < hk ? q + ((size_t)tok * hk + j) * dk : k + ((size_t)tok * hk + (j - hk)) * dk;
+        float* dst = j < hk ? q + ((fn_size)tok * hk + j) * dk : k + ((fn_size)tok * hk + (j - hk)) * dk;
         if (j < hk) {
             for (int d = lane; d < dk; d += 32) dst[d] = src[d] * inv * q_scale;
         } else {
             for (int d = lane; d < dk; d += 32) dst[d] = src[d] * inv;
         }
     } else {
-        src += (size_t)2 * hk * dk + (size_t)(j - 2 * hk) * dv;
-        float* dst = v + ((size_t)tok * hv + (j - 2 * hk)) * dv;
+        src += (fn_size)2 * hk * dk + (fn_size)(j - 2 * hk) * dv;
+        float* dst = v + ((fn_size)tok * hv + (j - 2 * hk)) * dv;
         for (int d = lane; d < dv; d += 32) dst[d] = src[d];
     }
 }
@@ -141,16 +141,16 @@ extern "C" __global__ void delta_rule_recurrent(const float* __restrict__ q, con
     const int j = blockIdx.y * 32 + lane;
     const bool col = j < dv;
     const int a0 = warp * 32;
-    float* st = state + (size_t)h * dk * dv;
+    float* st = state + (fn_size)h * dk * dv;
     float s[32];
     DELTA_UNROLL
-    for (int r = 0; r < 32; r++) s[r] = col ? st[(size_t)(a0 + r) * dv + j] : 0.0f;
+    for (int r = 0; r < 32; r++) s[r] = col ? st[(fn_size)(a0 + r) * dv + j] : 0.0f;
     for (int i = 0; i < t; i++) {
         // Every lane of a warp reads the same key and query entries: broadcast loads.
-        const float* kr = k + ((size_t)i * hk + kh) * dk + a0;
-        const float* qr = q + ((size_t)i * hk + kh) * dk + a0;
-        const float alpha = delta_decay_exp(g[(size_t)i * hv + h]);
-        const float b = beta[(size_t)i * hv + h];
+        const float* kr = k + ((fn_size)i * hk + kh) * dk + a0;
+        const float* qr = q + ((fn_size)i * hk + kh) * dk + a0;
+        const float alpha = delta_decay_exp(g[(fn_size)i * hv + h]);
+        const float b = beta[(fn_size)i * hv + h];
         float part = 0.0f;
         DELTA_UNROLL
         for (int r = 0; r < 32; r++) {
@@ -161,7 +161,7 @@ extern "C" __global__ void delta_rule_recurrent(const float* __restrict__ q, con
         __syncthreads();
         float ks = 0.0f;
         for (int w = 0; w < warps; w++) ks += red_k[w][lane];
-        const float vv = col ? v[((size_t)i * hv + h) * dv + j] : 0.0f;
+        const float vv = col ? v[((fn_size)i * hv + h) * dv + j] : 0.0f;
         const float d = (vv - ks) * b;
         part = 0.0f;
         DELTA_UNROLL
@@ -174,12 +174,12 @@ extern "C" __global__ void delta_rule_recurrent(const float* __restrict__ q, con
         if (warp == 0 && col) {
             float o = 0.0f;
             for (int w = 0; w < warps; w++) o += red_o[w][lane];
-            out[((size_t)i * hv + h) * dv + j] = o;
+            out[((fn_size)i * hv + h) * dv + j] = o;
         }
     }
     DELTA_UNROLL
     for (int r = 0; r < 32; r++)
-        if (col) st[(size_t)(a0 + r) * dv + j] = s[r];
+        if (col) st[(fn_size)(a0 + r) * dv + j] = s[r];
 }
 
 // Copies K[n0 + i, a0 .. a0 + DELTA_KT) of key head kh into tile[i][·] for the chunk's c rows
@@ -190,7 +190,7 @@ __device__ __forceinline__ void delta_stage_k(float (*tile)[DELTA_KT + 1], const
     for (int e = 0; e < DELTA_CHUNK * DELTA_KT / DELTA_CHUNK_THREADS; e++) {
         const int idx = threadIdx.x + e * DELTA_CHUNK_THREADS;
         const int i = idx / DELTA_KT, aa = idx % DELTA_KT;
-        tile[i][aa] = i < c ? k[((size_t)(n0 + i) * hk + kh) * dk + a0 + aa] : 0.0f;
+        tile[i][aa] = i < c ? k[((fn_size)(n0 + i) * hk + kh) * dk + a0 + aa] : 0.0f;
     }
 }
 
@@ -223,19 +223,19 @@ extern "C" __global__ void delta_rule_chunked(const float* __restrict__ q, const
     const int h = blockIdx.x, kh = key_head[h];
     const int j = blockIdx.y * DELTA_BV + lane;
     const bool col = j < dv;
-    float* st = state + (size_t)h * dk * dv;
-    for (int a = warp; a < DELTA_MAX_DK; a += WARPS) sh_s[a][lane] = a < dk && col ? st[(size_t)a * dv + j] : 0.0f;
+    float* st = state + (fn_size)h * dk * dv;
+    for (int a = warp; a < DELTA_MAX_DK; a += WARPS) sh_s[a][lane] = a < dk && col ? st[(fn_size)a * dv + j] : 0.0f;
     for (int n0 = 0; n0 < t; n0 += DELTA_CHUNK) {
         const int c = t - n0 < DELTA_CHUNK ? t - n0 : DELTA_CHUNK;
         if (threadIdx.x < DELTA_CHUNK) {
             const int i = threadIdx.x;
-            sh_beta[i] = i < c ? beta[(size_t)(n0 + i) * hv + h] : 0.0f;
+            sh_beta[i] = i < c ? beta[(fn_size)(n0 + i) * hv + h] : 0.0f;
         }
         if (threadIdx.x == 0) {
             // In order, as the CPU's scan.
             float acc = 0.0f;
             for (int i = 0; i < c; i++) {
-                acc += g[(size_t)(n0 + i) * hv + h];
+                acc += g[(fn_size)(n0 + i) * hv + h];
                 sh_cum[i] = acc;
                 sh_ecum[i] = delta_decay_exp(acc);
             }
@@ -278,7 +278,7 @@ extern "C" __global__ void delta_rule_chunked(const float* __restrict__ q, const
             }
             // X = β (v − exp(γ) K S) for this slice's columns.
             if (i < c) {
-                const float vv = col ? v[((size_t)(n0 + i) * hv + h) * dv + j] : 0.0f;
+                const float vv = col ? v[((fn_size)(n0 + i) * hv + h) * dv + j] : 0.0f;
                 sh_x[i][lane] = sh_beta[i] * (vv - sh_ecum[i] * xs[r]);
             }
         }
@@ -312,7 +312,7 @@ extern "C" __global__ void delta_rule_chunked(const float* __restrict__ q, const
         DELTA_UNROLL
         for (int r = 0; r < RPW; r++) {
             const int i = warp + WARPS * r;
-            qrow[r] = q + (((size_t)n0 + (i < c ? i : 0)) * hk + kh) * dk;
+            qrow[r] = q + (((fn_size)n0 + (i < c ? i : 0)) * hk + kh) * dk;
         }
         DELTA_UNROLL
         for (int r = 0; r < RPW; r++) acc[r][0] = acc[r][1] = xs[r] = 0.0f;
@@ -353,7 +353,7 @@ extern "C" __global__ void delta_rule_chunked(const float* __restrict__ q, const
             if (i < c) {
                 float o = xs[r] * sh_ecum[i];
                 for (int m = 0; m <= i; m++) o += sh_m[i][m] * sh_x[m][lane];
-                if (col) out[((size_t)(n0 + i) * hv + h) * dv + j] = o;
+                if (col) out[((fn_size)(n0 + i) * hv + h) * dv + j] = o;
             }
         }
         __syncthreads();
@@ -365,7 +365,7 @@ extern "C" __global__ void delta_rule_chunked(const float* __restrict__ q, const
         DELTA_UNROLL
         for (int r = 0; r < APW; r++) sn[r] = sh_s[warp + WARPS * r][lane] * el;
         for (int m = 0; m < c; m++) {
-            const float* km = k + ((size_t)(n0 + m) * hk + kh) * dk;
+            const float* km = k + ((fn_size)(n0 + m) * hk + kh) * dk;
             const float fx = sh_f[m] * sh_x[m][lane];
             DELTA_UNROLL
             for (int r = 0; r < APW; r++) {
@@ -378,7 +378,7 @@ extern "C" __global__ void delta_rule_chunked(const float* __restrict__ q, const
         __syncthreads();
     }
     for (int a = warp; a < dk; a += WARPS)
-        if (col) st[(size_t)a * dv + j] = sh_s[a][lane];
+        if (col) st[(fn_size)a * dv + j] = sh_s[a][lane];
 }
 
 // In place over o [rows, dv] with z [rows, dv]: o = (o / sqrt(mean(o²) + eps)) · w · silu(z),
@@ -388,8 +388,8 @@ extern "C" __global__ void delta_gated_rms_norm(float* __restrict__ o, const flo
     const int lane = threadIdx.x % 32;
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= rows) return;  // warp-uniform
-    float* orow = o + (size_t)row * dv;
-    const float* zrow = z + (size_t)row * dv;
+    float* orow = o + (fn_size)row * dv;
+    const float* zrow = z + (fn_size)row * dv;
     float s = 0.0f;
     for (int d = lane; d < dv; d += 32) s += orow[d] * orow[d];
     s = fn_warp_sum(s);

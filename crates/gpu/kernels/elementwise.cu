@@ -24,8 +24,8 @@ extern "C" __global__ void ew_split_halves(const float* __restrict__ qg, float* 
     int n = rows * dh;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         int r = i / dh, c = i - r * dh;
-        q[i] = qg[(size_t)r * 2 * dh + c];
-        gate[i] = qg[(size_t)r * 2 * dh + dh + c];
+        q[i] = qg[(fn_size)r * 2 * dh + c];
+        gate[i] = qg[(fn_size)r * 2 * dh + dh + c];
     }
 }
 

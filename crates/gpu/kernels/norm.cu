@@ -6,8 +6,8 @@
 extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
                                     int width, float eps) {
     __shared__ float scratch[32];
-    const float* xr = x + (size_t)blockIdx.x * width;
-    float* yr = y + (size_t)blockIdx.x * width;
+    const float* xr = x + (fn_size)blockIdx.x * width;
+    float* yr = y + (fn_size)blockIdx.x * width;
     float s = 0.0f;
     for (int i = threadIdx.x; i < width; i += blockDim.x) s += xr[i] * xr[i];
     s = fn_block_sum(s, scratch);

@@ -309,18 +309,18 @@ __device__ __forceinline__ void quant_gemv_blocks(const void* w, const float* __
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= rows) return;  // the whole warp
     int nb = cols / QK;
-    const fn_u8* wr = (const fn_u8*)w + (size_t)row * nb * BYTES;
+    const fn_u8* wr = (const fn_u8*)w + (fn_size)row * nb * BYTES;
     float acc[QUANT_GEMV_MAX_N];
     for (int j = 0; j < QUANT_GEMV_MAX_N; j++) acc[j] = 0.0f;
     int chunks = cols / 8;
     for (int c = lane; c < chunks; c += 32) {
         int blk = c / (QK / 8), e0 = (c % (QK / 8)) * 8;
         float v[8];
-        quant_decode8<T>(wr + (size_t)blk * BYTES, e0, v);
-        const float* xc = x + (size_t)c * 8;
+        quant_decode8<T>(wr + (fn_size)blk * BYTES, e0, v);
+        const float* xc = x + (fn_size)c * 8;
         for (int j = 0; j < QUANT_GEMV_MAX_N; j++) {
             if (j < n) {
-                const float* xj = xc + (size_t)j * cols;
+                const float* xj = xc + (fn_size)j * cols;
                 float s = acc[j];
                 for (int i = 0; i < 8; i++) s = fmaf(v[i], xj[i], s);
                 acc[j] = s;
@@ -330,7 +330,7 @@ __device__ __forceinline__ void quant_gemv_blocks(const void* w, const float* __
     for (int j = 0; j < QUANT_GEMV_MAX_N; j++) {
         if (j < n) {
             float s = fn_warp_sum(acc[j]);
-            if (lane == 0) y[(size_t)j * rows + row] = s;
+            if (lane == 0) y[(fn_size)j * rows + row] = s;
         }
     }
 }
@@ -342,18 +342,18 @@ __device__ __forceinline__ void quant_gemv_floats(const void* w, const float* __
     int lane = threadIdx.x & 31;
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= rows) return;
-    const fn_u8* wr = (const fn_u8*)w + (size_t)row * cols * (T == QUANT_F32 ? 4 : 2);
+    const fn_u8* wr = (const fn_u8*)w + (fn_size)row * cols * (T == QUANT_F32 ? 4 : 2);
     float acc[QUANT_GEMV_MAX_N];
     for (int j = 0; j < QUANT_GEMV_MAX_N; j++) acc[j] = 0.0f;
     for (int k = lane; k < cols; k += 32) {
         float wk = quant_load<T>(wr, k);
         for (int j = 0; j < QUANT_GEMV_MAX_N; j++)
-            if (j < n) acc[j] = fmaf(wk, x[(size_t)j * cols + k], acc[j]);
+            if (j < n) acc[j] = fmaf(wk, x[(fn_size)j * cols + k], acc[j]);
     }
     for (int j = 0; j < QUANT_GEMV_MAX_N; j++) {
         if (j < n) {
             float s = fn_warp_sum(acc[j]);
-            if (lane == 0) y[(size_t)j * rows + row] = s;
+            if (lane == 0) y[(fn_size)j * rows + row] = s;
         }
     }
 }
@@ -443,13 +443,13 @@ __device__ __forceinline__ void quant_gemv32(const void* w, const float* __restr
     int lane = threadIdx.x & 31;
     int row0 = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * R;
     bool active = row0 < rows;  // the whole warp; it still takes part in the block's barriers
-    size_t row_bytes = BLOCKS ? (size_t)(cols / QK) * BYTES : (size_t)cols * (T == QUANT_F32 ? 4 : 2);
+    fn_size row_bytes = BLOCKS ? (fn_size)(cols / QK) * BYTES : (fn_size)cols * (T == QUANT_F32 ? 4 : 2);
     const fn_u8* wr[R];
     bool valid[R];
     QUANT_UNROLL
     for (int r = 0; r < R; r++) {
         valid[r] = row0 + r < rows;
-        wr[r] = (const fn_u8*)w + (size_t)(valid[r] ? row0 + r : 0) * row_bytes;
+        wr[r] = (const fn_u8*)w + (fn_size)(valid[r] ? row0 + r : 0) * row_bytes;
     }
     float acc[R][QUANT_GEMV32_MAX_N];
     QUANT_UNROLL
@@ -462,7 +462,7 @@ __device__ __forceinline__ void quant_gemv32(const void* w, const float* __restr
         __syncthreads();  // every warp is done with the previous tile
         for (int idx = threadIdx.x; idx < n * TILE; idx += blockDim.x) {
             int j = idx / TILE, e = idx % TILE;
-            float v = e < width ? x[(size_t)j * cols + k0 + e] : 0.0f;
+            float v = e < width ? x[(fn_size)j * cols + k0 + e] : 0.0f;
             xs[j * TILE + (BLOCKS ? quant_gemv32_slot(e) : e)] = v;
         }
         __syncthreads();
@@ -477,7 +477,7 @@ __device__ __forceinline__ void quant_gemv32(const void* w, const float* __restr
                 QUANT_UNROLL
                 for (int r = 0; r < R; r++) {
                     if (valid[r]) {
-                        quant_decode8<T>(wr[r] + (size_t)blk * BYTES, e0, v[r]);
+                        quant_decode8<T>(wr[r] + (fn_size)blk * BYTES, e0, v[r]);
                     } else {
                         QUANT_UNROLL
                         for (int i = 0; i < 8; i++) v[r][i] = 0.0f;
@@ -523,7 +523,7 @@ __device__ __forceinline__ void quant_gemv32(const void* w, const float* __restr
         for (int j = 0; j < QUANT_GEMV32_MAX_N; j++) {
             if (j < n) {
                 float s = fn_warp_sum(acc[r][j]);
-                if (lane == 0 && valid[r]) y[(size_t)j * rows + row0 + r] = s;
+                if (lane == 0 && valid[r]) y[(fn_size)j * rows + row0 + r] = s;
             }
         }
     }
@@ -580,10 +580,10 @@ extern "C" __global__ void quant_gemv32_iq4_xs(const void* w, const float* x, fl
 template <int T>
 __device__ __forceinline__ void quant_dequant_f16(const void* w, fn_u16* __restrict__ out, int rows, int cols) {
     const int QK = quant_traits<T>::QK, BYTES = quant_traits<T>::BYTES;
-    size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t per_row = (size_t)cols / 8;
-    if (c >= (size_t)rows * per_row) return;
-    size_t row = c / per_row, rc = c % per_row;
+    fn_size c = (fn_size)blockIdx.x * blockDim.x + threadIdx.x;
+    fn_size per_row = (fn_size)cols / 8;
+    if (c >= (fn_size)rows * per_row) return;
+    fn_size row = c / per_row, rc = c % per_row;
     const fn_u8* blk = (const fn_u8*)w + (row * (cols / QK) + rc / (QK / 8)) * BYTES;
     float v[8];
     quant_decode8<T>(blk, (int)(rc % (QK / 8)) * 8, v);
@@ -636,11 +636,11 @@ __device__ __forceinline__ void quant_gather_blocks(const void* w, const int* __
     const int QK = quant_traits<T>::QK, BYTES = quant_traits<T>::BYTES;
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cols / 8) return;
-    size_t row = (size_t)ids[blockIdx.y];
+    fn_size row = (fn_size)ids[blockIdx.y];
     const fn_u8* blk = (const fn_u8*)w + (row * (cols / QK) + c / (QK / 8)) * BYTES;
     float v[8];
     quant_decode8<T>(blk, (c % (QK / 8)) * 8, v);
-    float* o = out + (size_t)blockIdx.y * cols + (size_t)c * 8;
+    float* o = out + (fn_size)blockIdx.y * cols + (fn_size)c * 8;
     for (int i = 0; i < 8; i++) o[i] = v[i];
 }
 template <int T>
@@ -648,9 +648,9 @@ __device__ __forceinline__ void quant_gather_floats(const void* w, const int* __
                                                     int cols) {
     int k = blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= cols) return;
-    size_t row = (size_t)ids[blockIdx.y];
+    fn_size row = (fn_size)ids[blockIdx.y];
     const fn_u8* wr = (const fn_u8*)w + row * cols * (T == QUANT_F32 ? 4 : 2);
-    out[(size_t)blockIdx.y * cols + k] = quant_load<T>(wr, k);
+    out[(fn_size)blockIdx.y * cols + k] = quant_load<T>(wr, k);
 }
 
 extern "C" __global__ void quant_gather_f32(const void* w, const int* ids, float* out, int cols) {
@@ -719,8 +719,8 @@ extern "C" __global__ void quant_f32_to_bf16(const float* x, fn_u16* out, unsign
 // ---- dst[j, r0 + r] = src[j, r] for j < n, r < cols: a GEMM of a chunk of rows of W, written
 // into its columns of the full [n, ld] output. One thread per element.
 extern "C" __global__ void quant_scatter_cols(const float* src, float* dst, int n, int cols, int ld, int r0) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)n * cols) return;
-    size_t j = i / cols, r = i % cols;
+    fn_size i = (fn_size)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (fn_size)n * cols) return;
+    fn_size j = i / cols, r = i % cols;
     dst[j * ld + r0 + r] = src[i];
 }

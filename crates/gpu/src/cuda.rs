@@ -116,6 +116,36 @@ impl CudaDevice {
     }
 }
 
+/// Whether libnvrtc can be opened (it compiles kernels without a GPU or a driver).
+pub fn nvrtc_present() -> bool {
+    // SAFETY: only tries to open the library.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+/// Compiles every kernel with NVRTC for compute capability `arch` (`(9, 0)`: sm_90) with the
+/// options a GPU run uses, and returns the PTX. Needs only libnvrtc, no GPU: the tests compile
+/// the kernels with it exactly as `--device cuda` will.
+pub fn compile_kernels(arch: (i32, i32)) -> Result<String> {
+    if !nvrtc_present() {
+        return Err(GpuError::Unavailable("cannot open libnvrtc.so.13 (CUDA 13's runtime compiler)".into()));
+    }
+    let opts = cudarc::nvrtc::CompileOptions {
+        options: vec![format!("--gpu-architecture=sm_{}{}", arch.0, arch.1), "-std=c++17".into(), "--fmad=true".into()],
+        ..Default::default()
+    };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(crate::kernels::source(), opts)
+        .map_err(|e| GpuError::Compile(compile_error_text(e)))?;
+    Ok(ptx.to_src())
+}
+
+/// NVRTC's log when it has one (the lines naming file, line and problem).
+fn compile_error_text(e: cudarc::nvrtc::CompileError) -> String {
+    match e {
+        cudarc::nvrtc::CompileError::CompileError { log, .. } => log.to_string_lossy().into_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
 /// The PTX of every kernel for compute capability `arch`, from the cache or NVRTC.
 fn compiled_kernels(arch: (i32, i32)) -> Result<String> {
     let src = crate::kernels::source();
@@ -129,12 +159,7 @@ fn compiled_kernels(arch: (i32, i32)) -> Result<String> {
     if let Some(text) = cache.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) {
         return Ok(text);
     }
-    let opts = cudarc::nvrtc::CompileOptions {
-        options: vec![arch_flag, "-std=c++17".into(), "--fmad=true".into()],
-        ..Default::default()
-    };
-    let ptx = cudarc::nvrtc::compile_ptx_with_opts(&src, opts).map_err(|e| GpuError::Compile(format!("{e:?}")))?;
-    let text = ptx.to_src();
+    let text = compile_kernels(arch)?;
     if let Some(p) = cache {
         // A cache that cannot be written only costs the next start a compile.
         let _ = std::fs::create_dir_all(p.parent().expect("cache file has a folder"));
