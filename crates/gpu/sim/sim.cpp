@@ -56,6 +56,20 @@ void entry() {
     _longjmp(scheduler_jump, 1);
 }
 
+// Runs fiber `i` until it yields or ends. Kept out of line so that no variable of the
+// scheduler's loop lives across the _setjmp.
+__attribute__((noinline)) void resume(unsigned i) {
+    current = i;
+    thread_idx = fibers[i].tid;
+    if (_setjmp(scheduler_jump) != 0) return;
+    if (fibers[i].started) {
+        _longjmp(fibers[i].jump, 1);
+    } else {
+        fibers[i].started = true;
+        swapcontext(&scheduler, &fibers[i].ctx);
+    }
+}
+
 // Runs one block; false on a deadlock.
 bool run_block(unsigned threads) {
     if (fibers.size() < threads) fibers.resize(threads);
@@ -75,16 +89,7 @@ bool run_block(unsigned threads) {
         bool ran = false;
         for (unsigned i = 0; i < threads; i++) {
             if (fibers[i].state != kRunnable) continue;
-            current = i;
-            thread_idx = fibers[i].tid;
-            if (_setjmp(scheduler_jump) == 0) {
-                if (fibers[i].started) {
-                    _longjmp(fibers[i].jump, 1);
-                } else {
-                    fibers[i].started = true;
-                    swapcontext(&scheduler, &fibers[i].ctx);
-                }
-            }
+            resume(i);
             ran = true;
         }
         if (ran) continue;
