@@ -34,3 +34,13 @@ extern "C" __global__ void ew_add_bias(float* __restrict__ x, const float* __res
     int n = rows * width;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] += b[i % width];
 }
+
+// dst[j, :] = src[rows[j], :] for `m` rows of `width` (the rows whose logits are wanted).
+extern "C" __global__ void ew_gather_rows(const float* __restrict__ src, const int* __restrict__ rows,
+                                          float* __restrict__ dst, int m, int width) {
+    int n = m * width;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        int j = i / width, c = i - j * width;
+        dst[i] = src[(fn_size)rows[j] * width + c];
+    }
+}

@@ -112,3 +112,18 @@ pub fn add_bias(dev: &Gpu, x: u64, b: u64, rows: usize, width: usize) -> Result<
     let (g, bl) = elementwise(rows * width);
     dev.launch("ew_add_bias", g, bl, 0, &[Arg::Ptr(x), Arg::Ptr(b), Arg::I32(rows as i32), Arg::I32(width as i32)])
 }
+
+/// `dst[j] = src[rows[j]]` for `m` rows of `width` (`rows`: device i32 indices).
+pub fn gather_rows(dev: &Gpu, src: u64, rows: u64, dst: u64, m: usize, width: usize) -> Result<()> {
+    if m == 0 {
+        return Ok(());
+    }
+    let (g, b) = elementwise(m * width);
+    dev.launch(
+        "ew_gather_rows",
+        g,
+        b,
+        0,
+        &[Arg::Ptr(src), Arg::Ptr(rows), Arg::Ptr(dst), Arg::I32(m as i32), Arg::I32(width as i32)],
+    )
+}

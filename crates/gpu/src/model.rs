@@ -682,10 +682,16 @@ impl GpuModel {
         }
         let m = rows_out.len();
         let sel = w.get(dev, "sel", m * d * 4)?;
-        for (j, &r) in rows_out.iter().enumerate() {
-            dev.copy(sel + (j * d * 4) as u64, h + (r * d * 4) as u64, d * 4)?;
+        if m == t {
+            // Every row (a prefill asking for all logits, or a decode step): normed in place.
+            kernels::rms_norm(dev, h, self.norm.ptr(), sel, m, d, s.eps)?;
+        } else {
+            let idx: Vec<i32> = rows_out.iter().map(|&r| r as i32).collect();
+            let rows_buf = w.get(dev, "sel_rows", m * 4)?;
+            dev.upload(rows_buf, as_bytes_i32(&idx))?;
+            kernels::gather_rows(dev, h, rows_buf, sel, m, d)?;
+            kernels::rms_norm(dev, sel, self.norm.ptr(), sel, m, d, s.eps)?;
         }
-        kernels::rms_norm(dev, sel, self.norm.ptr(), sel, m, d, s.eps)?;
         let logits = w.get(dev, "logits", m * s.vocab * 4)?;
         let head = self.head.as_ref().unwrap_or(&self.embed);
         self.mm(head, sel, logits, m, stepwise, &mut w.mm)?;
