@@ -7,14 +7,15 @@
 // the fixed-width types are ours, and offsets are `fn_size` (64 bits on every side).
 #pragma once
 
-#if defined(__CUDACC__)
-#define FN_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 typedef unsigned long long fn_u64;
 typedef unsigned long long fn_size;
 typedef unsigned int fn_u32;
 typedef unsigned short fn_u16;
 typedef unsigned char fn_u8;
 typedef signed char fn_i8;
+
+#if defined(__CUDACC__)
+#define FN_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
 __device__ __forceinline__ float fn_h2f(fn_u16 h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
@@ -28,12 +29,6 @@ __device__ __forceinline__ fn_u16 fn_f2h(float f) {
 #else
 #include "sim.h"
 #define FN_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(fnsim::dynamic_shared())
-typedef unsigned long long fn_u64;
-typedef unsigned long long fn_size;
-typedef unsigned int fn_u32;
-typedef unsigned short fn_u16;
-typedef unsigned char fn_u8;
-typedef signed char fn_i8;
 // IEEE half to float, exactly.
 static inline float fn_h2f(fn_u16 h) {
     unsigned sign = (unsigned)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023;

@@ -44,6 +44,23 @@ pub enum Arg {
     F32(f32),
 }
 
+/// One 8-byte slot per argument, each holding its value as the kernel's parameter reads it:
+/// what `cuLaunchKernel` (and the simulator) take pointers to.
+pub(crate) fn arg_slots(args: &[Arg]) -> Vec<[u8; 8]> {
+    args.iter()
+        .map(|a| {
+            let mut v = [0u8; 8];
+            match *a {
+                Arg::Ptr(p) => v.copy_from_slice(&p.to_ne_bytes()),
+                Arg::I32(x) => v[..4].copy_from_slice(&x.to_ne_bytes()),
+                Arg::U32(x) => v[..4].copy_from_slice(&x.to_ne_bytes()),
+                Arg::F32(x) => v[..4].copy_from_slice(&x.to_ne_bytes()),
+            }
+            v
+        })
+        .collect()
+}
+
 /// Element types a GEMM operand can have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GemmType {

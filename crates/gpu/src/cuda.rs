@@ -243,19 +243,7 @@ impl Device for CudaDevice {
             .functions
             .get(name)
             .ok_or_else(|| GpuError::Cuda { op: format!("launch {name}"), msg: "no such kernel in kernels/".into() })?;
-        let mut values: Vec<[u8; 8]> = args
-            .iter()
-            .map(|a| {
-                let mut v = [0u8; 8];
-                match *a {
-                    Arg::Ptr(p) => v.copy_from_slice(&p.to_ne_bytes()),
-                    Arg::I32(x) => v[..4].copy_from_slice(&x.to_ne_bytes()),
-                    Arg::U32(x) => v[..4].copy_from_slice(&x.to_ne_bytes()),
-                    Arg::F32(x) => v[..4].copy_from_slice(&x.to_ne_bytes()),
-                }
-                v
-            })
-            .collect();
+        let mut values = crate::backend::arg_slots(args);
         let mut params: Vec<*mut c_void> = values.iter_mut().map(|v| v.as_mut_ptr().cast::<c_void>()).collect();
         let _g = self.bind()?;
         // SAFETY: `params` holds one slot per kernel parameter, each at least as wide as the

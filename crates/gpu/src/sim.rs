@@ -126,19 +126,7 @@ impl Device for SimDevice {
     }
 
     fn launch(&self, name: &str, grid: [u32; 3], block: [u32; 3], shared: u32, args: &[Arg]) -> Result<()> {
-        let mut values: Vec<[u8; 8]> = args
-            .iter()
-            .map(|a| {
-                let mut v = [0u8; 8];
-                match *a {
-                    Arg::Ptr(p) => v.copy_from_slice(&p.to_ne_bytes()),
-                    Arg::I32(x) => v[..4].copy_from_slice(&x.to_ne_bytes()),
-                    Arg::U32(x) => v[..4].copy_from_slice(&x.to_ne_bytes()),
-                    Arg::F32(x) => v[..4].copy_from_slice(&x.to_ne_bytes()),
-                }
-                v
-            })
-            .collect();
+        let mut values = crate::backend::arg_slots(args);
         let mut ptrs: Vec<*mut c_void> = values.iter_mut().map(|v| v.as_mut_ptr().cast::<c_void>()).collect();
         let cname = CString::new(name).map_err(|_| GpuError::Unsupported(format!("kernel name {name:?}")))?;
         let _one = LAUNCH.lock().unwrap_or_else(|e| e.into_inner());

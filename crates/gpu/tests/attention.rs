@@ -8,6 +8,9 @@ use frognano_gpu::attention::{self, AttnPath, AttnScratch, DeviceKv, KvDtype};
 use frognano_gpu::{Buffer, Gpu};
 use frognano_model::cache::{KvRows, KvType};
 
+mod common;
+use common::{device, max_diff, values};
+
 const ALL: [KvDtype; 4] = [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0];
 
 /// The CPU cache type of a device one.
@@ -25,28 +28,6 @@ fn cpu_rows(ty: KvDtype, width: usize, head_dim: usize, x: &[f32]) -> KvRows {
     let mut r = KvRows::new(cpu_type(ty), width, head_dim);
     r.push(x);
     r
-}
-
-/// The device the tests run on: the simulator, or `FROGNANO_TEST_DEVICE`.
-pub fn device() -> Gpu {
-    frognano_gpu::test_device()
-}
-
-fn values(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(12345);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s % 2001) as f32 / 1000.0 - 1.0
-        })
-        .collect()
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
 fn f16_round(x: f32) -> f32 {

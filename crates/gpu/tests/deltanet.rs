@@ -4,24 +4,10 @@
 use frognano_gpu::{deltanet, Buffer, Gpu};
 use frognano_model::kernels::{self as cpu, conv, delta_rule};
 
-/// The device the tests run on: the simulator, or `FROGNANO_TEST_DEVICE`.
-fn device() -> Gpu {
-    frognano_gpu::test_device()
-}
+mod common;
+use common::{device, values};
 
 /// `n` pseudo-random values in [-1, 1].
-fn values(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(12345);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s % 2001) as f32 / 1000.0 - 1.0
-        })
-        .collect()
-}
-
 /// max |a − b| / max(1, max |b|).
 fn rel_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());

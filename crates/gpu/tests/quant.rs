@@ -10,22 +10,8 @@ use frognano_model::quant::QuantType;
 use frognano_model::tensor::{round_bf16, round_f16, Bytes, DType, Matrix};
 use half::{bf16, f16};
 
-/// The device the tests run on: the simulator, or `FROGNANO_TEST_DEVICE`.
-pub fn device() -> Gpu {
-    frognano_gpu::test_device()
-}
-
-fn values(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(12345);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s % 2001) as f32 / 1000.0 - 1.0
-        })
-        .collect()
-}
+mod common;
+use common::{device, values};
 
 fn lcg(s: &mut u64) -> u64 {
     *s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
