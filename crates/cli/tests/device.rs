@@ -88,3 +88,66 @@ fn cuda_without_a_driver_is_an_error_naming_what_is_missing() {
         bin().args(["logits", "fixtures/qwen35-tiny", "--ids", "5"]).env("FROGNANO_DEVICE", "gpu9").output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("FROGNANO_DEVICE"), "the variable is named");
 }
+
+/// A `frognano serve` process, killed when dropped.
+struct Server(std::process::Child, u16);
+
+impl Server {
+    fn start(device: &str) -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = bin()
+            .args(["serve", "fixtures/qwen35-tiny", "--port", &port.to_string(), "--device", device])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(start.elapsed() < std::time::Duration::from_secs(60), "serve --device {device} did not start");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        Server(child, port)
+    }
+
+    /// The text of a greedy `/v1/completions` reply of 6 tokens to `prompt`.
+    fn complete(&self, prompt: &str) -> String {
+        use std::io::{Read, Write};
+        let body = serde_json::json!({"model": "qwen35-tiny", "prompt": prompt, "max_tokens": 6, "temperature": 0})
+            .to_string();
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.1)).unwrap();
+        write!(
+            s,
+            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        let json = reply.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {reply}"));
+        v["choices"][0]["text"].as_str().unwrap_or_else(|| panic!("no text: {reply}")).to_string()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn serve_on_the_simulated_gpu_answers_concurrent_requests_as_the_cpu_does() {
+    let prompts = ["Hello there", "The quick brown fox", "def add(a, b):"];
+    let cpu = Server::start("cpu");
+    let want: Vec<String> = prompts.iter().map(|p| cpu.complete(p)).collect();
+    drop(cpu);
+    assert!(want.iter().all(|w| !w.is_empty()), "the CPU server replied: {want:?}");
+    let sim = Server::start("sim");
+    // At once, so the scheduler decodes them in one batch on the device.
+    let got: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = prompts.iter().map(|p| s.spawn(|| sim.complete(p))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(got, want, "greedy replies on the simulated GPU");
+}
