@@ -106,23 +106,54 @@ impl Server {
             assert!(start.elapsed() < std::time::Duration::from_secs(60), "serve --device {device} did not start");
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        Server(child, port)
+        let server = Server(child, port);
+        server.wait_ready();
+        server
     }
 
-    /// The text of a greedy `/v1/completions` reply of 6 tokens to `prompt`.
-    fn complete(&self, prompt: &str) -> String {
+    /// One HTTP/1.1 request (`Connection: close`) and the whole reply, or the I/O error.
+    fn request(&self, head: &str, body: &str) -> std::io::Result<String> {
         use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.1))?;
+        s.set_read_timeout(Some(std::time::Duration::from_secs(120)))?;
+        s.write_all(
+            format!("{head} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
+                .as_bytes(),
+        )?;
+        let mut reply = String::new();
+        s.read_to_string(&mut reply)?;
+        Ok(reply)
+    }
+
+    /// Waits until `/health` answers 200 (the port opens before the model is ready).
+    fn wait_ready(&self) {
+        let start = std::time::Instant::now();
+        loop {
+            if self.request("GET /health", "").is_ok_and(|r| r.starts_with("HTTP/1.1 200")) {
+                return;
+            }
+            assert!(start.elapsed() < std::time::Duration::from_secs(60), "serve did not become ready");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    /// The text of a greedy `/v1/completions` reply of 6 tokens to `prompt` (a connection the
+    /// loaded machine drops is tried again, twice).
+    fn complete(&self, prompt: &str) -> String {
         let body = serde_json::json!({"model": "qwen35-tiny", "prompt": prompt, "max_tokens": 6, "temperature": 0})
             .to_string();
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.1)).unwrap();
-        write!(
-            s,
-            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .unwrap();
-        let mut reply = String::new();
-        s.read_to_string(&mut reply).unwrap();
+        let mut tries = 0;
+        let reply = loop {
+            match self.request("POST /v1/completions", &body) {
+                Ok(r) => break r,
+                Err(e) if tries < 2 => {
+                    tries += 1;
+                    eprintln!("retrying after {e}");
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+                Err(e) => panic!("POST /v1/completions: {e}"),
+            }
+        };
         let json = reply.split("\r\n\r\n").nth(1).unwrap_or_default();
         let v: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {reply}"));
         v["choices"][0]["text"].as_str().unwrap_or_else(|| panic!("no text: {reply}")).to_string()
