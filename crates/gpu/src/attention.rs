@@ -4,6 +4,8 @@
 //! tiled flash-attention prefill for longer batches ([`attention`]). The kernels accumulate in
 //! f32; f16 keys and values are converted on read, Q8_0/Q4_0 ones dequantized on read.
 
+use frognano_model::cache::KvType;
+
 use crate::backend::{Arg, Buffer, Gpu, GpuError, Result};
 use crate::kernels::blocks;
 use frognano_model::quant::{self, QuantType};
@@ -39,6 +41,30 @@ pub enum KvDtype {
     /// ggml Q4_0 blocks: per 32 values an f16 scale and 16 bytes of nibbles (18 bytes),
     /// quantized on append as `KvRows::push` does.
     Q4_0,
+}
+
+impl From<KvType> for KvDtype {
+    /// The device cache type of a CPU cache type (`--kv-cache`).
+    fn from(ty: KvType) -> KvDtype {
+        match ty {
+            KvType::F32 => KvDtype::F32,
+            KvType::F16 => KvDtype::F16,
+            KvType::Q8_0 => KvDtype::Q8_0,
+            KvType::Q4_0 => KvDtype::Q4_0,
+        }
+    }
+}
+
+impl From<KvDtype> for KvType {
+    /// The CPU's name for a device cache type (what a saved state's layout says).
+    fn from(ty: KvDtype) -> KvType {
+        match ty {
+            KvDtype::F32 => KvType::F32,
+            KvDtype::F16 => KvType::F16,
+            KvDtype::Q8_0 => KvType::Q8_0,
+            KvDtype::Q4_0 => KvType::Q4_0,
+        }
+    }
 }
 
 impl KvDtype {

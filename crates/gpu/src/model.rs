@@ -105,13 +105,11 @@ impl RopeTable {
             }
         }
     }
-    /// The factor queries at `pos` are scaled by (folded into their table).
-    fn query_scale(&self, pos: usize) -> f32 {
+    /// The attention temperature, when queries are scaled by one (folded into their table).
+    fn temperature(&self) -> Option<(f32, f32)> {
         match self {
-            RopeTable::Llama { temperature: Some((beta, floor)), .. } => {
-                (((pos as f64 / *floor as f64).floor() + 1.0).ln() * *beta as f64 + 1.0) as f32
-            }
-            _ => 1.0,
+            RopeTable::Llama { temperature, .. } => *temperature,
+            RopeTable::Qwen35(_) => None,
         }
     }
 }
@@ -384,12 +382,7 @@ impl GpuModel {
     }
 
     fn kv_dtype(&self) -> KvDtype {
-        match self.kv_type {
-            KvType::F32 => KvDtype::F32,
-            KvType::F16 => KvDtype::F16,
-            KvType::Q8_0 => KvDtype::Q8_0,
-            KvType::Q4_0 => KvDtype::Q4_0,
-        }
+        self.kv_type.into()
     }
 
     /// Whether the model has a full-attention layer (whose head_dim the block types need in
@@ -495,18 +488,25 @@ impl GpuModel {
         let has_attention = self.layers.iter().any(|l| matches!(l.mixer, MixerWeights::Attention(_)));
         let (cs_k, cs_q) = if has_attention && half > 0 {
             let mut k_table = Vec::with_capacity(t * half * 2);
-            let mut q_table = Vec::with_capacity(t * half * 2);
             for &p in &pos {
-                let scale = self.rope.query_scale(p);
-                for (c, sn) in self.rope.pairs(p) {
-                    k_table.extend([c, sn]);
-                    q_table.extend([c * scale, sn * scale]);
-                }
+                k_table.extend(self.rope.pairs(p).into_iter().flat_map(|(c, sn)| [c, sn]));
             }
             let ck = w.get(dev, "cs_k", k_table.len() * 4)?;
             dev.upload(ck, crate::backend::bytemuck_f32(&k_table))?;
-            let cq = w.get(dev, "cs_q", q_table.len() * 4)?;
-            dev.upload(cq, crate::backend::bytemuck_f32(&q_table))?;
+            // Queries share the keys' table unless a temperature scales them.
+            let cq = match self.rope.temperature() {
+                None => ck,
+                Some(temp) => {
+                    let mut q_table = k_table;
+                    for (row, &p) in q_table.chunks_exact_mut(half * 2).zip(&pos) {
+                        let scale = frognano_model::llama::attn_temperature(Some(temp), p);
+                        row.iter_mut().for_each(|x| *x *= scale);
+                    }
+                    let cq = w.get(dev, "cs_q", q_table.len() * 4)?;
+                    dev.upload(cq, crate::backend::bytemuck_f32(&q_table))?;
+                    cq
+                }
+            };
             (ck, cq)
         } else {
             (0, 0)
@@ -706,16 +706,6 @@ impl GpuModel {
             cache.pos += seg_ids.len();
         }
         Ok(out)
-    }
-}
-
-/// The CPU's name for a device cache type.
-fn kv_type_of(ty: KvDtype) -> KvType {
-    match ty {
-        KvDtype::F32 => KvType::F32,
-        KvDtype::F16 => KvType::F16,
-        KvDtype::Q8_0 => KvType::Q8_0,
-        KvDtype::Q4_0 => KvType::Q4_0,
     }
 }
 
@@ -928,7 +918,7 @@ impl DeviceState for SeqState {
             .iter()
             .map(|l| match l {
                 LayerState::Attention { kv, .. } => LayerLayout::Attention {
-                    kv_type: kv_type_of(kv.dtype()).to_string(),
+                    kv_type: KvType::from(kv.dtype()).to_string(),
                     width: kv.width(),
                     head_dim: self.head_dim,
                 },
@@ -946,7 +936,7 @@ impl DeviceState for SeqState {
                 LayerState::Attention { kv, rows } => {
                     let rows = (*rows).min(pos);
                     let (kb, vb) = must(kv.download_raw(rows), "copying keys and values to the host");
-                    let ty = kv_type_of(kv.dtype());
+                    let ty = KvType::from(kv.dtype());
                     let (mut k, mut v) =
                         (KvRows::new(ty, kv.width(), self.head_dim), KvRows::new(ty, kv.width(), self.head_dim));
                     k.push_raw(&kb).expect("rows of the cache's own type");
@@ -971,7 +961,7 @@ impl DeviceState for SeqState {
                     if k.len() != pos
                         || v.len() != pos
                         || k.width() != kv.width()
-                        || kv_type_of(kv.dtype()) != k.kv_type()
+                        || KvType::from(kv.dtype()) != k.kv_type()
                     {
                         return Err(format!("layer {i}: saved keys and values do not fit this cache"));
                     }

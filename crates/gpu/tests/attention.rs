@@ -14,18 +14,9 @@ use common::{device, max_diff, values};
 const ALL: [KvDtype; 4] = [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0];
 
 /// The CPU cache type of a device one.
-fn cpu_type(ty: KvDtype) -> KvType {
-    match ty {
-        KvDtype::F32 => KvType::F32,
-        KvDtype::F16 => KvType::F16,
-        KvDtype::Q8_0 => KvType::Q8_0,
-        KvDtype::Q4_0 => KvType::Q4_0,
-    }
-}
-
 /// `x` (`[rows, width]`) stored in a CPU cache of type `ty` (heads of `head_dim`).
 fn cpu_rows(ty: KvDtype, width: usize, head_dim: usize, x: &[f32]) -> KvRows {
-    let mut r = KvRows::new(cpu_type(ty), width, head_dim);
+    let mut r = KvRows::new(KvType::from(ty), width, head_dim);
     r.push(x);
     r
 }
@@ -101,7 +92,7 @@ fn kv_append_round_trips() {
     for ty in ALL {
         let mut kv = DeviceKv::new(&dev, ty, width, 4).unwrap();
         assert_eq!((kv.capacity(), kv.width(), kv.dtype()), (4, width, ty));
-        assert_eq!(kv.byte_len(), 2 * 4 * cpu_type(ty).row_bytes(width));
+        assert_eq!(kv.byte_len(), 2 * 4 * KvType::from(ty).row_bytes(width));
         let (k, v) = (values(6 * width, 10), values(6 * width, 11));
         let (bk, bv) = (Buffer::from_f32(&dev, &k).unwrap(), Buffer::from_f32(&dev, &v).unwrap());
         // Rows 0..3, then rows 3..6 after growing (the first 3 kept).

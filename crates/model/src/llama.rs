@@ -785,13 +785,8 @@ impl Llama {
         let c = &self.cfg;
         let (hq, hkv, dh) = (c.num_heads, c.num_kv_heads, c.head_dim);
         let angles: Vec<Vec<(f32, f32)>> = (0..t).map(|i| self.rope_angles(pos0 + i)).collect();
-        // Llama 4's attention temperature (Ministral 3), computed in f64 as llama.cpp does.
-        let temperature = |pos: usize| match c.attn_temperature {
-            Some((beta, floor)) => ((pos as f64 / floor as f64).floor() + 1.0).ln() * beta as f64 + 1.0,
-            None => 1.0,
-        } as f32;
         crate::kernels::for_each_row(&mut q, hq * dh, |i, row| {
-            let temp = temperature(pos0 + i);
+            let temp = attn_temperature(c.attn_temperature, pos0 + i);
             for head in row.chunks_exact_mut(dh) {
                 self.rope(head, &angles[i]);
                 if temp != 1.0 {
@@ -840,6 +835,16 @@ pub fn rope_angles(cfg: &LlamaConfig, theta_scale: f32, freq_factors: Option<&[f
             }
         })
         .collect()
+}
+
+/// Llama 4's attention temperature (Ministral 3, `LlamaConfig::attn_temperature` as
+/// `(beta, floor)`): the factor a query at `pos` is scaled by, computed in f64 as llama.cpp
+/// does; 1 without one.
+pub fn attn_temperature(temperature: Option<(f32, f32)>, pos: usize) -> f32 {
+    match temperature {
+        Some((beta, floor)) => (((pos as f64 / floor as f64).floor() + 1.0).ln() * beta as f64 + 1.0) as f32,
+        None => 1.0,
+    }
 }
 
 /// RMSNorm with ggml's numerics: the sum of squares (each square rounded to f32) accumulated in
@@ -910,16 +915,6 @@ impl CausalLm for Llama {
 
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
-    }
-}
-
-impl Llama {
-    /// Llama 4's attention temperature (Ministral 3) of a query at `pos`: 1 for other models.
-    pub fn attn_temperature(&self, pos: usize) -> f32 {
-        match self.cfg.attn_temperature {
-            Some((beta, floor)) => (((pos as f64 / floor as f64).floor() + 1.0).ln() * beta as f64 + 1.0) as f32,
-            None => 1.0,
-        }
     }
 }
 
