@@ -254,7 +254,12 @@ pub fn observe(runner: TestRunner, log: &str, test: &str, tree: &Path) -> Option
         TestRunner::Pytest => observe_pytest(log, test),
         TestRunner::Unittest => observe_unittest(log, test),
         TestRunner::Cargo => observe_cargo(log, test, tree),
-        TestRunner::GoTest | TestRunner::NodeTest | TestRunner::Jest | TestRunner::Vitest | TestRunner::Mocha => None,
+        TestRunner::GoTest
+        | TestRunner::NodeTest
+        | TestRunner::Jest
+        | TestRunner::Vitest
+        | TestRunner::Mocha
+        | TestRunner::Tape => None,
     }
 }
 

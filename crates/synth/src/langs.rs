@@ -156,17 +156,52 @@ pub fn prepare_go(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::R
     })
 }
 
-/// The test runner an npm project uses, from its `test` script and its dependencies.
+/// The `test` script with the scripts it runs through `npm run NAME` (or `npm run-script`,
+/// `npm test`) spliced in, a few levels deep: many packages keep the runner in a `tests-only`
+/// script that `test` calls after a linter.
+fn expanded_test_script(package: &serde_json::Value) -> String {
+    fn expand(package: &serde_json::Value, script: &str, depth: usize) -> String {
+        let words: Vec<&str> = script.split_whitespace().collect();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < words.len() {
+            let named = match (words[i], words.get(i + 1), words.get(i + 2)) {
+                ("npm", Some(&("run" | "run-script")), Some(&"--silent")) => words.get(i + 3).map(|n| (*n, 4)),
+                ("npm", Some(&("run" | "run-script")), Some(&name)) => Some((name, 3)),
+                ("npm", Some(&("test" | "t")), _) => Some(("test", 2)),
+                _ => None,
+            };
+            match named.and_then(|(n, k)| package["scripts"][n].as_str().map(|s| (s, k))) {
+                Some((inner, k)) if depth < 4 => {
+                    out.push(format!("( {} )", expand(package, inner, depth + 1)));
+                    i += k;
+                }
+                _ => {
+                    out.push(words[i].to_string());
+                    i += 1;
+                }
+            }
+        }
+        out.join(" ")
+    }
+    expand(package, package["scripts"]["test"].as_str().unwrap_or(""), 0)
+}
+
+/// The test runner an npm project uses, from its `test` script (and the scripts it runs)
+/// and its dependencies.
 pub fn detect_node_runner(package: &serde_json::Value) -> Option<TestRunner> {
-    let script = package["scripts"]["test"].as_str().unwrap_or("");
+    let script = expanded_test_script(package);
     let has_dep = |name: &str| ["devDependencies", "dependencies"].iter().any(|k| package[*k].get(name).is_some());
-    let words: Vec<&str> = script.split(|c: char| c.is_whitespace() || c == '&' || c == ';').collect();
+    let words: Vec<&str> =
+        script.split(|c: char| c.is_whitespace() || c == '&' || c == ';' || c == '(' || c == ')').collect();
     if words.contains(&"vitest") {
         Some(TestRunner::Vitest)
     } else if words.contains(&"jest") {
         Some(TestRunner::Jest)
     } else if words.contains(&"mocha") {
         Some(TestRunner::Mocha)
+    } else if words.contains(&"tape") {
+        Some(TestRunner::Tape)
     } else if script.contains("node --test") {
         Some(TestRunner::NodeTest)
     } else if has_dep("vitest") {
@@ -175,9 +210,27 @@ pub fn detect_node_runner(package: &serde_json::Value) -> Option<TestRunner> {
         Some(TestRunner::Jest)
     } else if has_dep("mocha") {
         Some(TestRunner::Mocha)
+    } else if has_dep("tape") {
+        Some(TestRunner::Tape)
     } else {
         None
     }
+}
+
+/// The files tape is given in the project's scripts (`tape 'test/**/*.js'` → `'test/**/*.js'`,
+/// with coverage wrappers such as `nyc` left out), else ljharb's usual `'test/**/*.js'`.
+pub fn tape_arguments(package: &serde_json::Value) -> String {
+    let script = expanded_test_script(package);
+    for part in script.split(['&', ';', '|', '(', ')']) {
+        let words: Vec<&str> = part.split_whitespace().collect();
+        if let Some(at) = words.iter().position(|w| *w == "tape") {
+            let args: Vec<&str> = words[at + 1..].iter().copied().take_while(|w| !w.starts_with('>')).collect();
+            if !args.is_empty() {
+                return args.join(" ");
+            }
+        }
+    }
+    "'test/**/*.js'".to_string()
 }
 
 /// The language an npm project's code is in: TypeScript when its non-test sources are mostly
@@ -211,7 +264,7 @@ pub fn prepare_node(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow:
     })?;
     let runner = detect_node_runner(&package).ok_or_else(|| {
         anyhow::anyhow!(
-            "{}: no supported test runner (the `test` script or the dependencies name none of vitest, jest, mocha, `node --test`; found {:?})",
+            "{}: no supported test runner (the `test` script or the dependencies name none of vitest, jest, mocha, tape, `node --test`; found {:?})",
             manifest.display(),
             package["scripts"]["test"].as_str().unwrap_or("no test script")
         )
@@ -262,6 +315,7 @@ pub fn prepare_node(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow:
             ("node_modules/.bin/jest --verbose --ci --no-cache --watchAll=false".to_string(), "parse_log_jest")
         }
         TestRunner::Vitest => ("node_modules/.bin/vitest run --reporter=verbose".to_string(), "parse_log_vitest"),
+        TestRunner::Tape => (format!("node_modules/.bin/tape {}", tape_arguments(&package)), "parse_log_tape"),
         _ => unreachable!("detect_node_runner gives JavaScript runners only"),
     };
     Ok(TestSetup {
@@ -306,5 +360,24 @@ mod tests {
             Some(TestRunner::Mocha)
         );
         assert_eq!(detect_node_runner(&p(r#"{"scripts":{"test":"echo none"}}"#)), None);
+    }
+
+    #[test]
+    fn tape_is_found_through_the_scripts_test_runs() {
+        let p = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap();
+        // qs 6.17: `test` runs a linter hook and `tests-only`, which runs tape under nyc.
+        let qs =
+            p(r#"{"scripts":{"test":"npm run tests-only","tests-only":"nyc tape 'test/**/*.js'","lint":"eslint ."}}"#);
+        assert_eq!(detect_node_runner(&qs), Some(TestRunner::Tape));
+        assert_eq!(tape_arguments(&qs), "'test/**/*.js'");
+        let resolve = p(r#"{"scripts":{"test":"npm run --silent tests-only","tests-only":"tape test/*.js"}}"#);
+        assert_eq!(tape_arguments(&resolve), "test/*.js");
+        // A runner named only by the dependencies, and no files given anywhere.
+        let keys = p(r#"{"scripts":{"test":"node test/index.js"},"devDependencies":{"tape":"^5"}}"#);
+        assert_eq!(detect_node_runner(&keys), Some(TestRunner::Tape));
+        assert_eq!(tape_arguments(&keys), "'test/**/*.js'");
+        // A script that calls itself does not loop.
+        let looped = p(r#"{"scripts":{"test":"npm run a","a":"npm run a"}}"#);
+        assert_eq!(detect_node_runner(&looped), None);
     }
 }

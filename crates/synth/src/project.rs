@@ -32,6 +32,8 @@ pub enum TestRunner {
     Vitest,
     /// mocha with the TAP reporter.
     Mocha,
+    /// tape (its TAP output read test by test: `parse_log_tape`).
+    Tape,
 }
 
 /// The project ships no tests (no test files, no `#[test]`): nothing to validate tasks with.
@@ -621,7 +623,7 @@ pub fn environment_record(setup: &TestSetup, env_dir: &Path) -> serde_json::Valu
             let go = go.map(|g| g.trim_matches('\'').to_string()).unwrap_or_else(|| "go".into());
             rec["go"] = first_line_of(&go, &["version"]).into();
         }
-        TestRunner::NodeTest | TestRunner::Jest | TestRunner::Vitest | TestRunner::Mocha => {
+        TestRunner::NodeTest | TestRunner::Jest | TestRunner::Vitest | TestRunner::Mocha | TestRunner::Tape => {
             rec["node"] = first_line_of("node", &["--version"]).into();
             let lock = env_dir.join("npm/node_modules/.package-lock.json");
             if let Some(packages) = std::fs::read_to_string(lock)

@@ -631,3 +631,101 @@ pub fn parse_immutable_js(log: &str, ctx: &ParseContext) -> Result<StatusMap, Pa
         _ => Err(ParseError::Crash(format!("parse_log_immutable_js: ValueError: Unknown instance id: {id}"))),
     }
 }
+
+/// `parse_log_tape` (FrogNano's own; swebench has no tape parser): tape prints each test as a
+/// `# name` comment followed by its assertions (`ok N msg` / `not ok N msg`), and subtests as
+/// further `# name` lines. A test fails when any of its assertions fails, and passes when it
+/// finished with none failing (an assertion's message, such as "should be equal", repeats
+/// across tests, so it cannot name a test). `# SKIP name` is a skipped test. Names that repeat
+/// (the same title in two files) get ` (2)`, ` (3)`… in run order. When the log ends before
+/// tape's plan line (`1..N`), the process died inside the test then running: that test fails
+/// and the ones after it are absent.
+pub fn parse_tape_tests(log: &str) -> Result<StatusMap, ParseError> {
+    static ASSERT: LazyLock<Regex> = LazyLock::new(|| py(r"^(ok|not ok) \d+\b(.*)$"));
+    static PLAN: LazyLock<Regex> = LazyLock::new(|| py(r"^1\.\.\d+$"));
+    let mut map = StatusMap::new();
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut unique = |name: &str| {
+        let n = seen.entry(name.to_string()).or_insert(0);
+        *n += 1;
+        if *n == 1 {
+            name.to_string()
+        } else {
+            format!("{name} ({n})")
+        }
+    };
+    // The test whose assertions are being read, and whether one of them failed.
+    let mut current: Option<(String, bool)> = None;
+    let finish = |current: &mut Option<(String, bool)>, map: &mut StatusMap| {
+        if let Some((name, failed)) = current.take() {
+            set(map, name, if failed { FAILED } else { PASSED });
+        }
+    };
+    for raw in log.split('\n') {
+        // Assertion diagnostics (`  ---` … `  ...`) and stack traces are indented.
+        if raw.starts_with(' ') || raw.starts_with('\t') {
+            continue;
+        }
+        let line = raw.trim_end();
+        if PLAN.is_match(line) {
+            // The summary (`# tests 6`, `# pass 5`, `# ok`) follows the plan.
+            finish(&mut current, &mut map);
+            return Ok(map);
+        }
+        if let Some(name) = line.strip_prefix("# SKIP ") {
+            finish(&mut current, &mut map);
+            set(&mut map, unique(name.trim()), SKIPPED);
+        } else if let Some(name) = line.strip_prefix("# ") {
+            finish(&mut current, &mut map);
+            current = Some((unique(name.trim()), false));
+        } else if let Some(c) = ASSERT.captures(line) {
+            let skipped = group(&c, 2).contains("# SKIP") || group(&c, 2).contains("# TODO");
+            if let Some((_, failed)) = current.as_mut() {
+                *failed |= group(&c, 1) == "not ok" && !skipped;
+            }
+        }
+    }
+    // No plan line: the run stopped early, inside `current`.
+    if let Some((name, _)) = current.take() {
+        set(&mut map, name, FAILED);
+    }
+    Ok(map)
+}
+
+#[cfg(test)]
+mod tape_tests {
+    use super::*;
+
+    /// tape 5.10.2's output (abridged diagnostics) for two files that both have a test named
+    /// "adds numbers", a failing test, nested subtests and a skipped test.
+    const FINISHED: &str = "TAP version 13\n# adds numbers\nok 1 should be equal\nok 2 should be equal\n\
+        # fails one\nnot ok 3 should be strictly equal\n  ---\n    operator: equal\n    expected: 2\n    actual:   1\n  ...\n\
+        ok 4 should be truthy\n# nested\n# child one\nok 5 yes\n# SKIP skipped\n# adds numbers\nok 6 should be equal\n\
+        # with todo\nok 7 not now # SKIP\n\n1..7\n# tests 7\n# pass  6\n# fail  1\n";
+
+    #[test]
+    fn a_test_fails_when_one_of_its_assertions_fails() {
+        let m = parse_tape_tests(FINISHED).unwrap();
+        let get = |k: &str| m.get(k).map(String::as_str);
+        assert_eq!(get("adds numbers"), Some(PASSED));
+        assert_eq!(get("fails one"), Some(FAILED));
+        assert_eq!(get("nested"), Some(PASSED));
+        assert_eq!(get("child one"), Some(PASSED));
+        assert_eq!(get("skipped"), Some(SKIPPED));
+        assert_eq!(get("adds numbers (2)"), Some(PASSED));
+        assert_eq!(get("with todo"), Some(PASSED));
+        // The summary after the plan is not a test.
+        assert_eq!(m.len(), 7, "{m:?}");
+        assert!(!m.contains_key("tests 7") && !m.contains_key("pass  6"));
+    }
+
+    #[test]
+    fn a_run_that_dies_fails_the_test_it_died_in() {
+        let log = "TAP version 13\n# first\nok 1 fine\n# throws\n/tmp/x/test/a.js:5\n\
+            test('throws', function (t) { throw new Error('boom'); });\n\nError: boom\n    at Test.<anonymous>\n\nNode.js v20.20.2\n";
+        let m = parse_tape_tests(log).unwrap();
+        assert_eq!(m.get("first").map(String::as_str), Some(PASSED));
+        assert_eq!(m.get("throws").map(String::as_str), Some(FAILED));
+        assert_eq!(m.len(), 2);
+    }
+}

@@ -123,15 +123,22 @@ const IMPLEMENTED: &[(&str, ParserFn)] = &[
     ("parse_log_cargo", plain!(parse_cargo)),
 ];
 
-/// Registry names of every parser FrogNano implements.
+/// Parsers of FrogNano's own, for runners swebench has none for (tasks that `frognano synth`
+/// makes name them in `log_parser`, and `eval grade` finds them here like swebench's).
+const OWN: &[(&str, ParserFn)] = &[
+    // tape (most of npm's small utility packages): one status per `# test`, not per assertion.
+    ("parse_log_tape", plain!(parse_tape_tests)),
+];
+
+/// Registry names of every parser FrogNano implements: swebench's, then its own.
 pub fn implemented_parsers() -> Vec<&'static str> {
-    IMPLEMENTED.iter().map(|(n, _)| *n).collect()
+    IMPLEMENTED.iter().chain(OWN).map(|(n, _)| *n).collect()
 }
 
 /// Looks a parser up by registry name (`parse_log_django`) or short name (`django`).
 pub fn parser_by_name(name: &str) -> Result<ParserFn, ParseError> {
     let full = if name.starts_with("parse_log_") { name.to_string() } else { format!("parse_log_{name}") };
-    if let Some((_, f)) = IMPLEMENTED.iter().find(|(n, _)| *n == full) {
+    if let Some((_, f)) = IMPLEMENTED.iter().chain(OWN).find(|(n, _)| *n == full) {
         return Ok(*f);
     }
     Err(ParseError::Unknown(name.to_string()))
@@ -184,7 +191,8 @@ mod tests {
 
     #[test]
     fn every_registered_parser_runs_and_names_resolve() {
-        assert_eq!(implemented_parsers().len(), 57, "swebench 5.0.2 registers 57 parsers");
+        assert_eq!(IMPLEMENTED.len(), 57, "swebench 5.0.2 registers 57 parsers");
+        assert_eq!(implemented_parsers().len(), IMPLEMENTED.len() + OWN.len());
         let log = "+ : '>>>>> Start Test Output'\nPASSED a::b\n  ✓ works (3 ms)\nok 1 t\n[ok]: x (1 ms)\n\
                    Starting browser Chrome\n  suite\n    ✔ passes\nSUMMARY:\n--- PASS: T (0.00s)\n";
         for version in [None, Some("1.27"), Some("9.5"), Some("4.0"), Some("2.0")] {
