@@ -42,7 +42,7 @@ pub enum SynthSub {
 #[derive(Debug, Clone, clap::Args)]
 pub struct BatchArgs {
     /// One package per line: `pypi:NAME==VER`, `crate:NAME@VER`, `npm:NAME@VER`,
-    /// `go:MODULE@VER` or a local git repository path, optionally followed by a time budget
+    /// `go:MODULE@VER`, `go:MODULE@debian` or a local git repository path, optionally followed by a time budget
     /// (`600`, `600s`, `10m`); `#` starts a comment.
     pub manifest: PathBuf,
     /// Output folder: tasks.jsonl (merged), batch.jsonl (finished packages), yield.json,
@@ -146,7 +146,9 @@ pub struct GenerateArgs {
     /// An npm package: NAME@VERSION (the published tarball, fetched with `npm pack`).
     #[arg(long, conflicts_with = "go")]
     pub npm: Option<String>,
-    /// A Go module: MODULE@VERSION (fetched from the module proxy with `go mod download`).
+    /// A Go module: MODULE@VERSION (fetched from the module proxy with `go mod download`), or
+    /// MODULE@debian: the version Debian's golang-*-dev package ships (apt-get download; its
+    /// requirements from Debian too), for machines that cannot reach the module proxy.
     #[arg(long)]
     pub go: Option<String>,
     /// Output directory: tasks.jsonl (SWE-bench instances), tasks.git, candidates.jsonl, summary.json.

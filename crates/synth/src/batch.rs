@@ -52,7 +52,8 @@ pub fn parse_budget(text: &str) -> Option<Duration> {
     (secs > 0.0 && secs.is_finite()).then(|| Duration::from_secs_f64(secs))
 }
 
-/// Parses one spec: `pypi:NAME==VER`, `crate:NAME@VER`, `npm:NAME@VER`, `go:MODULE@VER`,
+/// Parses one spec: `pypi:NAME==VER`, `crate:NAME@VER`, `npm:NAME@VER`, `go:MODULE@VER` (or
+/// `go:MODULE@debian`),
 /// or a local git repository path (`path:DIR` or a bare path; relative to `base`).
 pub fn parse_spec(spec: &str, base: &Path) -> anyhow::Result<Source> {
     if let Some(s) = spec.strip_prefix("pypi:") {

@@ -1,6 +1,6 @@
 //! Repository intake: a local git repository, a PyPI source distribution, a crates.io
-//! crate, an npm package tarball or a Go module from the module proxy, turned into a git
-//! repository and a commit the pipeline works from.
+//! crate, an npm package tarball, a Go module from the module proxy or a Go module as Debian
+//! packages it, turned into a git repository and a commit the pipeline works from.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -42,6 +42,14 @@ pub enum Source {
         module: String,
         /// Exact version (`v1.2.3`).
         version: String,
+    },
+    /// `MODULE@debian`: the Go module as Debian's `golang-*-dev` package ships it (sources
+    /// and tests under `/usr/share/gocode/src`, fetched with `apt-get download`), at the
+    /// version apt offers; its requirements are served from Debian too
+    /// ([`crate::debian`]). For machines that cannot reach the Go module proxy.
+    DebianGo {
+        /// Module path (`github.com/google/uuid`; a `/vN` suffix is allowed).
+        module: String,
     },
     /// A source archive already on disk (`--pypi FILE`: an sdist, `.tar.gz`/`.tgz`/`.zip`;
     /// `--crate FILE`: a `.crate`), unpacked and committed as a download would be, with no
@@ -105,17 +113,22 @@ impl Source {
         Ok(Source::Npm { name: name.trim().to_string(), version: version.trim().to_string() })
     }
 
-    /// Parses `--go MODULE@VERSION`.
+    /// Parses `--go MODULE@VERSION` (module proxy) or `--go MODULE@debian` (Debian's package).
     pub fn go(spec: &str) -> anyhow::Result<Source> {
         let (module, version) = spec
             .rsplit_once('@')
-            .filter(|(m, v)| !m.trim().is_empty() && v.trim().starts_with('v'))
+            .map(|(m, v)| (m.trim(), v.trim()))
+            .filter(|(m, v)| !m.is_empty() && (v.starts_with('v') || *v == "debian"))
             .ok_or_else(|| {
                 anyhow::anyhow!(
-                    "--go expects MODULE@VERSION with a v-version (e.g. github.com/pkg/errors@v0.9.1), got {spec:?}"
+                    "--go expects MODULE@VERSION with a v-version (e.g. github.com/pkg/errors@v0.9.1) or MODULE@debian \
+                     (the version Debian packages), got {spec:?}"
                 )
             })?;
-        Ok(Source::Go { module: module.trim().to_string(), version: version.trim().to_string() })
+        if version == "debian" {
+            return Ok(Source::DebianGo { module: module.to_string() });
+        }
+        Ok(Source::Go { module: module.to_string(), version: version.to_string() })
     }
 
     /// `owner/name` used as the instances' `repo` field.
@@ -135,6 +148,8 @@ impl Source {
                 format!("npm/{}-{version}", name.trim_start_matches('@').replace('/', "__"))
             }
             Source::Go { module, version } => format!("go/{}-{version}", module.replace('/', "__")),
+            // Intake appends Debian's version once apt has said it (`…-debian-1.3.0-1`).
+            Source::DebianGo { module } => format!("go/{}-debian", module.replace('/', "__")),
             Source::Archive { repo_name, .. } => repo_name.clone(),
         }
     }
@@ -153,6 +168,31 @@ pub struct IntakeRepo {
     /// time, npm's `time` field, the Go proxy's `.info` time; a local repository's commit
     /// time. Dependencies are resolved as of this time.
     pub released: Option<String>,
+    /// `--go MODULE@debian`: the Debian package (and exact version) the code came from; its
+    /// dependencies are then served from Debian as well ([`DependencySource::Debian`]).
+    pub debian_package: Option<crate::debian::DebianPackage>,
+}
+
+impl IntakeRepo {
+    /// Where the environment takes this repository's dependencies from.
+    pub fn dependency_source(&self) -> DependencySource {
+        if self.debian_package.is_some() {
+            DependencySource::Debian
+        } else {
+            DependencySource::Registry
+        }
+    }
+}
+
+/// Where a project's dependencies come from when its environment is prepared.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum DependencySource {
+    /// The language's own registry or proxy (PyPI, crates.io, npm, the Go module proxy).
+    #[default]
+    Registry,
+    /// Debian's packages (`--go MODULE@debian`: each required Go module from its
+    /// `golang-*-dev` package, [`crate::debian::resolve_go_dependencies`]).
+    Debian,
 }
 
 /// Runs git in `dir` with a fixed identity and dates, so created commits are reproducible.
@@ -211,7 +251,7 @@ pub fn intake(source: &Source, work: &Path) -> anyhow::Result<IntakeRepo> {
                 })?;
             // A local repository's era is its commit's.
             let released = crate::era::commit_time(Path::new(&top), &full).ok();
-            Ok(IntakeRepo { git_dir: PathBuf::from(top), commit: full, repo_name, released })
+            Ok(IntakeRepo { git_dir: PathBuf::from(top), commit: full, repo_name, released, debian_package: None })
         }
         Source::Pypi { name, version } => {
             let dl = work.join("download");
@@ -308,9 +348,10 @@ pub fn intake(source: &Source, work: &Path) -> anyhow::Result<IntakeRepo> {
             let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
             anyhow::ensure!(
                 out.status.success() && info["Error"].is_null(),
-                "go mod download {spec} failed: {}{}",
+                "go mod download {spec} failed: {}{}{}",
                 info["Error"].as_str().unwrap_or(""),
-                String::from_utf8_lossy(&out.stderr).trim()
+                String::from_utf8_lossy(&out.stderr).trim(),
+                proxy_hint(module)
             );
             let dir = info["Dir"].as_str().ok_or_else(|| anyhow::anyhow!("go mod download {spec} gave no Dir"))?;
             let released = info["Info"]
@@ -335,8 +376,53 @@ pub fn intake(source: &Source, work: &Path) -> anyhow::Result<IntakeRepo> {
             repo.released = released;
             Ok(repo)
         }
+        Source::DebianGo { module } => intake_debian_go(module, work),
         Source::Archive { path, .. } => commit_archive(path, &work.join("source"), &repo_name),
     }
+}
+
+/// What a failed module-proxy download adds to its error: the Debian route.
+fn proxy_hint(module: &str) -> String {
+    format!(
+        " (if the Go module proxy is unreachable from this machine, `--go {module}@debian` (manifest: \
+         `go:{module}@debian`) takes the version Debian packages, through apt)"
+    )
+}
+
+/// `--go MODULE@debian`: Debian's package of `module` downloaded into `work/download`,
+/// unpacked, and its module folder committed; the repository name carries Debian's version.
+fn intake_debian_go(module: &str, work: &Path) -> anyhow::Result<IntakeRepo> {
+    let dl = work.join("download");
+    let src = crate::debian::fetch_go_module(module, &dl, &dl.join("unpacked"))?;
+    let dest = work.join("source");
+    if dest.exists() {
+        std::fs::remove_dir_all(&dest)?;
+    }
+    let cp = Command::new("cp").arg("-r").arg(&src.dir).arg(&dest).output()?;
+    anyhow::ensure!(
+        cp.status.success(),
+        "copying {} failed: {}",
+        src.dir.display(),
+        String::from_utf8_lossy(&cp.stderr).trim()
+    );
+    let chmod = Command::new("chmod").args(["-R", "u+w"]).arg(&dest).output()?;
+    anyhow::ensure!(chmod.status.success(), "chmod of {} failed", dest.display());
+    let go_version = crate::langs::installed_go_release(&dest)?;
+    if crate::debian::ensure_go_mod(&dest, module, &go_version)? {
+        tracing::warn!(
+            "Debian's {} {} ships {module} without a go.mod: wrote `module {module}` / `go {go_version}` into the imported tree",
+            src.package.name,
+            src.package.version
+        );
+    }
+    // Git refs (`task/<instance id>`) allow neither `~` nor `:`: `1.0.6~git2021-1` is named
+    // `1.0.6_git2021-1`; the exact version is in the task's environment record.
+    let ref_safe: String = src.package.version.chars().map(|c| if c == '~' || c == ':' { '_' } else { c }).collect();
+    let repo_name = format!("{}-{ref_safe}", Source::DebianGo { module: module.to_string() }.repo_name());
+    tracing::info!("Go module {module}: Debian's {} {} ({repo_name})", src.package.name, src.package.version);
+    let mut repo = commit_dir(&dest, &repo_name)?;
+    repo.debian_package = Some(src.package);
+    Ok(repo)
 }
 
 /// Unpacks a `.tar.gz`/`.crate`/`.zip` archive with one top directory into `dest` and
@@ -393,7 +479,13 @@ fn commit_dir(dest: &Path, repo_name: &str) -> anyhow::Result<IntakeRepo> {
     git(dest, &["add", "-A"])?;
     git(dest, &["commit", "-q", "--allow-empty", "-m", &format!("import {repo_name}")])?;
     let commit = git(dest, &["rev-parse", "HEAD"])?;
-    Ok(IntakeRepo { git_dir: dest.to_path_buf(), commit, repo_name: repo_name.to_string(), released: None })
+    Ok(IntakeRepo {
+        git_dir: dest.to_path_buf(),
+        commit,
+        repo_name: repo_name.to_string(),
+        released: None,
+        debian_package: None,
+    })
 }
 
 /// Gives an unpacked crate a workspace of its own (an empty `[workspace]` table) unless its
@@ -484,6 +576,24 @@ mod tests {
         // A .crate is not an sdist, nor an sdist a crate.
         assert!(Source::pypi(krate.to_str().unwrap()).is_err());
         assert!(Source::krate(sdist.to_str().unwrap()).is_err());
+    }
+
+    #[test]
+    fn go_specs_take_a_v_version_or_debian() {
+        let proxy = Source::go("github.com/pkg/errors@v0.9.1").unwrap();
+        assert_eq!(proxy, Source::Go { module: "github.com/pkg/errors".into(), version: "v0.9.1".into() });
+        assert_eq!(proxy.repo_name(), "go/github.com__pkg__errors-v0.9.1");
+        let debian = Source::go("github.com/Masterminds/semver/v3@debian").unwrap();
+        assert_eq!(debian, Source::DebianGo { module: "github.com/Masterminds/semver/v3".into() });
+        assert_eq!(debian.repo_name(), "go/github.com__Masterminds__semver__v3-debian");
+        for bad in ["github.com/pkg/errors@latest", "github.com/pkg/errors", "@debian"] {
+            let e = Source::go(bad).unwrap_err().to_string();
+            assert!(e.contains("MODULE@debian") && e.contains(&format!("{bad:?}")), "{e}");
+        }
+        // A failed proxy download points at the Debian route, spelled for both the CLI and a manifest.
+        let hint = proxy_hint("github.com/pkg/errors");
+        assert!(hint.contains("`--go github.com/pkg/errors@debian`"), "{hint}");
+        assert!(hint.contains("`go:github.com/pkg/errors@debian`"), "{hint}");
     }
 
     #[test]

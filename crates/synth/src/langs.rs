@@ -8,6 +8,11 @@
 //!   `GOTOOLCHAIN=auto` does in Go ≥ 1.21) and called by its path. A build cache warmed once
 //!   (`env/gocache`) is copied into the sandbox's private `/tmp` before each run, since Go
 //!   needs a writable cache. Runs are offline: `GOPROXY=off GOFLAGS=-mod=mod GOSUMDB=off`.
+//!   For `--go MODULE@debian` the requirements come from Debian's packages instead
+//!   ([`crate::debian`], unpacked into `env/debian-go`), and each run writes a `go.work` in
+//!   its private `/tmp` that replaces every such module by its folder (`GOWORK=…`): nothing
+//!   is fetched, the tree's `go.sum` is not consulted for them, nothing is written into the
+//!   tree. The installed Go is used as is (toolchains come only from the proxy).
 //! - **npm**: `package.json` (and its lock file) is installed with `npm install
 //!   --ignore-scripts` into `env/npm`; the test command links `node_modules` to it when the
 //!   tree has none, so the project's imports and its test runner resolve as after an
@@ -83,6 +88,14 @@ fn go_output(go: &Path, args: &[&str], dir: &Path, env: &[(&str, &Path)]) -> any
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// The installed Go's release as a `go.mod` writes it (`go1.19.8` → `1.19`), run in `scratch`.
+pub fn installed_go_release(scratch: &Path) -> anyhow::Result<String> {
+    let version = go_output(Path::new("go"), &["env", "GOVERSION"], scratch, &[])?;
+    let GoVersion(major, minor, _) = GoVersion::parse(&version)
+        .ok_or_else(|| anyhow::anyhow!("cannot read the installed Go version from {version:?}"))?;
+    Ok(format!("{major}.{minor}"))
+}
+
 /// The `go` binary for a module that wants `want`: the installed one when it is new enough,
 /// else the toolchain module `golang.org/toolchain@v0.0.1-<name>.<os>-<arch>` downloaded
 /// into `modcache` (its executables made executable again: module zips keep no modes).
@@ -129,7 +142,12 @@ pub fn prepare_go(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::R
     let gocache = env_dir.join("gocache");
     std::fs::create_dir_all(&modcache)?;
     std::fs::create_dir_all(&gocache)?;
-    let go_mod = std::fs::read_to_string(tree.join("go.mod"))?;
+    let go_mod_path = tree.join("go.mod");
+    let go_mod = std::fs::read_to_string(&go_mod_path)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", go_mod_path.display()))?;
+    if opts.dependencies == crate::intake::DependencySource::Debian {
+        return prepare_go_from_debian(tree, &go_mod, &env_dir);
+    }
     let go = go_binary(go_mod_wants(&go_mod), &modcache, tree)?;
     let cache_env = [("GOMODCACHE", modcache.as_path()), ("GOCACHE", gocache.as_path())];
     go_output(&go, &["mod", "download"], tree, &cache_env)?;
@@ -152,6 +170,75 @@ pub fn prepare_go(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::R
         test_cmd,
         log_parser: "parse_log_gotest".into(),
         readable_paths: vec![modcache, gocache],
+        python: None,
+    })
+}
+
+/// Where [`prepare_go_from_debian`] keeps the Debian packages and what it served.
+pub const DEBIAN_GO_DIR: &str = "debian-go";
+/// The record of the modules served from Debian, in [`DEBIAN_GO_DIR`].
+pub const DEBIAN_GO_RECORD: &str = "frognano-debian.json";
+/// The `replace` lines each test run appends to its `go.work`, in [`DEBIAN_GO_DIR`].
+const DEBIAN_GO_REPLACE: &str = "go.work.replace";
+
+/// [`prepare_go`] for a module taken from Debian: its requirements (transitively) served
+/// from Debian's packages into `env/debian-go`, a `go.work` that replaces each by its folder,
+/// a warm build cache, and the offline `go test -v` command, which writes that `go.work` into
+/// its private `/tmp` with `use` naming the tree it runs in.
+fn prepare_go_from_debian(tree: &Path, go_mod: &str, env_dir: &Path) -> anyhow::Result<TestSetup> {
+    let modcache = env_dir.join("gomodcache");
+    let gocache = env_dir.join("gocache");
+    let release = installed_go_release(tree)?;
+    if let Some(want) = go_mod_wants(go_mod).filter(|w| GoVersion::parse(&release).is_some_and(|have| *w > have)) {
+        tracing::warn!(
+            "{}/go.mod asks for Go {}, newer than the installed {release}; Debian's route uses the installed Go \
+             (newer toolchains come only from the module proxy)",
+            tree.display(),
+            want.toolchain_name()
+        );
+    }
+    let debian_dir = env_dir.join(DEBIAN_GO_DIR);
+    std::fs::create_dir_all(&debian_dir)?;
+    let deps = crate::debian::resolve_go_dependencies(go_mod, &debian_dir, &release)?;
+    let record = debian_dir.join(DEBIAN_GO_RECORD);
+    std::fs::write(&record, serde_json::to_string_pretty(&deps)?)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", record.display()))?;
+    let replace = debian_dir.join(DEBIAN_GO_REPLACE);
+    std::fs::write(&replace, deps.replace_lines())
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", replace.display()))?;
+    let warm_work = debian_dir.join("warm.go.work");
+    std::fs::write(
+        &warm_work,
+        format!("go {release}\n\nuse {:?}\n\n{}", tree.to_string_lossy(), deps.replace_lines()),
+    )?;
+    let offline = Path::new("off");
+    let no_flags = Path::new("");
+    let env = [
+        ("GOMODCACHE", modcache.as_path()),
+        ("GOCACHE", gocache.as_path()),
+        ("GOWORK", warm_work.as_path()),
+        ("GOFLAGS", no_flags),
+        ("GOPROXY", offline),
+        ("GOSUMDB", offline),
+    ];
+    if let Err(e) = go_output(Path::new("go"), &["test", "-count=1", "-run", "^$", "./..."], tree, &env) {
+        tracing::warn!("warming the Go build cache: {e}");
+    }
+    let test_cmd = format!(
+        "rm -rf /tmp/frognano-gocache && cp -r {cache} /tmp/frognano-gocache 2>/dev/null; \
+         {{ printf 'go {release}\\n\\nuse \"%s\"\\n\\n' \"$(pwd)\"; cat {replace}; }} > /tmp/frognano-go.work && \
+         env GOWORK=/tmp/frognano-go.work GOMODCACHE={modcache} GOCACHE=/tmp/frognano-gocache GOPROXY=off GOSUMDB=off \
+         GOFLAGS= GOTOOLCHAIN=local GOENV=off GOTELEMETRY=off CGO_ENABLED=0 go test -v -count=1 ./... 2>&1",
+        cache = shell_quote(&gocache.to_string_lossy()),
+        replace = shell_quote(&replace.to_string_lossy()),
+        modcache = shell_quote(&modcache.to_string_lossy()),
+    );
+    Ok(TestSetup {
+        language: Some(Language::Go),
+        runner: TestRunner::GoTest,
+        test_cmd,
+        log_parser: "parse_log_gotest".into(),
+        readable_paths: vec![modcache, gocache, debian_dir],
         python: None,
     })
 }

@@ -990,6 +990,16 @@ pub fn first_pass_enabled() -> bool {
     std::env::var("FROGNANO_SYNTH_FIRST_PASS").map_or(true, |v| v != "0")
 }
 
+/// The task's environment record ([`project::environment_record`]), plus, for a Go module
+/// taken from Debian, the package and exact version its code came from (`debian_source`).
+fn environment_record(setup: &project::TestSetup, env_dir: &Path, intake: &intake::IntakeRepo) -> Value {
+    let mut rec = project::environment_record(setup, env_dir);
+    if let Some(package) = &intake.debian_package {
+        rec["debian_source"] = json!(package);
+    }
+    rec
+}
+
 /// Limits of one [`synthesize_until`] run (a batch's per-package budget).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RunLimits {
@@ -1033,8 +1043,12 @@ pub fn synthesize_at(
         std::fs::remove_dir_all(&base_tree)?;
     }
     intake::export_tree(&intake.git_dir, &intake.commit, &base_tree)?;
-    let env_opts =
-        EnvOptions { python: opts.python.clone(), env_dir: out.join("env"), released: intake.released.clone() };
+    let env_opts = EnvOptions {
+        python: opts.python.clone(),
+        env_dir: out.join("env"),
+        released: intake.released.clone(),
+        dependencies: intake.dependency_source(),
+    };
     let mut setup = project::prepare(&base_tree, &env_opts).map_err(|e| {
         let no_tests = e.downcast_ref::<project::NoTests>().is_some();
         stage(if no_tests { Failure::NoTestsShipped } else { Failure::EnvironmentFailed })(e)
@@ -1125,7 +1139,7 @@ pub fn synthesize_at(
         timeout,
         opts,
         out_lock: Mutex::new(()),
-        environment: project::environment_record(&setup, &out.join("env")),
+        environment: environment_record(&setup, &out.join("env"), &intake),
         rebuild: project::rebuild_record(&setup, &base_tree)
             .map_err(|e| tracing::warn!("tasks will name their environment by path only: {e:#}"))
             .ok()

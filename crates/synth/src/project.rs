@@ -166,6 +166,9 @@ pub struct EnvOptions {
     /// time (npm `install --before`; Python with uv's `--exclude-newer`, [`crate::era`]), so
     /// an old release gets the dependency versions of its era.
     pub released: Option<String>,
+    /// Where dependencies come from: the language's registry, or Debian's packages
+    /// (`--go MODULE@debian`).
+    pub dependencies: crate::intake::DependencySource,
 }
 
 pub(crate) fn shell_quote(s: &str) -> String {
@@ -622,6 +625,14 @@ pub fn environment_record(setup: &TestSetup, env_dir: &Path) -> serde_json::Valu
             let go = setup.test_cmd.split_whitespace().find(|w| w.ends_with("/bin/go'") || *w == "go");
             let go = go.map(|g| g.trim_matches('\'').to_string()).unwrap_or_else(|| "go".into());
             rec["go"] = first_line_of(&go, &["version"]).into();
+            // Modules served from Debian's packages (`--go MODULE@debian`), with their versions.
+            let debian = env_dir.join(crate::langs::DEBIAN_GO_DIR).join(crate::langs::DEBIAN_GO_RECORD);
+            if let Some(deps) = std::fs::read_to_string(debian)
+                .ok()
+                .and_then(|t| serde_json::from_str::<crate::debian::GoDependencies>(&t).ok())
+            {
+                rec["debian_modules"] = deps.record();
+            }
         }
         TestRunner::NodeTest | TestRunner::Jest | TestRunner::Vitest | TestRunner::Mocha | TestRunner::Tape => {
             rec["node"] = first_line_of("node", &["--version"]).into();
@@ -900,7 +911,12 @@ mod tests {
         );
         // A user's interpreter is never changed: straight to unittest.
         assert_eq!(python_ladder(&pytest_setup(false)), [LadderStep::Unittest]);
-        let opts = EnvOptions { python: None, env_dir: PathBuf::from("/env"), released: None };
+        let opts = EnvOptions {
+            python: None,
+            env_dir: PathBuf::from("/env"),
+            released: None,
+            dependencies: crate::intake::DependencySource::Registry,
+        };
         let unittest =
             apply_ladder_step(&pytest_setup(false), LadderStep::Unittest, Path::new("/tree"), &opts).unwrap();
         assert_eq!(unittest.test_cmd, "PYTHONHASHSEED=0 TZ=UTC '/env/venv/bin/python' -m unittest -v 2>&1");
