@@ -2,8 +2,8 @@
 # Yield of `frognano synth batch` over many real releases (issue 23): the manifest
 # bench/synth_yield_manifest.txt (32 pure-Python packages from PyPI, 12 npm packages, 11 Go
 # modules, none used by the tests), at most 3 tasks each; then every gold patch graded with
-# `frognano eval grade` on the merged tasks.jsonl. Needs the network (PyPI, npm, the Go
-# module proxy) for intake and environments; the test runs themselves are sandboxed and
+# `frognano eval grade` on the merged tasks.jsonl. Needs the network (PyPI, npm, and Debian's
+# apt mirror for the `go:MODULE@debian` lines) for intake and environments; the test runs themselves are sandboxed and
 # offline. Resumable: rerun to continue a killed run (MANIFEST and OUT unchanged).
 # Prints the conditions and, per language, the share of releases that ship tests giving
 # ≥ 3 valid tasks (goals: Python ≥ 90 %, JS/TS and Go ≥ 70 %), gold patches resolved
