@@ -279,30 +279,15 @@ pub fn prepare_node(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow:
     if needs_install {
         let npm_dir = std::path::absolute(opts.env_dir.join("npm"))?;
         let installed = npm_dir.join("node_modules");
-        let stamp = npm_dir.join("package.json");
+        let stamp = npm_dir.join(MANIFEST_STAMP);
         // Reinstalled only when the manifest changed (an environment reused across runs).
         if !installed.is_dir() || std::fs::read_to_string(&stamp).ok().as_deref() != Some(text.as_str()) {
             std::fs::create_dir_all(&npm_dir)?;
+            let _ = std::fs::remove_file(&stamp);
+            let imported = test_imports(tree, files);
+            let outcome = install_npm_ladder(&npm_dir, tree, &package, runner, &imported, opts.released.as_deref())?;
+            std::fs::write(npm_dir.join(INSTALL_RECORD), serde_json::to_string_pretty(&outcome)?)?;
             std::fs::write(&stamp, &text)?;
-            for lock in ["package-lock.json", "npm-shrinkwrap.json"] {
-                if tree.join(lock).is_file() {
-                    std::fs::copy(tree.join(lock), npm_dir.join(lock))?;
-                }
-            }
-            let mut cmd = HostCommand::new("npm");
-            cmd.args([
-                "install",
-                "--ignore-scripts",
-                "--no-audit",
-                "--no-fund",
-                "--prefer-offline",
-                "--loglevel=error",
-            ])
-            .current_dir(&npm_dir);
-            if let Some(before) = &opts.released {
-                cmd.arg(format!("--before={before}"));
-            }
-            run_host(&mut cmd, "npm install (is the npm registry reachable?)")?;
         }
         link = format!("[ -e node_modules ] || ln -s {} node_modules; ", shell_quote(&installed.to_string_lossy()));
         readable_paths.push(npm_dir);
@@ -326,6 +311,207 @@ pub fn prepare_node(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow:
         readable_paths,
         python: None,
     })
+}
+
+/// The project's own `package.json` as last installed into `env/npm` (the installed one may be
+/// a pruned copy).
+const MANIFEST_STAMP: &str = "frognano-manifest.json";
+/// How `env/npm` was installed ([`NpmInstall`]), for the task's environment record.
+pub const INSTALL_RECORD: &str = "frognano-install.json";
+
+/// Which rung of the install ladder gave `env/npm` its packages.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NpmInstall {
+    /// `full` (the manifest as published), `pruned` (runtime dependencies, the test runner
+    /// and the devDependencies the tests import) or `relaxed` (pruned, with the ranges that
+    /// nothing in the registry matched widened to `*`).
+    pub rung: String,
+    /// devDependencies left out by the pruned rungs (linters, bundlers, coverage tools).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<String>,
+    /// `name → range` the relaxed rung widened.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub relaxed: std::collections::BTreeMap<String, String>,
+    /// Why each earlier rung failed (npm's first error lines).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<String>,
+}
+
+/// Installs the project's dependencies into `npm_dir` down a short ladder, because a
+/// release's full `devDependencies` often cannot be installed years later (or from a
+/// registry mirror that lags): linters and bundlers pinned to versions that are gone, peer
+/// conflicts between them. None of those is needed to run the tests, so the second rung
+/// keeps only the runtime dependencies, the test runner and the modules the test files
+/// import; the third widens any range that nothing matched (`ETARGET`) to the newest
+/// version of its era. Each rung starts from an empty `node_modules`.
+fn install_npm_ladder(
+    npm_dir: &Path,
+    tree: &Path,
+    package: &serde_json::Value,
+    runner: TestRunner,
+    imported: &std::collections::BTreeSet<String>,
+    released: Option<&str>,
+) -> anyhow::Result<NpmInstall> {
+    let mut failures = Vec::new();
+    let full = npm_install(npm_dir, package, Some(tree), released);
+    match full {
+        Ok(()) => {
+            return Ok(NpmInstall { rung: "full".into(), dropped: vec![], relaxed: Default::default(), failures })
+        }
+        Err(e) => failures.push(format!("full: {}", first_lines(&e.to_string(), 3))),
+    }
+    let (pruned, dropped) = prune_dev_dependencies(package, runner, imported);
+    let mut attempt = npm_install(npm_dir, &pruned, None, released);
+    let mut manifest = pruned;
+    let mut relaxed = std::collections::BTreeMap::new();
+    // npm names one unmatched range per failure; each retry widens what the last one named.
+    for tries in 0.. {
+        let message = match attempt {
+            Ok(()) => {
+                let rung = if relaxed.is_empty() { "pruned" } else { "relaxed" };
+                return Ok(NpmInstall { rung: rung.into(), dropped, relaxed, failures });
+            }
+            Err(e) => e.to_string(),
+        };
+        let rung = if relaxed.is_empty() { "pruned" } else { "relaxed" };
+        failures.push(format!("{rung}: {}", first_lines(&message, 3)));
+        let mut widened = false;
+        for name in unmatched_ranges(&message) {
+            for section in ["dependencies", "devDependencies"] {
+                if let Some(range) = manifest[section].get_mut(&name).filter(|r| r.as_str() != Some("*")) {
+                    relaxed.insert(name.clone(), range.as_str().unwrap_or_default().to_string());
+                    *range = "*".into();
+                    widened = true;
+                }
+            }
+        }
+        if !widened || tries == 6 {
+            break;
+        }
+        attempt = npm_install(npm_dir, &manifest, None, released);
+    }
+    anyhow::bail!("npm install failed on every rung (is the npm registry reachable?):\n  {}", failures.join("\n  "))
+}
+
+fn first_lines(text: &str, n: usize) -> String {
+    text.lines().filter(|l| !l.trim().is_empty()).take(n).collect::<Vec<_>>().join(" | ")
+}
+
+/// One `npm install --ignore-scripts` of `manifest` into `npm_dir` (the tree's lock file
+/// with it when `lock_from` is given), from a clean `node_modules`.
+fn npm_install(
+    npm_dir: &Path,
+    manifest: &serde_json::Value,
+    lock_from: Option<&Path>,
+    released: Option<&str>,
+) -> anyhow::Result<()> {
+    let _ = std::fs::remove_dir_all(npm_dir.join("node_modules"));
+    for lock in ["package-lock.json", "npm-shrinkwrap.json"] {
+        let _ = std::fs::remove_file(npm_dir.join(lock));
+        if let Some(tree) = lock_from.filter(|t| t.join(lock).is_file()) {
+            std::fs::copy(tree.join(lock), npm_dir.join(lock))?;
+        }
+    }
+    std::fs::write(npm_dir.join("package.json"), serde_json::to_string_pretty(manifest)?)?;
+    let mut cmd = HostCommand::new("npm");
+    cmd.args(["install", "--ignore-scripts", "--no-audit", "--no-fund", "--prefer-offline", "--loglevel=error"])
+        .current_dir(npm_dir);
+    if let Some(before) = released {
+        cmd.arg(format!("--before={before}"));
+    }
+    run_host(&mut cmd, "npm install")
+}
+
+/// The names npm reports as having no version in the registry that matches the range
+/// (`No matching version found for tape@^5.10.3.`).
+fn unmatched_ranges(npm_error: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for line in npm_error.lines() {
+        let Some(at) = line.find("No matching version found for ") else { continue };
+        let spec = line[at + "No matching version found for ".len()..].trim().trim_end_matches('.');
+        // `@scope/name@range` or `name@range`: the name ends at the last `@` past the first byte.
+        if let Some(split) = spec[1..].rfind('@').map(|i| i + 1) {
+            let name = spec[..split].to_string();
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    names
+}
+
+/// The manifest with only the devDependencies a test run needs: the runner's packages
+/// (`tape`, `mocha`, `jest`/`ts-jest`/`babel-jest`, `vitest`/`@vitest/*`), TypeScript
+/// tooling when tests are compiled, and what the test files import; everything else
+/// (linters, bundlers, coverage, release tools) is dropped and named.
+fn prune_dev_dependencies(
+    package: &serde_json::Value,
+    runner: TestRunner,
+    imported: &std::collections::BTreeSet<String>,
+) -> (serde_json::Value, Vec<String>) {
+    let runner_name = match runner {
+        TestRunner::Tape => "tape",
+        TestRunner::Mocha => "mocha",
+        TestRunner::Jest => "jest",
+        TestRunner::Vitest => "vitest",
+        _ => "",
+    };
+    let keep = |name: &str| {
+        imported.contains(name)
+            || (!runner_name.is_empty() && name.contains(runner_name))
+            || matches!(name, "typescript" | "ts-node" | "tsx" | "esbuild" | "@swc/core")
+            || (runner == TestRunner::Jest && name.starts_with("@babel/"))
+    };
+    let mut out = package.clone();
+    let mut dropped = Vec::new();
+    if let Some(dev) = out.get_mut("devDependencies").and_then(|d| d.as_object_mut()) {
+        dev.retain(|name, _| {
+            let k = keep(name);
+            if !k {
+                dropped.push(name.clone());
+            }
+            k
+        });
+    }
+    // Scripts are never run (--ignore-scripts) and peer metadata of dropped tools only adds
+    // conflicts.
+    if let Some(obj) = out.as_object_mut() {
+        for key in ["scripts", "peerDependencies", "peerDependenciesMeta", "overrides", "workspaces"] {
+            obj.remove(key);
+        }
+    }
+    (out, dropped)
+}
+
+/// The npm package names the test files import or require (`require('tape')`,
+/// `import x from '@scope/pkg/sub'`, `import('x')`): the first path segment (two for a
+/// scope), relative paths and `node:` builtins left out.
+pub fn test_imports(tree: &Path, files: &[String]) -> std::collections::BTreeSet<String> {
+    let re = regex::Regex::new(r#"(?:\brequire\s*\(\s*|\bimport\s*\(\s*|\bfrom\s+|\bimport\s+)['"]([^'"\s]+)['"]"#)
+        .expect("static regex");
+    let mut names = std::collections::BTreeSet::new();
+    for f in files.iter().filter(|f| crate::project::is_test_path(f) && is_code(f)) {
+        let Ok(text) = std::fs::read_to_string(tree.join(f)) else { continue };
+        for cap in re.captures_iter(&text) {
+            if let Some(name) = package_of_specifier(&cap[1]) {
+                names.insert(name);
+            }
+        }
+    }
+    names
+}
+
+fn package_of_specifier(spec: &str) -> Option<String> {
+    if spec.starts_with('.') || spec.starts_with('/') || spec.starts_with("node:") || spec.starts_with('#') {
+        return None;
+    }
+    let mut parts = spec.split('/');
+    let first = parts.next()?;
+    if first.starts_with('@') {
+        Some(format!("{first}/{}", parts.next()?))
+    } else {
+        Some(first.to_string())
+    }
 }
 
 fn is_code(f: &str) -> bool {
@@ -379,5 +565,68 @@ mod tests {
         // A script that calls itself does not loop.
         let looped = p(r#"{"scripts":{"test":"npm run a","a":"npm run a"}}"#);
         assert_eq!(detect_node_runner(&looped), None);
+    }
+
+    #[test]
+    fn test_imports_name_packages_not_paths_or_builtins() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("test")).unwrap();
+        std::fs::create_dir_all(dir.path().join("src")).unwrap();
+        std::fs::write(
+            dir.path().join("test/index.js"),
+            "'use strict';\nvar test = require('tape');\nvar v = require(\"es-value-fixtures\");\n\
+             var forEach = require('for-each/index.js');\nvar qs = require('../');\nvar u = require('./utils');\n\
+             var fs = require('node:fs');\nimport mock from '@ljharb/mock-property/helper';\nimport 'side-effect-pkg';\n\
+             const lazy = await import('lazy-pkg');\n",
+        )
+        .unwrap();
+        // Imports in the code under test are not the tests' own.
+        std::fs::write(dir.path().join("src/index.js"), "require('not-a-test-import');\n").unwrap();
+        let files: Vec<String> = vec!["test/index.js".into(), "src/index.js".into()];
+        let got: Vec<String> = test_imports(dir.path(), &files).into_iter().collect();
+        assert_eq!(
+            got,
+            ["@ljharb/mock-property", "es-value-fixtures", "for-each", "lazy-pkg", "side-effect-pkg", "tape"]
+        );
+    }
+
+    #[test]
+    fn pruning_keeps_runner_runtime_and_imported_dev_dependencies() {
+        // qs 6.12.0's manifest, shortened: linters, bundlers and coverage tools go; the runner,
+        // what the tests require and every runtime dependency stay.
+        let qs: serde_json::Value = serde_json::from_str(
+            r#"{"name":"qs","scripts":{"test":"npm run tests-only"},
+                "dependencies":{"side-channel":"^1.0.6"},
+                "devDependencies":{"@ljharb/eslint-config":"^21.1.0","browserify":"^16.5.2","eslint":"=8.8.0",
+                  "for-each":"^0.3.3","nyc":"^10.3.2","tape":"^5.7.5","es-value-fixtures":"^1.4.2"}}"#,
+        )
+        .unwrap();
+        let imported: std::collections::BTreeSet<String> =
+            ["tape", "for-each", "es-value-fixtures", "iconv-lite"].iter().map(|s| s.to_string()).collect();
+        let (pruned, dropped) = prune_dev_dependencies(&qs, TestRunner::Tape, &imported);
+        let mut kept: Vec<&String> = pruned["devDependencies"].as_object().unwrap().keys().collect();
+        kept.sort();
+        assert_eq!(kept, ["es-value-fixtures", "for-each", "tape"]);
+        assert_eq!(dropped, ["@ljharb/eslint-config", "browserify", "eslint", "nyc"]);
+        assert_eq!(pruned["dependencies"]["side-channel"], "^1.0.6");
+        assert!(pruned.get("scripts").is_none());
+        // A jest project keeps its transformers.
+        let jest: serde_json::Value = serde_json::from_str(
+            r#"{"devDependencies":{"jest":"^29","ts-jest":"^29","@babel/preset-env":"^7","prettier":"^3"}}"#,
+        )
+        .unwrap();
+        let (pruned, dropped) = prune_dev_dependencies(&jest, TestRunner::Jest, &Default::default());
+        assert_eq!(pruned["devDependencies"].as_object().unwrap().len(), 3);
+        assert_eq!(dropped, ["prettier"]);
+    }
+
+    #[test]
+    fn unmatched_ranges_are_read_from_npm_errors() {
+        let err = "npm install failed: npm error code ETARGET\n\
+                   npm error notarget No matching version found for tape@^5.10.3.\n\
+                   npm error notarget No matching version found for @ljharb/eslint-config@^22.2.5.\n\
+                   npm error notarget In most cases you or one of your dependencies are requesting";
+        assert_eq!(unmatched_ranges(err), ["tape", "@ljharb/eslint-config"]);
+        assert!(unmatched_ranges("npm error code E404").is_empty());
     }
 }

@@ -640,6 +640,13 @@ pub fn environment_record(setup: &TestSetup, env_dir: &Path) -> serde_json::Valu
                     .collect();
                 rec["packages"] = pins.into();
             }
+            // Which install rung gave those packages, and what it left out or widened.
+            if let Some(install) = std::fs::read_to_string(env_dir.join("npm").join(crate::langs::INSTALL_RECORD))
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            {
+                rec["npm_install"] = install;
+            }
         }
     }
     rec
