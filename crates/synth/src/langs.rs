@@ -332,6 +332,10 @@ pub struct NpmInstall {
     /// `name → range` the relaxed rung widened.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub relaxed: std::collections::BTreeMap<String, String>,
+    /// The release-era cutoff (`npm install --before`) was dropped: some package the tests
+    /// need had no version published before it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub era_given_up: bool,
     /// Why each earlier rung failed (npm's first error lines).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<String>,
@@ -343,7 +347,8 @@ pub struct NpmInstall {
 /// conflicts between them. None of those is needed to run the tests, so the second rung
 /// keeps only the runtime dependencies, the test runner and the modules the test files
 /// import; the third widens any range that nothing matched (`ETARGET`) to the newest
-/// version of its era. Each rung starts from an empty `node_modules`.
+/// version of its era, and gives the era up (today's registry) when a package has no
+/// version before it (`ENOVERSIONS`). Each rung starts from an empty `node_modules`.
 fn install_npm_ladder(
     npm_dir: &Path,
     tree: &Path,
@@ -352,49 +357,74 @@ fn install_npm_ladder(
     imported: &std::collections::BTreeSet<String>,
     released: Option<&str>,
 ) -> anyhow::Result<NpmInstall> {
-    let mut failures = Vec::new();
-    let full = npm_install(npm_dir, package, Some(tree), released);
-    match full {
-        Ok(()) => {
-            return Ok(NpmInstall { rung: "full".into(), dropped: vec![], relaxed: Default::default(), failures })
-        }
-        Err(e) => failures.push(format!("full: {}", first_lines(&e.to_string(), 3))),
+    let mut out = NpmInstall {
+        rung: "full".into(),
+        dropped: vec![],
+        relaxed: Default::default(),
+        era_given_up: false,
+        failures: vec![],
+    };
+    match npm_install(npm_dir, package, Some(tree), released) {
+        Ok(()) => return Ok(out),
+        Err(e) => out.failures.push(format!("full: {}", first_lines(&e.to_string(), 3))),
     }
-    let (pruned, dropped) = prune_dev_dependencies(package, runner, imported);
-    let mut attempt = npm_install(npm_dir, &pruned, None, released);
-    let mut manifest = pruned;
-    let mut relaxed = std::collections::BTreeMap::new();
+    let (mut manifest, dropped) = prune_dev_dependencies(package, runner, imported);
+    out.dropped = dropped;
+    let mut before = released;
     // npm names one unmatched range per failure; each retry widens what the last one named.
-    for tries in 0.. {
-        let message = match attempt {
-            Ok(()) => {
-                let rung = if relaxed.is_empty() { "pruned" } else { "relaxed" };
-                return Ok(NpmInstall { rung: rung.into(), dropped, relaxed, failures });
-            }
+    // A package with no version at all before the release time (a registry whose publish
+    // times are later than the real ones, or a test helper first published after the
+    // release) gives up the era cutoff: today's registry, recorded.
+    for _ in 0..8 {
+        out.rung = if out.relaxed.is_empty() { "pruned" } else { "relaxed" }.into();
+        let message = match npm_install(npm_dir, &manifest, None, before) {
+            Ok(()) => return Ok(out),
             Err(e) => e.to_string(),
         };
-        let rung = if relaxed.is_empty() { "pruned" } else { "relaxed" };
-        failures.push(format!("{rung}: {}", first_lines(&message, 3)));
-        let mut widened = false;
-        for name in unmatched_ranges(&message) {
-            for section in ["dependencies", "devDependencies"] {
-                if let Some(range) = manifest[section].get_mut(&name).filter(|r| r.as_str() != Some("*")) {
-                    relaxed.insert(name.clone(), range.as_str().unwrap_or_default().to_string());
-                    *range = "*".into();
-                    widened = true;
-                }
-            }
+        out.failures.push(format!("{}: {}", out.rung, first_lines(&message, 3)));
+        let mut era = before.is_some();
+        let changed = widen_after_failure(&message, &mut manifest, &mut out.relaxed, &mut era);
+        if !era && before.is_some() {
+            before = None;
+            out.era_given_up = true;
         }
-        if !widened || tries == 6 {
+        if !changed {
             break;
         }
-        attempt = npm_install(npm_dir, &manifest, None, released);
     }
-    anyhow::bail!("npm install failed on every rung (is the npm registry reachable?):\n  {}", failures.join("\n  "))
+    anyhow::bail!("npm install failed on every rung (is the npm registry reachable?):\n  {}", out.failures.join("\n  "))
+}
+
+/// What the next install try changes after npm failed with `message`: each range npm found
+/// nothing for is widened to `*` (recorded in `relaxed`); failing that, a package with no
+/// version at all under the era cutoff turns `era` off. False when nothing is left to change.
+fn widen_after_failure(
+    message: &str,
+    manifest: &mut serde_json::Value,
+    relaxed: &mut std::collections::BTreeMap<String, String>,
+    era: &mut bool,
+) -> bool {
+    let mut changed = false;
+    for name in unmatched_ranges(message) {
+        for section in ["dependencies", "devDependencies"] {
+            if let Some(range) = manifest[section].get_mut(&name).filter(|r| r.as_str() != Some("*")) {
+                relaxed.insert(name.clone(), range.as_str().unwrap_or_default().to_string());
+                *range = "*".into();
+                changed = true;
+            }
+        }
+    }
+    if !changed && *era && message.contains("No versions available for") {
+        *era = false;
+        changed = true;
+    }
+    changed
 }
 
 fn first_lines(text: &str, n: usize) -> String {
-    text.lines().filter(|l| !l.trim().is_empty()).take(n).collect::<Vec<_>>().join(" | ")
+    // npm's pointer to its debug log names a file that is gone with the machine.
+    let useful = |l: &&str| !l.trim().is_empty() && !l.contains("A complete log of this run");
+    text.lines().filter(useful).take(n).collect::<Vec<_>>().join(" | ")
 }
 
 /// One `npm install --ignore-scripts` of `manifest` into `npm_dir` (the tree's lock file
@@ -628,5 +658,30 @@ mod tests {
                    npm error notarget In most cases you or one of your dependencies are requesting";
         assert_eq!(unmatched_ranges(err), ["tape", "@ljharb/eslint-config"]);
         assert!(unmatched_ranges("npm error code E404").is_empty());
+    }
+
+    #[test]
+    fn failures_widen_ranges_then_give_up_the_era() {
+        let mut manifest: serde_json::Value =
+            serde_json::from_str(r#"{"dependencies":{"side-channel":"^1.0.6"},"devDependencies":{"tape":"^5.10.3"}}"#)
+                .unwrap();
+        let mut relaxed = Default::default();
+        let mut era = true;
+        let etarget = "npm error notarget No matching version found for tape@^5.10.3.";
+        assert!(widen_after_failure(etarget, &mut manifest, &mut relaxed, &mut era));
+        assert_eq!(manifest["devDependencies"]["tape"], "*");
+        assert_eq!(relaxed.get("tape").map(String::as_str), Some("^5.10.3"));
+        assert!(era);
+        // Already widened: nothing left to change for that name.
+        let etarget_star = "npm error notarget No matching version found for tape@*.";
+        assert!(!widen_after_failure(etarget_star, &mut manifest, &mut relaxed, &mut era));
+        // A package with no version before the cutoff: the era goes, once.
+        let none = "npm error code ENOVERSIONS\nnpm error No versions available for has-override-mistake";
+        assert!(widen_after_failure(none, &mut manifest, &mut relaxed, &mut era));
+        assert!(!era);
+        assert!(!widen_after_failure(none, &mut manifest, &mut relaxed, &mut era));
+        // Anything else (a network error, a peer conflict) ends the ladder.
+        let mut era = true;
+        assert!(!widen_after_failure("npm error code ECONNREFUSED", &mut manifest, &mut relaxed, &mut era));
     }
 }
