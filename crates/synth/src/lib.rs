@@ -16,6 +16,7 @@
 
 pub mod batch;
 pub mod calibrate;
+pub mod declared;
 pub mod era;
 pub mod first_pass;
 pub mod harbor;
