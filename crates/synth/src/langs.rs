@@ -233,6 +233,23 @@ pub fn tape_arguments(package: &serde_json::Value) -> String {
     "'test/**/*.js'".to_string()
 }
 
+/// tape run once per test file (`parse_log_tape` reads the runs one after another), so that a
+/// file that crashes while loading, or a bug that kills the process, loses only that file's
+/// tests: resolve 1.22.8's `test/symlinks.js` dies creating symlinks outside the tree and,
+/// in one process, took every other file's tests with it. The script's globs are expanded
+/// by bash with `globstar` as tape expands them; arguments that are options (`-r setup.js`)
+/// keep the single run.
+pub fn tape_command(arguments: &str) -> String {
+    let words: Vec<String> = arguments.split_whitespace().map(|w| w.trim_matches(['\'', '"']).to_string()).collect();
+    if words.is_empty() || words.iter().any(|w| w.starts_with('-')) {
+        return format!("node_modules/.bin/tape {arguments}");
+    }
+    let globs = words.iter().map(|w| shell_quote(w).replace('*', "'*'")).collect::<Vec<_>>().join(" ");
+    // `'test/'*'.js'`: the quotes keep the folder literal and leave the stars to the glob.
+    let script = format!("for f in {globs}; do node_modules/.bin/tape \"$f\"; done");
+    format!("bash -O globstar -O nullglob -c {}", shell_quote(&script))
+}
+
 /// The language an npm project's code is in: TypeScript when its non-test sources are mostly
 /// `.ts`, else JavaScript.
 fn node_language(files: &[String]) -> Option<Language> {
@@ -285,7 +302,18 @@ pub fn prepare_node(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow:
             std::fs::create_dir_all(&npm_dir)?;
             let _ = std::fs::remove_file(&stamp);
             let imported = test_imports(tree, files);
-            let outcome = install_npm_ladder(&npm_dir, tree, &package, runner, &imported, opts.released.as_deref())?;
+            let typescript_tests = files.iter().any(|f| {
+                crate::project::is_test_path(f) && [".ts", ".tsx", ".mts", ".cts"].iter().any(|e| f.ends_with(e))
+            });
+            let outcome = install_npm_ladder(
+                &npm_dir,
+                tree,
+                &package,
+                runner,
+                &imported,
+                typescript_tests,
+                opts.released.as_deref(),
+            )?;
             std::fs::write(npm_dir.join(INSTALL_RECORD), serde_json::to_string_pretty(&outcome)?)?;
             std::fs::write(&stamp, &text)?;
         }
@@ -300,7 +328,7 @@ pub fn prepare_node(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow:
             ("node_modules/.bin/jest --verbose --ci --no-cache --watchAll=false".to_string(), "parse_log_jest")
         }
         TestRunner::Vitest => ("node_modules/.bin/vitest run --reporter=verbose".to_string(), "parse_log_vitest"),
-        TestRunner::Tape => (format!("node_modules/.bin/tape {}", tape_arguments(&package)), "parse_log_tape"),
+        TestRunner::Tape => (tape_command(&tape_arguments(&package)), "parse_log_tape"),
         _ => unreachable!("detect_node_runner gives JavaScript runners only"),
     };
     Ok(TestSetup {
@@ -355,6 +383,7 @@ fn install_npm_ladder(
     package: &serde_json::Value,
     runner: TestRunner,
     imported: &std::collections::BTreeSet<String>,
+    typescript_tests: bool,
     released: Option<&str>,
 ) -> anyhow::Result<NpmInstall> {
     let mut out = NpmInstall {
@@ -368,7 +397,7 @@ fn install_npm_ladder(
         Ok(()) => return Ok(out),
         Err(e) => out.failures.push(format!("full: {}", first_lines(&e.to_string(), 3))),
     }
-    let (mut manifest, dropped) = prune_dev_dependencies(package, runner, imported);
+    let (mut manifest, dropped) = prune_dev_dependencies(package, runner, imported, typescript_tests);
     out.dropped = dropped;
     let mut before = released;
     // npm names one unmatched range per failure; each retry widens what the last one named.
@@ -405,16 +434,22 @@ fn widen_after_failure(
     era: &mut bool,
 ) -> bool {
     let mut changed = false;
-    for name in unmatched_ranges(message) {
+    let unmatched = unmatched_ranges(message);
+    for name in &unmatched {
         for section in ["dependencies", "devDependencies"] {
-            if let Some(range) = manifest[section].get_mut(&name).filter(|r| r.as_str() != Some("*")) {
+            if let Some(range) = manifest[section].get_mut(name).filter(|r| r.as_str() != Some("*")) {
                 relaxed.insert(name.clone(), range.as_str().unwrap_or_default().to_string());
                 *range = "*".into();
                 changed = true;
             }
         }
     }
-    if !changed && *era && message.contains("No versions available for") {
+    // A range that only the cutoff leaves unmatched deep in the tree (`undici-types@~6.20.0`
+    // under `@types/node@*`: the registry's publish time is later than the real one) cannot be
+    // widened from here: the era goes too.
+    let era_blocks = message.contains("No versions available for")
+        || (!unmatched.is_empty() && message.contains("with a date before"));
+    if !changed && *era && era_blocks {
         *era = false;
         changed = true;
     }
@@ -472,12 +507,13 @@ fn unmatched_ranges(npm_error: &str) -> Vec<String> {
 
 /// The manifest with only the devDependencies a test run needs: the runner's packages
 /// (`tape`, `mocha`, `jest`/`ts-jest`/`babel-jest`, `vitest`/`@vitest/*`), TypeScript
-/// tooling when tests are compiled, and what the test files import; everything else
+/// tooling when some test file is TypeScript, and what the test files import; everything else
 /// (linters, bundlers, coverage, release tools) is dropped and named.
 fn prune_dev_dependencies(
     package: &serde_json::Value,
     runner: TestRunner,
     imported: &std::collections::BTreeSet<String>,
+    typescript_tests: bool,
 ) -> (serde_json::Value, Vec<String>) {
     let runner_name = match runner {
         TestRunner::Tape => "tape",
@@ -489,7 +525,7 @@ fn prune_dev_dependencies(
     let keep = |name: &str| {
         imported.contains(name)
             || (!runner_name.is_empty() && name.contains(runner_name))
-            || matches!(name, "typescript" | "ts-node" | "tsx" | "esbuild" | "@swc/core")
+            || (typescript_tests && matches!(name, "typescript" | "ts-node" | "tsx" | "esbuild" | "@swc/core"))
             || (runner == TestRunner::Jest && name.starts_with("@babel/"))
     };
     let mut out = package.clone();
@@ -586,6 +622,7 @@ mod tests {
             p(r#"{"scripts":{"test":"npm run tests-only","tests-only":"nyc tape 'test/**/*.js'","lint":"eslint ."}}"#);
         assert_eq!(detect_node_runner(&qs), Some(TestRunner::Tape));
         assert_eq!(tape_arguments(&qs), "'test/**/*.js'");
+        assert_eq!(tape_command("-r ./setup.js test/*.js"), "node_modules/.bin/tape -r ./setup.js test/*.js");
         let resolve = p(r#"{"scripts":{"test":"npm run --silent tests-only","tests-only":"tape test/*.js"}}"#);
         assert_eq!(tape_arguments(&resolve), "test/*.js");
         // A runner named only by the dependencies, and no files given anywhere.
@@ -595,6 +632,32 @@ mod tests {
         // A script that calls itself does not loop.
         let looped = p(r#"{"scripts":{"test":"npm run a","a":"npm run a"}}"#);
         assert_eq!(detect_node_runner(&looped), None);
+    }
+
+    #[test]
+    fn tape_runs_once_per_file_the_glob_expanded_as_tape_would() {
+        // A stand-in tape that prints the file it was given, in a tree with nested tests.
+        let dir = tempfile::tempdir().unwrap();
+        for f in ["test/a.js", "test/b.js", "test/sub/c.js", "test/sub/data.json", "test dir/d.js"] {
+            std::fs::create_dir_all(dir.path().join(f).parent().unwrap()).unwrap();
+            std::fs::write(dir.path().join(f), "").unwrap();
+        }
+        let bin = dir.path().join("node_modules/.bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("tape"), "#!/bin/sh\necho \"run $1\"\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(bin.join("tape"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let run = |args: &str| {
+            let out =
+                HostCommand::new("sh").arg("-c").arg(tape_command(args)).current_dir(dir.path()).output().unwrap();
+            String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect::<Vec<_>>()
+        };
+        assert_eq!(run("'test/**/*.js'"), ["run test/a.js", "run test/b.js", "run test/sub/c.js"]);
+        assert_eq!(run("test/*.js"), ["run test/a.js", "run test/b.js"]);
+        assert_eq!(run("'test dir/*.js'"), ["run test dir/d.js"]);
+        assert!(run("'nothing/*.js'").is_empty());
+        // Options keep tape's own single run.
+        assert_eq!(tape_command("-r ./setup.js test/*.js"), "node_modules/.bin/tape -r ./setup.js test/*.js");
     }
 
     #[test]
@@ -633,7 +696,7 @@ mod tests {
         .unwrap();
         let imported: std::collections::BTreeSet<String> =
             ["tape", "for-each", "es-value-fixtures", "iconv-lite"].iter().map(|s| s.to_string()).collect();
-        let (pruned, dropped) = prune_dev_dependencies(&qs, TestRunner::Tape, &imported);
+        let (pruned, dropped) = prune_dev_dependencies(&qs, TestRunner::Tape, &imported, false);
         let mut kept: Vec<&String> = pruned["devDependencies"].as_object().unwrap().keys().collect();
         kept.sort();
         assert_eq!(kept, ["es-value-fixtures", "for-each", "tape"]);
@@ -645,9 +708,17 @@ mod tests {
             r#"{"devDependencies":{"jest":"^29","ts-jest":"^29","@babel/preset-env":"^7","prettier":"^3"}}"#,
         )
         .unwrap();
-        let (pruned, dropped) = prune_dev_dependencies(&jest, TestRunner::Jest, &Default::default());
+        let (pruned, dropped) = prune_dev_dependencies(&jest, TestRunner::Jest, &Default::default(), false);
         assert_eq!(pruned["devDependencies"].as_object().unwrap().len(), 3);
         assert_eq!(dropped, ["prettier"]);
+        // TypeScript tooling only for TypeScript tests (has-symbols asks for `typescript@next`
+        // to type-check, which a tape run never needs).
+        let ts: serde_json::Value =
+            serde_json::from_str(r#"{"devDependencies":{"tape":"^5","typescript":"next"}}"#).unwrap();
+        let (_, dropped) = prune_dev_dependencies(&ts, TestRunner::Tape, &Default::default(), false);
+        assert_eq!(dropped, ["typescript"]);
+        let (_, dropped) = prune_dev_dependencies(&ts, TestRunner::Tape, &Default::default(), true);
+        assert!(dropped.is_empty());
     }
 
     #[test]
@@ -680,6 +751,12 @@ mod tests {
         assert!(widen_after_failure(none, &mut manifest, &mut relaxed, &mut era));
         assert!(!era);
         assert!(!widen_after_failure(none, &mut manifest, &mut relaxed, &mut era));
+        // An unmatched range deep in the tree under the cutoff: the era goes.
+        let mut era = true;
+        let deep =
+            "npm error notarget No matching version found for undici-types@~6.20.0 with a date before 12/6/2024.";
+        assert!(widen_after_failure(deep, &mut manifest, &mut relaxed, &mut era));
+        assert!(!era);
         // Anything else (a network error, a peer conflict) ends the ladder.
         let mut era = true;
         assert!(!widen_after_failure("npm error code ECONNREFUSED", &mut manifest, &mut relaxed, &mut era));
