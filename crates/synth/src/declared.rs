@@ -145,7 +145,7 @@ fn nox_runs(py: &str) -> Vec<Vec<String>> {
 }
 
 /// Splits a command line as a POSIX shell would (quotes removed), enough for tox lines.
-fn shell_words(line: &str) -> Vec<String> {
+pub(crate) fn shell_words(line: &str) -> Vec<String> {
     let mut words = Vec::new();
     let mut cur = String::new();
     let mut quote: Option<char> = None;

@@ -240,7 +240,7 @@ pub fn tape_arguments(package: &serde_json::Value) -> String {
 /// by bash with `globstar` as tape expands them; arguments that are options (`-r setup.js`)
 /// keep the single run.
 pub fn tape_command(arguments: &str) -> String {
-    let words: Vec<String> = arguments.split_whitespace().map(|w| w.trim_matches(['\'', '"']).to_string()).collect();
+    let words = crate::declared::shell_words(arguments);
     if words.is_empty() || words.iter().any(|w| w.starts_with('-')) {
         return format!("node_modules/.bin/tape {arguments}");
     }
