@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Yield of `frognano synth batch` over many real releases (issue 23): the manifest
-# bench/synth_yield_manifest.txt (32 pure-Python packages from PyPI, 12 npm packages, 11 Go
+# bench/synth_yield_manifest.txt (32 pure-Python packages from PyPI, 22 npm packages, 11 Go
 # modules, none used by the tests), at most 3 tasks each; then every gold patch graded with
 # `frognano eval grade` on the merged tasks.jsonl. Needs the network (PyPI, npm, and Debian's
 # apt mirror for the `go:MODULE@debian` lines) for intake and environments; the test runs themselves are sandboxed and

@@ -73,5 +73,14 @@ if [ ! -x "$vitest_warm/node_modules/.bin/vitest" ]; then
     (cd "$vitest_warm" && npm install --ignore-scripts --no-audit --no-fund --loglevel=error)
 fi
 
+# tape for the tape fixture (crates/synth/tests/langs.rs), the same way; its install ladder
+# widens the fixture's unmatched `tape` range to the newest tape, which this puts in the cache.
+tape_warm=target/npm-warm/jstape
+if [ ! -x "$tape_warm/node_modules/.bin/tape" ]; then
+    mkdir -p "$tape_warm"
+    echo '{"devDependencies":{"tape":"*"}}' > "$tape_warm/package.json"
+    (cd "$tape_warm" && npm install --ignore-scripts --no-audit --no-fund --loglevel=error)
+fi
+
 # Demo model (SmolLM2-135M-Instruct Q4_1 GGUF): smollm2 parity, serve load test, solve e2e.
 ./scripts/fetch-demo-model.sh

@@ -324,6 +324,23 @@ pub fn tape_arguments(package: &serde_json::Value) -> String {
     "'test/**/*.js'".to_string()
 }
 
+/// tape run once per test file (`parse_log_tape` reads the runs one after another), so that a
+/// file that crashes while loading, or a bug that kills the process, loses only that file's
+/// tests: resolve 1.22.8's `test/symlinks.js` dies creating symlinks outside the tree and,
+/// in one process, took every other file's tests with it. The script's globs are expanded
+/// by bash with `globstar` as tape expands them; arguments that are options (`-r setup.js`)
+/// keep the single run.
+pub fn tape_command(arguments: &str) -> String {
+    let words = crate::declared::shell_words(arguments);
+    if words.is_empty() || words.iter().any(|w| w.starts_with('-')) {
+        return format!("node_modules/.bin/tape {arguments}");
+    }
+    let globs = words.iter().map(|w| shell_quote(w).replace('*', "'*'")).collect::<Vec<_>>().join(" ");
+    // `'test/'*'.js'`: the quotes keep the folder literal and leave the stars to the glob.
+    let script = format!("for f in {globs}; do node_modules/.bin/tape \"$f\"; done");
+    format!("bash -O globstar -O nullglob -c {}", shell_quote(&script))
+}
+
 /// The language an npm project's code is in: TypeScript when its non-test sources are mostly
 /// `.ts`, else JavaScript.
 fn node_language(files: &[String]) -> Option<Language> {
@@ -370,30 +387,26 @@ pub fn prepare_node(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow:
     if needs_install {
         let npm_dir = std::path::absolute(opts.env_dir.join("npm"))?;
         let installed = npm_dir.join("node_modules");
-        let stamp = npm_dir.join("package.json");
+        let stamp = npm_dir.join(MANIFEST_STAMP);
         // Reinstalled only when the manifest changed (an environment reused across runs).
         if !installed.is_dir() || std::fs::read_to_string(&stamp).ok().as_deref() != Some(text.as_str()) {
             std::fs::create_dir_all(&npm_dir)?;
+            let _ = std::fs::remove_file(&stamp);
+            let imported = test_imports(tree, files);
+            let typescript_tests = files.iter().any(|f| {
+                crate::project::is_test_path(f) && [".ts", ".tsx", ".mts", ".cts"].iter().any(|e| f.ends_with(e))
+            });
+            let outcome = install_npm_ladder(
+                &npm_dir,
+                tree,
+                &package,
+                runner,
+                &imported,
+                typescript_tests,
+                opts.released.as_deref(),
+            )?;
+            std::fs::write(npm_dir.join(INSTALL_RECORD), serde_json::to_string_pretty(&outcome)?)?;
             std::fs::write(&stamp, &text)?;
-            for lock in ["package-lock.json", "npm-shrinkwrap.json"] {
-                if tree.join(lock).is_file() {
-                    std::fs::copy(tree.join(lock), npm_dir.join(lock))?;
-                }
-            }
-            let mut cmd = HostCommand::new("npm");
-            cmd.args([
-                "install",
-                "--ignore-scripts",
-                "--no-audit",
-                "--no-fund",
-                "--prefer-offline",
-                "--loglevel=error",
-            ])
-            .current_dir(&npm_dir);
-            if let Some(before) = &opts.released {
-                cmd.arg(format!("--before={before}"));
-            }
-            run_host(&mut cmd, "npm install (is the npm registry reachable?)")?;
         }
         link = format!("[ -e node_modules ] || ln -s {} node_modules; ", shell_quote(&installed.to_string_lossy()));
         readable_paths.push(npm_dir);
@@ -406,7 +419,7 @@ pub fn prepare_node(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow:
             ("node_modules/.bin/jest --verbose --ci --no-cache --watchAll=false".to_string(), "parse_log_jest")
         }
         TestRunner::Vitest => ("node_modules/.bin/vitest run --reporter=verbose".to_string(), "parse_log_vitest"),
-        TestRunner::Tape => (format!("node_modules/.bin/tape {}", tape_arguments(&package)), "parse_log_tape"),
+        TestRunner::Tape => (tape_command(&tape_arguments(&package)), "parse_log_tape"),
         _ => unreachable!("detect_node_runner gives JavaScript runners only"),
     };
     Ok(TestSetup {
@@ -417,6 +430,245 @@ pub fn prepare_node(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow:
         readable_paths,
         python: None,
     })
+}
+
+/// The project's own `package.json` as last installed into `env/npm` (the installed one may be
+/// a pruned copy).
+const MANIFEST_STAMP: &str = "frognano-manifest.json";
+/// How `env/npm` was installed ([`NpmInstall`]), for the task's environment record.
+pub const INSTALL_RECORD: &str = "frognano-install.json";
+
+/// Which rung of the install ladder gave `env/npm` its packages.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NpmInstall {
+    /// `full` (the manifest as published), `pruned` (runtime dependencies, the test runner
+    /// and the devDependencies the tests import) or `relaxed` (pruned, with the ranges that
+    /// nothing in the registry matched widened to `*`).
+    pub rung: String,
+    /// devDependencies left out by the pruned rungs (linters, bundlers, coverage tools).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<String>,
+    /// `name → range` the relaxed rung widened.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub relaxed: std::collections::BTreeMap<String, String>,
+    /// The release-era cutoff (`npm install --before`) was dropped: some package the tests
+    /// need had no version published before it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub era_given_up: bool,
+    /// Why each earlier rung failed (npm's first error lines).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<String>,
+}
+
+/// Installs the project's dependencies into `npm_dir` down a short ladder, because a
+/// release's full `devDependencies` often cannot be installed years later (or from a
+/// registry mirror that lags): linters and bundlers pinned to versions that are gone, peer
+/// conflicts between them. None of those is needed to run the tests, so the second rung
+/// keeps only the runtime dependencies, the test runner and the modules the test files
+/// import; the third widens any range that nothing matched (`ETARGET`) to the newest
+/// version of its era, and gives the era up (today's registry) when a package has no
+/// version before it (`ENOVERSIONS`). Each rung starts from an empty `node_modules`.
+fn install_npm_ladder(
+    npm_dir: &Path,
+    tree: &Path,
+    package: &serde_json::Value,
+    runner: TestRunner,
+    imported: &std::collections::BTreeSet<String>,
+    typescript_tests: bool,
+    released: Option<&str>,
+) -> anyhow::Result<NpmInstall> {
+    let mut out = NpmInstall {
+        rung: "full".into(),
+        dropped: vec![],
+        relaxed: Default::default(),
+        era_given_up: false,
+        failures: vec![],
+    };
+    match npm_install(npm_dir, package, Some(tree), released) {
+        Ok(()) => return Ok(out),
+        Err(e) => out.failures.push(format!("full: {}", first_lines(&e.to_string(), 3))),
+    }
+    let (mut manifest, dropped) = prune_dev_dependencies(package, runner, imported, typescript_tests);
+    out.dropped = dropped;
+    let mut before = released;
+    // npm names one unmatched range per failure; each retry widens what the last one named.
+    // A package with no version at all before the release time (a registry whose publish
+    // times are later than the real ones, or a test helper first published after the
+    // release) gives up the era cutoff: today's registry, recorded.
+    for _ in 0..8 {
+        out.rung = if out.relaxed.is_empty() { "pruned" } else { "relaxed" }.into();
+        let message = match npm_install(npm_dir, &manifest, None, before) {
+            Ok(()) => return Ok(out),
+            Err(e) => e.to_string(),
+        };
+        out.failures.push(format!("{}: {}", out.rung, first_lines(&message, 3)));
+        let mut era = before.is_some();
+        let changed = widen_after_failure(&message, &mut manifest, &mut out.relaxed, &mut era);
+        if !era && before.is_some() {
+            before = None;
+            out.era_given_up = true;
+        }
+        if !changed {
+            break;
+        }
+    }
+    anyhow::bail!("npm install failed on every rung (is the npm registry reachable?):\n  {}", out.failures.join("\n  "))
+}
+
+/// What the next install try changes after npm failed with `message`: each range npm found
+/// nothing for is widened to `*` (recorded in `relaxed`); failing that, a package with no
+/// version at all under the era cutoff turns `era` off. False when nothing is left to change.
+fn widen_after_failure(
+    message: &str,
+    manifest: &mut serde_json::Value,
+    relaxed: &mut std::collections::BTreeMap<String, String>,
+    era: &mut bool,
+) -> bool {
+    let mut changed = false;
+    let unmatched = unmatched_ranges(message);
+    for name in &unmatched {
+        for section in ["dependencies", "devDependencies"] {
+            if let Some(range) = manifest[section].get_mut(name).filter(|r| r.as_str() != Some("*")) {
+                relaxed.insert(name.clone(), range.as_str().unwrap_or_default().to_string());
+                *range = "*".into();
+                changed = true;
+            }
+        }
+    }
+    // A range that only the cutoff leaves unmatched deep in the tree (`undici-types@~6.20.0`
+    // under `@types/node@*`: the registry's publish time is later than the real one) cannot be
+    // widened from here: the era goes too.
+    let era_blocks = message.contains("No versions available for")
+        || (!unmatched.is_empty() && message.contains("with a date before"));
+    if !changed && *era && era_blocks {
+        *era = false;
+        changed = true;
+    }
+    changed
+}
+
+fn first_lines(text: &str, n: usize) -> String {
+    // npm's pointer to its debug log names a file that is gone with the machine.
+    let useful = |l: &&str| !l.trim().is_empty() && !l.contains("A complete log of this run");
+    text.lines().filter(useful).take(n).collect::<Vec<_>>().join(" | ")
+}
+
+/// One `npm install --ignore-scripts` of `manifest` into `npm_dir` (the tree's lock file
+/// with it when `lock_from` is given), from a clean `node_modules`.
+fn npm_install(
+    npm_dir: &Path,
+    manifest: &serde_json::Value,
+    lock_from: Option<&Path>,
+    released: Option<&str>,
+) -> anyhow::Result<()> {
+    let _ = std::fs::remove_dir_all(npm_dir.join("node_modules"));
+    for lock in ["package-lock.json", "npm-shrinkwrap.json"] {
+        let _ = std::fs::remove_file(npm_dir.join(lock));
+        if let Some(tree) = lock_from.filter(|t| t.join(lock).is_file()) {
+            std::fs::copy(tree.join(lock), npm_dir.join(lock))?;
+        }
+    }
+    std::fs::write(npm_dir.join("package.json"), serde_json::to_string_pretty(manifest)?)?;
+    let mut cmd = HostCommand::new("npm");
+    cmd.args(["install", "--ignore-scripts", "--no-audit", "--no-fund", "--prefer-offline", "--loglevel=error"])
+        .current_dir(npm_dir);
+    if let Some(before) = released {
+        cmd.arg(format!("--before={before}"));
+    }
+    run_host(&mut cmd, "npm install")
+}
+
+/// The names npm reports as having no version in the registry that matches the range
+/// (`No matching version found for tape@^5.10.3.`).
+fn unmatched_ranges(npm_error: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for line in npm_error.lines() {
+        let Some(at) = line.find("No matching version found for ") else { continue };
+        let spec = line[at + "No matching version found for ".len()..].trim().trim_end_matches('.');
+        // `@scope/name@range` or `name@range`: the name ends at the last `@` past the first byte.
+        if let Some(split) = spec[1..].rfind('@').map(|i| i + 1) {
+            let name = spec[..split].to_string();
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    names
+}
+
+/// The manifest with only the devDependencies a test run needs: the runner's packages
+/// (`tape`, `mocha`, `jest`/`ts-jest`/`babel-jest`, `vitest`/`@vitest/*`), TypeScript
+/// tooling when some test file is TypeScript, and what the test files import; everything else
+/// (linters, bundlers, coverage, release tools) is dropped and named.
+fn prune_dev_dependencies(
+    package: &serde_json::Value,
+    runner: TestRunner,
+    imported: &std::collections::BTreeSet<String>,
+    typescript_tests: bool,
+) -> (serde_json::Value, Vec<String>) {
+    let runner_name = match runner {
+        TestRunner::Tape => "tape",
+        TestRunner::Mocha => "mocha",
+        TestRunner::Jest => "jest",
+        TestRunner::Vitest => "vitest",
+        _ => "",
+    };
+    let keep = |name: &str| {
+        imported.contains(name)
+            || (!runner_name.is_empty() && name.contains(runner_name))
+            || (typescript_tests && matches!(name, "typescript" | "ts-node" | "tsx" | "esbuild" | "@swc/core"))
+            || (runner == TestRunner::Jest && name.starts_with("@babel/"))
+    };
+    let mut out = package.clone();
+    let mut dropped = Vec::new();
+    if let Some(dev) = out.get_mut("devDependencies").and_then(|d| d.as_object_mut()) {
+        dev.retain(|name, _| {
+            let k = keep(name);
+            if !k {
+                dropped.push(name.clone());
+            }
+            k
+        });
+    }
+    // Scripts are never run (--ignore-scripts) and peer metadata of dropped tools only adds
+    // conflicts.
+    if let Some(obj) = out.as_object_mut() {
+        for key in ["scripts", "peerDependencies", "peerDependenciesMeta", "overrides", "workspaces"] {
+            obj.remove(key);
+        }
+    }
+    (out, dropped)
+}
+
+/// The npm package names the test files import or require (`require('tape')`,
+/// `import x from '@scope/pkg/sub'`, `import('x')`): the first path segment (two for a
+/// scope), relative paths and `node:` builtins left out.
+pub fn test_imports(tree: &Path, files: &[String]) -> std::collections::BTreeSet<String> {
+    let re = regex::Regex::new(r#"(?:\brequire\s*\(\s*|\bimport\s*\(\s*|\bfrom\s+|\bimport\s+)['"]([^'"\s]+)['"]"#)
+        .expect("static regex");
+    let mut names = std::collections::BTreeSet::new();
+    for f in files.iter().filter(|f| crate::project::is_test_path(f) && is_code(f)) {
+        let Ok(text) = std::fs::read_to_string(tree.join(f)) else { continue };
+        for cap in re.captures_iter(&text) {
+            if let Some(name) = package_of_specifier(&cap[1]) {
+                names.insert(name);
+            }
+        }
+    }
+    names
+}
+
+fn package_of_specifier(spec: &str) -> Option<String> {
+    if spec.starts_with('.') || spec.starts_with('/') || spec.starts_with("node:") || spec.starts_with('#') {
+        return None;
+    }
+    let mut parts = spec.split('/');
+    let first = parts.next()?;
+    if first.starts_with('@') {
+        Some(format!("{first}/{}", parts.next()?))
+    } else {
+        Some(first.to_string())
+    }
 }
 
 fn is_code(f: &str) -> bool {
@@ -461,6 +713,7 @@ mod tests {
             p(r#"{"scripts":{"test":"npm run tests-only","tests-only":"nyc tape 'test/**/*.js'","lint":"eslint ."}}"#);
         assert_eq!(detect_node_runner(&qs), Some(TestRunner::Tape));
         assert_eq!(tape_arguments(&qs), "'test/**/*.js'");
+        assert_eq!(tape_command("-r ./setup.js test/*.js"), "node_modules/.bin/tape -r ./setup.js test/*.js");
         let resolve = p(r#"{"scripts":{"test":"npm run --silent tests-only","tests-only":"tape test/*.js"}}"#);
         assert_eq!(tape_arguments(&resolve), "test/*.js");
         // A runner named only by the dependencies, and no files given anywhere.
@@ -470,5 +723,133 @@ mod tests {
         // A script that calls itself does not loop.
         let looped = p(r#"{"scripts":{"test":"npm run a","a":"npm run a"}}"#);
         assert_eq!(detect_node_runner(&looped), None);
+    }
+
+    #[test]
+    fn tape_runs_once_per_file_the_glob_expanded_as_tape_would() {
+        // A stand-in tape that prints the file it was given, in a tree with nested tests.
+        let dir = tempfile::tempdir().unwrap();
+        for f in ["test/a.js", "test/b.js", "test/sub/c.js", "test/sub/data.json", "test dir/d.js"] {
+            std::fs::create_dir_all(dir.path().join(f).parent().unwrap()).unwrap();
+            std::fs::write(dir.path().join(f), "").unwrap();
+        }
+        let bin = dir.path().join("node_modules/.bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("tape"), "#!/bin/sh\necho \"run $1\"\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(bin.join("tape"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let run = |args: &str| {
+            let out =
+                HostCommand::new("sh").arg("-c").arg(tape_command(args)).current_dir(dir.path()).output().unwrap();
+            String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect::<Vec<_>>()
+        };
+        assert_eq!(run("'test/**/*.js'"), ["run test/a.js", "run test/b.js", "run test/sub/c.js"]);
+        assert_eq!(run("test/*.js"), ["run test/a.js", "run test/b.js"]);
+        assert_eq!(run("'test dir/*.js'"), ["run test dir/d.js"]);
+        assert!(run("'nothing/*.js'").is_empty());
+        // Options keep tape's own single run.
+        assert_eq!(tape_command("-r ./setup.js test/*.js"), "node_modules/.bin/tape -r ./setup.js test/*.js");
+    }
+
+    #[test]
+    fn test_imports_name_packages_not_paths_or_builtins() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("test")).unwrap();
+        std::fs::create_dir_all(dir.path().join("src")).unwrap();
+        std::fs::write(
+            dir.path().join("test/index.js"),
+            "'use strict';\nvar test = require('tape');\nvar v = require(\"es-value-fixtures\");\n\
+             var forEach = require('for-each/index.js');\nvar qs = require('../');\nvar u = require('./utils');\n\
+             var fs = require('node:fs');\nimport mock from '@ljharb/mock-property/helper';\nimport 'side-effect-pkg';\n\
+             const lazy = await import('lazy-pkg');\n",
+        )
+        .unwrap();
+        // Imports in the code under test are not the tests' own.
+        std::fs::write(dir.path().join("src/index.js"), "require('not-a-test-import');\n").unwrap();
+        let files: Vec<String> = vec!["test/index.js".into(), "src/index.js".into()];
+        let got: Vec<String> = test_imports(dir.path(), &files).into_iter().collect();
+        assert_eq!(
+            got,
+            ["@ljharb/mock-property", "es-value-fixtures", "for-each", "lazy-pkg", "side-effect-pkg", "tape"]
+        );
+    }
+
+    #[test]
+    fn pruning_keeps_runner_runtime_and_imported_dev_dependencies() {
+        // qs 6.12.0's manifest, shortened: linters, bundlers and coverage tools go; the runner,
+        // what the tests require and every runtime dependency stay.
+        let qs: serde_json::Value = serde_json::from_str(
+            r#"{"name":"qs","scripts":{"test":"npm run tests-only"},
+                "dependencies":{"side-channel":"^1.0.6"},
+                "devDependencies":{"@ljharb/eslint-config":"^21.1.0","browserify":"^16.5.2","eslint":"=8.8.0",
+                  "for-each":"^0.3.3","nyc":"^10.3.2","tape":"^5.7.5","es-value-fixtures":"^1.4.2"}}"#,
+        )
+        .unwrap();
+        let imported: std::collections::BTreeSet<String> =
+            ["tape", "for-each", "es-value-fixtures", "iconv-lite"].iter().map(|s| s.to_string()).collect();
+        let (pruned, dropped) = prune_dev_dependencies(&qs, TestRunner::Tape, &imported, false);
+        let mut kept: Vec<&String> = pruned["devDependencies"].as_object().unwrap().keys().collect();
+        kept.sort();
+        assert_eq!(kept, ["es-value-fixtures", "for-each", "tape"]);
+        assert_eq!(dropped, ["@ljharb/eslint-config", "browserify", "eslint", "nyc"]);
+        assert_eq!(pruned["dependencies"]["side-channel"], "^1.0.6");
+        assert!(pruned.get("scripts").is_none());
+        // A jest project keeps its transformers.
+        let jest: serde_json::Value = serde_json::from_str(
+            r#"{"devDependencies":{"jest":"^29","ts-jest":"^29","@babel/preset-env":"^7","prettier":"^3"}}"#,
+        )
+        .unwrap();
+        let (pruned, dropped) = prune_dev_dependencies(&jest, TestRunner::Jest, &Default::default(), false);
+        assert_eq!(pruned["devDependencies"].as_object().unwrap().len(), 3);
+        assert_eq!(dropped, ["prettier"]);
+        // TypeScript tooling only for TypeScript tests (has-symbols asks for `typescript@next`
+        // to type-check, which a tape run never needs).
+        let ts: serde_json::Value =
+            serde_json::from_str(r#"{"devDependencies":{"tape":"^5","typescript":"next"}}"#).unwrap();
+        let (_, dropped) = prune_dev_dependencies(&ts, TestRunner::Tape, &Default::default(), false);
+        assert_eq!(dropped, ["typescript"]);
+        let (_, dropped) = prune_dev_dependencies(&ts, TestRunner::Tape, &Default::default(), true);
+        assert!(dropped.is_empty());
+    }
+
+    #[test]
+    fn unmatched_ranges_are_read_from_npm_errors() {
+        let err = "npm install failed: npm error code ETARGET\n\
+                   npm error notarget No matching version found for tape@^5.10.3.\n\
+                   npm error notarget No matching version found for @ljharb/eslint-config@^22.2.5.\n\
+                   npm error notarget In most cases you or one of your dependencies are requesting";
+        assert_eq!(unmatched_ranges(err), ["tape", "@ljharb/eslint-config"]);
+        assert!(unmatched_ranges("npm error code E404").is_empty());
+    }
+
+    #[test]
+    fn failures_widen_ranges_then_give_up_the_era() {
+        let mut manifest: serde_json::Value =
+            serde_json::from_str(r#"{"dependencies":{"side-channel":"^1.0.6"},"devDependencies":{"tape":"^5.10.3"}}"#)
+                .unwrap();
+        let mut relaxed = Default::default();
+        let mut era = true;
+        let etarget = "npm error notarget No matching version found for tape@^5.10.3.";
+        assert!(widen_after_failure(etarget, &mut manifest, &mut relaxed, &mut era));
+        assert_eq!(manifest["devDependencies"]["tape"], "*");
+        assert_eq!(relaxed.get("tape").map(String::as_str), Some("^5.10.3"));
+        assert!(era);
+        // Already widened: nothing left to change for that name.
+        let etarget_star = "npm error notarget No matching version found for tape@*.";
+        assert!(!widen_after_failure(etarget_star, &mut manifest, &mut relaxed, &mut era));
+        // A package with no version before the cutoff: the era goes, once.
+        let none = "npm error code ENOVERSIONS\nnpm error No versions available for has-override-mistake";
+        assert!(widen_after_failure(none, &mut manifest, &mut relaxed, &mut era));
+        assert!(!era);
+        assert!(!widen_after_failure(none, &mut manifest, &mut relaxed, &mut era));
+        // An unmatched range deep in the tree under the cutoff: the era goes.
+        let mut era = true;
+        let deep =
+            "npm error notarget No matching version found for undici-types@~6.20.0 with a date before 12/6/2024.";
+        assert!(widen_after_failure(deep, &mut manifest, &mut relaxed, &mut era));
+        assert!(!era);
+        // Anything else (a network error, a peer conflict) ends the ladder.
+        let mut era = true;
+        assert!(!widen_after_failure("npm error code ECONNREFUSED", &mut manifest, &mut relaxed, &mut era));
     }
 }

@@ -17,6 +17,7 @@
 pub mod batch;
 pub mod calibrate;
 pub mod debian;
+pub mod declared;
 pub mod era;
 pub mod first_pass;
 pub mod harbor;

@@ -1075,11 +1075,12 @@ pub fn synthesize_at(
         }
     }
     // A Python suite that fails on the clean tree (not one that is too slow) is retried down
-    // the ladder: older pytest majors, then unittest; the first that passes is kept.
+    // the ladder: older pytest majors, unittest, the project's tox/nox command; the first
+    // that passes is kept.
     if reference.as_ref().is_err_and(|e| e.downcast_ref::<project::SuiteTooSlow>().is_none()) {
-        for step in project::python_ladder(&setup) {
-            let Ok(next) = project::apply_ladder_step(&setup, step, &base_tree, &env_opts) else { continue };
+        for step in project::python_ladder(&setup, &base_tree) {
             tracing::info!("baseline failed; retrying with {step:?}");
+            let Ok(next) = project::apply_ladder_step(&setup, step, &base_tree, &env_opts) else { continue };
             if let Ok(b) = project::baseline(&base_tree, &next, probe_timeout, opts.isolation) {
                 setup = next;
                 reference = Ok(b);

@@ -91,8 +91,9 @@ pub struct TestSetup {
 
 /// One step down the retry ladder tried when a Python suite fails on the clean tree (finds
 /// no tests, or none passes): today's dependencies instead of the release era's, an older
-/// pytest major version, then the standard library's unittest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// pytest major version, the standard library's unittest, then the command the project
+/// declares in `tox.ini` or `noxfile.py`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LadderStep {
     /// Rebuild synth's virtualenv with the dependencies of today (no upload-time cutoff).
     TodaysDependencies,
@@ -100,13 +101,16 @@ pub enum LadderStep {
     PytestBelow(u32),
     /// `python -m unittest -v` with the same interpreter.
     Unittest,
+    /// The project's own test command ([`crate::declared`]), run with the same interpreter.
+    Declared(crate::declared::DeclaredCommand),
 }
 
 /// The steps tried after `setup`'s baseline failed, in order (empty when none applies: not
 /// pytest). Older pytest versions are tried only in a virtualenv synth created.
-pub fn python_ladder(setup: &TestSetup) -> Vec<LadderStep> {
-    match (&setup.runner, &setup.python) {
-        (TestRunner::Pytest, Some((python, true))) => {
+pub fn python_ladder(setup: &TestSetup, tree: &Path) -> Vec<LadderStep> {
+    let Some((python, own)) = &setup.python else { return Vec::new() };
+    let mut steps = match (&setup.runner, own) {
+        (TestRunner::Pytest, true) => {
             let era = venv_resolution(python).is_some_and(|r| r.plan.is_era());
             let today = era.then_some(LadderStep::TodaysDependencies);
             today
@@ -114,9 +118,18 @@ pub fn python_ladder(setup: &TestSetup) -> Vec<LadderStep> {
                 .chain([LadderStep::PytestBelow(8), LadderStep::PytestBelow(7), LadderStep::Unittest])
                 .collect()
         }
-        (TestRunner::Pytest, Some((_, false))) => vec![LadderStep::Unittest],
-        _ => Vec::new(),
+        (TestRunner::Pytest, false) => vec![LadderStep::Unittest],
+        (TestRunner::Unittest, _) => Vec::new(),
+        _ => return Vec::new(),
+    };
+    // The project's own command needs pytest when it names pytest; unittest is always there.
+    let has_pytest = setup.runner == TestRunner::Pytest;
+    if let Some(cmd) = crate::declared::declared_command(tree)
+        .filter(|c| c.runner == crate::declared::DeclaredRunner::Unittest || has_pytest)
+    {
+        steps.push(LadderStep::Declared(cmd));
     }
+    steps
 }
 
 /// `setup` after one ladder step (the tree `tree` and `opts` rebuild the virtualenv;
@@ -150,6 +163,33 @@ pub fn apply_ladder_step(
                 log_parser: "parse_log_django".into(),
                 ..setup.clone()
             })
+        }
+        LadderStep::Declared(cmd) => {
+            use crate::declared::DeclaredRunner;
+            // The environment and interpreter of the current command, whichever runner it has.
+            let env = setup.test_cmd.split(" -m pytest").next().unwrap_or_default();
+            let env = env.split(" -m unittest").next().unwrap_or_default();
+            let args: Vec<String> = cmd.args.iter().map(|a| shell_quote(a)).collect();
+            let (runner, test_cmd, parser) = match cmd.runner {
+                DeclaredRunner::Pytest => (
+                    TestRunner::Pytest,
+                    format!(
+                        "{env} -m pytest -rA --tb=long -p no:cacheprovider -p no:randomly --continue-on-collection-errors {} 2>&1",
+                        args.join(" ")
+                    ),
+                    "parse_log_pytest",
+                ),
+                // `-v` goes after `discover`: unittest reads discovery only as its first word.
+                DeclaredRunner::Unittest => match cmd.args.first().map(String::as_str) {
+                    Some("discover") => (
+                        TestRunner::Unittest,
+                        format!("{env} -m unittest discover -v {} 2>&1", args[1..].join(" ")),
+                        "parse_log_django",
+                    ),
+                    _ => (TestRunner::Unittest, format!("{env} -m unittest -v {} 2>&1", args.join(" ")), "parse_log_django"),
+                },
+            };
+            Ok(TestSetup { runner, test_cmd: test_cmd.replace("  ", " "), log_parser: parser.into(), ..setup.clone() })
         }
     }
 }
@@ -280,11 +320,15 @@ pub(crate) fn run_host(cmd: &mut HostCommand, what: &str) -> anyhow::Result<()> 
 fn prepare_python(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::Result<TestSetup> {
     let has_tests = files.iter().any(|f| {
         let file = f.rsplit('/').next().unwrap_or(f);
-        f.ends_with(".py") && (file.starts_with("test_") || file.ends_with("_test.py") || file == "tests.py")
+        f.ends_with(".py")
+            && (file.starts_with("test_")
+                || file.ends_with("_test.py")
+                || file.ends_with("_tests.py")
+                || file == "tests.py")
     });
     ensure_tests(has_tests, || {
         format!(
-            "{}: Python project without test files (test_*.py, *_test.py or tests.py): no tests to validate tasks with",
+            "{}: Python project without test files (test_*.py, *_test.py, *_tests.py or tests.py): no tests to validate tasks with",
             tree.display()
         )
     })?;
@@ -651,6 +695,13 @@ pub fn environment_record(setup: &TestSetup, env_dir: &Path) -> serde_json::Valu
                     .collect();
                 rec["packages"] = pins.into();
             }
+            // Which install rung gave those packages, and what it left out or widened.
+            if let Some(install) = std::fs::read_to_string(env_dir.join("npm").join(crate::langs::INSTALL_RECORD))
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            {
+                rec["npm_install"] = install;
+            }
         }
     }
     rec
@@ -906,11 +957,11 @@ mod tests {
     #[test]
     fn the_retry_ladder_goes_to_older_pytest_then_unittest() {
         assert_eq!(
-            python_ladder(&pytest_setup(true)),
+            python_ladder(&pytest_setup(true), Path::new("/nonexistent")),
             [LadderStep::PytestBelow(8), LadderStep::PytestBelow(7), LadderStep::Unittest]
         );
         // A user's interpreter is never changed: straight to unittest.
-        assert_eq!(python_ladder(&pytest_setup(false)), [LadderStep::Unittest]);
+        assert_eq!(python_ladder(&pytest_setup(false), Path::new("/nonexistent")), [LadderStep::Unittest]);
         let opts = EnvOptions {
             python: None,
             env_dir: PathBuf::from("/env"),
@@ -923,9 +974,24 @@ mod tests {
         assert_eq!((unittest.runner, unittest.log_parser.as_str()), (TestRunner::Unittest, "parse_log_django"));
         assert_eq!(unittest.readable_paths, [PathBuf::from("/env/venv")]);
         // Nothing below unittest, and nothing for other runners.
-        assert!(python_ladder(&unittest).is_empty());
+        assert!(python_ladder(&unittest, Path::new("/nonexistent")).is_empty());
         let go = TestSetup { runner: TestRunner::GoTest, python: None, ..unittest };
-        assert!(python_ladder(&go).is_empty());
+        assert!(python_ladder(&go, Path::new("/nonexistent")).is_empty());
+
+        // A project's tox.ini command is the last rung, run with the same interpreter.
+        let tree = tempfile::tempdir().unwrap();
+        std::fs::write(tree.path().join("tox.ini"), "[testenv]\ncommands = pytest --cov=pkg tests {posargs}\n")
+            .unwrap();
+        let ladder = python_ladder(&pytest_setup(false), tree.path());
+        assert!(matches!(ladder.as_slice(), [LadderStep::Unittest, LadderStep::Declared(_)]), "{ladder:?}");
+        let declared = apply_ladder_step(&pytest_setup(false), ladder[1].clone(), tree.path(), &opts).unwrap();
+        assert_eq!(
+            declared.test_cmd,
+            "PYTHONHASHSEED=0 TZ=UTC '/env/venv/bin/python' -m pytest -rA --tb=long -p no:cacheprovider -p no:randomly --continue-on-collection-errors 'tests' 2>&1"
+        );
+        // A declared pytest command needs pytest; a unittest runner gets only unittest ones.
+        let unittest_only = TestSetup { runner: TestRunner::Unittest, ..pytest_setup(false) };
+        assert!(python_ladder(&unittest_only, tree.path()).is_empty());
 
         // A virtualenv resolved as of its release's era first retries with today's packages.
         let dir = tempfile::tempdir().unwrap();
@@ -940,10 +1006,13 @@ mod tests {
         std::fs::write(dir.path().join("venv").join(RESOLUTION_FILE), serde_json::to_string(&era).unwrap()).unwrap();
         let setup = TestSetup { python: Some((python.clone(), true)), ..pytest_setup(true) };
         assert_eq!(venv_resolution(&python), Some(era));
-        assert_eq!(python_ladder(&setup)[..2], [LadderStep::TodaysDependencies, LadderStep::PytestBelow(8)]);
+        assert_eq!(
+            python_ladder(&setup, Path::new("/nonexistent"))[..2],
+            [LadderStep::TodaysDependencies, LadderStep::PytestBelow(8)]
+        );
         let today = Resolution { resolver: "uv 0.13.9".into(), ..Resolution::default() };
         std::fs::write(dir.path().join("venv").join(RESOLUTION_FILE), serde_json::to_string(&today).unwrap()).unwrap();
-        assert_eq!(python_ladder(&setup)[0], LadderStep::PytestBelow(8));
+        assert_eq!(python_ladder(&setup, Path::new("/nonexistent"))[0], LadderStep::PytestBelow(8));
     }
 
     #[test]

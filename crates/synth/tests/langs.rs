@@ -119,3 +119,35 @@ fn typescript_vitest_project_yields_gradable_tasks() {
     assert_eq!(env["runner"], "vitest");
     assert!(env["node"].as_str().unwrap().starts_with('v'), "{env}");
 }
+
+#[test]
+fn javascript_tape_project_yields_gradable_tasks_after_a_pruned_install() {
+    // ljharb's layout (most of npm's small utility packages): `test` runs `tests-only`, which
+    // runs tape under nyc; a linter config that no registry has (as a release's pins often
+    // are years later) and a tape range newer than any release. tape comes from npm's cache,
+    // which scripts/ci-setup.sh fills.
+    let instances = synth_and_grade("jstape", "parse_log_tape", 3, 40);
+    for inst in &instances {
+        // tape names tests by their `test('name', …)` title.
+        for t in inst.fail_to_pass.iter().chain(&inst.pass_to_pass) {
+            assert!(
+                ["clamp", "range", "chunk", "sumOfMultiples", "overlaps"].contains(&t.as_str()),
+                "{}: unexpected test id {t:?}",
+                inst.instance_id
+            );
+        }
+    }
+    let env = &instances[0].extra["synth"]["environment"];
+    assert_eq!(env["runner"], "tape", "{env}");
+    // The full install failed on the linter config; the pruned one on tape's range; the
+    // relaxed one installed tape's newest release and nothing for linting.
+    let install = &env["npm_install"];
+    assert_eq!(install["rung"], "relaxed", "{install}");
+    assert_eq!(install["dropped"], serde_json::json!(["@ljharb/eslint-config"]), "{install}");
+    assert_eq!(install["relaxed"]["tape"], "^5.99.0", "{install}");
+    assert!(env["packages"]["tape"].as_str().is_some_and(|v| v.starts_with('5')), "{env}");
+    assert!(env["packages"].get("@ljharb/eslint-config").is_none(), "{env}");
+    // One tape process per test file.
+    let cmd = env["test_cmd"].as_str().unwrap();
+    assert!(cmd.contains("bash -O globstar -O nullglob -c") && cmd.contains("node_modules/.bin/tape"), "{cmd}");
+}

@@ -251,3 +251,23 @@ fn an_output_folder_and_a_virtualenv_under_tmp_work() {
     assert!(instances[0].test_cmd.as_deref().unwrap_or("").contains(&venv.display().to_string()));
     assert_eq!(grade_all(&instances, gold_predictions(&instances), &out, "gold"), instances.len());
 }
+
+#[test]
+fn tests_that_only_the_projects_tox_ini_finds_are_run_its_way() {
+    // pytox's suites are tests/*_tests.py, which `python -m unittest` (and pytest) discovery
+    // does not find; its tox.ini runs `unittest discover -p "*_tests.py"`. The retry ladder
+    // ends at that command, and the tasks are validated and graded with it.
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = fixture_repo("pytox", tmp.path());
+    let out = tmp.path().join("out");
+    let summary = synthesize(&SynthOptions { max_tasks: Some(3), ..options(&repo, &out, 1, 40) }).unwrap();
+    let instances = load(&out);
+    assert_eq!(instances.len(), 3, "{summary:?}");
+    for inst in &instances {
+        let cmd = inst.extra["synth"]["environment"]["test_cmd"].as_str().unwrap();
+        assert!(cmd.contains("-m unittest discover -v '-s' 'tests' '-p' '*_tests.py' '-t' '.'"), "{cmd}");
+        assert!(inst.fail_to_pass.iter().all(|t| t.contains("tests.")), "{:?}", inst.fail_to_pass);
+    }
+    let resolved = grade_all(&instances, gold_predictions(&instances), &out, "gold");
+    assert_eq!(resolved, instances.len());
+}

@@ -639,7 +639,9 @@ pub fn parse_immutable_js(log: &str, ctx: &ParseContext) -> Result<StatusMap, Pa
 /// across tests, so it cannot name a test). `# SKIP name` is a skipped test. Names that repeat
 /// (the same title in two files) get ` (2)`, ` (3)`… in run order. When the log ends before
 /// tape's plan line (`1..N`), the process died inside the test then running: that test fails
-/// and the ones after it are absent.
+/// and the ones after it are absent. A log may hold several tape runs one after another (one
+/// process per test file, so that a file that crashes loses only its own tests): each starts
+/// with `TAP version`, and a test still open when the next run starts died with its process.
 pub fn parse_tape_tests(log: &str) -> Result<StatusMap, ParseError> {
     static ASSERT: LazyLock<Regex> = LazyLock::new(|| py(r"^(ok|not ok) \d+\b(.*)$"));
     static PLAN: LazyLock<Regex> = LazyLock::new(|| py(r"^1\.\.\d+$"));
@@ -661,16 +663,30 @@ pub fn parse_tape_tests(log: &str) -> Result<StatusMap, ParseError> {
             set(map, name, if failed { FAILED } else { PASSED });
         }
     };
+    // After a run's plan line only its summary follows (`# tests 6`, `# pass 5`, `# ok`),
+    // until the next run's `TAP version`.
+    let mut after_plan = false;
     for raw in log.split('\n') {
         // Assertion diagnostics (`  ---` … `  ...`) and stack traces are indented.
         if raw.starts_with(' ') || raw.starts_with('\t') {
             continue;
         }
         let line = raw.trim_end();
+        if line.starts_with("TAP version") {
+            // A test still open belongs to a run that died.
+            if let Some((name, _)) = current.take() {
+                set(&mut map, name, FAILED);
+            }
+            after_plan = false;
+            continue;
+        }
+        if after_plan {
+            continue;
+        }
         if PLAN.is_match(line) {
-            // The summary (`# tests 6`, `# pass 5`, `# ok`) follows the plan.
             finish(&mut current, &mut map);
-            return Ok(map);
+            after_plan = true;
+            continue;
         }
         if let Some(name) = line.strip_prefix("# SKIP ") {
             finish(&mut current, &mut map);
@@ -717,6 +733,24 @@ mod tape_tests {
         // The summary after the plan is not a test.
         assert_eq!(m.len(), 7, "{m:?}");
         assert!(!m.contains_key("tests 7") && !m.contains_key("pass  6"));
+    }
+
+    #[test]
+    fn runs_one_after_another_each_read_and_a_crash_loses_only_its_own() {
+        // One tape process per file: the first finishes, the second dies at load (no test
+        // opened), the third dies inside its second test, the fourth finishes.
+        let log = "TAP version 13\n# adds\nok 1 fine\n\n1..1\n# tests 1\n# pass  1\n\n# ok\n\n\
+            node:fs:1822\nError: ENOENT: no such file or directory, symlink\n    at Object.symlinkSync\n\
+            TAP version 13\n# first\nok 1 fine\n# dies\nError: boom\n    at Test\n\
+            TAP version 13\n# adds\nnot ok 1 should be equal\n\n1..1\n# tests 1\n# fail  1\n";
+        let m = parse_tape_tests(log).unwrap();
+        let get = |k: &str| m.get(k).map(String::as_str);
+        assert_eq!(get("adds"), Some(PASSED));
+        assert_eq!(get("first"), Some(PASSED));
+        assert_eq!(get("dies"), Some(FAILED));
+        assert_eq!(get("adds (2)"), Some(FAILED));
+        // Summary lines of a finished run are not tests.
+        assert_eq!(m.len(), 4, "{m:?}");
     }
 
     #[test]
