@@ -130,7 +130,8 @@ pub enum Rejection {
     Timeout,
     /// The bug run gave no parseable results (build or collection error).
     NoResults,
-    /// Baseline tests vanished from the bug run (build or collection error).
+    /// Baseline tests vanished from the bug run and none of them failed outright (a build or
+    /// collection error took them).
     LostTests {
         /// How many.
         count: usize,
@@ -163,6 +164,15 @@ pub struct Validated {
     pub bug_seconds: f64,
 }
 
+/// Splits the baseline's passing tests by the bug run into fail-to-pass and pass-to-pass.
+///
+/// A passing test that is absent from the bug run counts as failing, as the grader counts
+/// it (swebench reads a test missing from the log as not passed; SWE-smith keeps such tests
+/// as fail-to-pass): a bug that kills a tape or mocha process mid-file, or changes a
+/// parametrized test's id, takes the tests after it out of the log, and the fix brings them
+/// back. It counts only when some baseline test also failed outright in the same run;
+/// absent tests alone are a build or collection error (a Go package `[build failed]`, a
+/// Python module that no longer imports), rejected as [`Rejection::LostTests`].
 fn classify(run: &TestRun, base: &Baseline, max_f2p_fraction: f64) -> Result<(Vec<String>, Vec<String>), Rejection> {
     if run.timed_out {
         return Err(Rejection::Timeout);
@@ -170,18 +180,26 @@ fn classify(run: &TestRun, base: &Baseline, max_f2p_fraction: f64) -> Result<(Ve
     if run.statuses.is_empty() {
         return Err(Rejection::NoResults);
     }
-    let lost = base.passing.iter().filter(|t| !run.statuses.contains_key(*t)).count();
-    if lost > 0 {
-        return Err(Rejection::LostTests { count: lost });
-    }
     let mut f2p = Vec::new();
     let mut p2p = Vec::new();
+    let mut lost = 0;
+    let mut failed_outright = false;
     for t in &base.passing {
         match run.statuses.get(t).map(String::as_str) {
-            Some("FAILED" | "ERROR") => f2p.push(t.clone()),
+            Some("FAILED" | "ERROR") => {
+                failed_outright = true;
+                f2p.push(t.clone());
+            }
             Some("PASSED") => p2p.push(t.clone()),
-            _ => {}
+            Some(_) => {}
+            None => {
+                lost += 1;
+                f2p.push(t.clone());
+            }
         }
+    }
+    if lost > 0 && !failed_outright {
+        return Err(Rejection::LostTests { count: lost });
     }
     if f2p.is_empty() {
         return Err(Rejection::NoFailure);
@@ -234,15 +252,13 @@ fn classify_subset(run: &TestRun, selected: &BTreeSet<String>) -> Result<(), Rej
     if run.statuses.is_empty() {
         return Err(Rejection::NoResults);
     }
+    // As in [`classify`]: absent tests count as failing only beside one that failed outright.
     let lost = selected.iter().filter(|t| !run.statuses.contains_key(*t)).count();
-    if lost > 0 {
-        return Err(Rejection::LostTests { count: lost });
-    }
     let failing = selected.iter().any(|t| matches!(run.statuses.get(t).map(String::as_str), Some("FAILED" | "ERROR")));
-    if failing {
-        Ok(())
-    } else {
-        Err(Rejection::NoFailure)
+    match (failing, lost) {
+        (true, _) => Ok(()),
+        (false, 0) => Err(Rejection::NoFailure),
+        (false, count) => Err(Rejection::LostTests { count }),
     }
 }
 
@@ -1209,4 +1225,64 @@ pub fn synthesize_at(
     summary.seconds = started.elapsed().as_secs_f64();
     std::fs::write(out.join("summary.json"), serde_json::to_string_pretty(&summary)?)?;
     Ok(summary)
+}
+
+#[cfg(test)]
+mod classify_tests {
+    use super::*;
+
+    fn base(passing: &[&str]) -> Baseline {
+        Baseline {
+            passing: passing.iter().map(|s| s.to_string()).collect(),
+            flaky: BTreeSet::new(),
+            not_passing: BTreeSet::new(),
+            seconds: 1.0,
+        }
+    }
+
+    fn run(statuses: &[(&str, &str)]) -> TestRun {
+        let mut map = frognano_swe::StatusMap::new();
+        for (t, s) in statuses {
+            map.insert(t.to_string(), s.to_string());
+        }
+        TestRun { statuses: map, log: String::new(), timed_out: false, seconds: 1.0 }
+    }
+
+    #[test]
+    fn absent_tests_fail_only_beside_a_test_that_failed_outright() {
+        let b = base(&["a", "b", "c", "d", "e", "f"]);
+        // The process died in `b`: `c` never ran. Both are fail-to-pass.
+        let died = run(&[("a", "PASSED"), ("b", "FAILED"), ("d", "PASSED"), ("e", "PASSED"), ("f", "PASSED")]);
+        let (f2p, p2p) = classify(&died, &b, 0.5).unwrap();
+        assert_eq!(f2p, ["b", "c"]);
+        assert_eq!(p2p, ["a", "d", "e", "f"]);
+        // Tests gone with nothing failing: a build or collection error, rejected as before.
+        let build_failed = run(&[("a", "PASSED"), ("b", "PASSED"), ("c", "PASSED"), ("d", "PASSED")]);
+        assert_eq!(classify(&build_failed, &b, 0.5), Err(Rejection::LostTests { count: 2 }));
+        // Absent tests count toward the share a bug may fail.
+        let most = run(&[("a", "FAILED"), ("b", "PASSED"), ("c", "PASSED")]);
+        assert_eq!(classify(&most, &b, 0.5), Err(Rejection::TooBroad { failing: 4, total: 6 }));
+        // Plain failures and passes are as they were.
+        let plain = run(&[
+            ("a", "FAILED"),
+            ("b", "PASSED"),
+            ("c", "PASSED"),
+            ("d", "PASSED"),
+            ("e", "PASSED"),
+            ("f", "SKIPPED"),
+        ]);
+        assert_eq!(
+            classify(&plain, &b, 0.5).unwrap(),
+            (vec!["a".to_string()], vec!["b".into(), "c".into(), "d".into(), "e".into()])
+        );
+        let none = run(&[
+            ("a", "PASSED"),
+            ("b", "PASSED"),
+            ("c", "PASSED"),
+            ("d", "PASSED"),
+            ("e", "PASSED"),
+            ("f", "PASSED"),
+        ]);
+        assert_eq!(classify(&none, &b, 0.5), Err(Rejection::NoFailure));
+    }
 }
