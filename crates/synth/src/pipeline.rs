@@ -120,6 +120,42 @@ pub fn generate_candidates(
     Ok(out)
 }
 
+/// The complexity floor of the extra rounds ([`more_candidates`]).
+pub const SMALL_PROJECT_MIN_COMPLEXITY: u32 = 1;
+/// How many extra rounds [`more_candidates`] draws.
+const EXTRA_ROUNDS: u64 = 2;
+
+/// Candidates beyond `first` for a project whose first round may be too small to reach a
+/// task target **[ours]**: each operator fires at random sites, so the next seeds draw
+/// other sites in the same functions, and the complexity floor drops to
+/// [`SMALL_PROJECT_MIN_COMPLEXITY`] (one-branch helpers are most of a small utility
+/// package). Keys already in `first` are left out; same inputs → same list, so a resumed
+/// run recognises the ones it decided.
+pub fn more_candidates(
+    repo: &Path,
+    commit: &str,
+    lang: Language,
+    gen: &GenOptions,
+    first: &[Candidate],
+) -> anyhow::Result<Vec<Candidate>> {
+    let mut seen: HashSet<String> = first.iter().map(|c| c.key.clone()).collect();
+    let mut out = Vec::new();
+    for round in 1..=EXTRA_ROUNDS {
+        let opts = GenOptions {
+            seed: gen.seed.wrapping_add(round),
+            min_complexity: gen.min_complexity.min(SMALL_PROJECT_MIN_COMPLEXITY),
+            ..gen.clone()
+        };
+        for c in generate_candidates(repo, commit, lang, &opts)? {
+            if seen.insert(c.key.clone()) {
+                out.push(c);
+            }
+        }
+    }
+    out.truncate(gen.max_candidates);
+    Ok(out)
+}
+
 /// Why a candidate was not kept.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "reason", rename_all = "snake_case")]
@@ -1124,12 +1160,19 @@ pub fn synthesize_at(
             opts.gen.min_complexity
         )));
     }
+    // With a task target, small projects run out of candidates before reaching it; the next
+    // rounds are drawn up front (so their clean files are read with the first round's) and
+    // validated only if the first round falls short.
+    let more = match opts.max_tasks {
+        Some(_) => more_candidates(&intake.git_dir, &intake.commit, lang, &opts.gen, &cands)?,
+        None => Vec::new(),
+    };
     let done: HashSet<String> = read_jsonl(&out.join("candidates.jsonl"))
         .iter()
         .filter_map(|v| v["key"].as_str().map(str::to_string))
         .collect();
     let mut clean = HashMap::new();
-    for c in &cands {
+    for c in cands.iter().chain(&more) {
         for f in &c.files {
             if !clean.contains_key(&f.path) {
                 clean.insert(f.path.clone(), intake::read_file_at(&intake.git_dir, &intake.commit, &f.path)?);
@@ -1180,6 +1223,22 @@ pub fn synthesize_at(
     match runner {
         Some(r) => run_remote(&sh, r, &todo, progress)?,
         None => run_batch(&sh, &workers, &todo, progress)?,
+    }
+    if !more.is_empty() && wanted(&sh) {
+        let todo: Vec<Candidate> = more.iter().filter(|c| !done.contains(&c.key)).cloned().collect();
+        tracing::info!(
+            "{} tasks after the first {} candidates; {} more at complexity ≥ {}, new seeds",
+            sh.accepted.load(Ordering::SeqCst),
+            cands.len(),
+            todo.len(),
+            SMALL_PROJECT_MIN_COMPLEXITY
+        );
+        sh.summary.lock().expect("summary lock").resumed_skipped += more.len() - todo.len();
+        progress.start("synth (more candidates)", todo.len() as u64, 0);
+        match runner {
+            Some(r) => run_remote(&sh, r, &todo, progress)?,
+            None => run_batch(&sh, &workers, &todo, progress)?,
+        }
     }
 
     if opts.combine >= 2 {

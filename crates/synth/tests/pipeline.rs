@@ -271,3 +271,29 @@ fn tests_that_only_the_projects_tox_ini_finds_are_run_its_way() {
     let resolved = grade_all(&instances, gold_predictions(&instances), &out, "gold");
     assert_eq!(resolved, instances.len());
 }
+
+#[test]
+fn small_projects_get_more_candidates_at_new_seeds_and_a_lower_floor() {
+    use frognano_synth::mutate::Language;
+    use frognano_synth::pipeline::{generate_candidates, more_candidates, SMALL_PROJECT_MIN_COMPLEXITY};
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = fixture_repo("pyproj", tmp.path());
+    let commit = git(&repo, &["rev-parse", "HEAD"]);
+    let commit = commit.trim();
+    let gen = GenOptions { seed: 1, min_complexity: 3, operators: None, max_candidates: 500 };
+    let first = generate_candidates(&repo, commit, Language::Python, &gen).unwrap();
+    let more = more_candidates(&repo, commit, Language::Python, &gen, &first).unwrap();
+    assert!(!first.is_empty() && !more.is_empty(), "{} then {}", first.len(), more.len());
+    // Nothing the first round already has, nothing twice.
+    let keys: std::collections::HashSet<&str> = first.iter().map(|c| c.key.as_str()).collect();
+    assert!(more.iter().all(|c| !keys.contains(c.key.as_str())));
+    let more_keys: std::collections::HashSet<&str> = more.iter().map(|c| c.key.as_str()).collect();
+    assert_eq!(more_keys.len(), more.len());
+    // The lower floor reaches functions the first round skipped; new seeds are recorded.
+    assert!(first.iter().all(|c| c.complexity >= 3));
+    assert!(more.iter().any(|c| c.complexity < 3 && c.complexity >= SMALL_PROJECT_MIN_COMPLEXITY));
+    assert!(more.iter().all(|c| c.seed == 2 || c.seed == 3));
+    // Deterministic, so a resumed run recognises what it decided.
+    let again = more_candidates(&repo, commit, Language::Python, &gen, &first).unwrap();
+    assert_eq!(again.iter().map(|c| &c.key).collect::<Vec<_>>(), more.iter().map(|c| &c.key).collect::<Vec<_>>());
+}
