@@ -360,18 +360,7 @@ pub fn intake(source: &Source, work: &Path) -> anyhow::Result<IntakeRepo> {
                 .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
                 .and_then(|i| i["Time"].as_str().map(str::to_string));
             let dest = work.join("source");
-            if dest.exists() {
-                std::fs::remove_dir_all(&dest)?;
-            }
-            let cp = Command::new("cp").arg("-r").arg(dir).arg(&dest).output()?;
-            anyhow::ensure!(
-                cp.status.success(),
-                "copying {dir} failed: {}",
-                String::from_utf8_lossy(&cp.stderr).trim()
-            );
-            // The module cache is read-only; the imported tree must be writable.
-            let chmod = Command::new("chmod").args(["-R", "u+w"]).arg(&dest).output()?;
-            anyhow::ensure!(chmod.status.success(), "chmod of {} failed", dest.display());
+            copy_writable(Path::new(dir), &dest)?;
             let mut repo = commit_dir(&dest, &repo_name)?;
             repo.released = released;
             Ok(repo)
@@ -379,6 +368,24 @@ pub fn intake(source: &Source, work: &Path) -> anyhow::Result<IntakeRepo> {
         Source::DebianGo { module } => intake_debian_go(module, work),
         Source::Archive { path, .. } => commit_archive(path, &work.join("source"), &repo_name),
     }
+}
+
+/// Copies the folder `from` to `dest` (replacing it) and makes the copy writable: Go's module
+/// cache and an unpacked Debian package are read-only, the imported tree must not be.
+fn copy_writable(from: &Path, dest: &Path) -> anyhow::Result<()> {
+    if dest.exists() {
+        std::fs::remove_dir_all(dest)?;
+    }
+    let cp = Command::new("cp").arg("-r").arg(from).arg(dest).output()?;
+    anyhow::ensure!(
+        cp.status.success(),
+        "copying {} failed: {}",
+        from.display(),
+        String::from_utf8_lossy(&cp.stderr).trim()
+    );
+    let chmod = Command::new("chmod").args(["-R", "u+w"]).arg(dest).output()?;
+    anyhow::ensure!(chmod.status.success(), "chmod of {} failed", dest.display());
+    Ok(())
 }
 
 /// What a failed module-proxy download adds to its error: the Debian route.
@@ -395,18 +402,7 @@ fn intake_debian_go(module: &str, work: &Path) -> anyhow::Result<IntakeRepo> {
     let dl = work.join("download");
     let src = crate::debian::fetch_go_module(module, &dl, &dl.join("unpacked"))?;
     let dest = work.join("source");
-    if dest.exists() {
-        std::fs::remove_dir_all(&dest)?;
-    }
-    let cp = Command::new("cp").arg("-r").arg(&src.dir).arg(&dest).output()?;
-    anyhow::ensure!(
-        cp.status.success(),
-        "copying {} failed: {}",
-        src.dir.display(),
-        String::from_utf8_lossy(&cp.stderr).trim()
-    );
-    let chmod = Command::new("chmod").args(["-R", "u+w"]).arg(&dest).output()?;
-    anyhow::ensure!(chmod.status.success(), "chmod of {} failed", dest.display());
+    copy_writable(&src.dir, &dest)?;
     let go_version = crate::langs::installed_go_release(&dest)?;
     if crate::debian::ensure_go_mod(&dest, module, &go_version)? {
         tracing::warn!(
