@@ -89,12 +89,22 @@ fn go_output(go: &Path, args: &[&str], dir: &Path, env: &[(&str, &Path)]) -> any
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// The installed Go's version (`go env GOVERSION`, run in `scratch`).
+fn installed_go(scratch: &Path) -> anyhow::Result<GoVersion> {
+    let version = go_output(Path::new("go"), &["env", "GOVERSION"], scratch, &[])?;
+    GoVersion::parse(&version).ok_or_else(|| anyhow::anyhow!("cannot read the installed Go version from {version:?}"))
+}
+
+impl GoVersion {
+    /// The release as a `go.mod`'s `go` line writes it (1.19.8 → `1.19`).
+    pub fn go_mod_release(self) -> String {
+        format!("{}.{}", self.0, self.1)
+    }
+}
+
 /// The installed Go's release as a `go.mod` writes it (`go1.19.8` → `1.19`), run in `scratch`.
 pub fn installed_go_release(scratch: &Path) -> anyhow::Result<String> {
-    let version = go_output(Path::new("go"), &["env", "GOVERSION"], scratch, &[])?;
-    let GoVersion(major, minor, _) = GoVersion::parse(&version)
-        .ok_or_else(|| anyhow::anyhow!("cannot read the installed Go version from {version:?}"))?;
-    Ok(format!("{major}.{minor}"))
+    installed_go(scratch).map(GoVersion::go_mod_release)
 }
 
 /// The `go` binary for a module that wants `want`: the installed one when it is new enough,
@@ -102,15 +112,19 @@ pub fn installed_go_release(scratch: &Path) -> anyhow::Result<String> {
 /// into `modcache` (its executables made executable again: module zips keep no modes).
 fn go_binary(want: Option<GoVersion>, modcache: &Path, scratch: &Path) -> anyhow::Result<PathBuf> {
     let local = PathBuf::from("go");
-    let version = go_output(&local, &["env", "GOVERSION"], scratch, &[])?;
-    let have = GoVersion::parse(&version)
-        .ok_or_else(|| anyhow::anyhow!("cannot read the installed Go version from {version:?}"))?;
+    let have = installed_go(scratch)?;
     let Some(want) = want.filter(|w| *w > have) else { return Ok(local) };
     let goos = go_output(&local, &["env", "GOOS"], scratch, &[])?;
     let goarch = go_output(&local, &["env", "GOARCH"], scratch, &[])?;
     let module = format!("golang.org/toolchain@v0.0.1-{}.{goos}-{goarch}", want.toolchain_name());
     let json = go_output(&local, &["mod", "download", "-json", &module], scratch, &[("GOMODCACHE", modcache)])
-        .map_err(|e| anyhow::anyhow!("the module asks for Go {}, newer than {version}: {e}", want.toolchain_name()))?;
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "the module asks for Go {}, newer than {}: {e}",
+                want.toolchain_name(),
+                have.toolchain_name()
+            )
+        })?;
     let info: serde_json::Value = serde_json::from_str(&json)?;
     let dir =
         PathBuf::from(info["Dir"].as_str().ok_or_else(|| anyhow::anyhow!("`go mod download {module}` gave no Dir"))?);
@@ -158,21 +172,30 @@ pub fn prepare_go(tree: &Path, files: &[String], opts: &EnvOptions) -> anyhow::R
         tracing::warn!("warming the Go build cache: {e}");
     }
     let go_str = if go.is_absolute() { shell_quote(&go.to_string_lossy()) } else { "go".to_string() };
-    let test_cmd = format!(
-        "rm -rf /tmp/frognano-gocache && cp -r {cache} /tmp/frognano-gocache 2>/dev/null; \
-         env GOMODCACHE={modcache} GOCACHE=/tmp/frognano-gocache GOPROXY=off GOSUMDB=off GOFLAGS=-mod=mod \
-         GOTOOLCHAIN=local GOENV=off GOTELEMETRY=off CGO_ENABLED=0 {go_str} test -v -count=1 ./... 2>&1",
-        cache = shell_quote(&gocache.to_string_lossy()),
+    let run = format!(
+        "env GOMODCACHE={modcache} GOCACHE=/tmp/frognano-gocache GOPROXY=off GOSUMDB=off GOFLAGS=-mod=mod \
+         GOTOOLCHAIN=local GOENV=off GOTELEMETRY=off CGO_ENABLED=0 {go_str} test -v -count=1 ./...",
         modcache = shell_quote(&modcache.to_string_lossy()),
     );
-    Ok(TestSetup {
+    Ok(go_test_setup(&gocache, &run, vec![modcache.clone(), gocache.clone()]))
+}
+
+/// The Go runner's setup: `run` (a `go test -v` command line reading its build cache from
+/// `/tmp/frognano-gocache`) after the warm cache `gocache` is copied there, since Go needs a
+/// writable cache and the environment folder is read-only in the sandbox.
+fn go_test_setup(gocache: &Path, run: &str, readable_paths: Vec<PathBuf>) -> TestSetup {
+    let test_cmd = format!(
+        "rm -rf /tmp/frognano-gocache && cp -r {cache} /tmp/frognano-gocache 2>/dev/null; {run} 2>&1",
+        cache = shell_quote(&gocache.to_string_lossy()),
+    );
+    TestSetup {
         language: Some(Language::Go),
         runner: TestRunner::GoTest,
         test_cmd,
         log_parser: "parse_log_gotest".into(),
-        readable_paths: vec![modcache, gocache],
+        readable_paths,
         python: None,
-    })
+    }
 }
 
 /// Where [`prepare_go_from_debian`] keeps the Debian packages and what it served.
@@ -192,8 +215,9 @@ const DEBIAN_GO_REPLACE: &str = "go.work.replace";
 fn prepare_go_from_debian(tree: &Path, go_mod: &str, env_dir: &Path) -> anyhow::Result<TestSetup> {
     let modcache = env_dir.join("gomodcache");
     let gocache = env_dir.join("gocache");
-    let release = installed_go_release(tree)?;
-    if let Some(want) = go_mod_wants(go_mod).filter(|w| GoVersion::parse(&release).is_some_and(|have| *w > have)) {
+    let have = installed_go(tree)?;
+    let release = have.go_mod_release();
+    if let Some(want) = go_mod_wants(go_mod).filter(|w| *w > have) {
         tracing::warn!(
             "{}/go.mod asks for Go {}, newer than the installed {release}; Debian's route uses the installed Go \
              (newer toolchains come only from the module proxy)",
@@ -228,23 +252,14 @@ fn prepare_go_from_debian(tree: &Path, go_mod: &str, env_dir: &Path) -> anyhow::
     if let Err(e) = go_output(Path::new("go"), &["test", "-vet=off", "-count=1", "-run", "^$", "./..."], tree, &env) {
         tracing::warn!("warming the Go build cache: {e}");
     }
-    let test_cmd = format!(
-        "rm -rf /tmp/frognano-gocache && cp -r {cache} /tmp/frognano-gocache 2>/dev/null; \
-         {{ printf 'go {release}\\n\\nuse \"%s\"\\n\\n' \"$(pwd)\"; cat {replace}; }} > /tmp/frognano-go.work && \
+    let run = format!(
+        "{{ printf 'go {release}\\n\\nuse \"%s\"\\n\\n' \"$(pwd)\"; cat {replace}; }} > /tmp/frognano-go.work && \
          env GOWORK=/tmp/frognano-go.work GOMODCACHE={modcache} GOCACHE=/tmp/frognano-gocache GOPROXY=off GOSUMDB=off \
-         GOFLAGS= GOTOOLCHAIN=local GOENV=off GOTELEMETRY=off CGO_ENABLED=0 go test -vet=off -v -count=1 ./... 2>&1",
-        cache = shell_quote(&gocache.to_string_lossy()),
+         GOFLAGS= GOTOOLCHAIN=local GOENV=off GOTELEMETRY=off CGO_ENABLED=0 go test -vet=off -v -count=1 ./...",
         replace = shell_quote(&replace.to_string_lossy()),
         modcache = shell_quote(&modcache.to_string_lossy()),
     );
-    Ok(TestSetup {
-        language: Some(Language::Go),
-        runner: TestRunner::GoTest,
-        test_cmd,
-        log_parser: "parse_log_gotest".into(),
-        readable_paths: vec![modcache, gocache, debian_dir],
-        python: None,
-    })
+    Ok(go_test_setup(&gocache, &run, vec![modcache.clone(), gocache.clone(), debian_dir]))
 }
 
 /// The `test` script with the scripts it runs through `npm run NAME` (or `npm run-script`,
