@@ -505,24 +505,21 @@ fn install_npm_ladder(
     }
     let (mut manifest, dropped) = prune_dev_dependencies(package, runner, imported, typescript_tests);
     out.dropped = dropped;
-    let mut before = released;
+    // Whether installs still pass `--before=<release time>`.
+    let mut era = released.is_some();
     // npm names one unmatched range per failure; each retry widens what the last one named.
     // A package with no version at all before the release time (a registry whose publish
     // times are later than the real ones, or a test helper first published after the
     // release) gives up the era cutoff: today's registry, recorded.
     for _ in 0..8 {
         out.rung = if out.relaxed.is_empty() { "pruned" } else { "relaxed" }.into();
-        let message = match npm_install(npm_dir, &manifest, None, before) {
+        let message = match npm_install(npm_dir, &manifest, None, released.filter(|_| era)) {
             Ok(()) => return Ok(out),
             Err(e) => e.to_string(),
         };
         out.failures.push(format!("{}: {}", out.rung, first_lines(&message, 3)));
-        let mut era = before.is_some();
         let changed = widen_after_failure(&message, &mut manifest, &mut out.relaxed, &mut era);
-        if !era && before.is_some() {
-            before = None;
-            out.era_given_up = true;
-        }
+        out.era_given_up = released.is_some() && !era;
         if !changed {
             break;
         }
