@@ -1217,28 +1217,27 @@ pub fn synthesize_at(
         }),
         accepted_tasks: Mutex::new(Vec::new()),
     };
-    let todo: Vec<Candidate> = cands.iter().filter(|c| !done.contains(&c.key)).cloned().collect();
-    sh.summary.lock().expect("summary lock").resumed_skipped = cands.len() - todo.len();
-    progress.start("synth", todo.len() as u64, 0);
-    match runner {
-        Some(r) => run_remote(&sh, r, &todo, progress)?,
-        None => run_batch(&sh, &workers, &todo, progress)?,
-    }
+    // One round of candidates: those an earlier run decided are skipped, the rest validated
+    // here or on the cluster.
+    let validate = |round: &[Candidate], label: &str| -> anyhow::Result<()> {
+        let todo: Vec<Candidate> = round.iter().filter(|c| !done.contains(&c.key)).cloned().collect();
+        sh.summary.lock().expect("summary lock").resumed_skipped += round.len() - todo.len();
+        progress.start(label, todo.len() as u64, 0);
+        match runner {
+            Some(r) => run_remote(&sh, r, &todo, progress),
+            None => run_batch(&sh, &workers, &todo, progress),
+        }
+    };
+    validate(&cands, "synth")?;
     if !more.is_empty() && wanted(&sh) {
-        let todo: Vec<Candidate> = more.iter().filter(|c| !done.contains(&c.key)).cloned().collect();
         tracing::info!(
             "{} tasks after the first {} candidates; {} more at complexity ≥ {}, new seeds",
             sh.accepted.load(Ordering::SeqCst),
             cands.len(),
-            todo.len(),
+            more.len(),
             SMALL_PROJECT_MIN_COMPLEXITY
         );
-        sh.summary.lock().expect("summary lock").resumed_skipped += more.len() - todo.len();
-        progress.start("synth (more candidates)", todo.len() as u64, 0);
-        match runner {
-            Some(r) => run_remote(&sh, r, &todo, progress)?,
-            None => run_batch(&sh, &workers, &todo, progress)?,
-        }
+        validate(&more, "synth (more candidates)")?;
     }
 
     if opts.combine >= 2 {
