@@ -16,16 +16,6 @@ use frognano_synth::debian::{candidate, go_package_name};
 use frognano_synth::intake::Source;
 use frognano_synth::pipeline::{synthesize, GenOptions, SynthOptions};
 
-/// Whether the network may be used (see the module docs).
-fn online(context: &str) -> bool {
-    let offline = std::env::var("FROGNANO_OFFLINE").is_ok_and(|v| v == "1");
-    frognano_testkit::available_or_skip(
-        "the network",
-        context,
-        if offline { Err("FROGNANO_OFFLINE=1 is set".into()) } else { Ok(()) },
-    )
-}
-
 fn options(source: Source, out: &Path, min_complexity: u32, max_tasks: usize) -> SynthOptions {
     SynthOptions {
         source,
@@ -93,7 +83,7 @@ fn derived_package_names_are_in_apt() {
 
 #[test]
 fn debian_go_module_without_dependencies_yields_gradable_tasks() {
-    if !online("synth --go github.com/pkg/errors@debian") {
+    if !frognano_testkit::online_or_skip("synth --go github.com/pkg/errors@debian") {
         return;
     }
     let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -123,7 +113,7 @@ fn debian_go_module_without_dependencies_yields_gradable_tasks() {
 
 #[test]
 fn debian_go_module_requirements_are_served_from_debian() {
-    if !online("synth --go github.com/mattn/go-runewidth@debian (requires rivo/uniseg)") {
+    if !frognano_testkit::online_or_skip("synth --go github.com/mattn/go-runewidth@debian (requires rivo/uniseg)") {
         return;
     }
     let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();

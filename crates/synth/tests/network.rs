@@ -14,16 +14,6 @@ use frognano_sandbox::Isolation;
 use frognano_synth::intake::Source;
 use frognano_synth::pipeline::{synthesize, GenOptions, SynthOptions};
 
-/// Whether the network may be used (see the module docs).
-fn online(context: &str) -> bool {
-    let offline = std::env::var("FROGNANO_OFFLINE").is_ok_and(|v| v == "1");
-    frognano_testkit::available_or_skip(
-        "the network",
-        context,
-        if offline { Err("FROGNANO_OFFLINE=1 is set".into()) } else { Ok(()) },
-    )
-}
-
 fn options(source: Source, out: &Path, max_candidates: usize, min_complexity: u32) -> SynthOptions {
     SynthOptions {
         source,
@@ -44,7 +34,7 @@ fn options(source: Source, out: &Path, max_candidates: usize, min_complexity: u3
 
 #[test]
 fn pypi_sdist_with_pytest_suite_yields_tasks() {
-    if !online("synth --pypi six==1.16.0") {
+    if !frognano_testkit::online_or_skip("synth --pypi six==1.16.0") {
         return;
     }
     // Outside /tmp: sandboxed runs get a private /tmp and must see the virtualenv.
@@ -67,7 +57,7 @@ fn pypi_sdist_with_pytest_suite_yields_tasks() {
 
 #[test]
 fn crates_io_crate_yields_tasks() {
-    if !online("synth --crate strsim@0.11.1") {
+    if !frognano_testkit::online_or_skip("synth --crate strsim@0.11.1") {
         return;
     }
     // Inside this workspace's target/ on purpose: an unpacked crate must not be taken for a
@@ -98,7 +88,7 @@ fn crates_io_crate_yields_tasks() {
 #[test]
 fn an_old_release_is_validated_and_graded_in_its_era_environment() {
     use frognano_swe::env_record::{find_uv, EnvironmentRecord};
-    if !online("synth --pypi Jinja2==2.11.3 (release era)") {
+    if !frognano_testkit::online_or_skip("synth --pypi Jinja2==2.11.3 (release era)") {
         return;
     }
     let uv = find_uv().ok_or_else(|| "uv not found (run scripts/ci-setup.sh: it installs .venv-uv)".to_string());

@@ -101,6 +101,14 @@ pub fn available_or_skip(needs: &str, context: &str, status: Result<(), String>)
     false
 }
 
+/// Whether a test may use the network (package registries, Debian's archive): yes unless
+/// `FROGNANO_OFFLINE=1`, which turns the test into one `SKIPPED (needs the network)` line
+/// ([`available_or_skip`]; a failure under `FROGNANO_REQUIRE_FIXTURES`).
+pub fn online_or_skip(context: &str) -> bool {
+    let offline = std::env::var("FROGNANO_OFFLINE").is_ok_and(|v| v == "1");
+    available_or_skip("the network", context, if offline { Err("FROGNANO_OFFLINE=1 is set".into()) } else { Ok(()) })
+}
+
 /// How `python3 -m unittest -v` names test method `test` of `class` (a dotted path such as
 /// `tests.test_calc.CalcTest`), which is what a SWE-bench instance's test lists hold for
 /// Django's parser: Python 3.11 put the qualified method name in the parentheses.
