@@ -113,17 +113,10 @@ fn download(pkg: &DebianPackage, download: &Path) -> anyhow::Result<PathBuf> {
         return Ok(deb);
     }
     let spec = format!("{}={}", pkg.name, pkg.version);
-    let out = Command::new("apt-get")
-        .args(["download", "-q", &spec])
-        .current_dir(download)
-        .output()
-        .map_err(|e| anyhow::anyhow!("cannot run apt-get: {e} (is this a Debian system?)"))?;
-    anyhow::ensure!(
-        out.status.success(),
-        "apt-get download {spec} (into {}) failed: {}",
-        download.display(),
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
+    crate::project::run_host(
+        Command::new("apt-get").args(["download", "-q", &spec]).current_dir(download),
+        &format!("apt-get download {spec} (into {}; is this a Debian system?)", download.display()),
+    )?;
     find()
         .ok_or_else(|| anyhow::anyhow!("apt-get download {spec} left no {}_*.deb in {}", pkg.name, download.display()))
 }
@@ -138,18 +131,10 @@ fn unpack(deb: &Path, dest: &Path) -> anyhow::Result<()> {
         std::fs::remove_dir_all(&partial)?;
     }
     std::fs::create_dir_all(&partial)?;
-    let out = Command::new("dpkg-deb")
-        .arg("-x")
-        .arg(deb)
-        .arg(&partial)
-        .output()
-        .map_err(|e| anyhow::anyhow!("cannot run dpkg-deb: {e} (is this a Debian system?)"))?;
-    anyhow::ensure!(
-        out.status.success(),
-        "dpkg-deb -x {} failed: {}",
-        deb.display(),
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
+    crate::project::run_host(
+        Command::new("dpkg-deb").arg("-x").arg(deb).arg(&partial),
+        &format!("dpkg-deb -x {} (is this a Debian system?)", deb.display()),
+    )?;
     std::fs::rename(&partial, dest)?;
     Ok(())
 }
