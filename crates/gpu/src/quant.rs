@@ -91,6 +91,12 @@ impl DeviceMatrix {
         if m.rows > i32::MAX as usize || m.cols > i32::MAX as usize {
             return Err(GpuError::Unsupported(format!("matrix [{}, {}] is too large", m.rows, m.cols)));
         }
+        if m.low_rank().is_some() {
+            return Err(GpuError::Unsupported(format!(
+                "matrix [{}, {}] carries a low-rank (LoRA) update, which the GPU kernels do not apply; merge it into the weights",
+                m.rows, m.cols
+            )));
+        }
         Ok(DeviceMatrix { rows: m.rows, cols: m.cols, dtype: m.dtype, buf: Buffer::from_bytes(dev, bytes)? })
     }
 

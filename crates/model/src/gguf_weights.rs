@@ -259,6 +259,24 @@ pub fn unpermute_rows(w: &[f32], heads: usize, head_dim: usize, cols: usize) -> 
     out
 }
 
+/// Rows in Hugging Face order put into llama.cpp's permuted order (the converter's
+/// direction; the inverse of [`unpermute_rows`]): what a q or k update must go through to be
+/// added to a llama-architecture GGUF's weights as stored.
+pub fn permute_rows(w: &[f32], heads: usize, head_dim: usize, cols: usize) -> Vec<f32> {
+    let half = head_dim / 2;
+    let mut out = vec![0.0f32; w.len()];
+    for h in 0..heads {
+        for j in 0..half {
+            for s in 0..2 {
+                let stored = (h * head_dim + 2 * j + s) * cols;
+                let hf = (h * head_dim + s * half + j) * cols;
+                out[stored..stored + cols].copy_from_slice(&w[hf..hf + cols]);
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,5 +317,10 @@ mod tests {
         // One head of dim 4, one column: HF rows [a0 a1 b0 b1] are stored as [a0 b0 a1 b1].
         let stored = [0.0, 2.0, 1.0, 3.0];
         assert_eq!(unpermute_rows(&stored, 1, 4, 1), vec![0.0, 1.0, 2.0, 3.0]);
+        assert_eq!(permute_rows(&[0.0, 1.0, 2.0, 3.0], 1, 4, 1), stored.to_vec());
+        // Two heads of dim 6, three columns: a round trip.
+        let w: Vec<f32> = (0..36).map(|i| i as f32).collect();
+        assert_eq!(unpermute_rows(&permute_rows(&w, 2, 6, 3), 2, 6, 3), w);
+        assert_ne!(permute_rows(&w, 2, 6, 3), w);
     }
 }

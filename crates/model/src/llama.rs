@@ -29,7 +29,7 @@ use crate::gguf_weights::{GgufArch, GgufWeights};
 use crate::kernels::attention::{self, AttnShape};
 use crate::quant::ggml::{self, F16Dot};
 use crate::quant::QuantType;
-use crate::tensor::{round_f16, Matrix};
+use crate::tensor::{round_f16, LowRank, Matrix};
 pub use crate::weights::RopeStyle;
 use crate::weights::{has_output_head, layer_name, Role, TensorSource, WeightSpec, EMBED_TOKENS, FINAL_NORM, LM_HEAD};
 use crate::CausalLm;
@@ -701,6 +701,40 @@ impl Llama {
                 *m = m.quantized(q);
             }
         }
+    }
+
+    /// Adds the low-rank update `update` (Hugging Face row order, e.g. a LoRA adapter's
+    /// `scale·B·A`) to the projection named by its Hugging Face module name
+    /// (`model.layers.3.self_attn.q_proj`, `….mlp.down_proj`), or removes it with `None`.
+    /// q/k updates are permuted as llama.cpp's converter permuted the rows of a
+    /// llama-architecture GGUF file. Errors name the module or the shapes.
+    pub fn set_low_rank(&mut self, module: &str, update: Option<LowRank>) -> std::result::Result<(), String> {
+        let unknown = || format!("`{module}` is not a projection of this model");
+        let rest = module.strip_prefix("model.layers.").ok_or_else(unknown)?;
+        let (index, proj) = rest.split_once('.').ok_or_else(unknown)?;
+        let i: usize = index.parse().map_err(|_| unknown())?;
+        let (heads, dh, interleaved) =
+            (self.cfg.num_heads, self.cfg.head_dim, self.cfg.rope_style == RopeStyle::Interleaved);
+        let kv_heads = self.cfg.num_kv_heads;
+        let layer = self.layers.get_mut(i).ok_or_else(unknown)?;
+        let (m, rotary_heads) = match proj {
+            "self_attn.q_proj" => (&mut layer.wq, Some(heads)),
+            "self_attn.k_proj" => (&mut layer.wk, Some(kv_heads)),
+            "self_attn.v_proj" => (&mut layer.wv, None),
+            "self_attn.o_proj" => (&mut layer.wo, None),
+            "mlp.gate_proj" => (&mut layer.gate, None),
+            "mlp.up_proj" => (&mut layer.up, None),
+            "mlp.down_proj" => (&mut layer.down, None),
+            _ => return Err(unknown()),
+        };
+        let update = match (update, rotary_heads) {
+            (Some(mut u), Some(h)) if interleaved && u.b.len() == h * dh * u.rank => {
+                u.b = crate::gguf_weights::permute_rows(&u.b, h, dh, u.rank);
+                Some(u)
+            }
+            (u, _) => u,
+        };
+        m.set_low_rank(update).map_err(|e| format!("`{module}`: {e}"))
     }
 
     /// Repacks the matmul weights for this CPU's fastest kernels ([`Matrix::pack_for_matmul`]):

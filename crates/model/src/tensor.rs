@@ -105,6 +105,42 @@ pub struct Matrix {
     packed: Option<Arc<Vec<u8>>>,
     /// `bytes` was an owned buffer and was dropped once packed: rows come from `packed`.
     only_packed: bool,
+    /// A low-rank update added to every product ([`Matrix::set_low_rank`]).
+    low_rank: Option<Arc<LowRank>>,
+}
+
+/// A low-rank update `scale · B·A` of a weight matrix, kept apart from the stored weights: a
+/// LoRA adapter on a quantized model. Products then compute `x·(W + scale·B·A)ᵀ` at the speed
+/// of `W` plus `t·rank·(rows + cols)` multiply-adds, and the weights stay as they were
+/// quantized — a trainer's adapter is sampled from exactly as it is trained over the same
+/// dequantized base, with no re-quantization of merged weights.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LowRank {
+    /// Rank `r`.
+    pub rank: usize,
+    /// `A`, `[r, cols]` row-major.
+    pub a: Vec<f32>,
+    /// `B`, `[rows, r]` row-major.
+    pub b: Vec<f32>,
+    /// The factor (`alpha / r` for LoRA).
+    pub scale: f32,
+}
+
+impl LowRank {
+    /// Adds `scale · (x·Aᵀ)·Bᵀ` to `y` (`[t, rows]`) for `x` (`[t, cols]`).
+    fn add_to(&self, y: &mut [f32], x: &[f32], t: usize, rows: usize, cols: usize) {
+        let r = self.rank;
+        let mut u = vec![0.0f32; r];
+        for tt in 0..t {
+            let xt = &x[tt * cols..(tt + 1) * cols];
+            for (k, uk) in u.iter_mut().enumerate() {
+                *uk = self.scale * self.a[k * cols..(k + 1) * cols].iter().zip(xt).map(|(a, b)| a * b).sum::<f32>();
+            }
+            for (row, out) in y[tt * rows..(tt + 1) * rows].iter_mut().enumerate() {
+                *out += self.b[row * r..(row + 1) * r].iter().zip(&u).map(|(b, u)| b * u).sum::<f32>();
+            }
+        }
+    }
 }
 
 impl Matrix {
@@ -113,7 +149,35 @@ impl Matrix {
     pub fn new(rows: usize, cols: usize, dtype: DType, bytes: Bytes) -> Self {
         let row = dtype.row_bytes(cols).expect("matrix width is a whole number of blocks");
         assert_eq!(bytes.len(), rows * row, "matrix byte length");
-        Matrix { rows, cols, dtype, bytes, packed: None, only_packed: false }
+        Matrix { rows, cols, dtype, bytes, packed: None, only_packed: false, low_rank: None }
+    }
+
+    /// Adds (or with `None` removes) a low-rank update `scale · B·A` to every product of this
+    /// matrix ([`LowRank`]); [`Matrix::to_f32`] and row lookups still give the stored weights.
+    /// Errors when `A` is not `[rank, cols]` or `B` not `[rows, rank]`.
+    pub fn set_low_rank(&mut self, update: Option<LowRank>) -> std::result::Result<(), String> {
+        if let Some(u) = &update {
+            if u.a.len() != u.rank * self.cols || u.b.len() != self.rows * u.rank {
+                return Err(format!(
+                    "low-rank update of a {}x{} matrix needs A {}x{} and B {}x{}; found {} and {} values",
+                    self.rows,
+                    self.cols,
+                    u.rank,
+                    self.cols,
+                    self.rows,
+                    u.rank,
+                    u.a.len(),
+                    u.b.len()
+                ));
+            }
+        }
+        self.low_rank = update.map(Arc::new);
+        Ok(())
+    }
+
+    /// The low-rank update added to this matrix's products, if any.
+    pub fn low_rank(&self) -> Option<&LowRank> {
+        self.low_rank.as_deref()
     }
 
     /// Repacks a Q4_K or Q6_K matrix for its eight-row kernel when this CPU has one and the
@@ -175,7 +239,10 @@ impl Matrix {
             }
         });
         self.bytes.release_pages();
-        Matrix::new(self.rows, self.cols, DType::Quant(q), Bytes::from_vec(bytes))
+        Matrix {
+            low_rank: self.low_rank.clone(),
+            ..Matrix::new(self.rows, self.cols, DType::Quant(q), Bytes::from_vec(bytes))
+        }
     }
 
     /// An f32 matrix owning `data`.
@@ -221,13 +288,24 @@ impl Matrix {
     /// ([`crate::kernels::matmul::matmul_many`]). Returns one `[t, rows]` product per matrix.
     pub fn matmul_many(ms: &[&Matrix], x: &[f32], t: usize) -> Vec<Vec<f32>> {
         let ws: Vec<WeightRef<'_>> = ms.iter().map(|m| m.weight_ref()).collect();
-        matmul::matmul_many(&ws, x, t)
+        let mut ys = matmul::matmul_many(&ws, x, t);
+        for (m, y) in ms.iter().zip(ys.iter_mut()) {
+            if let Some(u) = &m.low_rank {
+                u.add_to(y, x, t, m.rows, m.cols);
+            }
+        }
+        ys
     }
 
-    /// `y[t, r] = Σ_k x[t, k] · W[r, k]` for `t` rows of `x` (`x.len() == t * cols`);
+    /// `y[t, r] = Σ_k x[t, k] · W[r, k]` for `t` rows of `x` (`x.len() == t * cols`), plus the
+    /// [`LowRank`] update when one is set;
     /// returns `y` as `[t, rows]`.
     pub fn matmul(&self, x: &[f32], t: usize) -> Vec<f32> {
-        matmul::matmul(&self.weight_ref(), x, t)
+        let mut y = matmul::matmul(&self.weight_ref(), x, t);
+        if let Some(u) = &self.low_rank {
+            u.add_to(&mut y, x, t, self.rows, self.cols);
+        }
+        y
     }
 }
 
@@ -235,6 +313,49 @@ impl Matrix {
 mod tests {
     use super::*;
     use half::{bf16, f16};
+
+    #[test]
+    fn low_rank_update_adds_scale_b_a_to_every_product() {
+        let (rows, cols, rank, t) = (24, 32, 3, 4);
+        let w: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919) % 113) as f32 / 50.0 - 1.0).collect();
+        let a: Vec<f32> = (0..rank * cols).map(|i| ((i * 13) % 7) as f32 / 7.0 - 0.5).collect();
+        let b: Vec<f32> = (0..rows * rank).map(|i| ((i * 5) % 11) as f32 / 11.0 - 0.5).collect();
+        let x: Vec<f32> = (0..t * cols).map(|i| ((i * 31) % 17) as f32 / 8.0 - 1.0).collect();
+        let scale = 0.75;
+        // The merged matrix W + scale·B·A, as f32.
+        let mut merged = w.clone();
+        for r in 0..rows {
+            for c in 0..cols {
+                merged[r * cols + c] += scale * (0..rank).map(|k| b[r * rank + k] * a[k * cols + c]).sum::<f32>();
+            }
+        }
+        let want = Matrix::from_f32(rows, cols, merged).matmul(&x, t);
+        for base in [
+            Matrix::from_f32(rows, cols, w.clone()),
+            Matrix::from_f32(rows, cols, w.clone()).quantized(QuantType::Q8_0),
+        ] {
+            let plain = base.matmul(&x, t);
+            let mut m = base.clone();
+            m.set_low_rank(Some(LowRank { rank, a: a.clone(), b: b.clone(), scale })).unwrap();
+            let got = m.matmul(&x, t);
+            let many = Matrix::matmul_many(&[&m, &base], &x, t);
+            // The update is there (the base product differs), and it is the merged product's
+            // up to the base's own quantization error.
+            let err = |y: &[f32]| y.iter().zip(&want).map(|(p, q)| (p - q).abs()).fold(0.0f32, f32::max);
+            let base_err = plain.iter().zip(&base.matmul(&x, t)).map(|(p, q)| (p - q).abs()).fold(0.0, f32::max);
+            assert_eq!(base_err, 0.0);
+            assert!(err(&plain) > 0.1, "the update is not negligible");
+            assert!(err(&got) < 0.05, "{:?}: {}", base.dtype, err(&got));
+            assert_eq!(many[0], got, "matmul_many adds it too");
+            assert_eq!(many[1], plain, "and only to the matrix carrying it");
+            // Quantizing keeps the update; the stored weights are untouched by it.
+            assert_eq!(m.quantized(QuantType::Q8_0).low_rank(), m.low_rank());
+            assert_eq!(m.to_f32(), base.to_f32());
+        }
+        let mut m = Matrix::from_f32(rows, cols, w);
+        let e = m.set_low_rank(Some(LowRank { rank, a: vec![0.0; 5], b, scale })).unwrap_err();
+        assert!(e.contains("needs A 3x32 and B 24x3; found 5 and 72 values"), "{e}");
+    }
 
     #[test]
     fn matmul_matches_naive_for_every_dtype() {
