@@ -103,8 +103,8 @@ pub enum TrainerChoice {
 /// `frognano train` arguments.
 #[derive(Debug, Args)]
 pub struct TrainArgs {
-    /// The policy to train: a checkpoint folder (llama or qwen3_5 safetensors) or a
-    /// llama-architecture GGUF file (dequantized to f32).
+    /// The policy to train: a checkpoint folder (llama, qwen2, qwen3 or qwen3_5 safetensors) or a
+    /// llama, mistral, qwen2 or qwen3 GGUF file (dequantized to f32).
     #[arg(long, required_unless_present_any = ["toy", "plot"])]
     pub model: Option<String>,
     /// Train a random-init tiny model on the built-in toy environment (a one-token bug fix

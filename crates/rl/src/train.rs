@@ -33,8 +33,8 @@ pub enum TrainTarget {
     Toy,
     /// A real policy on SWE-bench-format tasks.
     Tasks {
-        /// The policy: a checkpoint folder (llama or qwen3_5 safetensors) or a
-        /// llama-architecture GGUF file (dequantized to f32).
+        /// The policy: a checkpoint folder (llama, qwen2, qwen3 or qwen3_5 safetensors) or a
+        /// llama, mistral, qwen2 or qwen3 GGUF file (dequantized to f32).
         model: String,
         /// Tasks: SWE-bench JSONL/JSON, a `frognano synth --out` folder, or a Harbor dataset.
         tasks: Option<PathBuf>,

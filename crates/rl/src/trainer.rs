@@ -477,19 +477,24 @@ impl Trainer {
         Ok(m)
     }
 
-    /// One optimizer step on a mini-batch: per-sequence forward and backward (memory stays
-    /// one sequence deep), gradients summed, clipped, AdamW. Returns (loss, stats, grad norm).
+    /// One optimizer step on a mini-batch: per-sequence forward and backward, one layer's
+    /// activations at a time ([`Policy::backward`]), the head only at loss-bearing tokens;
+    /// gradients summed, clipped, AdamW. Returns (loss, stats, grad norm).
     fn update(&mut self, batch: &[Datum]) -> anyhow::Result<(f64, LossStats, f64)> {
         let params = self.policy.params();
         let mut acc = GradSum::new(&params);
         let (mut total, mut stats) = (0.0f64, LossStats::default());
         for d in batch {
-            let lp = self.policy.token_logprobs(&d.input, &d.targets)?;
-            let (loss, s) = sequence_loss(&lp, d, &self.cfg.loss)?;
-            total += loss.to_scalar::<f32>()? as f64;
+            let needed: Vec<bool> = d.weights.iter().map(|&w| w != 0.0).collect();
+            let (loss, s) = self.policy.backward(
+                &d.input,
+                &d.targets,
+                Some(&needed),
+                |lp| sequence_loss(lp, d, &self.cfg.loss),
+                &mut |g| acc.add(g),
+            )?;
+            total += loss;
             stats += s;
-            let grads = loss.backward()?;
-            acc.add(&grads)?;
         }
         let grads = acc.into_grads()?;
         let st = self.optimizer.step(&params, &grads)?;

@@ -118,14 +118,10 @@ fn architectures_the_trainer_lacks_are_refused() {
     let arch = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/arch");
     let e = load_err(&arch.join("llama3-tiny"));
     assert!(e.contains("`rope_scaling`: RoPE scaling is not supported for training"), "{e}");
-    for (name, model_type) in [("qwen3-tiny", "qwen3"), ("qwen2-tiny", "qwen2"), ("ministral3-tiny", "ministral3")] {
-        let e = load_err(&arch.join(name));
-        assert!(e.contains(&format!("model_type \"{model_type}\" cannot be trained")), "{name}: {e}");
-    }
+    let e = load_err(&arch.join("ministral3-tiny"));
+    assert!(e.contains("model_type \"ministral3\" cannot be trained"), "{e}");
     let e = load_err(&arch.join("llama3-tiny.gguf"));
     assert!(e.contains("rope_freqs.weight"), "{e}");
-    let e = load_err(&arch.join("qwen3-tiny.gguf"));
-    assert!(e.contains("\"qwen3\" cannot be trained"), "{e}");
     let e = load_err(&arch.join("ministral3-tiny.gguf"));
     assert!(e.contains("\"mistral3\" cannot be trained"), "{e}");
 }

@@ -1,5 +1,5 @@
 //! Reading checkpoints into policy weights and writing them back: any frognano-model
-//! [`TensorSource`] (Hugging Face safetensors folders, llama-architecture GGUF files
+//! [`TensorSource`] (Hugging Face safetensors folders, llama-family GGUF files (llama, mistral, qwen2, qwen3)
 //! dequantized with q/k rows put back into Hugging Face order) read along the architecture's
 //! weight map, the policy's own weights handed back as one, merged checkpoints and PEFT
 //! adapters.
@@ -133,19 +133,22 @@ fn safetensors_names(path: &Path) -> anyhow::Result<Vec<String>> {
     Ok(v.as_object().map(|o| o.keys().filter(|k| *k != "__metadata__").cloned().collect()).unwrap_or_default())
 }
 
-/// A llama-architecture GGUF file as Hugging Face-named f32 tensors (q/k rows put back into
+/// A llama-family GGUF file (`llama`, `mistral`, `qwen2`, `qwen3`) as Hugging Face-named f32 tensors (q/k rows put back into
 /// Hugging Face order by [`GgufWeights::in_hf_layout`]) and its spec.
 pub(crate) fn read_llama_gguf(path: &Path) -> anyhow::Result<(super::LlamaSpec, Vec<(String, Tensor)>)> {
     let f = GgufFile::open(path)?;
     let arch = f.get_str("general.architecture")?.unwrap_or("").to_string();
-    if !matches!(arch.as_str(), "llama" | "mistral") {
-        bail!("{}: general.architecture {arch:?} cannot be trained; supported GGUF: llama, mistral", path.display());
+    if !matches!(arch.as_str(), "llama" | "mistral" | "qwen2" | "qwen3") {
+        bail!(
+            "{}: general.architecture {arch:?} cannot be trained; supported GGUF: llama, mistral, qwen2, qwen3",
+            path.display()
+        );
     }
     if f.contains("rope_freqs.weight") {
         bail!("{}: tensor `rope_freqs.weight` (Llama 3.1 RoPE scaling) is not supported for training", path.display());
     }
-    if f.contains("blk.0.attn_q.bias") {
-        bail!("{}: tensor `blk.0.attn_q.bias`: attention biases are not supported for training", path.display());
+    if arch != "qwen2" && f.contains("blk.0.attn_q.bias") {
+        bail!("{}: tensor `blk.0.attn_q.bias`: attention biases are only supported for qwen2", path.display());
     }
     let c = frognano_model::llama::Llama::config_from_gguf(&f)?;
     if c.rope_freq_scale != 1.0 || c.yarn.is_some() || c.attn_temperature.is_some() {

@@ -1,7 +1,8 @@
 //! The llama architecture in candle, differentiable: pre-norm RMSNorm, grouped-query
-//! attention with rotate-half RoPE (Hugging Face layout), SwiGLU MLP, tied or untied head.
-//! Weights use `LlamaForCausalLM` names, taken with their shapes from frognano-model's
-//! [`LlamaMap`].
+//! attention with rotate-half RoPE (Hugging Face layout), SwiGLU MLP, tied or untied head;
+//! with q/k/v biases it is Qwen2, with per-head q/k RMSNorms Qwen3. Weights use
+//! `LlamaForCausalLM` / `Qwen2ForCausalLM` / `Qwen3ForCausalLM` names, taken with their shapes
+//! from frognano-model's [`LlamaMap`].
 //!
 //! ```text
 //! h = embed[ids]
@@ -9,9 +10,13 @@
 //!             h += down_proj(silu(gate_proj(x)) ⊙ up_proj(x))                  x = rms(h)·w_post
 //! logits = rms(h)·w_norm · (lm_head | embed)ᵀ
 //! ```
+//!
+//! The network is written as three stages ([`embed`], [`layer`], [`head`]) so the policy can
+//! back-propagate one layer at a time (`Policy::backward`).
 
 use candle_core::{Result, Tensor};
 use frognano_model::llama::{Llama, LlamaConfig, LlamaMap, RopeStyle};
+use frognano_model::weights::WeightSpec;
 use rand::{Rng, SeedableRng};
 
 use super::ops;
@@ -47,6 +52,10 @@ pub struct LlamaSpec {
     pub bos_token_id: Option<u32>,
     /// `eos_token_id`s written to `config.json` on save.
     pub eos_token_ids: Vec<u32>,
+    /// The q/k/v projections carry biases (Qwen2).
+    pub qkv_bias: bool,
+    /// Per-head RMSNorms of q and k before RoPE (Qwen3).
+    pub qk_norm: bool,
 }
 
 impl LlamaSpec {
@@ -67,6 +76,20 @@ impl LlamaSpec {
             tie_word_embeddings: true,
             bos_token_id: None,
             eos_token_ids: Vec::new(),
+            qkv_bias: false,
+            qk_norm: false,
+        }
+    }
+
+    /// The Hugging Face `model_type` of this shape: `"qwen2"` with q/k/v biases, `"qwen3"` with
+    /// q/k norms, else `"llama"`.
+    pub fn model_type(&self) -> &'static str {
+        if self.qkv_bias {
+            "qwen2"
+        } else if self.qk_norm {
+            "qwen3"
+        } else {
+            "llama"
         }
     }
 
@@ -87,6 +110,8 @@ impl LlamaSpec {
             tie_word_embeddings: tied,
             bos_token_id: None,
             eos_token_ids: Vec::new(),
+            qkv_bias: c.qkv_bias,
+            qk_norm: c.qk_norm,
         }
     }
 
@@ -112,13 +137,16 @@ impl LlamaSpec {
         if !self.head_dim.is_multiple_of(2) {
             return Err(format!("llama spec: head_dim {} must be even", self.head_dim));
         }
+        if self.qkv_bias && self.qk_norm {
+            return Err("llama spec: q/k/v biases (Qwen2) and q/k norms (Qwen3) do not go together".into());
+        }
         Ok(())
     }
 
     /// frognano-model's config for the same shapes (Hugging Face RoPE pairing).
     pub fn to_config(&self) -> LlamaConfig {
         LlamaConfig {
-            arch: "llama".into(),
+            arch: self.model_type().into(),
             hidden_size: self.hidden_size,
             num_layers: self.num_layers,
             num_heads: self.num_heads,
@@ -131,9 +159,9 @@ impl LlamaSpec {
             rope_dim: self.head_dim,
             rope_style: RopeStyle::Halves,
             max_context: self.max_context,
-            qkv_bias: false,
+            qkv_bias: self.qkv_bias,
             rope_freqs: false,
-            qk_norm: false,
+            qk_norm: self.qk_norm,
             llama3_scaling: None,
             rope_freq_scale: 1.0,
             yarn: None,
@@ -141,16 +169,22 @@ impl LlamaSpec {
         }
     }
 
-    /// A Hugging Face `config.json` for a `LlamaForCausalLM` of this shape.
+    /// A Hugging Face `config.json` for a `LlamaForCausalLM` (`Qwen2ForCausalLM`,
+    /// `Qwen3ForCausalLM`) of this shape.
     pub fn hf_config(&self, dtype: &str) -> serde_json::Value {
+        let architecture = match self.model_type() {
+            "qwen2" => "Qwen2ForCausalLM",
+            "qwen3" => "Qwen3ForCausalLM",
+            _ => "LlamaForCausalLM",
+        };
         let eos = match self.eos_token_ids.as_slice() {
             [] => serde_json::Value::Null,
             [one] => serde_json::json!(one),
             many => serde_json::json!(many),
         };
         serde_json::json!({
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
+            "architectures": [architecture],
+            "model_type": self.model_type(),
             "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size,
             "num_hidden_layers": self.num_layers,
@@ -213,32 +247,86 @@ impl LlamaSpec {
     }
 }
 
-/// Logits `[n, vocab]` (compute dtype) of the llama network over `ids`.
-pub(crate) fn logits(spec: &LlamaSpec, st: &Store, ids: &Tensor) -> Result<Tensor> {
-    let map = spec.weight_map();
-    let n = ids.dim(0)?;
+/// What the stages of one forward pass share: the weight map and the RoPE tables for `n`
+/// tokens.
+pub(crate) struct Pass {
+    map: LlamaMap,
+    rope: (Tensor, Tensor),
+}
+
+impl Pass {
+    /// The pass over `n` tokens.
+    pub fn new(spec: &LlamaSpec, st: &Store, n: usize) -> Result<Pass> {
+        let rope = ops::rope_tables(n, spec.head_dim, spec.rope_theta, st.compute, &candle_core::Device::Cpu)?;
+        Ok(Pass { map: spec.weight_map(), rope })
+    }
+
+    /// Decoder layers.
+    pub fn layers(&self) -> usize {
+        self.map.layers.len()
+    }
+}
+
+/// The token embeddings `[n, d]` of `ids`.
+pub(crate) fn embed(pass: &Pass, st: &Store, ids: &Tensor) -> Result<Tensor> {
+    st.get(&pass.map.embed.name)?.index_select(ids, 0)
+}
+
+/// Decoder layer `i` over the residual stream `h` `[n, d]`.
+pub(crate) fn layer(spec: &LlamaSpec, pass: &Pass, st: &Store, i: usize, h: &Tensor) -> Result<Tensor> {
+    let l = &pass.map.layers[i];
+    let n = h.dim(0)?;
     let (hq, hkv, dh) = (spec.num_heads, spec.num_kv_heads, spec.head_dim);
     let eps = spec.rms_norm_eps;
-    let mut h = st.get(&map.embed.name)?.index_select(ids, 0)?;
-    let (cos, sin) = ops::rope_tables(n, dh, spec.rope_theta, st.compute, ids.device())?;
-    for l in &map.layers {
-        let x = ops::rms_norm(&h, &st.model_form(&l.attn_norm)?, eps)?;
-        let heads = |t: Tensor, count: usize| -> Result<Tensor> { t.reshape((n, count, dh))?.transpose(0, 1) };
-        let q = ops::rope(&heads(st.linear(&x, l.q_proj.module())?, hq)?, &cos, &sin)?;
-        let k = ops::rope(&heads(st.linear(&x, l.k_proj.module())?, hkv)?, &cos, &sin)?;
-        let v = heads(st.linear(&x, l.v_proj.module())?, hkv)?;
-        let o = ops::causal_attention(&q, &k, &v)?;
-        h = (h + st.linear(&o, l.o_proj.module())?)?;
-        let x = ops::rms_norm(&h, &st.model_form(&l.ffn_norm)?, eps)?;
-        let g = st.linear(&x, l.gate.module())?.silu()?;
-        let u = st.linear(&x, l.up.module())?;
-        h = (h + st.linear(&(g * u)?, l.down.module())?)?;
-    }
-    let x = ops::rms_norm(&h, &st.model_form(&map.norm)?, eps)?;
-    match &map.lm_head {
+    let (cos, sin) = (&pass.rope.0, &pass.rope.1);
+    let x = ops::rms_norm(h, &st.model_form(&l.attn_norm)?, eps)?;
+    let bias = |t: Tensor, which: usize| -> Result<Tensor> {
+        match &l.qkv_bias {
+            Some(b) => t.broadcast_add(&st.get(&b[which].name)?),
+            None => Ok(t),
+        }
+    };
+    // [n, count·dh] → [count, n, dh], with Qwen3's per-head RMSNorm before RoPE.
+    let heads = |t: Tensor, count: usize, norm: Option<&WeightSpec>| -> Result<Tensor> {
+        let t = t.reshape((n, count, dh))?;
+        let t = match norm {
+            Some(w) => ops::rms_norm(&t, &st.model_form(w)?, eps)?,
+            None => t,
+        };
+        t.transpose(0, 1)
+    };
+    let (qn, kn) = match &l.qk_norm {
+        Some([q, k]) => (Some(q), Some(k)),
+        None => (None, None),
+    };
+    let q = ops::rope(&heads(bias(st.linear(&x, l.q_proj.module())?, 0)?, hq, qn)?, cos, sin)?;
+    let k = ops::rope(&heads(bias(st.linear(&x, l.k_proj.module())?, 1)?, hkv, kn)?, cos, sin)?;
+    let v = heads(bias(st.linear(&x, l.v_proj.module())?, 2)?, hkv, None)?;
+    let o = ops::causal_attention(&q, &k, &v)?;
+    let h = (h + st.linear(&o, l.o_proj.module())?)?;
+    let x = ops::rms_norm(&h, &st.model_form(&l.ffn_norm)?, eps)?;
+    let g = st.linear(&x, l.gate.module())?.silu()?;
+    let u = st.linear(&x, l.up.module())?;
+    h + st.linear(&(g * u)?, l.down.module())?
+}
+
+/// Logits `[n, vocab]` of the final residual stream `h` `[n, d]`.
+pub(crate) fn head(spec: &LlamaSpec, pass: &Pass, st: &Store, h: &Tensor) -> Result<Tensor> {
+    let x = ops::rms_norm(h, &st.model_form(&pass.map.norm)?, spec.rms_norm_eps)?;
+    match &pass.map.lm_head {
         Some(head) => st.linear(&x, head.module()),
-        None => st.matmul_weight(&x, &map.embed.name),
+        None => st.matmul_weight(&x, &pass.map.embed.name),
     }
+}
+
+/// Logits `[n, vocab]` (compute dtype) of the llama network over `ids`.
+pub(crate) fn logits(spec: &LlamaSpec, st: &Store, ids: &Tensor) -> Result<Tensor> {
+    let pass = Pass::new(spec, st, ids.dim(0)?)?;
+    let mut h = embed(&pass, st, ids)?;
+    for i in 0..pass.layers() {
+        h = layer(spec, &pass, st, i, &h)?;
+    }
+    head(spec, &pass, st, &h)
 }
 
 /// frognano-model's inference llama over the current (LoRA-merged) weights.

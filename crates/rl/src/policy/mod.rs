@@ -1,9 +1,9 @@
 //! The trainable policy: our own model code written with candle autograd, so the trainer can
 //! compute token log-probabilities and their gradients.
 //!
-//! * [`Policy::load`] reads a Hugging Face safetensors folder (`llama`, `qwen3_5`,
-//!   `qwen3_5_text`) or a llama-architecture GGUF file (dequantized to f32, q/k rows put back
-//!   into Hugging Face order); [`Policy::random_llama`] makes a small random model.
+//! * [`Policy::load`] reads a Hugging Face safetensors folder (`llama`, `qwen2`, `qwen3`,
+//!   `qwen3_5`, `qwen3_5_text`) or a llama-family GGUF file (`llama`, `mistral`, `qwen2`,
+//!   `qwen3`; dequantized to f32, q/k rows put back into Hugging Face order); [`Policy::random_llama`] makes a small random model.
 //! * [`Policy::token_logprobs`] gives `log π(targets[i] | input[..=i])`, differentiable with
 //!   respect to [`Policy::params`]: every weight (full fine-tuning, Hugging Face names) or the
 //!   LoRA matrices only (PEFT names).
@@ -99,6 +99,16 @@ enum Net {
     Qwen35(Box<Qwen35Config>),
 }
 
+/// One forward pass of either network, as stages (see [`Policy::backward`]).
+enum Pass {
+    Llama(llama::Pass),
+    Qwen35(qwen35::Pass),
+}
+
+/// Rows of the output head computed at once by [`Policy::backward`]: bounds the `[rows, vocab]`
+/// logits held (256 × 151,936 f32 is 156 MB).
+const HEAD_ROWS: usize = 256;
+
 /// Where the policy's base weights came from (for what `save` copies or writes).
 enum Source {
     /// A Hugging Face folder: its parsed `config.json`, and whether tensor names carry the
@@ -116,6 +126,9 @@ pub struct Policy {
     store: Store,
     source: Source,
     lora: Option<LoraConfig>,
+    /// The GGUF file's own quantized model, loaded on first use, that LoRA policies of a GGUF
+    /// source sample from with their adapters added unmerged ([`Policy::inference_model`]).
+    sampler_base: std::sync::OnceLock<frognano_model::llama::Llama>,
 }
 
 /// A candle error with a message.
@@ -125,8 +138,8 @@ fn msg(s: String) -> candle_core::Error {
 
 impl Policy {
     /// Loads a policy from a Hugging Face safetensors folder (`config.json` model_type
-    /// `"llama"` with `LlamaForCausalLM` names, or `"qwen3_5"` / `"qwen3_5_text"` as
-    /// frognano-model reads them) or a llama-architecture `.gguf` file (every tensor
+    /// `"llama"` / `"qwen2"` / `"qwen3"` with `*ForCausalLM` names, or `"qwen3_5"` /
+    /// `"qwen3_5_text"` as frognano-model reads them) or a llama-family `.gguf` file (every tensor
     /// dequantized to f32; llama.cpp's q/k row permutation undone so saved checkpoints are in
     /// Hugging Face layout). Errors name the file and the tensor or field.
     pub fn load(path: &Path, opts: &PolicyOptions) -> anyhow::Result<Policy> {
@@ -148,7 +161,7 @@ impl Policy {
         let wrapper = io::uses_wrapper_prefix(path)?;
         let tensors_of = |specs: &[&WeightSpec]| io::read_weights(&st, specs, opts.dtype);
         let (net, tensors) = match model_type.as_str() {
-            "llama" => {
+            "llama" | "qwen2" | "qwen3" => {
                 let (c, tied) = frognano_model::llama::Llama::config_from_json(&config)
                     .map_err(|m| anyhow!("{}: {m}", cfg_path.display()))?;
                 if c.llama3_scaling.is_some() || c.rope_freq_scale != 1.0 {
@@ -167,7 +180,7 @@ impl Policy {
                 (Net::Qwen35(Box::new(c)), tensors)
             }
             other => bail!(
-                "{}: model_type {other:?} cannot be trained; supported: \"llama\", \"qwen3_5\", \"qwen3_5_text\"",
+                "{}: model_type {other:?} cannot be trained; supported: \"llama\", \"qwen2\", \"qwen3\", \"qwen3_5\", \"qwen3_5_text\"",
                 cfg_path.display()
             ),
         };
@@ -210,13 +223,13 @@ impl Policy {
             let chosen: Vec<String> = all.into_iter().filter(|m| chosen.contains(m)).collect();
             store.add_lora(&chosen, l.rank, l.alpha, opts.seed)?;
         }
-        Ok(Policy { net, store, source, lora: opts.lora.clone() })
+        Ok(Policy { net, store, source, lora: opts.lora.clone(), sampler_base: std::sync::OnceLock::new() })
     }
 
-    /// `"llama"` or `"qwen3_5"`.
+    /// `"llama"`, `"qwen2"`, `"qwen3"` or `"qwen3_5"`.
     pub fn arch(&self) -> &'static str {
-        match self.net {
-            Net::Llama(_) => "llama",
+        match &self.net {
+            Net::Llama(s) => s.model_type(),
             Net::Qwen35(_) => "qwen3_5",
         }
     }
@@ -271,6 +284,153 @@ impl Policy {
         ops::gather_logprobs(&self.logits(input)?, targets)
     }
 
+    /// Checks `input`/`targets` as [`Policy::token_logprobs`] does.
+    fn check_tokens(&self, input: &[u32], targets: &[u32]) -> candle_core::Result<()> {
+        if input.is_empty() {
+            return Err(msg("no input tokens".into()));
+        }
+        if input.len() != targets.len() {
+            return Err(msg(format!("{} input tokens but {} targets", input.len(), targets.len())));
+        }
+        let vocab = self.vocab_size();
+        if let Some(bad) = input.iter().chain(targets).find(|&&id| id as usize >= vocab) {
+            return Err(msg(format!("token id {bad} is out of vocabulary (vocab_size {vocab})")));
+        }
+        Ok(())
+    }
+
+    fn pass(&self, n: usize) -> candle_core::Result<Pass> {
+        Ok(match &self.net {
+            Net::Llama(s) => Pass::Llama(llama::Pass::new(s, &self.store, n)?),
+            Net::Qwen35(c) => Pass::Qwen35(qwen35::Pass::new(c, &self.store, n)?),
+        })
+    }
+
+    fn embed_stage(&self, pass: &Pass, ids: &Tensor) -> candle_core::Result<Tensor> {
+        match pass {
+            Pass::Llama(p) => llama::embed(p, &self.store, ids),
+            Pass::Qwen35(p) => qwen35::embed(p, &self.store, ids),
+        }
+    }
+
+    fn layer_count(pass: &Pass) -> usize {
+        match pass {
+            Pass::Llama(p) => p.layers(),
+            Pass::Qwen35(p) => p.layers(),
+        }
+    }
+
+    fn layer_stage(&self, pass: &Pass, i: usize, h: &Tensor) -> candle_core::Result<Tensor> {
+        match (&self.net, pass) {
+            (Net::Llama(s), Pass::Llama(p)) => llama::layer(s, p, &self.store, i, h),
+            (Net::Qwen35(c), Pass::Qwen35(p)) => qwen35::layer(c, p, &self.store, i, h),
+            _ => unreachable!("a pass belongs to its policy's network"),
+        }
+    }
+
+    /// `log π(targets[rows])` from the final residual rows `h` `[k, d]`.
+    fn head_logprobs(&self, pass: &Pass, h: &Tensor, targets: &[u32]) -> candle_core::Result<Tensor> {
+        let logits = match (&self.net, pass) {
+            (Net::Llama(s), Pass::Llama(p)) => llama::head(s, p, &self.store, h)?,
+            (Net::Qwen35(c), Pass::Qwen35(p)) => qwen35::head(c, p, &self.store, h)?,
+            _ => unreachable!("a pass belongs to its policy's network"),
+        };
+        ops::gather_logprobs(&logits, targets)
+    }
+
+    /// Back-propagates `loss(lp)`, where `lp = token_logprobs(input, targets)`, holding one
+    /// layer's activations at a time (activation checkpointing): a forward pass without the
+    /// autograd graph keeps each layer's input; the loss's gradient with respect to `lp` is
+    /// then carried back through the output head in blocks of rows, and through the layers one
+    /// at a time, each layer's forward recomputed with its graph. Memory is one layer deep
+    /// instead of the whole network's activations (a 1.5B model's `[heads, n, n]` attention
+    /// scores over 28 layers do not fit in RAM at a few thousand tokens), for one more
+    /// forward pass of compute.
+    ///
+    /// `needed[i] == false` marks targets the loss ignores (prompt, tool output: loss weight
+    /// 0): their logprob is passed to `loss` as 0 and the `[rows, vocab]` head product is
+    /// neither computed nor differentiated there. Every backward pass's gradients go to
+    /// `grads` (sum them, e.g. with [`crate::optim::GradSum`]); the sum is the gradient of
+    /// `loss` with respect to [`Policy::params`]. Returns the loss's value and what `loss`
+    /// returned beside it.
+    pub fn backward<T>(
+        &self,
+        input: &[u32],
+        targets: &[u32],
+        needed: Option<&[bool]>,
+        loss: impl FnOnce(&Tensor) -> candle_core::Result<(Tensor, T)>,
+        grads: &mut dyn FnMut(&candle_core::backprop::GradStore) -> candle_core::Result<()>,
+    ) -> candle_core::Result<(f64, T)> {
+        self.check_tokens(input, targets)?;
+        let n = input.len();
+        if let Some(m) = needed.filter(|m| m.len() != n) {
+            return Err(msg(format!("{} targets but {} entries in `needed`", n, m.len())));
+        }
+        let compute = self.store.compute;
+        let ids = Tensor::from_slice(input, n, &Device::Cpu)?;
+        let pass = self.pass(n)?;
+        // Forward without the graph, keeping each layer's input.
+        let mut inputs = Vec::with_capacity(Self::layer_count(&pass));
+        let mut h = self.embed_stage(&pass, &ids)?.detach();
+        for i in 0..Self::layer_count(&pass) {
+            let next = self.layer_stage(&pass, i, &h)?.detach();
+            inputs.push(std::mem::replace(&mut h, next));
+        }
+        // The head over the needed rows, in blocks.
+        let rows: Vec<u32> = (0..n as u32).filter(|&i| needed.is_none_or(|m| m[i as usize])).collect();
+        let blocks: Vec<&[u32]> = rows.chunks(HEAD_ROWS).collect();
+        let block_targets = |b: &[u32]| -> Vec<u32> { b.iter().map(|&i| targets[i as usize]).collect() };
+        let mut lp = vec![0f64; n];
+        for b in &blocks {
+            let idx = Tensor::from_slice(b, b.len(), &Device::Cpu)?;
+            let got = self.head_logprobs(&pass, &h.index_select(&idx, 0)?, &block_targets(b))?.detach();
+            for (&i, v) in b.iter().zip(got.to_dtype(DType::F64)?.to_vec1::<f64>()?) {
+                lp[i as usize] = v;
+            }
+        }
+        let lp = Var::from_tensor(&Tensor::from_vec(lp, n, &Device::Cpu)?.to_dtype(compute)?)?;
+        let (value, extra) = loss(lp.as_tensor())?;
+        let total = value.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+        let g_lp: Vec<f64> = match value.backward()?.get(lp.as_tensor()) {
+            Some(g) => g.to_dtype(DType::F64)?.to_vec1()?,
+            None => return Ok((total, extra)),
+        };
+        // Back through the head: the gradient of Σ g_lp·lp with respect to the weights and `h`.
+        let mut g_h = Tensor::zeros(h.dims(), compute, &Device::Cpu)?;
+        for b in &blocks {
+            let g: Vec<f64> = b.iter().map(|&i| g_lp[i as usize]).collect();
+            if g.iter().all(|&v| v == 0.0) {
+                continue;
+            }
+            let idx = Tensor::from_slice(b, b.len(), &Device::Cpu)?;
+            let rows_h = Var::from_tensor(&h.index_select(&idx, 0)?)?;
+            let got = self.head_logprobs(&pass, rows_h.as_tensor(), &block_targets(b))?;
+            let g = Tensor::from_vec(g, b.len(), &Device::Cpu)?.to_dtype(compute)?;
+            let store = (got * g)?.sum_all()?.backward()?;
+            grads(&store)?;
+            if let Some(gr) = store.get(rows_h.as_tensor()) {
+                g_h = g_h.index_add(&idx, gr, 0)?;
+            }
+        }
+        // Back through the layers, last first, each recomputed with its graph.
+        for i in (0..inputs.len()).rev() {
+            let x = Var::from_tensor(&inputs.pop().expect("one input per layer"))?;
+            let out = self.layer_stage(&pass, i, x.as_tensor())?;
+            let store = (out * &g_h)?.sum_all()?.backward()?;
+            grads(&store)?;
+            g_h = match store.get(x.as_tensor()) {
+                Some(g) => g.clone(),
+                None => g_h.zeros_like()?,
+            };
+        }
+        // The embedding, when it is trained.
+        if self.lora.is_none() {
+            let e = self.embed_stage(&pass, &ids)?;
+            grads(&(e * &g_h)?.sum_all()?.backward()?)?;
+        }
+        Ok((total, extra))
+    }
+
     /// The trainable parameters, in a stable order with stable names. Full fine-tuning: every
     /// weight under its Hugging Face name as saved (`model.layers.0.self_attn.q_proj.weight`;
     /// `model.language_model.…` for wrapper checkpoints). LoRA: `lora_A` then `lora_B` of each
@@ -301,10 +461,47 @@ impl Policy {
         }
     }
 
-    /// The current weights (LoRA merged) as a frognano-model network for sampling. It
-    /// computes in f32; BF16 policies hand over bf16 matrices.
+    /// The current weights as a frognano-model network for sampling.
+    ///
+    /// * LoRA on a GGUF file (on the CPU): the file's own quantized model, its projections
+    ///   carrying the adapters as unmerged low-rank updates ([`frognano_model::tensor::LowRank`]).
+    ///   Sampling runs at the quantized model's speed, and the sampled distribution is the one
+    ///   trained (the trainer's base is the same file dequantized); a 1.5B model's merged f32
+    ///   weights would be 6 GB read per decoded token.
+    /// * Otherwise the weights with LoRA merged, computing in f32 (BF16 policies hand over bf16
+    ///   matrices).
     pub fn inference_model(&self) -> anyhow::Result<Box<dyn frognano_model::CausalLm>> {
+        if let (Source::Gguf(path), Net::Llama(_), Some(_), None) =
+            (&self.source, &self.net, &self.lora, frognano_model::load::accelerator())
+        {
+            return Ok(Box::new(self.gguf_sampler(path)?));
+        }
         self.inference_model_quantized(None)
+    }
+
+    /// The GGUF file's quantized model with the current adapters added unmerged.
+    fn gguf_sampler(&self, path: &Path) -> anyhow::Result<frognano_model::llama::Llama> {
+        let base = match self.sampler_base.get() {
+            Some(b) => b,
+            None => {
+                let f = frognano_model::gguf::GgufFile::open(path)?;
+                let mut m = frognano_model::llama::Llama::from_gguf(&f)?;
+                m.pack_for_matmul();
+                self.sampler_base.get_or_init(|| m)
+            }
+        };
+        let mut m = base.clone();
+        let f32s = |t: &Tensor| -> anyhow::Result<Vec<f32>> { Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?) };
+        for ad in &self.store.adapters {
+            let update = frognano_model::tensor::LowRank {
+                rank: ad.a.dim(0)?,
+                a: f32s(ad.a.as_tensor())?,
+                b: f32s(ad.b.as_tensor())?,
+                scale: self.store.lora_scale as f32,
+            };
+            m.set_low_rank(&ad.module, Some(update)).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        }
+        Ok(m)
     }
 
     /// [`Policy::inference_model`] with the weight matrices re-quantized to `quant` and packed

@@ -3,7 +3,8 @@
 //! (`1 + w`), gated full attention (per-head `[query | gate]` interleave, q/k norms, partial
 //! rotate-half RoPE), Gated DeltaNet (causal depthwise conv + SiLU, l2-normalised q/k, decay
 //! `g = −exp(A_log)·softplus(a + dt_bias)`, `β = σ(b)`, the delta rule in its chunked form
-//! so the autograd graph keeps one state per 64 tokens, gated RMSNorm), SwiGLU MLPs. Weights keep their Hugging Face names and values; names, shapes and the
+//! so the autograd graph keeps one state per 64 tokens, gated RMSNorm), SwiGLU MLPs, written as stages ([`embed`], [`layer`], [`head`]) so the
+//! policy can back-propagate one layer at a time. Weights keep their Hugging Face names and values; names, shapes and the
 //! conversions of stored values come from frognano-model's [`Qwen35Map`].
 
 use candle_core::{Result, Tensor};
@@ -79,30 +80,64 @@ fn delta_net(c: &Qwen35Config, st: &Store, w: &DeltaNetMap, x: &Tensor) -> Resul
     st.linear(&y.reshape((n, hv * dv))?, w.out_proj.module())
 }
 
+/// What the stages of one forward pass share: the weight map and the RoPE tables for `n`
+/// tokens.
+pub(crate) struct Pass {
+    map: Qwen35Map,
+    rope: (Tensor, Tensor),
+}
+
+impl Pass {
+    /// The pass over `n` tokens.
+    pub fn new(c: &Qwen35Config, st: &Store, n: usize) -> Result<Pass> {
+        let rope = ops::rope_tables(n, c.rotary_dim(), c.rope_theta, st.compute, &candle_core::Device::Cpu)?;
+        Ok(Pass { map: weight_map(c, st.contains(LM_HEAD)), rope })
+    }
+
+    /// Decoder layers.
+    pub fn layers(&self) -> usize {
+        self.map.layers.len()
+    }
+}
+
+/// The token embeddings `[n, d]` of `ids`.
+pub(crate) fn embed(pass: &Pass, st: &Store, ids: &Tensor) -> Result<Tensor> {
+    st.get(&pass.map.embed_tokens.name)?.index_select(ids, 0)
+}
+
+/// Decoder layer `i` (token mixer, then MLP) over the residual stream `h` `[n, d]`.
+pub(crate) fn layer(c: &Qwen35Config, pass: &Pass, st: &Store, i: usize, h: &Tensor) -> Result<Tensor> {
+    let l = &pass.map.layers[i];
+    let eps = c.rms_norm_eps;
+    let x = ops::rms_norm(h, &st.model_form(&l.input_norm)?, eps)?;
+    let u = match &l.mixer {
+        MixerMap::Attention(a) => attention(c, st, a, &x, &pass.rope)?,
+        MixerMap::DeltaNet(w) => delta_net(c, st, w, &x)?,
+    };
+    let h = (h + u)?;
+    let x = ops::rms_norm(&h, &st.model_form(&l.post_attention_norm)?, eps)?;
+    let g = st.linear(&x, l.mlp.gate.module())?.silu()?;
+    let u = st.linear(&x, l.mlp.up.module())?;
+    h + st.linear(&(g * u)?, l.mlp.down.module())?
+}
+
+/// Logits `[n, vocab]` of the final residual stream `h` `[n, d]`.
+pub(crate) fn head(c: &Qwen35Config, pass: &Pass, st: &Store, h: &Tensor) -> Result<Tensor> {
+    let x = ops::rms_norm(h, &st.model_form(&pass.map.norm)?, c.rms_norm_eps)?;
+    match &pass.map.lm_head {
+        Some(head) => st.linear(&x, head.module()),
+        None => st.matmul_weight(&x, &pass.map.embed_tokens.name),
+    }
+}
+
 /// Logits `[n, vocab]` (compute dtype) of the Qwen3.5 network over `ids`.
 pub(crate) fn logits(c: &Qwen35Config, st: &Store, ids: &Tensor) -> Result<Tensor> {
-    let map = weight_map(c, st.contains(LM_HEAD));
-    let n = ids.dim(0)?;
-    let eps = c.rms_norm_eps;
-    let mut h = st.get(&map.embed_tokens.name)?.index_select(ids, 0)?;
-    let rope = ops::rope_tables(n, c.rotary_dim(), c.rope_theta, st.compute, ids.device())?;
-    for l in &map.layers {
-        let x = ops::rms_norm(&h, &st.model_form(&l.input_norm)?, eps)?;
-        let u = match &l.mixer {
-            MixerMap::Attention(a) => attention(c, st, a, &x, &rope)?,
-            MixerMap::DeltaNet(w) => delta_net(c, st, w, &x)?,
-        };
-        h = (h + u)?;
-        let x = ops::rms_norm(&h, &st.model_form(&l.post_attention_norm)?, eps)?;
-        let g = st.linear(&x, l.mlp.gate.module())?.silu()?;
-        let u = st.linear(&x, l.mlp.up.module())?;
-        h = (h + st.linear(&(g * u)?, l.mlp.down.module())?)?;
+    let pass = Pass::new(c, st, ids.dim(0)?)?;
+    let mut h = embed(&pass, st, ids)?;
+    for i in 0..pass.layers() {
+        h = layer(c, &pass, st, i, &h)?;
     }
-    let x = ops::rms_norm(&h, &st.model_form(&map.norm)?, eps)?;
-    match &map.lm_head {
-        Some(head) => st.linear(&x, head.module()),
-        None => st.matmul_weight(&x, &map.embed_tokens.name),
-    }
+    head(c, &pass, st, &h)
 }
 
 /// frognano-model's inference Qwen3.5 over the current (LoRA-merged) weights, computing in
