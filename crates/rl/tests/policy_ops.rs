@@ -95,6 +95,36 @@ fn causal_attention_gqa_gradients_and_causality() {
     assert_ne!(o1[4 * 12..], o2[4 * 12..]);
 }
 
+/// The whole-graph attention `softmax(q·kᵀ/√dh + mask)·v` (`[h, n, dh]`, equal head counts).
+fn naive_attention(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+    let (h, n, dh) = q.dims3()?;
+    let mask: Vec<f64> = (0..n * n).map(|i| if i % n > i / n { f64::NEG_INFINITY } else { 0.0 }).collect();
+    let mask = Tensor::from_vec(mask, (n, n), &Device::Cpu)?;
+    let s = (q.matmul(&k.t()?)? * (1.0 / (dh as f64).sqrt()))?.broadcast_add(&mask)?;
+    softmax_last(&s)?.matmul(v)?.transpose(0, 1)?.contiguous()?.reshape((n, h * dh))
+}
+
+#[test]
+fn blocked_attention_matches_the_whole_graph_over_several_blocks() {
+    let n = 2 * ATTENTION_BLOCK + 37;
+    let (q, k, v) =
+        (rand_tensor(&[2, n, 4], 1.5, 21), rand_tensor(&[2, n, 4], 1.5, 22), rand_tensor(&[2, n, 4], 1.0, 23));
+    let r = rand_tensor(&[n, 8], 1.0, 24);
+    let run = |f: &dyn Fn(&Tensor, &Tensor, &Tensor) -> Result<Tensor>| -> Vec<Vec<f64>> {
+        let vars: Vec<Var> = [&q, &k, &v].iter().map(|t| Var::from_tensor(t).unwrap()).collect();
+        let o = f(vars[0].as_tensor(), vars[1].as_tensor(), vars[2].as_tensor()).unwrap();
+        let g = (&o * &r).unwrap().sum_all().unwrap().backward().unwrap();
+        let mut out = vec![o.flatten_all().unwrap().to_vec1().unwrap()];
+        out.extend(vars.iter().map(|x| g.get(x).unwrap().flatten_all().unwrap().to_vec1().unwrap()));
+        out
+    };
+    let (got, want) = (run(&causal_attention), run(&naive_attention));
+    for (what, (a, b)) in ["output", "dq", "dk", "dv"].iter().zip(got.iter().zip(&want)) {
+        let d = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+        assert!(d < 1e-10, "{what}: max difference {d}");
+    }
+}
+
 #[test]
 fn causal_conv_gradients_and_matches_inference_kernel() {
     grad_check(&[rand_tensor(&[5, 3], 1.0, 13), rand_tensor(&[3, 4], 1.0, 14)], |t| causal_conv1d(&t[0], &t[1]));

@@ -5,7 +5,7 @@
 //! Shapes use `n` for tokens of one sequence; all functions are for one sequence (no batch
 //! dimension).
 
-use candle_core::{DType, Device, Result, Tensor, D};
+use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Result, Shape, Storage, Tensor, D};
 
 /// `x · Wᵀ` for `x` `[n, in]` and a PyTorch-layout weight `w` `[out, in]`.
 pub fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
@@ -75,12 +75,6 @@ pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     }
 }
 
-/// `[n, n]` additive causal mask: 0 where key ≤ query, −∞ above the diagonal.
-fn causal_mask(n: usize, dtype: DType, dev: &Device) -> Result<Tensor> {
-    let v: Vec<f32> = (0..n * n).map(|i| if i % n > i / n { f32::NEG_INFINITY } else { 0.0 }).collect();
-    Tensor::from_vec(v, (n, n), dev)?.to_dtype(dtype)
-}
-
 /// Softmax over the last dimension (the max is subtracted as a constant: the result does not
 /// depend on it, so its gradient is not needed).
 pub fn softmax_last(x: &Tensor) -> Result<Tensor> {
@@ -91,6 +85,11 @@ pub fn softmax_last(x: &Tensor) -> Result<Tensor> {
 
 /// Causal grouped-query attention for one sequence: `q` `[hq, n, dh]`, `k`, `v` `[hkv, n, dh]`
 /// (query head `h` reads KV head `h / (hq/hkv)`), scale `1/√dh`. Returns `[n, hq·dh]`.
+///
+/// Computed by [`BlockedAttention`] in blocks of [`ATTENTION_BLOCK`] queries, each against the
+/// keys up to its last position: memory `O(heads·block·n)` instead of the `[heads, n, n]`
+/// scores (and their softmax, mask and gradients) that the autograd graph would keep, and half
+/// the products of a full square.
 pub fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
     let (hq, n, dh) = q.dims3()?;
     let hkv = k.dim(0)?;
@@ -103,10 +102,111 @@ pub fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
         }
     };
     let (k, v) = (expand(k)?, expand(v)?);
-    let scores = (q.contiguous()?.matmul(&k.t()?)? * (1.0 / (dh as f64).sqrt()))?;
-    let scores = scores.broadcast_add(&causal_mask(n, q.dtype(), q.device())?)?;
-    let p = softmax_last(&scores)?;
-    p.matmul(&v.contiguous()?)?.transpose(0, 1)?.contiguous()?.reshape((n, hq * dh))
+    let o = q.contiguous()?.apply_op3(&k, &v, BlockedAttention { scale: 1.0 / (dh as f64).sqrt() })?;
+    o.transpose(0, 1)?.contiguous()?.reshape((n, hq * dh))
+}
+
+/// Queries per block of [`BlockedAttention`].
+pub const ATTENTION_BLOCK: usize = 128;
+
+/// `softmax(q·kᵀ·scale + causal mask)·v` over `[h, n, dh]` tensors (f32 or f64), one block of
+/// queries at a time, with its own backward pass: the probabilities of a block are recomputed
+/// there rather than kept (as flash attention does), so neither direction holds more than one
+/// block's `[h, block, n]` scores.
+pub struct BlockedAttention {
+    /// Multiplies the scores (`1/√dh`).
+    pub scale: f64,
+}
+
+/// The probabilities `[h, rows, end]` of query rows `start..start+rows` against keys `0..end`
+/// (`end = start + rows`), causal.
+fn block_probs(q: &Tensor, k: &Tensor, start: usize, rows: usize, scale: f64) -> Result<Tensor> {
+    let end = start + rows;
+    let qb = q.narrow(1, start, rows)?;
+    let kb = k.narrow(1, 0, end)?;
+    let scores = (qb.matmul(&kb.t()?)? * scale)?;
+    // Row r sees keys 0..=start+r.
+    let mask: Vec<f32> =
+        (0..rows * end).map(|i| if i % end > start + i / end { f32::NEG_INFINITY } else { 0.0 }).collect();
+    let mask = Tensor::from_vec(mask, (rows, end), q.device())?.to_dtype(q.dtype())?;
+    softmax_last(&scores.broadcast_add(&mask)?)
+}
+
+/// The blocks of `n` query rows: `(start, rows)`.
+fn attention_blocks(n: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..n).step_by(ATTENTION_BLOCK).map(move |s| (s, ATTENTION_BLOCK.min(n - s)))
+}
+
+/// A contiguous f32/f64 CPU storage as a tensor of its layout's shape (copied).
+fn storage_tensor(storage: &CpuStorage, layout: &Layout, what: &str) -> Result<Tensor> {
+    let (a, b) = layout
+        .contiguous_offsets()
+        .ok_or_else(|| candle_core::Error::Msg(format!("blocked attention: {what} must be contiguous")))?;
+    match storage {
+        CpuStorage::F32(v) => Tensor::from_slice(&v[a..b], layout.shape(), &Device::Cpu),
+        CpuStorage::F64(v) => Tensor::from_slice(&v[a..b], layout.shape(), &Device::Cpu),
+        _ => Err(candle_core::Error::Msg(format!("blocked attention: {what} must be f32 or f64"))),
+    }
+}
+
+impl CustomOp3 for BlockedAttention {
+    fn name(&self) -> &'static str {
+        "blocked-causal-attention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (q, k, v) = (storage_tensor(s1, l1, "q")?, storage_tensor(s2, l2, "k")?, storage_tensor(s3, l3, "v")?);
+        let n = q.dim(1)?;
+        let mut outs = Vec::new();
+        for (start, rows) in attention_blocks(n) {
+            let p = block_probs(&q, &k, start, rows, self.scale)?;
+            outs.push(p.matmul(&v.narrow(1, 0, start + rows)?)?);
+        }
+        let o = Tensor::cat(&outs, 1)?.contiguous()?;
+        let shape = o.shape().clone();
+        let (st, _) = o.storage_and_layout();
+        let Storage::Cpu(cpu) = &*st else {
+            return Err(candle_core::Error::Msg("blocked attention: CPU only".into()));
+        };
+        Ok((cpu.clone(), shape))
+    }
+
+    fn bwd(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        o: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (q, k, v, o, grad) = (q.detach(), k.detach(), v.detach(), o.detach(), grad.detach().contiguous()?);
+        let n = q.dim(1)?;
+        let (mut dq, mut dk, mut dv) = (Vec::new(), k.zeros_like()?, v.zeros_like()?);
+        for (start, rows) in attention_blocks(n) {
+            let end = start + rows;
+            let p = block_probs(&q, &k, start, rows, self.scale)?;
+            let g = grad.narrow(1, start, rows)?;
+            let (kb, vb) = (k.narrow(1, 0, end)?, v.narrow(1, 0, end)?);
+            // dV += pᵀ·g; dP = g·vᵀ; dS = p ⊙ (dP − rowsum(g ⊙ o)); dQ = dS·k·scale; dK += dSᵀ·q·scale.
+            let dv_b = p.t()?.matmul(&g)?;
+            let dp = g.matmul(&vb.t()?)?;
+            let row = (&g * o.narrow(1, start, rows)?)?.sum_keepdim(D::Minus1)?;
+            let ds = ((p * dp.broadcast_sub(&row)?)? * self.scale)?;
+            dq.push(ds.matmul(&kb)?);
+            let dk_b = ds.t()?.matmul(&q.narrow(1, start, rows)?)?;
+            dk = (dk + dk_b.pad_with_zeros(1, 0, n - end)?)?;
+            dv = (dv + dv_b.pad_with_zeros(1, 0, n - end)?)?;
+        }
+        Ok((Some(Tensor::cat(&dq, 1)?), Some(dk), Some(dv)))
+    }
 }
 
 /// Causal depthwise conv1d (no bias) over `x` `[n, C]` with kernel `w` `[C, K]`, zero history:
