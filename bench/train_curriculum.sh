@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark (not CI): what the frontier curriculum buys, at two scales.
 #
-#   bench/train_curriculum.sh [toy|smol|all] [STEPS]
+#   bench/train_curriculum.sh [toy|smol|coder|all] [STEPS]
 #
 # toy (default): the graded toy (crates/rl/src/graded_toy.rs): frontier vs uniform vs uniform
 #   with DAPO dynamic sampling from one warm-started tiny policy, the same rollout-token budget,
@@ -14,6 +14,17 @@
 #   on tasks synthesized from a small fixture repository; held-out solve rate of
 #   SmolLM2-135M-Instruct (dequantized to f32 from the demo GGUF, LoRA rank 8) before and
 #   after (env: B, G, EVAL_ATTEMPTS, MAX_STEPS, LR, …).
+# coder: the same on a real coding model and real packages: Qwen2.5-Coder-1.5B-Instruct
+#   (Q4_K_M GGUF, scripts/fetch-coder-model.sh; LoRA on the dequantized file, rollouts on the
+#   quantized file with the adapters unmerged) on tasks `frognano synth batch` makes from
+#   PACKAGES (default three small PyPI releases), split by package (HELD_OUT, default
+#   jsonpointer). The base model's pass rate per training task is measured first (G attempts
+#   each; the frontier arm starts from those counts), then frontier vs uniform for STEPS steps,
+#   then the held-out solve rate of each. Writes bench/out/train-curriculum/coder/{table.md,
+#   calibration.json, frontier/, uniform/} and the coder section of bench/RESULTS.md.
+#   env: PACKAGES, TASKS_PER_PACKAGE (10), HELD_OUT, B, G, EVAL_ATTEMPTS, PARALLEL, LORA_RANK,
+#   LR, MAX_STEPS, MAX_TOKENS_PER_TURN, MAX_CONTEXT, ATTEMPT_TIMEOUT (see
+#   crates/rl/examples/curriculum_bench.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PART="${1:-toy}"
@@ -184,9 +195,58 @@ echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 
+# Puts "$2" (a report file) into bench/RESULTS.md between the markers named "$1".
+put_in_results() {
+  python3 - "$1" "$2" <<'PY'
+import sys
+name, report = sys.argv[1], open(sys.argv[2]).read().strip()
+begin, end = f"<!-- train_curriculum.sh {name}: begin -->", f"<!-- train_curriculum.sh {name}: end -->"
+path = "bench/RESULTS.md"
+text = open(path).read()
+if begin in text and end in text:
+    head, rest = text.split(begin, 1)
+    text = head + begin + "\n" + report + "\n" + end + rest.split(end, 1)[1]
+else:
+    text = text.rstrip("\n") + f"\n\n## Curriculum: {name} (`bench/train_curriculum.sh`)\n\n" + begin + "\n" + report + "\n" + end + "\n"
+open(path, "w").write(text)
+PY
+}
+
+run_coder() {
+  local out="$OUT/coder"
+  mkdir -p "$out"
+  ./scripts/fetch-coder-model.sh >/dev/null
+  cargo build --release -q -p frognano -p frognano-rl --example curriculum_bench
+  local packages="${PACKAGES:-pypi:inflection==0.5.1 pypi:semver==3.0.2 pypi:jsonpointer==2.4}"
+  printf '%s 10m\n' $packages > "$out/manifest.txt"
+  ./target/release/frognano synth batch "$out/manifest.txt" --out "$out/synth" --jobs 1 \
+    --max-tasks "${TASKS_PER_PACKAGE:-10}"
+  echo "tasks: $(wc -l < "$out/synth/tasks.jsonl")"
+  rm -rf "$out/frontier" "$out/uniform"
+  local load_start started cpu flags
+  load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
+  started="$(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "load average at start: $load_start"
+  HELD_OUT="${HELD_OUT:-jsonpointer}" ./target/release/examples/curriculum_bench \
+    models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf "$out/synth/tasks.jsonl" "$out" "$STEPS" 2> "$out/run.log"
+  local load_end
+  load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "load average at end: $load_end"
+  cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+  flags="$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|avx512f|avx512_vnni|avx512_bf16|amx_tile)$' | tr '\n' ' ')"
+  {
+    echo "**Conditions.** $cpu ($(nproc) cores; SIMD: $flags), started $started; packages: $packages (held out: ${HELD_OUT:-jsonpointer}); $STEPS steps per arm, B=${B:-2}, G=${G:-4}, LoRA rank ${LORA_RANK:-8}, lr ${LR:-1e-4}, at most ${MAX_STEPS:-6} agent steps of ${MAX_TOKENS_PER_TURN:-256} tokens; load average $load_start at start, $load_end at end."
+    echo
+    cat "$out/table.md"
+  } > "$out/report.md"
+  put_in_results "coder" "$out/report.md"
+  echo "wrote $out/table.md and the coder section of bench/RESULTS.md"
+}
+
 case "$PART" in
   toy) run_toy ;;
   smol) run_smol ;;
-  all) run_toy; run_smol ;;
-  *) echo "usage: bench/train_curriculum.sh [toy|smol|all] [STEPS]; got part \"$PART\"" >&2; exit 2 ;;
+  coder) run_coder ;;
+  all) run_toy; run_smol; run_coder ;;
+  *) echo "usage: bench/train_curriculum.sh [toy|smol|coder|all] [STEPS]; got part \"$PART\"" >&2; exit 2 ;;
 esac
