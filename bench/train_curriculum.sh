@@ -32,6 +32,31 @@ STEPS="${2:-4}"
 PROFILE="${PROFILE:-release}"
 OUT=bench/out/train-curriculum
 
+# "CPU (N cores; SIMD: …)" of this machine, for the conditions line of a report.
+machine() {
+  local cpu flags
+  cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+  flags="$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|avx512f|avx512_vnni|avx512_bf16|amx_tile)$' | tr '\n' ' ')"
+  echo "$cpu ($(nproc) cores; SIMD: $flags)"
+}
+
+# Puts "$2" (a report file) into bench/RESULTS.md between the markers named "$1".
+put_in_results() {
+  python3 - "$1" "$2" <<'PY'
+import sys
+name, report = sys.argv[1], open(sys.argv[2]).read().strip()
+begin, end = f"<!-- train_curriculum.sh {name}: begin -->", f"<!-- train_curriculum.sh {name}: end -->"
+path = "bench/RESULTS.md"
+text = open(path).read()
+if begin in text and end in text:
+    head, rest = text.split(begin, 1)
+    text = head + begin + "\n" + report + "\n" + end + rest.split(end, 1)[1]
+else:
+    text = text.rstrip("\n") + f"\n\n## Curriculum: {name} (`bench/train_curriculum.sh`)\n\n" + begin + "\n" + report + "\n" + end + "\n"
+open(path, "w").write(text)
+PY
+}
+
 run_toy() {
   local out="$OUT/graded"
   mkdir -p "$out"
@@ -47,27 +72,12 @@ run_toy() {
   load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
   echo "load average at end: $load_end"
   cp "$out/curves.svg" docs/train-curriculum-toy.svg
-  local cpu flags
-  cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
-  flags="$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|avx512f|avx512_vnni|avx512_bf16|amx_tile)$' | tr '\n' ' ')"
   {
-    echo "**Conditions.** $cpu ($(nproc) cores; SIMD: $flags), started $started, profile \`$PROFILE\`, one process under \`nice -n 10\`; load average $load_start at start, $load_end at end (the machine was shared)."
+    echo "**Conditions.** $(machine), started $started, profile \`$PROFILE\`, one process under \`nice -n 10\`; load average $load_start at start, $load_end at end (the machine was shared)."
     echo
     cat "$out/table.md"
   } > "$out/report.md"
-  python3 - "$out/report.md" <<'PY'
-import sys
-begin, end = "<!-- train_curriculum.sh graded toy: begin -->", "<!-- train_curriculum.sh graded toy: end -->"
-report = open(sys.argv[1]).read().strip()
-path = "bench/RESULTS.md"
-text = open(path).read()
-if begin in text and end in text:
-    head, rest = text.split(begin, 1)
-    text = head + begin + "\n" + report + "\n" + end + rest.split(end, 1)[1]
-else:
-    text = text.rstrip("\n") + "\n\n## Curriculum: graded toy (`bench/train_curriculum.sh toy`)\n\n" + begin + "\n" + report + "\n" + end + "\n"
-open(path, "w").write(text)
-PY
+  put_in_results "graded toy" "$out/report.md"
   echo "wrote $out/table.md, docs/train-curriculum-toy.svg and the graded-toy section of bench/RESULTS.md"
 }
 
@@ -195,23 +205,6 @@ echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 
-# Puts "$2" (a report file) into bench/RESULTS.md between the markers named "$1".
-put_in_results() {
-  python3 - "$1" "$2" <<'PY'
-import sys
-name, report = sys.argv[1], open(sys.argv[2]).read().strip()
-begin, end = f"<!-- train_curriculum.sh {name}: begin -->", f"<!-- train_curriculum.sh {name}: end -->"
-path = "bench/RESULTS.md"
-text = open(path).read()
-if begin in text and end in text:
-    head, rest = text.split(begin, 1)
-    text = head + begin + "\n" + report + "\n" + end + rest.split(end, 1)[1]
-else:
-    text = text.rstrip("\n") + f"\n\n## Curriculum: {name} (`bench/train_curriculum.sh`)\n\n" + begin + "\n" + report + "\n" + end + "\n"
-open(path, "w").write(text)
-PY
-}
-
 run_coder() {
   local out="$OUT/coder"
   mkdir -p "$out"
@@ -223,7 +216,7 @@ run_coder() {
     --max-tasks "${TASKS_PER_PACKAGE:-10}"
   echo "tasks: $(wc -l < "$out/synth/tasks.jsonl")"
   rm -rf "$out/frontier" "$out/uniform"
-  local load_start started cpu flags
+  local load_start started
   load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
   started="$(date -u +%Y-%m-%dT%H:%MZ)"
   echo "load average at start: $load_start"
@@ -232,10 +225,8 @@ run_coder() {
   local load_end
   load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
   echo "load average at end: $load_end"
-  cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
-  flags="$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|avx512f|avx512_vnni|avx512_bf16|amx_tile)$' | tr '\n' ' ')"
   {
-    echo "**Conditions.** $cpu ($(nproc) cores; SIMD: $flags), started $started; packages: $packages (held out: ${HELD_OUT:-jsonpointer}); $STEPS steps per arm, B=${B:-2}, G=${G:-4}, LoRA rank ${LORA_RANK:-8}, lr ${LR:-1e-4}, at most ${MAX_STEPS:-6} agent steps of ${MAX_TOKENS_PER_TURN:-256} tokens; load average $load_start at start, $load_end at end."
+    echo "**Conditions.** $(machine), started $started; packages: $packages (held out: ${HELD_OUT:-jsonpointer}); $STEPS steps per arm, B=${B:-2}, G=${G:-4}, LoRA rank ${LORA_RANK:-8}, lr ${LR:-1e-4}, at most ${MAX_STEPS:-6} agent steps of ${MAX_TOKENS_PER_TURN:-256} tokens; load average $load_start at start, $load_end at end."
     echo
     cat "$out/table.md"
   } > "$out/report.md"

@@ -245,24 +245,19 @@ impl TensorSource for GgufWeights<'_> {
 /// Rows of a llama.cpp-permuted q or k weight put back into Hugging Face order. The
 /// converter stores row `2j + s` of each head at what was row `s·dh/2 + j`.
 pub fn unpermute_rows(w: &[f32], heads: usize, head_dim: usize, cols: usize) -> Vec<f32> {
-    let half = head_dim / 2;
-    let mut out = vec![0.0f32; w.len()];
-    for h in 0..heads {
-        for j in 0..half {
-            for s in 0..2 {
-                let src = (h * head_dim + 2 * j + s) * cols;
-                let dst = (h * head_dim + s * half + j) * cols;
-                out[dst..dst + cols].copy_from_slice(&w[src..src + cols]);
-            }
-        }
-    }
-    out
+    reorder_rows(w, heads, head_dim, cols, true)
 }
 
 /// Rows in Hugging Face order put into llama.cpp's permuted order (the converter's
 /// direction; the inverse of [`unpermute_rows`]): what a q or k update must go through to be
 /// added to a llama-architecture GGUF's weights as stored.
 pub fn permute_rows(w: &[f32], heads: usize, head_dim: usize, cols: usize) -> Vec<f32> {
+    reorder_rows(w, heads, head_dim, cols, false)
+}
+
+/// Moves each head's rows between the stored order (row `2j + s`) and Hugging Face order (row
+/// `s·dh/2 + j`): towards Hugging Face order when `to_hf`.
+fn reorder_rows(w: &[f32], heads: usize, head_dim: usize, cols: usize, to_hf: bool) -> Vec<f32> {
     let half = head_dim / 2;
     let mut out = vec![0.0f32; w.len()];
     for h in 0..heads {
@@ -270,7 +265,8 @@ pub fn permute_rows(w: &[f32], heads: usize, head_dim: usize, cols: usize) -> Ve
             for s in 0..2 {
                 let stored = (h * head_dim + 2 * j + s) * cols;
                 let hf = (h * head_dim + s * half + j) * cols;
-                out[stored..stored + cols].copy_from_slice(&w[hf..hf + cols]);
+                let (src, dst) = if to_hf { (stored, hf) } else { (hf, stored) };
+                out[dst..dst + cols].copy_from_slice(&w[src..src + cols]);
             }
         }
     }
