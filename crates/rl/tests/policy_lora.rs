@@ -8,19 +8,8 @@ use candle_core::{DType, Device, Tensor};
 use frognano_model::CausalLm;
 use frognano_rl::policy::{LlamaSpec, LoraConfig, Policy, PolicyOptions, SaveFormat};
 
-fn rows(t: &Tensor) -> Vec<f32> {
-    t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap()
-}
-
-fn engine_logits(m: &dyn CausalLm, ids: &[u32]) -> Vec<f32> {
-    let mut cache = m.new_cache();
-    m.forward(ids, &mut cache, true).unwrap()
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
-}
+mod common;
+use common::{engine_logits, max_abs_diff, rows};
 
 fn spec() -> LlamaSpec {
     LlamaSpec { tie_word_embeddings: false, ..LlamaSpec::tiny(80) }

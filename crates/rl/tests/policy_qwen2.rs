@@ -15,22 +15,11 @@ use frognano_model::CausalLm;
 use frognano_rl::optim::GradSum;
 use frognano_rl::policy::{LlamaSpec, LoraConfig, Policy, PolicyOptions, SaveFormat};
 
+mod common;
+use common::{engine_logits, max_abs_diff, rows};
+
 fn fixture(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(rel)
-}
-
-fn rows(t: &Tensor) -> Vec<f32> {
-    t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap()
-}
-
-fn engine_logits(m: &dyn CausalLm, ids: &[u32]) -> Vec<f32> {
-    let mut cache = m.new_cache();
-    m.forward(ids, &mut cache, true).unwrap()
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
 fn scale(v: &[f32]) -> f32 {
