@@ -4,7 +4,6 @@
 //! `frognano_model::load` with its tokenizer.
 
 use candle_core::{DType, Tensor};
-use frognano_model::CausalLm;
 use frognano_rl::policy::{LlamaSpec, Policy, PolicyOptions, SaveFormat};
 
 mod common;

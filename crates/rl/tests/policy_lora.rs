@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 
 use candle_core::{DType, Device, Tensor};
-use frognano_model::CausalLm;
 use frognano_rl::policy::{LlamaSpec, LoraConfig, Policy, PolicyOptions, SaveFormat};
 
 mod common;
@@ -188,7 +187,7 @@ fn full_params_save_then_set_params_is_exact_in_f32_and_bf16() {
 }
 
 /// Log-probability of `seq[1..]` after `seq[..i]` under an engine model.
-fn engine_seq_logprob(m: &dyn CausalLm, seq: &[u32]) -> f32 {
+fn engine_seq_logprob(m: &dyn frognano_model::CausalLm, seq: &[u32]) -> f32 {
     let lg = engine_logits(m, &seq[..seq.len() - 1]);
     let v = m.vocab_size();
     lg.chunks(v)

@@ -11,7 +11,6 @@
 use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor};
-use frognano_model::CausalLm;
 use frognano_rl::optim::GradSum;
 use frognano_rl::policy::{LlamaSpec, LoraConfig, Policy, PolicyOptions, SaveFormat};
 

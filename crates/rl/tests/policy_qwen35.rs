@@ -6,7 +6,6 @@
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
-use frognano_model::CausalLm;
 use frognano_rl::policy::{LoraConfig, Policy, PolicyOptions, SaveFormat};
 
 mod common;
