@@ -21,7 +21,7 @@
 //! batched. Prints a Markdown table and writes it to `OUT/table.md`, with `OUT/calibration.json`.
 //! Driven by `bench/train_curriculum.sh coder` (and `smol`).
 //!
-//! env: HELD_OUT, TASKS_PER_REPO (all), TEMPERATURE (1.0), B (2), G (4), EVAL_ATTEMPTS (2), PARALLEL (4), LORA_RANK (8), LR (1e-4),
+//! env: HELD_OUT, TASKS_PER_REPO (all), TEMPERATURE (1.0), HARNESS (leaf | small-model), B (2), G (4), EVAL_ATTEMPTS (2), PARALLEL (4), LORA_RANK (8), LR (1e-4),
 //! MAX_STEPS (6), MAX_TOKENS_PER_TURN (256), MAX_CONTEXT (4096), ATTEMPT_TIMEOUT (300 s).
 
 use std::path::{Path, PathBuf};
@@ -198,6 +198,13 @@ fn main() -> anyhow::Result<()> {
     );
     let (base, chat) = ChatParts::split(frognano_model::load(model)?)?;
     let env_opts = SweEnvOptions { enable_thinking: false, ..SweEnvOptions::default() };
+    // HARNESS=small-model: the notices and constrained tool calls `frognano solve` gives a
+    // small model (default: the Leaf harness, no guards).
+    let env_opts = match std::env::var("HARNESS").as_deref() {
+        Ok("small-model") => env_opts.small_model(),
+        Ok("leaf") | Err(_) => env_opts,
+        Ok(other) => anyhow::bail!("HARNESS={other:?}: expected leaf or small-model"),
+    };
     let held_env = SweEnv::new("held-out", held, chat.clone(), env_opts.clone())?;
     let train_env = SweEnv::new("train", train.clone(), chat.clone(), env_opts.clone())?;
     let on_scheduler = |m: Arc<dyn CausalLm>| -> anyhow::Result<Arc<frognano_engine::Scheduler>> {

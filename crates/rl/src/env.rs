@@ -113,6 +113,24 @@ pub struct SweEnvOptions {
     pub test_timeout: Duration,
     /// Ask for a thinking block (the Leaf default).
     pub enable_thinking: bool,
+    /// The agent's drift guards. Default: none, exactly the Leaf harness FrogNano is trained
+    /// in. [`SweEnvOptions::small_model`] gives the notices `frognano solve` gives a small
+    /// model.
+    pub guards: Guards,
+    /// Sample tool calls under a grammar of the offered tools (as `frognano solve
+    /// --constrain-tools`): a malformed call cannot be produced. The recorded logprobs stay the
+    /// model's own, so the loss is the unconstrained policy's.
+    pub constrain_tools: bool,
+}
+
+impl SweEnvOptions {
+    /// The harness `frognano solve` gives a model that is not Qwen3.5/FrogNano: tool calls
+    /// under a grammar, and the act, cut, repeat and steps-left notices with head-and-tail
+    /// truncation — but no retries of malformed replies, whose thrown-away turns would leave
+    /// the training sequence (every sampled token must stay in it).
+    pub fn small_model(self) -> Self {
+        SweEnvOptions { guards: Guards { malformed_retries: 0, ..Guards::default() }, constrain_tools: true, ..self }
+    }
 }
 
 impl Default for SweEnvOptions {
@@ -123,6 +141,8 @@ impl Default for SweEnvOptions {
             work_root: std::env::temp_dir(),
             test_timeout: Duration::from_secs(1800),
             enable_thinking: true,
+            guards: Guards::leaf_exact(),
+            constrain_tools: false,
         }
     }
 }
@@ -386,7 +406,7 @@ impl SweEnv {
             max_steps: cfg.max_steps,
             max_context_tokens: cfg.max_context_tokens as u64,
             max_time: cfg.max_time,
-            guards: Guards::leaf_exact(),
+            guards: self.opts.guards.clone(),
             instance_id: inst.instance_id.clone(),
             ..AgentConfig::default()
         };
@@ -425,6 +445,9 @@ impl Environment for SweEnv {
         let inst = self.task_or_err(task_id)?;
         let started = Instant::now();
         let mut llm = recording_llm(&self.chat, sampler, cfg.max_context_tokens);
+        if self.opts.constrain_tools {
+            llm = llm.constrain_tools();
+        }
         let (exit, result) = self.attempt(inst, &mut llm, cfg, seed);
         let outcome = match result {
             Ok(patch) => self.grade(inst, &patch, cfg.partial_credit),

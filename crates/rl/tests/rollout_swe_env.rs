@@ -74,6 +74,7 @@ fn options(fx: &Fixture) -> SweEnvOptions {
         work_root: fx.root.join("work"),
         test_timeout: Duration::from_secs(60),
         enable_thinking: false,
+        ..SweEnvOptions::default()
     }
 }
 
@@ -167,6 +168,32 @@ fn a_rollout_on_the_fixture_task_is_recorded_and_scored() {
     assert!(env.request_tasks(Direction::Harder, 4).unwrap().is_empty());
     // Unknown ids are an error, not an outcome.
     assert!(env.rollout(&model, "nope", &greedy, 0).is_err());
+}
+
+#[test]
+fn the_small_model_harness_keeps_notices_and_constrained_calls_in_one_training_sequence() {
+    let Some((model, chat)) = demo() else { return };
+    let fx = fixture();
+    let env = SweEnv::new("fixture", fx.instances.clone(), chat, options(&fx).small_model()).unwrap();
+    let model = Arc::new(Scheduler::start(model, SchedulerConfig::default()).unwrap());
+    let greedy = RolloutConfig {
+        temperature: 0.0,
+        max_tokens_per_turn: 160,
+        max_steps: 3,
+        max_context_tokens: 4096,
+        max_time: Some(Duration::from_secs(120)),
+        partial_credit: false,
+    };
+    // Under the Leaf harness this reply, cut by the per-turn limit, ends the attempt (see
+    // above); here the cut earns a notice, or the constrained reply is a tool call, and the
+    // run goes on: more than one turn, all of them in one sequence whose harness text
+    // (notices, observations) carries no loss.
+    let r = env.rollout(&model, "sh__greet-1", &greedy, 7).unwrap();
+    eprintln!("exit {} outcome {:?}, {} turns", r.exit, r.outcome, r.turn_starts.len());
+    assert!(!matches!(r.outcome, Outcome::Infra { .. }), "{:?}", r.outcome);
+    assert!(r.turn_starts.len() >= 2, "the harness kept the run going: {} turns, exit {}", r.turn_starts.len(), r.exit);
+    let between = &r.weights[r.turn_starts[0]..r.turn_starts[1]];
+    assert!(between.contains(&1) && between.contains(&0), "a sampled turn, then harness text");
 }
 
 /// The synth fixture project (crates/synth/tests/fixtures/pyproj) as a git repository.
