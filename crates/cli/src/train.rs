@@ -213,6 +213,13 @@ pub struct TrainArgs {
     /// No thinking block in the generation prompt.
     #[arg(long)]
     pub no_think: bool,
+    /// Roll out in the harness `frognano solve` gives a small model instead of the Leaf
+    /// harness FrogNano is trained in: tool calls sampled under a grammar of the tools, and
+    /// notices when a reply has no tool call before any change, is cut by the token limit,
+    /// repeats the last calls, or is near the step limit (no retries of malformed replies:
+    /// every sampled token stays in the training sequence).
+    #[arg(long)]
+    pub small_model_harness: bool,
     /// Run the agent's commands and the tests without the bubblewrap sandbox.
     #[arg(long)]
     pub no_sandbox: bool,
@@ -267,6 +274,7 @@ impl TrainArgs {
                 repos: a.repos.clone(),
                 isolation: if a.no_sandbox { Isolation::Unconfined } else { Isolation::Bubblewrap },
                 enable_thinking: !a.no_think,
+                small_model_harness: a.small_model_harness,
             }
         };
         let train = TrainConfig {

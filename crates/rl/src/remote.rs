@@ -40,6 +40,8 @@ pub enum RecipeTarget {
         isolation: Isolation,
         /// A thinking block in the generation prompt.
         enable_thinking: bool,
+        /// The harness `frognano solve` gives a small model instead of the Leaf harness.
+        small_model_harness: bool,
     },
 }
 
@@ -62,12 +64,13 @@ impl WorkerRecipe {
     pub fn to_json(&self) -> Value {
         let target = match &self.target {
             RecipeTarget::Toy => json!("toy"),
-            RecipeTarget::Tasks { model, tasks, repos, isolation, enable_thinking } => json!({
+            RecipeTarget::Tasks { model, tasks, repos, isolation, enable_thinking, small_model_harness } => json!({
                 "model": model,
                 "tasks": tasks,
                 "repos": repos,
                 "unconfined": *isolation == Isolation::Unconfined,
                 "enable_thinking": enable_thinking,
+                "small_model_harness": small_model_harness,
             }),
         };
         let lora = self.lora.as_ref().map(|l| json!({"rank": l.rank, "alpha": l.alpha, "targets": l.targets}));
@@ -90,6 +93,8 @@ impl WorkerRecipe {
                 repos: field(t, "repos")?,
                 isolation: if unconfined { Isolation::Unconfined } else { Isolation::Bubblewrap },
                 enable_thinking: field(t, "enable_thinking")?,
+                // Recipes written before the option existed ran the Leaf harness.
+                small_model_harness: t["small_model_harness"].as_bool().unwrap_or(false),
             }
         };
         let lora = match &v["lora"] {
@@ -279,9 +284,15 @@ pub fn run_unit(unit: &Value) -> anyhow::Result<Value> {
         RecipeTarget::Toy => {
             (Policy::random_llama(&LlamaSpec::tiny(crate::toy::VOCAB.len()), &opts)?, Box::new(crate::toy::ToyEnv))
         }
-        RecipeTarget::Tasks { model, tasks, repos, isolation, enable_thinking } => {
-            let (policy, chat, env_opts) =
-                crate::train::load_task_policy(model, &opts, repos.clone(), *isolation, *enable_thinking)?;
+        RecipeTarget::Tasks { model, tasks, repos, isolation, enable_thinking, small_model_harness } => {
+            let (policy, chat, env_opts) = crate::train::load_task_policy(
+                model,
+                &opts,
+                repos.clone(),
+                *isolation,
+                *enable_thinking,
+                *small_model_harness,
+            )?;
             (policy, Box::new(SweEnv::load(tasks, chat, env_opts)?))
         }
     };
@@ -321,6 +332,7 @@ mod tests {
                 repos: None,
                 isolation: Isolation::Unconfined,
                 enable_thinking: false,
+                small_model_harness: true,
             },
             lora: Some(LoraConfig::default()),
             bf16: true,

@@ -47,6 +47,9 @@ pub enum TrainTarget {
         isolation: Isolation,
         /// A thinking block in the generation prompt.
         enable_thinking: bool,
+        /// The harness `frognano solve` gives a small model
+        /// ([`SweEnvOptions::small_model`]) instead of the Leaf harness.
+        small_model_harness: bool,
     },
 }
 
@@ -142,11 +145,13 @@ pub(crate) fn load_task_policy(
     repos: Option<PathBuf>,
     isolation: Isolation,
     enable_thinking: bool,
+    small_model_harness: bool,
 ) -> anyhow::Result<(Policy, ChatParts, SweEnvOptions)> {
     let path = frognano_model::load::resolve_path(model)?;
     let policy = Policy::load(&path, opts)?;
     let (_, chat) = ChatParts::split(frognano_model::load(model)?)?;
     let env_opts = SweEnvOptions { repos, isolation, enable_thinking, ..SweEnvOptions::default() };
+    let env_opts = if small_model_harness { env_opts.small_model() } else { env_opts };
     Ok((policy, chat, env_opts))
 }
 
@@ -174,9 +179,10 @@ pub fn run_training(a: &TrainJob, progress: &dyn Progress) -> anyhow::Result<Tra
             let spec = LlamaSpec::tiny(crate::toy::VOCAB.len());
             (Policy::random_llama(&spec, &opts)?, Box::new(crate::toy::ToyEnv))
         }
-        TrainTarget::Tasks { model, tasks, synth_repo, repos, isolation, enable_thinking } => {
+        TrainTarget::Tasks { model, tasks, synth_repo, repos, isolation, enable_thinking, small_model_harness } => {
             eprintln!("loading the policy from {model} …");
-            let (policy, chat, env_opts) = load_task_policy(model, &opts, repos.clone(), *isolation, *enable_thinking)?;
+            let (policy, chat, env_opts) =
+                load_task_policy(model, &opts, repos.clone(), *isolation, *enable_thinking, *small_model_harness)?;
             let env = match (synth_repo, tasks) {
                 (Some(repo), tasks) => {
                     let out = tasks.clone().unwrap_or_else(|| a.out.join("synth"));
@@ -214,7 +220,7 @@ pub fn run_training(a: &TrainJob, progress: &dyn Progress) -> anyhow::Result<Tra
     if let Some(config) = &a.ray {
         let target = match &a.target {
             TrainTarget::Toy => crate::remote::RecipeTarget::Toy,
-            TrainTarget::Tasks { model, tasks, synth_repo, repos, isolation, enable_thinking } => {
+            TrainTarget::Tasks { model, tasks, synth_repo, repos, isolation, enable_thinking, small_model_harness } => {
                 // A synth-grown pool lives in its synth folder; workers load it from there.
                 let tasks = match (synth_repo, tasks) {
                     (Some(_), t) => t.clone().unwrap_or_else(|| a.out.join("synth")),
@@ -232,6 +238,7 @@ pub fn run_training(a: &TrainJob, progress: &dyn Progress) -> anyhow::Result<Tra
                     repos: repos.as_ref().map(std::path::absolute).transpose()?,
                     isolation: *isolation,
                     enable_thinking: *enable_thinking,
+                    small_model_harness: *small_model_harness,
                 }
             }
         };
@@ -295,6 +302,7 @@ mod tests {
                 repos: None,
                 isolation: Isolation::Unconfined,
                 enable_thinking: true,
+                small_model_harness: false,
             },
             ..toy_job()
         };
