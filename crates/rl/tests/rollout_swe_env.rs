@@ -89,6 +89,18 @@ fn chat_parts() -> Option<ChatParts> {
     demo().map(|(_, c)| c)
 }
 
+/// Greedy attempts of at most `max_steps` steps and 160 tokens per turn.
+fn greedy(max_steps: usize) -> RolloutConfig {
+    RolloutConfig {
+        temperature: 0.0,
+        max_tokens_per_turn: 160,
+        max_steps,
+        max_context_tokens: 4096,
+        max_time: Some(Duration::from_secs(120)),
+        partial_credit: false,
+    }
+}
+
 #[test]
 fn verifier_scores_gold_one_empty_zero_and_partial_credit_between() {
     let Some(chat) = chat_parts() else { return };
@@ -131,14 +143,7 @@ fn a_rollout_on_the_fixture_task_is_recorded_and_scored() {
     let fx = fixture();
     let mut env = SweEnv::new("fixture", fx.instances.clone(), chat, options(&fx)).unwrap();
     let model = Arc::new(Scheduler::start(model, SchedulerConfig::default()).unwrap());
-    let greedy = RolloutConfig {
-        temperature: 0.0,
-        max_tokens_per_turn: 160,
-        max_steps: 2,
-        max_context_tokens: 4096,
-        max_time: Some(Duration::from_secs(120)),
-        partial_credit: false,
-    };
+    let greedy = greedy(2);
     let check_shape = |r: &frognano_rl::rollout::Rollout, seed: u64| {
         assert_eq!((r.task_id.as_str(), r.seed), ("sh__greet-1", seed));
         assert!(!r.turn_starts.is_empty() && r.turn_starts.len() <= 2, "{r:?}");
@@ -176,14 +181,7 @@ fn the_small_model_harness_keeps_notices_and_constrained_calls_in_one_training_s
     let fx = fixture();
     let env = SweEnv::new("fixture", fx.instances.clone(), chat, options(&fx).small_model()).unwrap();
     let model = Arc::new(Scheduler::start(model, SchedulerConfig::default()).unwrap());
-    let greedy = RolloutConfig {
-        temperature: 0.0,
-        max_tokens_per_turn: 160,
-        max_steps: 3,
-        max_context_tokens: 4096,
-        max_time: Some(Duration::from_secs(120)),
-        partial_credit: false,
-    };
+    let greedy = greedy(3);
     // Under the Leaf harness this reply, cut by the per-turn limit, ends the attempt (see
     // above); here the cut earns a notice, or the constrained reply is a tool call, and the
     // run goes on: more than one turn, all of them in one sequence whose harness text
