@@ -226,7 +226,7 @@ run_coder() {
   load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
   echo "load average at end: $load_end"
   {
-    echo "**Conditions.** $(machine), started $started; packages: $packages (held out: ${HELD_OUT:-jsonpointer}); $STEPS steps per arm, B=${B:-2}, G=${G:-4}, LoRA rank ${LORA_RANK:-8}, lr ${LR:-1e-4}, at most ${MAX_STEPS:-6} agent steps of ${MAX_TOKENS_PER_TURN:-256} tokens; load average $load_start at start, $load_end at end."
+    echo "**Conditions.** $(machine), started $started; packages: $packages (held out: ${HELD_OUT:-jsonpointer}); $STEPS steps per arm, B=${B:-2}, G=${G:-4}, LoRA rank ${LORA_RANK:-8}, lr ${LR:-1e-4}, at most ${MAX_STEPS:-10} agent steps of ${MAX_TOKENS_PER_TURN:-512} tokens; load average $load_start at start, $load_end at end."
     echo
     cat "$out/table.md"
   } > "$out/report.md"

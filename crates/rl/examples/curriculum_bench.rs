@@ -22,7 +22,8 @@
 //! Driven by `bench/train_curriculum.sh coder` (and `smol`).
 //!
 //! env: HELD_OUT, TASKS_PER_REPO (all), TEMPERATURE (1.0), HARNESS (leaf | small-model), B (2), G (4), EVAL_ATTEMPTS (2), PARALLEL (4), LORA_RANK (8), LR (1e-4),
-//! MAX_STEPS (6), MAX_TOKENS_PER_TURN (256), MAX_CONTEXT (4096), ATTEMPT_TIMEOUT (300 s).
+//! MAX_STEPS (10), MAX_TOKENS_PER_TURN (512; at 6 and 256, 6 of a 1.5B model's first 7 attempts hit a limit),
+//! MAX_CONTEXT (4096), ATTEMPT_TIMEOUT (300 s).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -144,8 +145,8 @@ fn main() -> anyhow::Result<()> {
         // Below 1, attempts are drawn from a sharper distribution; the recorded logprobs (and
         // so the loss) stay the model's own.
         temperature: env_num("TEMPERATURE", 1.0f32),
-        max_tokens_per_turn: env_num("MAX_TOKENS_PER_TURN", 256),
-        max_steps: env_num("MAX_STEPS", 6),
+        max_tokens_per_turn: env_num("MAX_TOKENS_PER_TURN", 512),
+        max_steps: env_num("MAX_STEPS", 10),
         max_context_tokens: env_num("MAX_CONTEXT", 4096),
         max_time: Some(Duration::from_secs(env_num("ATTEMPT_TIMEOUT", 300))),
         partial_credit: false,
