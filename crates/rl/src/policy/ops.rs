@@ -137,17 +137,36 @@ fn attention_blocks(n: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..n).step_by(ATTENTION_BLOCK).map(move |s| (s, ATTENTION_BLOCK.min(n - s)))
 }
 
-/// A contiguous f32/f64 CPU storage as a tensor of its layout's shape (copied).
-fn storage_tensor(storage: &CpuStorage, layout: &Layout, what: &str) -> Result<Tensor> {
+/// The argument `what` of the custom op `op`, a contiguous f32/f64 CPU storage, as a tensor of
+/// its layout's shape (copied): how a custom op's CPU forward gets candle tensors to compute
+/// with.
+pub(crate) fn storage_tensor(storage: &CpuStorage, layout: &Layout, op: &str, what: &str) -> Result<Tensor> {
     let (a, b) = layout
         .contiguous_offsets()
-        .ok_or_else(|| candle_core::Error::Msg(format!("blocked attention: {what} must be contiguous")))?;
+        .ok_or_else(|| candle_core::Error::Msg(format!("{op}: {what} must be contiguous")))?;
     match storage {
         CpuStorage::F32(v) => Tensor::from_slice(&v[a..b], layout.shape(), &Device::Cpu),
         CpuStorage::F64(v) => Tensor::from_slice(&v[a..b], layout.shape(), &Device::Cpu),
-        _ => Err(candle_core::Error::Msg(format!("blocked attention: {what} must be f32 or f64"))),
+        _ => Err(candle_core::Error::Msg(format!("{op}: {what} must be f32 or f64"))),
     }
 }
+
+/// The result `y` of the custom op `op` as the CPU storage and shape its forward returns.
+pub(crate) fn tensor_storage(y: Tensor, op: &str) -> Result<(CpuStorage, Shape)> {
+    let y = y.contiguous()?;
+    let shape = y.shape().clone();
+    let (st, l) = y.storage_and_layout();
+    let Storage::Cpu(cpu) = &*st else {
+        return Err(candle_core::Error::Msg(format!("{op}: CPU only")));
+    };
+    if l.start_offset() != 0 {
+        return Err(candle_core::Error::Msg(format!("{op}: unexpected output offset")));
+    }
+    Ok((cpu.clone(), shape))
+}
+
+/// [`BlockedAttention`]'s name in errors.
+const BLOCKED_ATTENTION: &str = "blocked attention";
 
 impl CustomOp3 for BlockedAttention {
     fn name(&self) -> &'static str {
@@ -163,20 +182,16 @@ impl CustomOp3 for BlockedAttention {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (q, k, v) = (storage_tensor(s1, l1, "q")?, storage_tensor(s2, l2, "k")?, storage_tensor(s3, l3, "v")?);
+        let op = BLOCKED_ATTENTION;
+        let (q, k, v) =
+            (storage_tensor(s1, l1, op, "q")?, storage_tensor(s2, l2, op, "k")?, storage_tensor(s3, l3, op, "v")?);
         let n = q.dim(1)?;
         let mut outs = Vec::new();
         for (start, rows) in attention_blocks(n) {
             let p = block_probs(&q, &k, start, rows, self.scale)?;
             outs.push(p.matmul(&v.narrow(1, 0, start + rows)?)?);
         }
-        let o = Tensor::cat(&outs, 1)?.contiguous()?;
-        let shape = o.shape().clone();
-        let (st, _) = o.storage_and_layout();
-        let Storage::Cpu(cpu) = &*st else {
-            return Err(candle_core::Error::Msg("blocked attention: CPU only".into()));
-        };
-        Ok((cpu.clone(), shape))
+        tensor_storage(Tensor::cat(&outs, 1)?, op)
     }
 
     fn bwd(

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Result, Shape, Storage, Tensor, Var};
+use candle_core::{CpuStorage, CustomOp1, DType, Layout, Result, Shape, Tensor, Var};
 use frognano_model::weights::{Elementwise, WeightSpec};
 use rand::{Rng, SeedableRng};
 
@@ -207,24 +207,8 @@ impl CustomOp1 for FrozenLinear {
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (a, b) = layout
-            .contiguous_offsets()
-            .ok_or_else(|| candle_core::Error::Msg("frozen-linear: input must be contiguous".into()))?;
-        let x = match storage {
-            CpuStorage::F32(v) => Tensor::from_slice(&v[a..b], layout.shape(), &Device::Cpu)?,
-            CpuStorage::F64(v) => Tensor::from_slice(&v[a..b], layout.shape(), &Device::Cpu)?,
-            _ => return Err(candle_core::Error::Msg("frozen-linear: input must be f32 or f64".into())),
-        };
-        let y = x.matmul(&self.w.t()?)?.contiguous()?;
-        let shape = y.shape().clone();
-        let (st, l) = y.storage_and_layout();
-        let Storage::Cpu(cpu) = &*st else {
-            return Err(candle_core::Error::Msg("frozen-linear: CPU only".into()));
-        };
-        if l.start_offset() != 0 {
-            return Err(candle_core::Error::Msg("frozen-linear: unexpected output offset".into()));
-        }
-        Ok((cpu.clone(), shape))
+        let x = ops::storage_tensor(storage, layout, self.name(), "input")?;
+        ops::tensor_storage(x.matmul(&self.w.t()?)?, self.name())
     }
 
     fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
