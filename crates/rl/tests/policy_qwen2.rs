@@ -139,7 +139,8 @@ fn backward_rejects_bad_input_by_name() {
     };
     assert!(run(&[], &[], None).contains("no input tokens"));
     assert!(run(&[1, 2], &[2], None).contains("2 input tokens but 1 targets"));
-    assert!(run(&[1, 2], &[2, 50], None).contains("token id 50 is out of vocabulary (vocab_size 50)"));
+    assert!(run(&[1, 2], &[2, 50], None).contains("target id 50 is out of vocabulary (vocab_size 50)"));
+    assert!(run(&[1, 50], &[2, 3], None).contains("token id 50 is out of vocabulary (vocab_size 50)"));
     assert!(run(&[1, 2], &[2, 3], Some(&[true])).contains("2 targets but 1 entries in `needed`"));
 }
 

@@ -255,13 +255,7 @@ impl Policy {
     /// Logits `[input.len(), vocab]` for every position (f32, or f64 for an F64 policy),
     /// differentiable. Errors on an empty input or an id outside the vocabulary.
     pub fn logits(&self, input: &[u32]) -> candle_core::Result<Tensor> {
-        if input.is_empty() {
-            return Err(msg("no input tokens".into()));
-        }
-        let vocab = self.vocab_size();
-        if let Some(bad) = input.iter().find(|&&id| id as usize >= vocab) {
-            return Err(msg(format!("token id {bad} is out of vocabulary (vocab_size {vocab})")));
-        }
+        self.check_input(input)?;
         let ids = Tensor::from_slice(input, input.len(), &Device::Cpu)?;
         match &self.net {
             Net::Llama(s) => llama::logits(s, &self.store, &ids),
@@ -274,27 +268,31 @@ impl Policy {
     /// `input = S[..n]` and `targets = S[1..=n]`. Errors when the lengths differ, the input is
     /// empty, or an id is outside the vocabulary.
     pub fn token_logprobs(&self, input: &[u32], targets: &[u32]) -> candle_core::Result<Tensor> {
+        self.check_targets(input, targets)?;
+        ops::gather_logprobs(&self.logits(input)?, targets)
+    }
+
+    /// The input [`Policy::logits`] accepts: not empty, every id in the vocabulary.
+    fn check_input(&self, input: &[u32]) -> candle_core::Result<()> {
+        if input.is_empty() {
+            return Err(msg("no input tokens".into()));
+        }
+        let vocab = self.vocab_size();
+        if let Some(bad) = input.iter().find(|&&id| id as usize >= vocab) {
+            return Err(msg(format!("token id {bad} is out of vocabulary (vocab_size {vocab})")));
+        }
+        Ok(())
+    }
+
+    /// The targets [`Policy::token_logprobs`] accepts: one per input token, every id in the
+    /// vocabulary.
+    fn check_targets(&self, input: &[u32], targets: &[u32]) -> candle_core::Result<()> {
         if input.len() != targets.len() {
             return Err(msg(format!("{} input tokens but {} targets", input.len(), targets.len())));
         }
         let vocab = self.vocab_size();
         if let Some(bad) = targets.iter().find(|&&id| id as usize >= vocab) {
             return Err(msg(format!("target id {bad} is out of vocabulary (vocab_size {vocab})")));
-        }
-        ops::gather_logprobs(&self.logits(input)?, targets)
-    }
-
-    /// Checks `input`/`targets` as [`Policy::token_logprobs`] does.
-    fn check_tokens(&self, input: &[u32], targets: &[u32]) -> candle_core::Result<()> {
-        if input.is_empty() {
-            return Err(msg("no input tokens".into()));
-        }
-        if input.len() != targets.len() {
-            return Err(msg(format!("{} input tokens but {} targets", input.len(), targets.len())));
-        }
-        let vocab = self.vocab_size();
-        if let Some(bad) = input.iter().chain(targets).find(|&&id| id as usize >= vocab) {
-            return Err(msg(format!("token id {bad} is out of vocabulary (vocab_size {vocab})")));
         }
         Ok(())
     }
@@ -361,7 +359,8 @@ impl Policy {
         loss: impl FnOnce(&Tensor) -> candle_core::Result<(Tensor, T)>,
         grads: &mut dyn FnMut(&candle_core::backprop::GradStore) -> candle_core::Result<()>,
     ) -> candle_core::Result<(f64, T)> {
-        self.check_tokens(input, targets)?;
+        self.check_targets(input, targets)?;
+        self.check_input(input)?;
         let n = input.len();
         if let Some(m) = needed.filter(|m| m.len() != n) {
             return Err(msg(format!("{} targets but {} entries in `needed`", n, m.len())));
