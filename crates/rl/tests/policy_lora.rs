@@ -8,7 +8,7 @@ use candle_core::{DType, Device, Tensor};
 use frognano_rl::policy::{LlamaSpec, LoraConfig, Policy, PolicyOptions, SaveFormat};
 
 mod common;
-use common::{engine_logits, max_abs_diff, rows};
+use common::{engine_logits, max_abs_diff, perturb_b, rows};
 
 fn spec() -> LlamaSpec {
     LlamaSpec { tie_word_embeddings: false, ..LlamaSpec::tiny(80) }
@@ -16,17 +16,6 @@ fn spec() -> LlamaSpec {
 
 fn lora_opts(seed: u64) -> PolicyOptions {
     PolicyOptions { lora: Some(LoraConfig { rank: 4, alpha: 8.0, ..Default::default() }), seed, ..Default::default() }
-}
-
-/// Gives every adapter's `B` (and so the merged weights) a deterministic non-zero value.
-fn perturb_b(p: &Policy) {
-    for (i, (name, v)) in p.params().iter().enumerate() {
-        if name.ends_with("lora_B.weight") {
-            let n = v.elem_count();
-            let data: Vec<f32> = (0..n).map(|j| (((i * 131 + j * 17) % 97) as f32 / 97.0 - 0.5) * 0.2).collect();
-            v.set(&Tensor::from_vec(data, v.dims(), &Device::Cpu).unwrap().to_dtype(v.dtype()).unwrap()).unwrap();
-        }
-    }
 }
 
 const IDS: [u32; 10] = [3, 14, 15, 9, 26, 53, 58, 9, 7, 79];
@@ -70,7 +59,7 @@ fn lora_starts_at_the_base_model_with_peft_names() {
 fn lora_gradients_reach_only_adapters_and_match_finite_differences() {
     let opts = PolicyOptions { dtype: DType::F64, ..lora_opts(9) };
     let p = Policy::random_llama(&LlamaSpec { num_layers: 1, ..spec() }, &opts).unwrap();
-    perturb_b(&p);
+    perturb_b(&p, 0.2);
     let input = [1u32, 2, 40, 7];
     let targets = [2u32, 40, 7, 70];
     let loss = |p: &Policy| p.token_logprobs(&input, &targets).unwrap().sum_all().unwrap();
@@ -97,7 +86,7 @@ fn lora_gradients_reach_only_adapters_and_match_finite_differences() {
 #[test]
 fn merged_save_reloads_through_frognano_model_to_equal_logits() {
     let p = Policy::random_llama(&spec(), &lora_opts(11)).unwrap();
-    perturb_b(&p);
+    perturb_b(&p, 0.2);
     let ours = rows(&p.logits(&IDS).unwrap());
     let base = Policy::random_llama(&spec(), &PolicyOptions { seed: 11, ..Default::default() }).unwrap();
     assert!(max_abs_diff(&ours, &rows(&base.logits(&IDS).unwrap())) > 1e-4, "the adapters change the model");
@@ -117,7 +106,7 @@ fn merged_save_reloads_through_frognano_model_to_equal_logits() {
 #[test]
 fn adapter_save_and_set_params_round_trip_exactly() {
     let p = Policy::random_llama(&spec(), &lora_opts(13)).unwrap();
-    perturb_b(&p);
+    perturb_b(&p, 0.2);
     let dir = tempfile::tempdir().unwrap();
     p.save(dir.path(), SaveFormat::Adapter).unwrap();
     let cfg: serde_json::Value =
@@ -148,7 +137,7 @@ fn adapter_save_and_set_params_round_trip_exactly() {
 fn bf16_base_keeps_f32_adapters_and_its_inference_model_agrees() {
     let opts = PolicyOptions { dtype: DType::BF16, ..lora_opts(31) };
     let p = Policy::random_llama(&spec(), &opts).unwrap();
-    perturb_b(&p);
+    perturb_b(&p, 0.2);
     assert!(p.params().iter().all(|(_, v)| v.dtype() == DType::F32));
     let ours = rows(&p.logits(&IDS).unwrap());
     let engine = engine_logits(p.inference_model().unwrap().as_ref(), &IDS);

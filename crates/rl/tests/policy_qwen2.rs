@@ -8,18 +8,12 @@
 //! gives the gradients the whole autograd graph gives, for llama, Qwen2 and Qwen3.5, full
 //! fine-tuning and LoRA.
 
-use std::path::PathBuf;
-
 use candle_core::{DType, Device, Tensor};
 use frognano_rl::optim::GradSum;
 use frognano_rl::policy::{LlamaSpec, LoraConfig, Policy, PolicyOptions, SaveFormat};
 
 mod common;
-use common::{engine_logits, max_abs_diff, rows};
-
-fn fixture(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(rel)
-}
+use common::{engine_logits, fixture, max_abs_diff, perturb_b, rows};
 
 fn scale(v: &[f32]) -> f32 {
     v.iter().map(|x| x.abs()).fold(0.0, f32::max)
@@ -142,18 +136,6 @@ fn backward_rejects_bad_input_by_name() {
     assert!(run(&[1, 2], &[2, 50], None).contains("target id 50 is out of vocabulary (vocab_size 50)"));
     assert!(run(&[1, 50], &[2, 3], None).contains("token id 50 is out of vocabulary (vocab_size 50)"));
     assert!(run(&[1, 2], &[2, 3], Some(&[true])).contains("2 targets but 1 entries in `needed`"));
-}
-
-/// Every adapter's `B` set to deterministic non-zero values, so the adapted model differs from
-/// its base.
-fn perturb_b(p: &Policy, amplitude: f32) {
-    for (i, (name, v)) in p.params().iter().enumerate() {
-        if name.ends_with("lora_B.weight") {
-            let n = v.elem_count();
-            let data: Vec<f32> = (0..n).map(|j| (((i * 131 + j * 17) % 97) as f32 / 97.0 - 0.5) * amplitude).collect();
-            v.set(&Tensor::from_vec(data, v.dims(), &Device::Cpu).unwrap()).unwrap();
-        }
-    }
 }
 
 #[test]

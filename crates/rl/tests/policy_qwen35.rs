@@ -3,17 +3,11 @@
 //! (f64) through gated attention, the conv, the delta rule and every norm, and LoRA / merged
 //! saves keep Hugging Face names (including the `model.language_model.` wrapper prefix).
 
-use std::path::{Path, PathBuf};
-
 use candle_core::{DType, Device, Tensor};
 use frognano_rl::policy::{LoraConfig, Policy, PolicyOptions, SaveFormat};
 
 mod common;
-use common::{engine_logits, max_abs_diff, rows};
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures").join(name)
-}
+use common::{engine_logits, fixture, max_abs_diff, rows};
 
 /// `input_ids`, `logits_full` (transformers 5.23, f32, CPU) and `logits_full_f64` (the same in
 /// f64: the exact result) of a golden file.
