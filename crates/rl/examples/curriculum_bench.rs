@@ -37,7 +37,7 @@ use frognano_rl::env::{load_tasks, Environment, RolloutConfig, SweEnv, SweEnvOpt
 use frognano_rl::optim::AdamWConfig;
 use frognano_rl::policy::{LoraConfig, Policy, PolicyOptions};
 use frognano_rl::rollout::Outcome;
-use frognano_rl::trainer::{TrainConfig, Trainer};
+use frognano_rl::trainer::{rollout_scheduler, TrainConfig, Trainer};
 use frognano_synth::calibrate::FrontierConfig;
 
 fn env_num<T: std::str::FromStr>(key: &str, default: T) -> T {
@@ -208,9 +208,8 @@ fn main() -> anyhow::Result<()> {
     };
     let held_env = SweEnv::new("held-out", held, chat.clone(), env_opts.clone())?;
     let train_env = SweEnv::new("train", train.clone(), chat.clone(), env_opts.clone())?;
-    let on_scheduler = |m: Arc<dyn CausalLm>| -> anyhow::Result<Arc<frognano_engine::Scheduler>> {
-        Ok(Arc::new(frognano_engine::Scheduler::start(m, frognano_engine::SchedulerConfig::default())?))
-    };
+    // Calibration and held-out attempts run on the scheduler training rollouts run on.
+    let on_scheduler = |m: Arc<dyn CausalLm>| rollout_scheduler(m, parallel);
 
     // Calibration of the base model.
     let base_sched = on_scheduler(base)?;

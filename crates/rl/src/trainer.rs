@@ -151,8 +151,9 @@ pub struct Trainer {
 
 /// The scheduler a step's rollouts share: decode batches of up to `parallel` attempts, and
 /// prefix reuse so that a group's common prompt is prefilled once. A cluster worker rolls
-/// its group out on the same kind of scheduler ([`crate::remote`]).
-pub(crate) fn rollout_scheduler(model: Arc<dyn CausalLm>, parallel: usize) -> anyhow::Result<Arc<Scheduler>> {
+/// its group out on the same kind of scheduler ([`crate::remote`]), and so do evaluations that
+/// must see attempts as training does (`examples/curriculum_bench.rs`).
+pub fn rollout_scheduler(model: Arc<dyn CausalLm>, parallel: usize) -> anyhow::Result<Arc<Scheduler>> {
     let parallel = parallel.max(1);
     let config = SchedulerConfig {
         max_batch: parallel,
