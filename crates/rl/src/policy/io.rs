@@ -1,8 +1,8 @@
 //! Reading checkpoints into policy weights and writing them back: any frognano-model
-//! [`TensorSource`] (Hugging Face safetensors folders, llama-family GGUF files (llama, mistral, qwen2, qwen3)
-//! dequantized with q/k rows put back into Hugging Face order) read along the architecture's
-//! weight map, the policy's own weights handed back as one, merged checkpoints and PEFT
-//! adapters.
+//! [`TensorSource`] (Hugging Face safetensors folders, llama-family GGUF files — llama,
+//! mistral, qwen2, qwen3 — dequantized with q/k rows put back into Hugging Face order) read
+//! along the architecture's weight map, the policy's own weights handed back as one, merged
+//! checkpoints and PEFT adapters.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -133,8 +133,9 @@ fn safetensors_names(path: &Path) -> anyhow::Result<Vec<String>> {
     Ok(v.as_object().map(|o| o.keys().filter(|k| *k != "__metadata__").cloned().collect()).unwrap_or_default())
 }
 
-/// A llama-family GGUF file (`llama`, `mistral`, `qwen2`, `qwen3`) as Hugging Face-named f32 tensors (q/k rows put back into
-/// Hugging Face order by [`GgufWeights::in_hf_layout`]) and its spec.
+/// A llama-family GGUF file (`llama`, `mistral`, `qwen2`, `qwen3`) as Hugging Face-named f32
+/// tensors (q/k rows put back into Hugging Face order by [`GgufWeights::in_hf_layout`]) and
+/// its spec.
 pub(crate) fn read_llama_gguf(path: &Path) -> anyhow::Result<(super::LlamaSpec, Vec<(String, Tensor)>)> {
     let f = GgufFile::open(path)?;
     let arch = f.get_str("general.architecture")?.unwrap_or("").to_string();

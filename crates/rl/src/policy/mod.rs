@@ -3,7 +3,8 @@
 //!
 //! * [`Policy::load`] reads a Hugging Face safetensors folder (`llama`, `qwen2`, `qwen3`,
 //!   `qwen3_5`, `qwen3_5_text`) or a llama-family GGUF file (`llama`, `mistral`, `qwen2`,
-//!   `qwen3`; dequantized to f32, q/k rows put back into Hugging Face order); [`Policy::random_llama`] makes a small random model.
+//!   `qwen3`; dequantized to f32, q/k rows put back into Hugging Face order);
+//!   [`Policy::random_llama`] makes a small random model.
 //! * [`Policy::token_logprobs`] gives `log π(targets[i] | input[..=i])`, differentiable with
 //!   respect to [`Policy::params`]: every weight (full fine-tuning, Hugging Face names) or the
 //!   LoRA matrices only (PEFT names).

@@ -210,7 +210,8 @@ impl CustomOp3 for BlockedAttention {
             let p = block_probs(&q, &k, start, rows, self.scale)?;
             let g = grad.narrow(1, start, rows)?;
             let (kb, vb) = (k.narrow(1, 0, end)?, v.narrow(1, 0, end)?);
-            // dV += pᵀ·g; dP = g·vᵀ; dS = p ⊙ (dP − rowsum(g ⊙ o)); dQ = dS·k·scale; dK += dSᵀ·q·scale.
+            // dV += pᵀ·g; dP = g·vᵀ; dS = p ⊙ (dP − rowsum(g ⊙ o));
+            // dQ = dS·k·scale; dK += dSᵀ·q·scale.
             let dv_b = p.t()?.matmul(&g)?;
             let dp = g.matmul(&vb.t()?)?;
             let row = (&g * o.narrow(1, start, rows)?)?.sum_keepdim(D::Minus1)?;

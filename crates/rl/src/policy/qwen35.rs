@@ -3,9 +3,10 @@
 //! (`1 + w`), gated full attention (per-head `[query | gate]` interleave, q/k norms, partial
 //! rotate-half RoPE), Gated DeltaNet (causal depthwise conv + SiLU, l2-normalised q/k, decay
 //! `g = −exp(A_log)·softplus(a + dt_bias)`, `β = σ(b)`, the delta rule in its chunked form
-//! so the autograd graph keeps one state per 64 tokens, gated RMSNorm), SwiGLU MLPs, written as stages ([`embed`], [`layer`], [`head`]) so the
-//! policy can back-propagate one layer at a time. Weights keep their Hugging Face names and values; names, shapes and the
-//! conversions of stored values come from frognano-model's [`Qwen35Map`].
+//! so the autograd graph keeps one state per 64 tokens, gated RMSNorm), SwiGLU MLPs, written
+//! as stages ([`embed`], [`layer`], [`head`]) so the policy can back-propagate one layer at a
+//! time. Weights keep their Hugging Face names and values; names, shapes and the conversions
+//! of stored values come from frognano-model's [`Qwen35Map`].
 
 use candle_core::{Result, Tensor};
 use frognano_model::config::Qwen35Config;
