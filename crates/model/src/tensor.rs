@@ -10,6 +10,7 @@ use rayon::prelude::*;
 
 use crate::dtype::widen;
 pub use crate::dtype::{to_f32_vec, DType};
+use crate::kernels::gemm::dot;
 use crate::kernels::matmul::{self, WeightRef};
 pub use crate::kernels::{round_bf16, round_f16};
 use crate::quant::QuantType;
@@ -134,10 +135,10 @@ impl LowRank {
         for tt in 0..t {
             let xt = &x[tt * cols..(tt + 1) * cols];
             for (k, uk) in u.iter_mut().enumerate() {
-                *uk = self.scale * self.a[k * cols..(k + 1) * cols].iter().zip(xt).map(|(a, b)| a * b).sum::<f32>();
+                *uk = self.scale * dot(&self.a[k * cols..(k + 1) * cols], xt);
             }
             for (row, out) in y[tt * rows..(tt + 1) * rows].iter_mut().enumerate() {
-                *out += self.b[row * r..(row + 1) * r].iter().zip(&u).map(|(b, u)| b * u).sum::<f32>();
+                *out += dot(&self.b[row * r..(row + 1) * r], &u);
             }
         }
     }
