@@ -9,15 +9,6 @@ use std::time::Instant;
 
 use frognano_engine::{GenerateRequest, SamplingParams, Session, SpeculativeMode};
 
-fn vm_hwm_kib() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    s.lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     anyhow::ensure!(args.len() >= 4, "usage: gen_speed MODEL PREFILL DECODE [--quant q8_0|q4_k]");
@@ -70,7 +61,7 @@ fn main() -> anyhow::Result<()> {
             "prefill_tok_s": n_prefill as f64 / prefill_s,
             "decode_tokens": g.tokens.len() - 1,
             "decode_tok_s": (g.tokens.len() - 1) as f64 / decode_s,
-            "peak_rss_bytes": vm_hwm_kib() * 1024,
+            "peak_rss_bytes": frognano_testkit::peak_rss_kib() * 1024,
             "weight_bytes": weight_bytes,
         })
     );

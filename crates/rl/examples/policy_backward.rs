@@ -16,14 +16,7 @@ use frognano_rl::optim::GradSum;
 use frognano_rl::policy::{LoraConfig, Policy, PolicyOptions};
 
 fn peak_rss_gb() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kb = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0);
-    kb / 1e6
+    frognano_testkit::peak_rss_kib() as f64 / 1e6
 }
 
 fn main() -> anyhow::Result<()> {

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests of several crates (swe, synth, rl, serve): small git
 //! repositories made on the fly, file writes, copies of checked-in fixture folders, the
-//! demo model's path, and a local Ray cluster ([`ray`]). Test code only; nothing here is part of FrogNano itself.
+//! demo model's path, this process's peak memory (for benchmark examples), and a local Ray
+//! cluster ([`ray`]). Test code only; nothing here is part of FrogNano itself.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -178,4 +179,16 @@ impl frognano_model::CausalLm for ScriptedLm {
         logits[self.script[done.min(self.script.len() - 1)] as usize] = 30.0;
         Ok(logits)
     }
+}
+
+/// This process's peak resident memory so far in KiB (`VmHWM` of `/proc/self/status`; 0 where
+/// there is no such file), for the figures benchmark examples print.
+pub fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
