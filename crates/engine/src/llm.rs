@@ -59,7 +59,8 @@ pub struct TurnRecord {
     pub sampled_ids: Vec<u32>,
     /// log p(token) of each sampled token under the model's raw distribution.
     pub logprobs: Vec<f32>,
-    /// Whether an end-of-turn token closed the turn (false: cut by a length limit).
+    /// Whether an end-of-turn token closed the turn (false: cut by a length limit, or ended
+    /// by the tool-call grammar, whose turn the next prompt closes as the template does).
     pub stopped: bool,
     /// Whether the prompt was built by token continuation of the previous turn (always
     /// true for the first turn); false when the turn fell back to re-rendering.
@@ -468,7 +469,10 @@ impl Llm for EngineLlm {
             .map_err(|e| LlmError::Other(format!("generation: {e}")))?;
         if let Some(rec) = &mut self.recorder {
             let sampled_ids: Vec<u32> = g.tokens.iter().map(|t| t.id).collect();
-            let stopped = g.finish == EngineFinish::Stop;
+            // Closed by an end-of-turn token the model drew. A reply the tool-call grammar
+            // ended (finish Stop, no end token) is not: the next prompt closes it as the
+            // template does, or the model would see a turn never closed.
+            let stopped = sampled_ids.last().is_some_and(|id| self.chat.eos_ids.contains(id));
             let mut tokens = prompt.clone();
             tokens.extend_from_slice(&sampled_ids);
             rec.turns.push(TurnRecord {

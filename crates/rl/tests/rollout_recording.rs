@@ -223,3 +223,49 @@ fn turns_closed_by_the_end_token_continue_with_the_template_glue() {
     assert_eq!(second, format!("{first}{glue}<|im_start|>user\nNow say goodbye.<|im_end|>\n<|im_start|>assistant\n"));
     eprintln!("first turn closed by the end token: {stopped_once}");
 }
+
+#[test]
+fn a_tool_call_the_grammar_ends_is_closed_by_the_template_in_the_next_prompt() {
+    let Some((model, chat)) = demo() else { return };
+    // Under a tool-call grammar the reply ends when the call is complete, before the model
+    // draws its end-of-turn token. The next prompt must still close that turn as the template
+    // does: a small model shown `</tool_call>` followed straight by a user turn sees a
+    // conversation it was never trained on.
+    let mut llm = recording_llm(&chat, &model, 4096).constrain_tools();
+    let tools = vec![serde_json::json!({
+        "type": "function",
+        "function": {
+            "name": "Read",
+            "description": "Read a text file.",
+            "parameters": {
+                "type": "object",
+                "properties": {"file_path": {"type": "string"}},
+                "required": ["file_path"]
+            }
+        }
+    })];
+    let mut messages = vec![Message::system("You are a coding agent."), Message::user("Read the file notes.txt.")];
+    let sampling = Sampling { temperature: 0.0, ..raw_sampling(200, 5) };
+    let mut request = ChatRequest::new(&messages, &tools, &sampling);
+    request.tool_choice = frognano_protocol::ToolChoice::One;
+    let c = llm.complete(&request).unwrap();
+    let call = c.message.calls().first().cloned().expect("the grammar makes the reply a tool call");
+    messages.push(c.message);
+    messages.push(Message::tool(call.id.clone(), "hello from notes.txt"));
+    llm.complete(&ChatRequest::new(&messages, &tools, &raw_sampling(4, 6))).unwrap();
+    let turns = llm.take_turns();
+    assert_eq!(turns.len(), 2);
+    assert!(!turns[0].stopped, "the grammar, not an end-of-turn token, ended the first reply");
+    assert!(turns[1].continued);
+    // The second prompt: the first, the call as sampled, the template's end of the turn,
+    // then the tool's answer and the generation prompt as the template renders them.
+    let first =
+        chat.tokenizer.decode(&[turns[0].prompt_ids.clone(), turns[0].sampled_ids.clone()].concat(), false).unwrap();
+    let second = chat.tokenizer.decode(&turns[1].prompt_ids, false).unwrap();
+    let rendered = llm.render_messages(&messages, &tools, false, true).unwrap();
+    let tail = &rendered[rendered.rfind("<|im_start|>user").unwrap()..];
+    assert!(first.ends_with("</tool_call>"), "{first}");
+    assert_eq!(second, format!("{first}<|im_end|>\n{tail}"));
+    let s = build_sequence(&turns).unwrap();
+    check_alignment(model.model(), &turns, &s, strict_for_gguf());
+}
