@@ -104,6 +104,10 @@ pub struct RunArgs {
     /// Attempts per instance (pass@k, Avg@k).
     #[arg(long, default_value_t = 1)]
     pub attempts: usize,
+    /// Append where the fix goes to every issue text, read from the gold patch ("oracle
+    /// localization"): `file`, `function` (and file) or `line` (and function and file).
+    #[arg(long, value_name = "LEVEL", default_value = "none", value_parser = crate::train::parse_hint_level)]
+    pub hints: frognano_swe::localization::HintLevel,
 }
 
 /// Who solves each attempt (`eval run`, `synth calibrate`): the FrogNano agent on a model, or
@@ -249,8 +253,12 @@ pub fn run(cmd: EvalCommand) -> anyhow::Result<()> {
             Ok(())
         }
         EvalCommand::Run(a) => {
-            let job =
-                RunJob { solver: a.solver.config(a.exec.no_sandbox)?, exec: a.exec.config()?, attempts: a.attempts };
+            let job = RunJob {
+                solver: a.solver.config(a.exec.no_sandbox)?,
+                exec: a.exec.config()?,
+                attempts: a.attempts,
+                hints: a.hints,
+            };
             job.validate()?;
             // On a cluster each worker builds its own solver; nothing is loaded here.
             let local = if job.exec.ray.is_none() { in_process_solver(&job.solver, job.exec.workers)? } else { None };

@@ -5,13 +5,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use frognano_rl::env::RolloutConfig;
+use frognano_rl::env::{RolloutConfig, TaskHarness};
 use frognano_rl::loss::{self, AdvantageConfig, LossConfig};
 use frognano_rl::optim::AdamWConfig;
 use frognano_rl::policy::LoraConfig;
 use frognano_rl::train::{default_lr, GradientBackend, TrainJob, TrainTarget};
 use frognano_rl::trainer::{self, TrainConfig};
 use frognano_sandbox::Isolation;
+use frognano_swe::localization::HintLevel;
 
 use crate::progress::Bar;
 
@@ -220,6 +221,11 @@ pub struct TrainArgs {
     /// every sampled token stays in the training sequence).
     #[arg(long)]
     pub small_model_harness: bool,
+    /// Append where the fix goes to every issue text, read from the task's gold patch:
+    /// `file`, `function` (and file), `line` (and function and file). A difficulty knob over
+    /// the same tasks, for a policy that cannot yet find the faulty function by itself.
+    #[arg(long, value_name = "LEVEL", default_value = "none", value_parser = parse_hint_level)]
+    pub hints: HintLevel,
     /// Run the agent's commands and the tests without the bubblewrap sandbox.
     #[arg(long)]
     pub no_sandbox: bool,
@@ -274,7 +280,7 @@ impl TrainArgs {
                 repos: a.repos.clone(),
                 isolation: if a.no_sandbox { Isolation::Unconfined } else { Isolation::Bubblewrap },
                 enable_thinking: !a.no_think,
-                small_model_harness: a.small_model_harness,
+                harness: TaskHarness { small_model: a.small_model_harness, hints: a.hints },
             }
         };
         let train = TrainConfig {
@@ -359,6 +365,11 @@ pub fn run(a: TrainArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--hints`: a [`HintLevel`] by name.
+pub fn parse_hint_level(s: &str) -> Result<HintLevel, String> {
+    s.parse()
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -398,5 +409,17 @@ mod tests {
         let e = t.train.job().unwrap().validate().unwrap_err().to_string();
         assert_eq!(e, "--group-size must be at least 2 (advantages compare attempts), got 1");
         assert!(Top::try_parse_from(["x", "--trainer", "tinker", "--toy"]).is_err(), "--trainer-url is required");
+    }
+
+    #[test]
+    fn the_harness_flags_reach_the_task_target() {
+        let t = Top::try_parse_from(["x", "--model", "m", "--tasks", "t", "--small-model-harness", "--hints", "line"]);
+        let TrainTarget::Tasks { harness, .. } = t.unwrap().train.job().unwrap().target else { panic!("a task target") };
+        assert_eq!(harness, TaskHarness { small_model: true, hints: HintLevel::Line });
+        let t = Top::try_parse_from(["x", "--model", "m", "--tasks", "t"]).unwrap();
+        let TrainTarget::Tasks { harness, .. } = t.train.job().unwrap().target else { panic!("a task target") };
+        assert_eq!(harness, TaskHarness::default(), "the Leaf harness, no hints");
+        let e = Top::try_parse_from(["x", "--model", "m", "--hints", "lines"]).unwrap_err().to_string();
+        assert!(e.contains("unknown hint level \"lines\": expected one of none, file, function, line"), "{e}");
     }
 }

@@ -64,6 +64,17 @@ fn a_scripted_solver_that_fixes_the_bug_resolves_the_task_and_one_that_does_not_
 }
 
 #[test]
+fn hints_put_where_the_fix_goes_into_the_issue_the_solver_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    // A solver that fixes the bug only when its issue file says where the fix goes.
+    let solver = "grep -qF 'Hint: the code to fix is `lib.sh`, line 1.' \"$FROGNANO_ISSUE_FILE\" && sed -i 's/Helo/Hello/' lib.sh";
+    let (stdout, _) = run(dir.path(), "hinted", &["--solver-cmd", solver, "--hints", "line"]);
+    assert!(stdout.contains("resolved 1/1 instances"), "{stdout}");
+    let (stdout, _) = run(dir.path(), "plain", &["--solver-cmd", solver]);
+    assert!(stdout.contains("resolved 0/1 instances"), "{stdout}");
+}
+
+#[test]
 fn the_demo_model_in_process_attempts_the_task_within_its_limits() {
     let Some(model) = frognano_testkit::demo_model() else { return };
     let dir = tempfile::tempdir().unwrap();

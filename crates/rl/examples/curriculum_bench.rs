@@ -21,7 +21,8 @@
 //! batched. Prints a Markdown table and writes it to `OUT/table.md`, with `OUT/calibration.json`.
 //! Driven by `bench/train_curriculum.sh coder` (and `smol`).
 //!
-//! env: HELD_OUT, TASKS_PER_REPO (all), TEMPERATURE (1.0), HARNESS (leaf | small-model), B (2),
+//! env: HELD_OUT, TASKS_PER_REPO (all), TEMPERATURE (1.0), HARNESS (leaf | small-model),
+//! HINTS (none | file | function | line), B (2),
 //! G (4), EVAL_ATTEMPTS (2), PARALLEL (4), LORA_RANK (8), LR (1e-4),
 //! MAX_STEPS (10), MAX_TOKENS_PER_TURN (512; at 6 and 256, 5 of a 1.5B model's first 7 attempts hit a limit),
 //! MAX_CONTEXT (4096), ATTEMPT_TIMEOUT (300 s).
@@ -207,6 +208,12 @@ fn main() -> anyhow::Result<()> {
         Ok("leaf") | Err(_) => env_opts,
         Ok(other) => anyhow::bail!("HARNESS={other:?}: expected leaf or small-model"),
     };
+    // HINTS=file|function|line: where the fix goes, appended to every issue text.
+    let hints = match std::env::var("HINTS") {
+        Ok(h) => h.parse().map_err(|e| anyhow::anyhow!("HINTS: {e}"))?,
+        Err(_) => frognano_swe::localization::HintLevel::None,
+    };
+    let env_opts = SweEnvOptions { hints, ..env_opts };
     let held_env = SweEnv::new("held-out", held, chat.clone(), env_opts.clone())?;
     let train_env = SweEnv::new("train", train.clone(), chat.clone(), env_opts.clone())?;
     // Calibration and held-out attempts run on the scheduler training rollouts run on.

@@ -15,6 +15,7 @@ use frognano_protocol::Sampling;
 use frognano_sandbox::{Isolation, Sandbox, SandboxSpec};
 use frognano_swe::executor::{create_workspace, run_instance, ErrorKind, ExecOptions, Outcome as ExecOutcome};
 use frognano_swe::instance::{repo_source, Prediction};
+use frognano_swe::localization::{self, HintLevel};
 use frognano_swe::SweInstance;
 use frognano_synth::calibrate::{self, Knobs};
 use frognano_synth::intake::Source;
@@ -121,6 +122,10 @@ pub struct SweEnvOptions {
     /// --constrain-tools`): a malformed call cannot be produced. The recorded logprobs stay the
     /// model's own, so the loss is the unconstrained policy's.
     pub constrain_tools: bool,
+    /// How much of the fix's location is appended to each issue text
+    /// ([`frognano_swe::localization`]): a difficulty knob over the same tasks, for a policy
+    /// that cannot find the faulty function of an unknown package by itself.
+    pub hints: HintLevel,
 }
 
 impl SweEnvOptions {
@@ -130,6 +135,29 @@ impl SweEnvOptions {
     /// the training sequence (every sampled token must stay in it).
     pub fn small_model(self) -> Self {
         SweEnvOptions { guards: Guards { malformed_retries: 0, ..Guards::default() }, constrain_tools: true, ..self }
+    }
+}
+
+/// The harness around a task policy's attempts, as `frognano train` and its cluster workers
+/// are told it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TaskHarness {
+    /// The harness `frognano solve` gives a small model ([`SweEnvOptions::small_model`])
+    /// instead of the Leaf harness.
+    pub small_model: bool,
+    /// How much of the fix's location each issue text carries ([`SweEnvOptions::hints`]).
+    pub hints: HintLevel,
+}
+
+impl TaskHarness {
+    /// `opts` set up as this harness says.
+    pub fn apply(self, opts: SweEnvOptions) -> SweEnvOptions {
+        let opts = SweEnvOptions { hints: self.hints, ..opts };
+        if self.small_model {
+            opts.small_model()
+        } else {
+            opts
+        }
     }
 }
 
@@ -143,6 +171,7 @@ impl Default for SweEnvOptions {
             enable_thinking: true,
             guards: Guards::leaf_exact(),
             constrain_tools: false,
+            hints: HintLevel::None,
         }
     }
 }
@@ -361,6 +390,12 @@ impl SweEnv {
         }
     }
 
+    /// The text the agent is given for `inst`: its issue, with the location hint the options
+    /// ask for ([`localization::instance_text`]).
+    pub fn task_text(&self, inst: &SweInstance) -> String {
+        localization::instance_text(inst, self.opts.hints)
+    }
+
     /// Runs the agent on `inst` in a fresh workspace; returns the exit reason and, when the
     /// run decides the outcome by itself (limit, infrastructure, broken prefix), the outcome;
     /// else the patch to grade.
@@ -411,7 +446,8 @@ impl SweEnv {
             ..AgentConfig::default()
         };
         let cancel = AtomicBool::new(false);
-        let t = agent::run(llm, &mut tools, &inst.problem_statement, &config, &cancel, &mut |_| {});
+        let task = self.task_text(inst);
+        let t = agent::run(llm, &mut tools, &task, &config, &cancel, &mut |_| {});
         let exit = t.exit_reason.as_str().to_string();
         if let Some(outcome) = outcome_of_exit(&exit, t.error.as_deref()) {
             return (exit, Err(outcome));

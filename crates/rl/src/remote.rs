@@ -19,9 +19,10 @@ use frognano_swe::remote::UnitRunner;
 use rayon::prelude::*;
 use serde_json::{json, Value};
 
-use crate::env::{Environment, RolloutConfig, SweEnv};
+use crate::env::{Environment, RolloutConfig, SweEnv, TaskHarness};
 use crate::policy::{LlamaSpec, LoraConfig, Policy, PolicyOptions};
 use crate::rollout::Rollout;
+use frognano_swe::localization::HintLevel;
 
 /// How a worker builds the policy and the environment of a run.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,8 +41,8 @@ pub enum RecipeTarget {
         isolation: Isolation,
         /// A thinking block in the generation prompt.
         enable_thinking: bool,
-        /// The harness `frognano solve` gives a small model instead of the Leaf harness.
-        small_model_harness: bool,
+        /// The Leaf harness or a small model's, and location hints in the issue texts.
+        harness: TaskHarness,
     },
 }
 
@@ -64,13 +65,14 @@ impl WorkerRecipe {
     pub fn to_json(&self) -> Value {
         let target = match &self.target {
             RecipeTarget::Toy => json!("toy"),
-            RecipeTarget::Tasks { model, tasks, repos, isolation, enable_thinking, small_model_harness } => json!({
+            RecipeTarget::Tasks { model, tasks, repos, isolation, enable_thinking, harness } => json!({
                 "model": model,
                 "tasks": tasks,
                 "repos": repos,
                 "unconfined": *isolation == Isolation::Unconfined,
                 "enable_thinking": enable_thinking,
-                "small_model_harness": small_model_harness,
+                "small_model_harness": harness.small_model,
+                "hints": harness.hints.as_str(),
             }),
         };
         let lora = self.lora.as_ref().map(|l| json!({"rank": l.rank, "alpha": l.alpha, "targets": l.targets}));
@@ -93,8 +95,14 @@ impl WorkerRecipe {
                 repos: field(t, "repos")?,
                 isolation: if unconfined { Isolation::Unconfined } else { Isolation::Bubblewrap },
                 enable_thinking: field(t, "enable_thinking")?,
-                // Recipes written before the option existed ran the Leaf harness.
-                small_model_harness: t["small_model_harness"].as_bool().unwrap_or(false),
+                // Recipes written before the options existed ran the Leaf harness, no hints.
+                harness: TaskHarness {
+                    small_model: t["small_model_harness"].as_bool().unwrap_or(false),
+                    hints: match t["hints"].as_str() {
+                        None => HintLevel::None,
+                        Some(h) => h.parse().map_err(|e| anyhow::anyhow!("unit field `recipe.target.hints`: {e}"))?,
+                    },
+                },
             }
         };
         let lora = match &v["lora"] {
@@ -284,15 +292,9 @@ pub fn run_unit(unit: &Value) -> anyhow::Result<Value> {
         RecipeTarget::Toy => {
             (Policy::random_llama(&LlamaSpec::tiny(crate::toy::VOCAB.len()), &opts)?, Box::new(crate::toy::ToyEnv))
         }
-        RecipeTarget::Tasks { model, tasks, repos, isolation, enable_thinking, small_model_harness } => {
-            let (policy, chat, env_opts) = crate::train::load_task_policy(
-                model,
-                &opts,
-                repos.clone(),
-                *isolation,
-                *enable_thinking,
-                *small_model_harness,
-            )?;
+        RecipeTarget::Tasks { model, tasks, repos, isolation, enable_thinking, harness } => {
+            let (policy, chat, env_opts) =
+                crate::train::load_task_policy(model, &opts, repos.clone(), *isolation, *enable_thinking, *harness)?;
             (policy, Box::new(SweEnv::load(tasks, chat, env_opts)?))
         }
     };
@@ -332,7 +334,7 @@ mod tests {
                 repos: None,
                 isolation: Isolation::Unconfined,
                 enable_thinking: false,
-                small_model_harness: true,
+                harness: TaskHarness { small_model: true, hints: HintLevel::Function },
             },
             lora: Some(LoraConfig::default()),
             bf16: true,

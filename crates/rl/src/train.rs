@@ -12,7 +12,7 @@ use frognano_sandbox::Isolation;
 use frognano_swe::progress::Progress;
 
 use crate::curriculum::Curriculum;
-use crate::env::{Environment, RolloutConfig, SweEnv, SweEnvOptions, SynthSource};
+use crate::env::{Environment, RolloutConfig, SweEnv, SweEnvOptions, SynthSource, TaskHarness};
 use crate::policy::{LlamaSpec, LoraConfig, Policy, PolicyOptions};
 use crate::trainer::{SaveFormatConfig, TrainConfig, Trainer};
 
@@ -47,9 +47,8 @@ pub enum TrainTarget {
         isolation: Isolation,
         /// A thinking block in the generation prompt.
         enable_thinking: bool,
-        /// The harness `frognano solve` gives a small model
-        /// ([`SweEnvOptions::small_model`]) instead of the Leaf harness.
-        small_model_harness: bool,
+        /// The Leaf harness or a small model's, and location hints in the issue texts.
+        harness: TaskHarness,
     },
 }
 
@@ -145,13 +144,12 @@ pub(crate) fn load_task_policy(
     repos: Option<PathBuf>,
     isolation: Isolation,
     enable_thinking: bool,
-    small_model_harness: bool,
+    harness: TaskHarness,
 ) -> anyhow::Result<(Policy, ChatParts, SweEnvOptions)> {
     let path = frognano_model::load::resolve_path(model)?;
     let policy = Policy::load(&path, opts)?;
     let (_, chat) = ChatParts::split(frognano_model::load(model)?)?;
-    let env_opts = SweEnvOptions { repos, isolation, enable_thinking, ..SweEnvOptions::default() };
-    let env_opts = if small_model_harness { env_opts.small_model() } else { env_opts };
+    let env_opts = harness.apply(SweEnvOptions { repos, isolation, enable_thinking, ..SweEnvOptions::default() });
     Ok((policy, chat, env_opts))
 }
 
@@ -179,10 +177,10 @@ pub fn run_training(a: &TrainJob, progress: &dyn Progress) -> anyhow::Result<Tra
             let spec = LlamaSpec::tiny(crate::toy::VOCAB.len());
             (Policy::random_llama(&spec, &opts)?, Box::new(crate::toy::ToyEnv))
         }
-        TrainTarget::Tasks { model, tasks, synth_repo, repos, isolation, enable_thinking, small_model_harness } => {
+        TrainTarget::Tasks { model, tasks, synth_repo, repos, isolation, enable_thinking, harness } => {
             eprintln!("loading the policy from {model} …");
             let (policy, chat, env_opts) =
-                load_task_policy(model, &opts, repos.clone(), *isolation, *enable_thinking, *small_model_harness)?;
+                load_task_policy(model, &opts, repos.clone(), *isolation, *enable_thinking, *harness)?;
             let env = match (synth_repo, tasks) {
                 (Some(repo), tasks) => {
                     let out = tasks.clone().unwrap_or_else(|| a.out.join("synth"));
@@ -220,7 +218,7 @@ pub fn run_training(a: &TrainJob, progress: &dyn Progress) -> anyhow::Result<Tra
     if let Some(config) = &a.ray {
         let target = match &a.target {
             TrainTarget::Toy => crate::remote::RecipeTarget::Toy,
-            TrainTarget::Tasks { model, tasks, synth_repo, repos, isolation, enable_thinking, small_model_harness } => {
+            TrainTarget::Tasks { model, tasks, synth_repo, repos, isolation, enable_thinking, harness } => {
                 // A synth-grown pool lives in its synth folder; workers load it from there.
                 let tasks = match (synth_repo, tasks) {
                     (Some(_), t) => t.clone().unwrap_or_else(|| a.out.join("synth")),
@@ -238,7 +236,7 @@ pub fn run_training(a: &TrainJob, progress: &dyn Progress) -> anyhow::Result<Tra
                     repos: repos.as_ref().map(std::path::absolute).transpose()?,
                     isolation: *isolation,
                     enable_thinking: *enable_thinking,
-                    small_model_harness: *small_model_harness,
+                    harness: *harness,
                 }
             }
         };
@@ -302,7 +300,7 @@ mod tests {
                 repos: None,
                 isolation: Isolation::Unconfined,
                 enable_thinking: true,
-                small_model_harness: false,
+                harness: TaskHarness::default(),
             },
             ..toy_job()
         };

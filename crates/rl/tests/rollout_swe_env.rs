@@ -14,6 +14,7 @@ use frognano_rl::env::{load_tasks, Direction, Environment, RolloutConfig, SweEnv
 use frognano_rl::rollout::Outcome;
 use frognano_sandbox::{Isolation, Sandbox};
 use frognano_swe::instance::{parse_jsonl_instances, SweInstance};
+use frognano_swe::localization::HintLevel;
 use frognano_synth::calibrate::Knobs;
 use frognano_testkit::{bash_project, commit, diff_for, git, write};
 use serde_json::json;
@@ -179,7 +180,9 @@ fn a_rollout_on_the_fixture_task_is_recorded_and_scored() {
 fn the_small_model_harness_keeps_notices_and_constrained_calls_in_one_training_sequence() {
     let Some((model, chat)) = demo() else { return };
     let fx = fixture();
-    let env = SweEnv::new("fixture", fx.instances.clone(), chat, options(&fx).small_model()).unwrap();
+    let tokenizer = Arc::clone(&chat.tokenizer);
+    let opts = SweEnvOptions { hints: HintLevel::Line, ..options(&fx).small_model() };
+    let env = SweEnv::new("fixture", fx.instances.clone(), chat, opts).unwrap();
     let model = Arc::new(Scheduler::start(model, SchedulerConfig::default()).unwrap());
     let greedy = greedy(3);
     // Under the Leaf harness this reply, cut by the per-turn limit, ends the attempt (see
@@ -192,6 +195,9 @@ fn the_small_model_harness_keeps_notices_and_constrained_calls_in_one_training_s
     assert!(r.turn_starts.len() >= 2, "the harness kept the run going: {} turns, exit {}", r.turn_starts.len(), r.exit);
     let between = &r.weights[r.turn_starts[0]..r.turn_starts[1]];
     assert!(between.contains(&1) && between.contains(&0), "a sampled turn, then harness text");
+    // The issue the policy was given says where the fix goes (`--hints line`).
+    let prompt = tokenizer.decode(&r.tokens[..r.turn_starts[0]], false).unwrap();
+    assert!(prompt.contains("Reply with the single word OK.\n\nHint: the code to fix is `lib.sh`, line"), "{prompt}");
 }
 
 /// The synth fixture project (crates/synth/tests/fixtures/pyproj) as a git repository.

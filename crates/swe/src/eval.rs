@@ -12,6 +12,7 @@ use frognano_sandbox::Isolation;
 use serde_json::Value;
 
 use crate::executor::ExecOptions;
+use crate::localization::HintLevel;
 use crate::parsers::StatusMap;
 use crate::progress::Progress;
 use crate::ray::{RayConfig, RayRunner};
@@ -19,6 +20,7 @@ use crate::runs::{
     AgentCliSolver, AttemptMetrics, CommandSolver, GradeOptions, Place, RunSummary, Shard, SolvePlace, SolveRunOptions,
     Solver,
 };
+use crate::SweInstance;
 
 /// What `grade` and `run` share: the instances, where their repositories and logs are, and
 /// how instances are executed.
@@ -242,6 +244,9 @@ pub struct RunJob {
     pub solver: SolverConfig,
     /// Attempts per instance (pass@k, Avg@k; 0 counts as 1).
     pub attempts: usize,
+    /// Where the fix goes, appended to every issue text the solver is given
+    /// ([`crate::localization`]); grading is unchanged.
+    pub hints: HintLevel,
 }
 
 impl RunJob {
@@ -249,6 +254,17 @@ impl RunJob {
     pub fn validate(&self) -> anyhow::Result<()> {
         self.exec.validate()?;
         self.solver.validate()
+    }
+
+    /// The instances of the run, each issue text with its hint.
+    fn instances(&self) -> anyhow::Result<Vec<SweInstance>> {
+        let mut instances = crate::load_instances(&self.exec.instances)?;
+        if self.hints != HintLevel::None {
+            for inst in &mut instances {
+                inst.problem_statement = crate::localization::instance_text(inst, self.hints);
+            }
+        }
+        Ok(instances)
     }
 
     fn solve_options(&self) -> SolveRunOptions {
@@ -276,7 +292,7 @@ pub fn run(job: &RunJob, progress: &dyn Progress) -> anyhow::Result<(RunSummary,
 /// `job.solver` describes (an agent with a local model loads it in each attempt's
 /// `frognano solve`, on the worker's node).
 fn run_on_ray(job: &RunJob, ray: &RayConfig, progress: &dyn Progress) -> anyhow::Result<(RunSummary, AttemptMetrics)> {
-    let instances = crate::load_instances(&job.exec.instances)?;
+    let instances = job.instances()?;
     let model = job.solver.solver()?.model_name();
     let solver = serde_json::to_value(&job.solver)?;
     let runner = RayRunner { config: ray.clone() };
@@ -292,7 +308,7 @@ pub fn run_with_solver(
     progress: &dyn Progress,
 ) -> anyhow::Result<(RunSummary, AttemptMetrics)> {
     job.validate()?;
-    let instances = crate::load_instances(&job.exec.instances)?;
+    let instances = job.instances()?;
     crate::runs::solve_and_grade_with_progress(instances, solver, &job.solve_options(), progress)
 }
 
@@ -358,7 +374,12 @@ mod tests {
         exec.validate().unwrap();
         exec.timeout = Duration::ZERO;
         assert_eq!(exec.validate().unwrap_err().to_string(), "--timeout must be at least 1 second, got 0");
-        let job = RunJob { exec: ExecConfig::new("set.jsonl"), solver: SolverConfig::Command(" ".into()), attempts: 1 };
+        let job = RunJob {
+            exec: ExecConfig::new("set.jsonl"),
+            solver: SolverConfig::Command(" ".into()),
+            attempts: 1,
+            hints: HintLevel::None,
+        };
         assert_eq!(job.validate().unwrap_err().to_string(), "--solver-cmd must not be empty");
         let agent = |endpoint: Option<&str>, constrain_tools| SolverConfig::Agent {
             frognano: None,

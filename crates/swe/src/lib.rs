@@ -3,7 +3,8 @@
 //!
 //! Layers, bottom up (no module imports one above it): [`pytext`] (Python string semantics),
 //! [`parsers`] (log → status map), [`grading`] (status map → report), [`instance`]
-//! (SWE-bench instances and predictions, and how an instance is verified), [`env_record`]
+//! (SWE-bench instances and predictions, and how an instance is verified), [`localization`]
+//! (where a gold patch changes the code, as a hint for the agent), [`env_record`]
 //! (the recorded environment of a synthesized instance, rebuilt for grading), [`report`]
 //! (swebench's report files), [`workspace`] (local workspace, patch chain, run results),
 //! [`harbor`] (Harbor task dirs and their verifier), [`dataset`] (every instance format
@@ -21,6 +22,7 @@ pub mod executor;
 pub mod grading;
 pub mod harbor;
 pub mod instance;
+pub mod localization;
 pub mod parquet;
 pub mod parsers;
 pub mod progress;
