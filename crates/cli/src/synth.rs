@@ -249,6 +249,11 @@ pub struct CalibrateArgs {
     /// Run without confinement.
     #[arg(long)]
     pub no_sandbox: bool,
+    /// Append where the fix goes to every issue text (`file`, `function` or `line`, as `eval
+    /// run --hints`): calibrates the tasks at that difficulty; give each level its own
+    /// --estimates file.
+    #[arg(long, value_name = "LEVEL", default_value = "none", value_parser = crate::train::parse_hint_level)]
+    pub hints: frognano_swe::localization::HintLevel,
 }
 
 impl GenerateArgs {
@@ -322,6 +327,7 @@ impl CalibrateArgs {
             output: self.output.clone(),
             timeout: Duration::from_secs(self.timeout),
             isolation: if self.no_sandbox { Isolation::Unconfined } else { Isolation::Bubblewrap },
+            hints: self.hints,
         })
     }
 }

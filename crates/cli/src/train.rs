@@ -414,7 +414,9 @@ mod tests {
     #[test]
     fn the_harness_flags_reach_the_task_target() {
         let t = Top::try_parse_from(["x", "--model", "m", "--tasks", "t", "--small-model-harness", "--hints", "line"]);
-        let TrainTarget::Tasks { harness, .. } = t.unwrap().train.job().unwrap().target else { panic!("a task target") };
+        let TrainTarget::Tasks { harness, .. } = t.unwrap().train.job().unwrap().target else {
+            panic!("a task target")
+        };
         assert_eq!(harness, TaskHarness { small_model: true, hints: HintLevel::Line });
         let t = Top::try_parse_from(["x", "--model", "m", "--tasks", "t"]).unwrap();
         let TrainTarget::Tasks { harness, .. } = t.train.job().unwrap().target else { panic!("a task target") };

@@ -86,6 +86,9 @@ pub struct CalibrateConfig {
     pub timeout: Duration,
     /// Confinement of the tests.
     pub isolation: Isolation,
+    /// Where the fix goes, appended to every issue text ([`frognano_swe::localization`]).
+    /// The estimates are those of the tasks at this level: keep one store per level.
+    pub hints: frognano_swe::localization::HintLevel,
 }
 
 impl CalibrateConfig {
@@ -159,8 +162,11 @@ pub fn calibrate_with_solver(
 ) -> anyhow::Result<Calibration> {
     use frognano_swe::runs::SolveRunOptions;
     a.validate()?;
-    let instances = frognano_swe::load_instances(&a.tasks)?;
+    let mut instances = frognano_swe::load_instances(&a.tasks)?;
     anyhow::ensure!(!instances.is_empty(), "{}: no tasks", a.tasks.display());
+    for inst in &mut instances {
+        inst.problem_statement = frognano_swe::localization::instance_text(inst, a.hints);
+    }
     let cfg = a.frontier();
     let run_id = format!("calibrate-v{}", a.policy_version);
     let opts = SolveRunOptions {
@@ -240,6 +246,7 @@ mod tests {
             output: "out".into(),
             timeout: Duration::from_secs(1800),
             isolation: Isolation::Unconfined,
+            hints: frognano_swe::localization::HintLevel::None,
         };
         assert_eq!(cfg.validate().unwrap_err().to_string(), "band must satisfy 0 ≤ low < high ≤ 1");
         let cfg = CalibrateConfig { attempts: 0, band_low: 0.2, band_high: 0.8, ..cfg };
