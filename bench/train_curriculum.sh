@@ -23,8 +23,9 @@
 #   then the held-out solve rate of each. Writes bench/out/train-curriculum/coder/{table.md,
 #   calibration.json, frontier/, uniform/} and the coder section of bench/RESULTS.md.
 #   env: PACKAGES, TASKS_PER_PACKAGE (10), HELD_OUT, B, G, EVAL_ATTEMPTS, PARALLEL, LORA_RANK,
-#   LR, MAX_STEPS, MAX_TOKENS_PER_TURN, MAX_CONTEXT, ATTEMPT_TIMEOUT (see
-#   crates/rl/examples/curriculum_bench.rs).
+#   LR, MAX_STEPS, MAX_TOKENS_PER_TURN, MAX_CONTEXT, ATTEMPT_TIMEOUT, TEMPERATURE (1.0),
+#   HARNESS (leaf | small-model), HINTS (none | file | function | line: where the fix goes,
+#   appended to each issue text) (see crates/rl/examples/curriculum_bench.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PART="${1:-toy}"
@@ -226,7 +227,7 @@ run_coder() {
   load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
   echo "load average at end: $load_end"
   {
-    echo "**Conditions.** $(machine), started $started; packages: $packages (held out: ${HELD_OUT:-jsonpointer}); $STEPS steps per arm, B=${B:-2}, G=${G:-4}, LoRA rank ${LORA_RANK:-8}, lr ${LR:-1e-4}, at most ${MAX_STEPS:-10} agent steps of ${MAX_TOKENS_PER_TURN:-512} tokens; load average $load_start at start, $load_end at end."
+    echo "**Conditions.** $(machine), started $started; packages: $packages (held out: ${HELD_OUT:-jsonpointer}); $STEPS steps per arm, B=${B:-2}, G=${G:-4}, LoRA rank ${LORA_RANK:-8}, lr ${LR:-1e-4}, at most ${MAX_STEPS:-10} agent steps of ${MAX_TOKENS_PER_TURN:-512} tokens, temperature ${TEMPERATURE:-1.0}, harness ${HARNESS:-leaf}, hints ${HINTS:-none}; load average $load_start at start, $load_end at end."
     echo
     cat "$out/table.md"
   } > "$out/report.md"
