@@ -4,7 +4,7 @@
 # keeps its source distribution in .venv-llama/sdist: its vendored llama.cpp has the
 # convert_hf_to_gguf.py those scripts run, and the gguf-py that scripts/make_arch_fixtures.py
 # writes GGUF files with (it imports yaml: pyyaml is installed too).
-# Needs cmake and build-essential. The AMX path crashes on this CPU (docs/peers.md), so
+# Needs cmake and build-essential (installed with apt-get when missing). The AMX path crashes on this CPU (docs/peers.md), so
 # it is compiled out; every figure measured with this build says so. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +12,13 @@ if .venv-llama/bin/python -c 'import llama_cpp, yaml' 2>/dev/null && ls .venv-ll
     echo "llama-cpp-python already built in .venv-llama"
     exit 0
 fi
-command -v cmake >/dev/null || { echo "needs cmake and build-essential (apt-get install cmake build-essential)" >&2; exit 1; }
+if ! command -v cmake >/dev/null || ! command -v g++ >/dev/null; then
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo=sudo
+    echo "installing cmake and build-essential (apt-get)" >&2
+    $sudo apt-get update -qq && $sudo apt-get install -y -qq cmake build-essential ||
+        { echo "needs cmake and build-essential: apt-get install cmake build-essential failed" >&2; exit 1; }
+fi
 [ -x .venv-llama/bin/python ] || python3 -m venv .venv-llama
 .venv-llama/bin/pip install --quiet --upgrade pip
 mkdir -p .venv-llama/sdist
