@@ -33,6 +33,9 @@ pub struct Guards {
     /// to do the work with the tools, at most twice a run, instead of ending the run; the
     /// reply to the notice is asked for exactly one tool call ([`ToolChoice::One`]).
     pub act_notice: bool,
+    /// Edit and Write refuse an existing file the run has not Read yet
+    /// ([`ToolBox::require_read_before_edit`]).
+    pub read_before_edit: bool,
 }
 
 impl Guards {
@@ -45,6 +48,7 @@ impl Guards {
             head_tail_truncation: false,
             steps_left_notice: false,
             act_notice: false,
+            read_before_edit: false,
         }
     }
 }
@@ -58,6 +62,7 @@ impl Default for Guards {
             head_tail_truncation: true,
             steps_left_notice: true,
             act_notice: true,
+            read_before_edit: true,
         }
     }
 }
@@ -225,6 +230,12 @@ fn run_from(
     let started = Instant::now();
     if config.guards.head_tail_truncation {
         tools.truncation = Truncation::HeadTail;
+    }
+    tools.require_read_before_edit(config.guards.read_before_edit);
+    for step in &t.steps {
+        for call in step.assistant.calls() {
+            tools.mark_seen(&call.function.name, &call.function.arguments);
+        }
     }
     // Steps of a continued run are numbered after the ones it continues.
     let first = t.steps.len();

@@ -143,6 +143,11 @@ pub struct ToolBox {
     pub truncation: Truncation,
     /// Called before each Bash command, if set.
     pub confirm: Option<ConfirmFn>,
+    /// Refuse Edit and Write on an existing file this run has not Read or written
+    /// ([`ToolBox::require_read_before_edit`]).
+    read_before_edit: bool,
+    /// Files Read or written in this run (lexically resolved), for `read_before_edit`.
+    seen: std::collections::HashSet<PathBuf>,
 }
 
 /// A tool failure, shown to the model as `{kind}: {message}`.
@@ -158,7 +163,51 @@ fn err(kind: &'static str, message: impl Into<String>) -> ToolError {
 impl ToolBox {
     /// Tools working in `sandbox`'s workspace.
     pub fn new(sandbox: Sandbox) -> Self {
-        ToolBox { workdir: sandbox.workspace().to_path_buf(), sandbox, truncation: Truncation::Head, confirm: None }
+        ToolBox {
+            workdir: sandbox.workspace().to_path_buf(),
+            sandbox,
+            truncation: Truncation::Head,
+            confirm: None,
+            read_before_edit: false,
+            seen: Default::default(),
+        }
+    }
+
+    /// With `on`, Edit and Write refuse an existing file that this run has not Read (or
+    /// written) yet, as Claude Code's tools do: a small model otherwise edits blind —
+    /// guessing `old_string`, or replacing a whole module with a placeholder — and the
+    /// refusal tells it to Read first. Off by default and in the Leaf harness.
+    pub fn require_read_before_edit(&mut self, on: bool) {
+        self.read_before_edit = on;
+    }
+
+    /// Counts the file of an earlier Read or Write call (`name`, `arguments`) as seen: a
+    /// continued run has its first run's reads in its history.
+    pub fn mark_seen(&mut self, name: &str, arguments: &str) {
+        if !matches!(name, "Read" | "Write") {
+            return;
+        }
+        if let Ok(Value::Object(args)) = serde_json::from_str::<Value>(arguments) {
+            if let Ok(path) = self.path_arg(&args, "file_path") {
+                self.seen.insert(resolve_lexically(&path));
+            }
+        }
+    }
+
+    /// The refusal of an Edit or Write of `args`' file when it exists and has not been Read.
+    fn unread_file(&self, args: &Map<String, Value>) -> Option<ToolError> {
+        let path = resolve_lexically(&self.path_arg(args, "file_path").ok()?);
+        if self.seen.contains(&path) || !path.is_file() {
+            return None;
+        }
+        Some(err(
+            "PermissionError",
+            format!(
+                "{} has not been read in this session: Read it first, then Edit its current text (or Write it \
+                 whole)",
+                self.display(&path)
+            ),
+        ))
     }
 
     /// The workspace the tools work in.
@@ -173,6 +222,11 @@ impl ToolBox {
             Ok(Value::Object(m)) => m,
             _ => Map::new(),
         };
+        if self.read_before_edit && matches!(name, "Edit" | "Write") {
+            if let Some(e) = self.unread_file(&args) {
+                return format!("{}: {}", e.kind, e.message);
+            }
+        }
         let result = match name {
             "Read" => self.read(&args),
             "Write" => self.write(&args),
@@ -181,6 +235,11 @@ impl ToolBox {
             "Bash" => self.bash(&args),
             _ => return format!("Unknown tool: {name}"),
         };
+        if result.is_ok() && matches!(name, "Read" | "Write") {
+            if let Ok(path) = self.path_arg(&args, "file_path") {
+                self.seen.insert(resolve_lexically(&path));
+            }
+        }
         result.unwrap_or_else(|e| format!("{}: {}", e.kind, e.message))
     }
 

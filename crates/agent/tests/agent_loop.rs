@@ -305,3 +305,62 @@ fn every_notice_to_the_model_is_reported_as_an_event() {
         [(0, &ACT_NOTICE[..12]), (1, &MALFORMED_NOTICE[..12]), (1, &CUT_NOTICE[..12]), (3, &ACT_NOTICE[..12])];
     assert_eq!(got, expected, "{notices:?}");
 }
+
+/// A reply calling `tool` with `params`, in the Qwen XML the scripted model writes.
+fn call(tool: &str, params: &[(&str, &str)]) -> Reply {
+    let body: String = params.iter().map(|(k, v)| format!("<parameter={k}>\n{v}\n</parameter>\n")).collect();
+    let text = format!("Next.\n</think>\n\n<tool_call>\n<function={tool}>\n{body}</function>\n</tool_call>");
+    Reply::Text(Box::leak(text.into_boxed_str()))
+}
+
+#[test]
+fn edits_of_a_file_the_run_has_not_read_are_refused_until_it_reads_it() {
+    let run = |guards: Guards| {
+        let dir = git_repo();
+        std::fs::write(dir.path().join("notes.txt"), "alpha\n").unwrap();
+        let edit = || call("Edit", &[("file_path", "notes.txt"), ("old_string", "alpha"), ("new_string", "beta")]);
+        let absolute = dir.path().join("notes.txt").to_string_lossy().into_owned();
+        let replies = vec![
+            edit(),
+            call("Read", &[("file_path", &absolute)]),
+            edit(),
+            call("Write", &[("file_path", "new.txt"), ("content", "fresh")]),
+            call("Edit", &[("file_path", "new.txt"), ("old_string", "fresh"), ("new_string", "newer")]),
+            Reply::Text(DONE),
+        ];
+        let mut tools = ToolBox::new(Sandbox::new(SandboxSpec::new(dir.path())).unwrap());
+        let config = AgentConfig { guards, ..AgentConfig::default() };
+        let t = agent::run(
+            &mut ScriptedLlm::new(replies),
+            &mut tools,
+            "Fix it.",
+            &config,
+            &AtomicBool::new(false),
+            &mut |_| {},
+        );
+        assert_eq!(t.exit_reason, ExitReason::Agent);
+        let observations: Vec<String> =
+            t.steps.iter().flat_map(|s| s.observations.iter().map(|o| o.observation.clone())).collect();
+        (
+            observations,
+            std::fs::read_to_string(dir.path().join("notes.txt")).unwrap(),
+            std::fs::read_to_string(dir.path().join("new.txt")).unwrap(),
+        )
+    };
+    let (obs, notes, new) = run(Guards::default());
+    assert_eq!(
+        obs[0],
+        "PermissionError: notes.txt has not been read in this session: Read it first, then Edit its current text (or Write it whole)"
+    );
+    // A Read by absolute path counts for the relative one; the refused edit changed nothing
+    // and the one after the Read went through; a file the run wrote needs no Read.
+    assert!(obs[1].contains("alpha"), "{}", obs[1]);
+    assert!(obs[2].starts_with("Edited notes.txt"), "{}", obs[2]);
+    assert!(obs[4].starts_with("Edited new.txt"), "{}", obs[4]);
+    assert_eq!((notes.as_str(), new.as_str()), ("beta\n", "newer"));
+    // The Leaf harness has no such guard: the first, blind edit goes through.
+    let (obs, notes, _) = run(Guards::leaf_exact());
+    assert!(obs[0].starts_with("Edited notes.txt"), "{}", obs[0]);
+    assert!(obs[2].starts_with("ValueError"), "the second edit finds no alpha: {}", obs[2]);
+    assert_eq!(notes, "beta\n");
+}

@@ -135,6 +135,9 @@ pub struct SolveArgs {
     /// the repository has changed yet.
     #[arg(long)]
     pub no_act_notice: bool,
+    /// Drift guard off: Edit and Write refusing an existing file the run has not Read yet.
+    #[arg(long)]
+    pub no_read_before_edit: bool,
     /// Do not show the agent's steps as it works (each model reply, tool call and a one-line
     /// summary of its result, on stderr). stdout carries only the final summary either way.
     #[arg(long, short)]
@@ -165,6 +168,7 @@ impl SolveArgs {
             head_tail_truncation: !self.no_head_tail,
             steps_left_notice: !self.no_steps_left,
             act_notice: !self.no_act_notice,
+            read_before_edit: !self.no_read_before_edit,
         }
     }
 }

@@ -328,6 +328,8 @@ fn review_lists_opens_applies_rejects_and_sends_back_in_a_real_browser() {
         &scratch,
         &second,
         vec![
+            // Read first: `frognano solve` refuses an edit of a file the run has not read.
+            reply(None, None, vec![call("Read", json!({"file_path": "stats.py"}))]),
             reply(
                 None,
                 None,
