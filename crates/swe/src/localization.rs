@@ -72,12 +72,16 @@ pub struct FileChanges {
     pub regions: Vec<ChangedRegion>,
 }
 
-/// The changed regions of a unified diff (as `git diff` writes it), file by file. Lines the
-/// diff does not understand are skipped; an empty or unreadable patch gives no files.
+/// The changed regions of a unified diff (as `git diff` or `diff -u` writes it), file by
+/// file. A hunk ends where its header's line counts say, so a removed line that reads `--- x`
+/// stays a removed line. Lines the diff does not understand are skipped; an empty or
+/// unreadable patch gives no files.
 pub fn changed_regions(patch: &str) -> Vec<FileChanges> {
     let mut files: Vec<FileChanges> = Vec::new();
-    // Position in the old file of the next hunk line, and the open region's start/end.
-    let mut old_line = 0usize;
+    // Whether the last file has had a hunk (a `--- ` line after one starts the next file).
+    let mut file_has_hunk = false;
+    // Position in the old file of the next hunk line; old and new lines the hunk has left.
+    let (mut old_line, mut old_left, mut new_left) = (0usize, 0usize, 0usize);
     let mut open: Option<(usize, usize)> = None;
     let mut context: Option<String> = None;
     let close = |files: &mut Vec<FileChanges>, open: &mut Option<(usize, usize)>, context: &Option<String>| {
@@ -85,61 +89,76 @@ pub fn changed_regions(patch: &str) -> Vec<FileChanges> {
             f.regions.push(ChangedRegion { lines, context: context.clone() });
         }
     };
-    let mut in_hunk = false;
+    // `a/X`, `b/X` or a plain path, without `diff -u`'s tab and timestamp.
+    let header_path = |p: &str| {
+        let p = p.split('\t').next().unwrap_or(p).trim_end();
+        p.strip_prefix("a/").or_else(|| p.strip_prefix("b/")).unwrap_or(p).to_string()
+    };
     for line in patch.lines() {
+        if old_left > 0 || new_left > 0 {
+            match line.as_bytes().first() {
+                Some(b'-') => {
+                    open = Some(match open {
+                        Some((s, _)) => (s, old_line),
+                        None => (old_line, old_line),
+                    });
+                    old_line += 1;
+                    old_left = old_left.saturating_sub(1);
+                }
+                Some(b'+') => {
+                    // An insertion sits after the previous old line.
+                    let at = old_line.saturating_sub(1).max(1);
+                    open.get_or_insert((at, at));
+                    new_left = new_left.saturating_sub(1);
+                }
+                Some(b'\\') => {}
+                _ => {
+                    close(&mut files, &mut open, &context);
+                    old_line += 1;
+                    old_left = old_left.saturating_sub(1);
+                    new_left = new_left.saturating_sub(1);
+                }
+            }
+            if old_left == 0 && new_left == 0 {
+                close(&mut files, &mut open, &context);
+            }
+            continue;
+        }
         if let Some(rest) = line.strip_prefix("diff --git ") {
-            close(&mut files, &mut open, &context);
-            in_hunk = false;
-            // `a/X b/X`: the b side, unless the header is changed below by +++.
+            // `a/X b/X`: the b side, unless a `+++` line below says otherwise.
             let path = rest.split_once(" b/").map(|(_, b)| b).unwrap_or(rest).to_string();
             files.push(FileChanges { path, regions: Vec::new() });
-            continue;
-        }
-        if !in_hunk || line.starts_with("@@") {
-            if let Some(p) = line.strip_prefix("+++ ") {
-                if let (Some(b), Some(f)) = (p.strip_prefix("b/"), files.last_mut()) {
-                    f.path = b.trim_end().to_string();
-                }
+            file_has_hunk = false;
+        } else if let Some(p) = line.strip_prefix("--- ") {
+            if files.is_empty() || file_has_hunk {
+                files.push(FileChanges { path: header_path(p), regions: Vec::new() });
+                file_has_hunk = false;
+            }
+        } else if let Some(p) = line.strip_prefix("+++ ") {
+            let path = header_path(p);
+            if let (false, Some(f)) = (path == "/dev/null", files.last_mut()) {
+                f.path = path;
+            }
+        } else if let Some(header) = line.strip_prefix("@@ ") {
+            let Some((ranges, tail)) = header.split_once(" @@") else { continue };
+            let mut sides = ranges.split_whitespace();
+            // `-start[,count] +start[,count]`; a missing count is 1.
+            let range = |r: Option<&str>, sign: char| -> Option<(usize, usize)> {
+                let r = r?.strip_prefix(sign)?;
+                let (start, count) = r.split_once(',').unwrap_or((r, "1"));
+                Some((start.parse().ok()?, count.parse().ok()?))
+            };
+            let (Some((start, olds)), Some((_, news))) = (range(sides.next(), '-'), range(sides.next(), '+')) else {
                 continue;
+            };
+            if files.is_empty() {
+                // A bare hunk list without file headers: one unnamed file.
+                files.push(FileChanges { path: String::new(), regions: Vec::new() });
             }
-            if let Some(header) = line.strip_prefix("@@ ") {
-                close(&mut files, &mut open, &context);
-                let Some((ranges, tail)) = header.split_once(" @@") else { continue };
-                let old = ranges.split_whitespace().next().and_then(|r| r.strip_prefix('-'));
-                let start = old.and_then(|r| r.split(',').next()).and_then(|n| n.parse::<usize>().ok());
-                let Some(start) = start else { continue };
-                if files.is_empty() {
-                    // A bare hunk list without git headers: one unnamed file.
-                    files.push(FileChanges { path: String::new(), regions: Vec::new() });
-                }
-                old_line = start;
-                let tail = tail.trim();
-                context = (!tail.is_empty()).then(|| tail.to_string());
-                in_hunk = true;
-            }
-            continue;
-        }
-        match line.as_bytes().first() {
-            Some(b'-') => {
-                open = Some(match open {
-                    Some((s, _)) => (s, old_line),
-                    None => (old_line, old_line),
-                });
-                old_line += 1;
-            }
-            Some(b'+') => {
-                // An insertion sits after the previous old line.
-                let at = old_line.saturating_sub(1).max(1);
-                open = Some(match open {
-                    Some(r) => r,
-                    None => (at, at),
-                });
-            }
-            Some(b'\\') => {}
-            _ => {
-                close(&mut files, &mut open, &context);
-                old_line += 1;
-            }
+            file_has_hunk = true;
+            (old_line, old_left, new_left) = (start.max(1), olds, news);
+            let tail = tail.trim();
+            context = (!tail.is_empty()).then(|| tail.to_string());
         }
     }
     close(&mut files, &mut open, &context);
@@ -293,6 +312,21 @@ diff --git a/semver/version.py b/semver/version.py\n\
         // Two removed lines 11-12; an insertion after line 40.
         let lines: Vec<_> = files[1].regions.iter().map(|r| r.lines).collect();
         assert_eq!(lines, vec![(11, 12), (40, 40)]);
+    }
+
+    #[test]
+    fn plain_unified_diffs_and_removed_lines_that_look_like_headers() {
+        // `diff -u` headers (timestamps, no `diff --git`), and a removed line `-- x` that
+        // reads as `--- x` inside the hunk: the hunk's counts say it is a removed line.
+        let patch = "--- a/notes.md\t2026-01-01 00:00:00\n+++ b/notes.md\t2026-01-02 00:00:00\n@@ -1,3 +1,3 @@\n title\n--- x\n+-- y\n end\n--- src/lib.py\n+++ src/lib.py\n@@ -7 +7 @@ def f():\n-    return 1\n+    return 2\n";
+        let files = changed_regions(patch);
+        let got: Vec<(&str, Vec<(usize, usize)>)> =
+            files.iter().map(|f| (f.path.as_str(), f.regions.iter().map(|r| r.lines).collect())).collect();
+        assert_eq!(got, vec![("notes.md", vec![(2, 2)]), ("src/lib.py", vec![(7, 7)])]);
+        assert_eq!(
+            hint(patch, HintLevel::Function, &[]).unwrap(),
+            "Hint: the code to fix is `notes.md`; and `f` in `src/lib.py`."
+        );
     }
 
     #[test]
