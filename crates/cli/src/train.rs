@@ -215,10 +215,11 @@ pub struct TrainArgs {
     #[arg(long)]
     pub no_think: bool,
     /// Roll out in the harness `frognano solve` gives a small model instead of the Leaf
-    /// harness FrogNano is trained in: tool calls sampled under a grammar of the tools, and
+    /// harness FrogNano is trained in: tool calls sampled under a grammar of the tools,
     /// notices when a reply has no tool call before any change, is cut by the token limit,
-    /// repeats the last calls, or is near the step limit (no retries of malformed replies:
-    /// every sampled token stays in the training sequence).
+    /// repeats the last calls, or is near the step limit, and Edit/Write refusing a file the
+    /// attempt has not Read (no retries of malformed replies: every sampled token stays in the
+    /// training sequence).
     #[arg(long)]
     pub small_model_harness: bool,
     /// Append where the fix goes to every issue text, read from the task's gold patch:
