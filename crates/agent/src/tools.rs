@@ -184,20 +184,32 @@ impl ToolBox {
     /// Counts the file of an earlier Read or Write call (`name`, `arguments`) as seen: a
     /// continued run has its first run's reads in its history.
     pub fn mark_seen(&mut self, name: &str, arguments: &str) {
-        if !matches!(name, "Read" | "Write") {
-            return;
-        }
         if let Ok(Value::Object(args)) = serde_json::from_str::<Value>(arguments) {
-            if let Ok(path) = self.path_arg(&args, "file_path") {
+            self.remember(name, &args);
+        }
+    }
+
+    /// Records the file of a Read or Write with `args` as seen.
+    fn remember(&mut self, name: &str, args: &Map<String, Value>) {
+        if matches!(name, "Read" | "Write") {
+            if let Ok(path) = self.path_arg(args, "file_path") {
                 self.seen.insert(resolve_lexically(&path));
             }
         }
     }
 
-    /// The refusal of an Edit or Write of `args`' file when it exists and has not been Read.
+    /// The refusal of an Edit or Write of `args`' file when it is a regular file beneath the
+    /// workspace root that has not been Read. Existence is asked beneath the root, as the
+    /// tools open files, so the refusal tells nothing of files outside the workspace (those
+    /// get the tools' own "outside the workspace" refusal).
     fn unread_file(&self, args: &Map<String, Value>) -> Option<ToolError> {
         let path = resolve_lexically(&self.path_arg(args, "file_path").ok()?);
-        if self.seen.contains(&path) || !path.is_file() {
+        if self.seen.contains(&path) {
+            return None;
+        }
+        let rel = self.inside(&path)?;
+        let fd = beneath::open(self.root().ok()?.as_fd(), &rel, libc::O_PATH, 0).ok()?;
+        if !std::fs::File::from(fd).metadata().is_ok_and(|m| m.is_file()) {
             return None;
         }
         Some(err(
@@ -235,10 +247,8 @@ impl ToolBox {
             "Bash" => self.bash(&args),
             _ => return format!("Unknown tool: {name}"),
         };
-        if result.is_ok() && matches!(name, "Read" | "Write") {
-            if let Ok(path) = self.path_arg(&args, "file_path") {
-                self.seen.insert(resolve_lexically(&path));
-            }
+        if result.is_ok() {
+            self.remember(name, &args);
         }
         result.unwrap_or_else(|e| format!("{}: {}", e.kind, e.message))
     }

@@ -130,6 +130,32 @@ fn write_over_a_symlink_to_an_outside_file_neither_follows_nor_replaces_it() {
     assert!(ws.p("t").symlink_metadata().unwrap().file_type().is_symlink());
 }
 
+#[test]
+fn the_read_before_edit_guard_tells_nothing_of_files_outside_the_workspace() {
+    // Whether a host file exists must not show in the guard's refusal: an outside path (and
+    // a symlink leading out) gets the tools' own "outside the workspace" answer, whether the
+    // file is there or not.
+    let mut ws = workspace();
+    ws.tb.as_mut().unwrap().require_read_before_edit(true);
+    let secret = host_secret();
+    symlink(secret.path(), ws.p("v")).unwrap();
+    let missing = format!("{}-missing", secret.path().display());
+    for file_path in [secret.path().to_str().unwrap(), "v", missing.as_str()] {
+        for (tool, args) in [
+            ("Edit", json!({"file_path": file_path, "old_string": "TOP", "new_string": "BOTTOM"})),
+            ("Write", json!({"file_path": file_path, "content": "pwned"})),
+        ] {
+            let out = ws.call(tool, args);
+            assert!(refused(&out) && out.contains("is outside the workspace"), "{tool} {file_path}: {out}");
+        }
+    }
+    assert_eq!(std::fs::read_to_string(secret.path()).unwrap(), "TOP SECRET\n");
+    // A file inside the workspace is still guarded.
+    std::fs::write(ws.p("inside.txt"), "x\n").unwrap();
+    let out = ws.call("Edit", json!({"file_path": "inside.txt", "old_string": "x", "new_string": "y"}));
+    assert!(out.contains("inside.txt has not been read in this session"), "{out}");
+}
+
 // ---- Read and Glob see what the sandbox sees ------------------------------------------
 
 /// A file in the host's /tmp, which sandboxed commands do not see (private /tmp).
