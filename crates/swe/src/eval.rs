@@ -259,11 +259,7 @@ impl RunJob {
     /// The instances of the run, each issue text with its hint.
     fn instances(&self) -> anyhow::Result<Vec<SweInstance>> {
         let mut instances = crate::load_instances(&self.exec.instances)?;
-        if self.hints != HintLevel::None {
-            for inst in &mut instances {
-                inst.problem_statement = crate::localization::instance_text(inst, self.hints);
-            }
-        }
+        crate::localization::add_hints(&mut instances, self.hints);
         Ok(instances)
     }
 

@@ -267,6 +267,18 @@ pub fn instance_text(inst: &crate::SweInstance, level: HintLevel) -> String {
     with_hint(&inst.problem_statement, &inst.patch, level, &entities)
 }
 
+/// Every instance's problem statement replaced by its [`instance_text`] at `level` (the
+/// instances an eval run or a calibration hands its solver); unchanged at
+/// [`HintLevel::None`].
+pub fn add_hints(instances: &mut [crate::SweInstance], level: HintLevel) {
+    if level == HintLevel::None {
+        return;
+    }
+    for inst in instances {
+        inst.problem_statement = instance_text(inst, level);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -164,9 +164,7 @@ pub fn calibrate_with_solver(
     a.validate()?;
     let mut instances = frognano_swe::load_instances(&a.tasks)?;
     anyhow::ensure!(!instances.is_empty(), "{}: no tasks", a.tasks.display());
-    for inst in &mut instances {
-        inst.problem_statement = frognano_swe::localization::instance_text(inst, a.hints);
-    }
+    frognano_swe::localization::add_hints(&mut instances, a.hints);
     let cfg = a.frontier();
     let run_id = format!("calibrate-v{}", a.policy_version);
     let opts = SolveRunOptions {
