@@ -131,8 +131,9 @@ pub struct SweEnvOptions {
 impl SweEnvOptions {
     /// The harness `frognano solve` gives a model that is not Qwen3.5/FrogNano: tool calls
     /// under a grammar, the act, cut, repeat and steps-left notices with head-and-tail
-    /// truncation, and Edit/Write refusing a file not yet Read — but no retries of malformed replies, whose thrown-away turns would leave
-    /// the training sequence (every sampled token must stay in it).
+    /// truncation, and Edit/Write refusing a file not yet Read — but no retries of malformed
+    /// replies, whose thrown-away turns would leave the training sequence (every sampled token
+    /// must stay in it).
     pub fn small_model(self) -> Self {
         SweEnvOptions { guards: Guards { malformed_retries: 0, ..Guards::default() }, constrain_tools: true, ..self }
     }
