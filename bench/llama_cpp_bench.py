@@ -26,8 +26,11 @@ if kv != "f16" and kv not in KV_TYPES:
     sys.exit(f"unknown KV cache type {kv!r}: expected f16, q8_0 or q4_0")
 kv_args = {} if kv == "f16" else {"flash_attn": True, "type_k": KV_TYPES[kv], "type_v": KV_TYPES[kv]}
 t = time.perf_counter()
+# n_batch: llama-cpp-python keeps an n_batch × vocab float array of scores, 30 GiB for a
+# 32K-token batch of Qwen3.5's 248K vocabulary; llama.cpp computes in micro-batches of n_ubatch
+# (512) tokens whatever n_batch is, so a cap at its CLI default (2048) changes no timing.
 llm = Llama(model_path=model, n_ctx=n_pre + n_dec + 8, n_threads=threads, n_threads_batch=threads,
-            n_batch=n_pre, verbose=False, **kv_args)
+            n_batch=min(n_pre, 2048), verbose=False, **kv_args)
 load_s = time.perf_counter() - t
 vocab = llm.n_vocab()
 

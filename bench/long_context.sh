@@ -43,11 +43,15 @@ echo "| prompt | FrogNano prefill tok/s | llama.cpp prefill tok/s | ratio | Frog
 echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for n in ${lengths//,/ }; do
     fn=$("$bench" "$model" --prefill "$n" --decode "$decode" --threads "$threads" --kv-cache "$kv")
+    # Each engine's result is printed as soon as it is known, so a peer that fails (a long
+    # row takes most of an hour) loses nothing already measured.
+    echo "frognano $n: $fn" >&2
     fp=$(echo "$fn" | field prefill_tok_s) fd=$(echo "$fn" | field decode_tok_s) kvb=$(echo "$fn" | field kv_bytes)
-    if [ "$llama" = 1 ]; then
-        ln=$(.venv-llama/bin/python bench/llama_cpp_bench.py "$model" "$threads" "$n" "$decode" "$kv")
+    if [ "$llama" = 1 ] && ln=$(.venv-llama/bin/python bench/llama_cpp_bench.py "$model" "$threads" "$n" "$decode" "$kv"); then
         lp=$(echo "$ln" | field prefill_tok_s) ld=$(echo "$ln" | field decode_tok_s)
         rp=$(python3 -c "print(f'{$fp / $lp:.2f}')") rd=$(python3 -c "print(f'{$fd / $ld:.2f}')")
+    elif [ "$llama" = 1 ]; then
+        lp=failed ld=failed rp=- rd=-
     else
         lp=- ld=- rp=- rd=-
     fi
