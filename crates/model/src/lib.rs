@@ -39,6 +39,7 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use cache::{Cache, CacheSnapshot, DeviceSlot, DeviceState, KvRows, KvType, LayerCache, LayerLayout};
+pub use decoder::PROMPT_PIECE;
 pub use error::{ModelError, Result};
 pub use load::{load, LoadedModel};
 
@@ -71,7 +72,9 @@ pub trait CausalLm: Send + Sync {
     /// Runs `ids` at positions `cache.len()..`, updating `cache`. Returns logits for every
     /// new position (`[ids.len(), vocab]`, row-major) when `all_logits`, else for the last
     /// one only (`[1, vocab]`). An id outside the vocabulary is an error; the cache is then
-    /// left unchanged.
+    /// left unchanged. The CPU architectures run a long prompt in pieces of
+    /// [`PROMPT_PIECE`] tokens, so what a prefill holds besides the cache does not grow with
+    /// the prompt.
     fn forward(&self, ids: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Vec<f32>>;
 
     /// One decode step for several sequences at once: runs token `id` after whatever each
