@@ -9,13 +9,14 @@
 //! Per shape it prints the milliseconds per call of each and their ratio (one layer; the
 //! model has 28). The outputs are compared bit for bit as a side check (a prefill from
 //! `TILED_FROM` positions on takes the tiled kernel, whose order differs: "OUTPUTS DIFFER").
+//! On a CPU with AVX-512, a prefill on the tiled kernel is also timed on its AVX2 steps.
 //! With `--kv-cache q8_0|q4_0` the comparison is with the tiled kernel (`flash::causal_tiled`,
 //! what one token on a quantized cache ran before `kernels::attention_q`), and the largest
 //! output difference is printed instead.
 use std::time::Instant;
 
-use frognano_model::kernels::attention::{causal, causal_reference, AttnShape};
-use frognano_model::kernels::flash::causal_tiled;
+use frognano_model::kernels::attention::{causal, causal_reference, AttnShape, TILED_FROM};
+use frognano_model::kernels::flash::{causal_tiled, causal_tiled_with, TiledKernel};
 use frognano_model::kernels::round_f16;
 use frognano_model::quant::ggml::F16Dot;
 use frognano_model::{KvRows, KvType};
@@ -105,6 +106,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     tiled / fast
                 );
                 continue;
+            }
+            if t > 1 && n >= TILED_FROM && TiledKernel::best(dh) == TiledKernel::Avx512 {
+                // The tiled kernel's 512-bit steps against its AVX2 ones (same bits).
+                let (avx2, b) = time(|| causal_tiled_with(TiledKernel::Avx2, &q, &kc, &vc, s));
+                let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
+                println!(
+                    "{what:>7} {n:>5}: tiled AVX-512 {:>9.3} ms, tiled AVX2 {:>9.3} ms, {:>5.2}x{}",
+                    fast * 1e3,
+                    avx2 * 1e3,
+                    avx2 / fast,
+                    if same { "" } else { "  OUTPUTS DIFFER" }
+                );
             }
             let (k, v) = (kc.to_f32(), vc.to_f32());
             let (plain, b) =

@@ -32,7 +32,8 @@ use crate::quant::ggml;
 pub const TILE_QUERIES: usize = 32;
 
 /// Keys per tile for heads of `head_dim`: the transposed keys and the values of a tile take
-/// 16 KiB each at most (both stay in L1 while every row of the item reads them).
+/// 16 KiB each for heads up to 128 (both stay in L1 while every row of the item reads them),
+/// 32 KiB each for Qwen3.5's heads of 256.
 pub fn tile_keys(head_dim: usize) -> usize {
     if head_dim <= 64 {
         64
@@ -41,17 +42,73 @@ pub fn tile_keys(head_dim: usize) -> usize {
     }
 }
 
-/// [`causal_tiled_reference`] with the AVX2 kernel where the CPU has AVX2, FMA and F16C and
-/// `head_dim` is a multiple of 8 (same bits).
+/// Which code takes the tiled kernel's steps. Every one gives the same bits
+/// ([`causal_tiled_reference`]'s); they differ in speed and in the CPUs that run them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TiledKernel {
+    /// AVX-512F (with AVX2, FMA and F16C): sixteen keys or elements per register, up to four
+    /// rows of a group sharing each load; `head_dim` a multiple of 16.
+    Avx512,
+    /// AVX2 with FMA and F16C: eight keys or elements per register, up to three rows at once;
+    /// `head_dim` a multiple of 8.
+    Avx2,
+    /// Plain code, one element at a time.
+    Reference,
+}
+
+impl TiledKernel {
+    /// Every kernel, fastest first.
+    pub const ALL: [TiledKernel; 3] = [TiledKernel::Avx512, TiledKernel::Avx2, TiledKernel::Reference];
+
+    /// Whether this CPU runs the kernel on heads of `head_dim`.
+    pub fn supported(self, head_dim: usize) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            TiledKernel::Avx512 => head_dim.is_multiple_of(16) && x86_512::supported(),
+            #[cfg(target_arch = "x86_64")]
+            TiledKernel::Avx2 => head_dim.is_multiple_of(8) && x86::supported(),
+            TiledKernel::Reference => true,
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// The fastest kernel this CPU runs on heads of `head_dim`.
+    pub fn best(head_dim: usize) -> TiledKernel {
+        TiledKernel::ALL.into_iter().find(|k| k.supported(head_dim)).unwrap_or(TiledKernel::Reference)
+    }
+}
+
+/// [`causal_tiled_reference`] on the fastest kernel this CPU runs ([`TiledKernel::best`]; same
+/// bits).
 pub fn causal_tiled(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape) -> Vec<f32> {
-    #[cfg(target_arch = "x86_64")]
-    if s.head_dim.is_multiple_of(8) && x86::supported() {
-        return run(q, k, v, s, true, |o, ml, qg, tile, visible, scale| {
+    causal_tiled_with(TiledKernel::best(s.head_dim), q, k, v, s)
+}
+
+/// [`causal_tiled`] on the kernel `kernel` (for benchmarks and tests that set them side by
+/// side).
+///
+/// # Panics
+/// When this CPU does not run `kernel` on heads of `s.head_dim` ([`TiledKernel::supported`]).
+pub fn causal_tiled_with(kernel: TiledKernel, q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape) -> Vec<f32> {
+    assert!(
+        kernel.supported(s.head_dim),
+        "the {kernel:?} tiled attention kernel does not run here on heads of {}",
+        s.head_dim
+    );
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        TiledKernel::Avx512 => run(q, k, v, s, true, |o, ml, qg, tile, visible, scale| {
+            // SAFETY: AVX-512F, AVX2, FMA and F16C were detected; head_dim is a multiple of 16.
+            unsafe { x86_512::step_group(o, ml, qg, tile, visible, scale) }
+        }),
+        #[cfg(target_arch = "x86_64")]
+        TiledKernel::Avx2 => run(q, k, v, s, true, |o, ml, qg, tile, visible, scale| {
             // SAFETY: AVX2, FMA and F16C were detected; head_dim is a multiple of 8.
             unsafe { x86::step_group(o, ml, qg, tile, visible, scale) }
-        });
+        }),
+        _ => causal_tiled_reference(q, k, v, s),
     }
-    causal_tiled_reference(q, k, v, s)
 }
 
 /// The tiled kernel in plain code, one element at a time (the vector kernel's test reference).
@@ -98,14 +155,12 @@ fn tree8(l: &[f32; 8]) -> f32 {
     (s[2] + s[0]) + (s[3] + s[1])
 }
 
-/// The online-softmax update once the tile's maximum `mt` and weight sum `psum` are known:
-/// returns `α`, the factor for the old sums.
+/// The online-softmax update once a row's running maximum `m` meets the tile's maximum `mt`:
+/// returns `α = expf(m − m')`, the factor for the old sums, and the new maximum `m'`.
 #[inline(always)]
-fn rescale(st: &mut RowState, mt: f32) -> (f32, f32) {
-    let m_new = st.m.max(mt);
-    let alpha = ggml::expf(st.m - m_new);
-    st.m = m_new;
-    (alpha, m_new)
+fn rescale(m: f32, mt: f32) -> (f32, f32) {
+    let m_new = m.max(mt);
+    (ggml::expf(m - m_new), m_new)
 }
 
 /// One row's step on a tile (keys `0..visible` of it are in its causal window), plain.
@@ -120,7 +175,8 @@ fn step_reference(st: &mut RowState, qr: &[f32], tile: &Tile, visible: usize, sc
         *out = acc * scale;
     }
     let mt = sc.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-    let (alpha, m_new) = rescale(st, mt);
+    let (alpha, m_new) = rescale(st.m, mt);
+    st.m = m_new;
     let mut lanes = [0.0f32; 8];
     for (j, x) in sc.iter_mut().enumerate() {
         *x = if j < visible { ggml::expf(*x - m_new) } else { 0.0 };
@@ -228,6 +284,25 @@ fn step_rows(
     }
 }
 
+/// Calls `step(o, ml, q)` on the rows of one query's group (sums `o`, `(m, l)` states `ml`,
+/// queries `qg`, `dh` values a row) `most` rows at a time, the last call taking what is left.
+#[cfg(target_arch = "x86_64")]
+fn in_row_groups(
+    o: &mut [f32],
+    ml: &mut [(f32, f32)],
+    qg: &[f32],
+    dh: usize,
+    most: usize,
+    mut step: impl FnMut(&mut [f32], &mut [(f32, f32)], &[f32]),
+) {
+    let mut r = 0;
+    while r < ml.len() {
+        let n = (ml.len() - r).min(most);
+        step(&mut o[r * dh..(r + n) * dh], &mut ml[r..r + n], &qg[r * dh..(r + n) * dh]);
+        r += n;
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(super) mod x86 {
     //! [`step`]: [`super::step_reference`] eight keys (scores, weights) or eight elements
@@ -292,22 +367,15 @@ pub(super) mod x86 {
         visible: usize,
         scale: f32,
     ) {
-        let dh = tile.dh;
-        let mut r = 0;
-        while r < ml.len() {
-            let n = (ml.len() - r).min(3);
-            let (os, mls, qs) = (&mut o[r * dh..(r + n) * dh], &mut ml[r..r + n], &qg[r * dh..(r + n) * dh]);
-            match n {
-                3 => multi::<3>(os, mls, qs, tile, visible, scale),
-                2 => multi::<2>(os, mls, qs, tile, visible, scale),
-                _ => {
-                    let mut st = RowState { m: mls[0].0, l: mls[0].1, o: os };
-                    step(&mut st, qs, tile, visible, scale);
-                    mls[0] = (st.m, st.l);
-                }
+        super::in_row_groups(o, ml, qg, tile.dh, 3, |os, mls, qs| match mls.len() {
+            3 => multi::<3>(os, mls, qs, tile, visible, scale),
+            2 => multi::<2>(os, mls, qs, tile, visible, scale),
+            _ => {
+                let mut st = RowState { m: mls[0].0, l: mls[0].1, o: os };
+                step(&mut st, qs, tile, visible, scale);
+                mls[0] = (st.m, st.l);
             }
-            r += n;
-        }
+        });
     }
 
     /// [`step`] for `R` rows at once: the scores four chunks of eight keys at a time for all
@@ -345,36 +413,11 @@ pub(super) mod x86 {
                 }
             }
         }
-        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        let neg_inf = _mm256_set1_ps(f32::NEG_INFINITY);
-        let scale_v = _mm256_set1_ps(scale);
         let mut p = [[0.0f32; 64]; R];
         let mut alpha = [_mm256_setzero_ps(); R];
         let mut alpha_s = [0.0f32; R];
         for r in 0..R {
-            let mut masks = [_mm256_setzero_ps(); 8];
-            let mut maxv = neg_inf;
-            for c in 0..chunks {
-                let live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((visible - 8 * c) as i32), lane));
-                masks[c] = live;
-                acc[r][c] = _mm256_blendv_ps(neg_inf, _mm256_mul_ps(acc[r][c], scale_v), live);
-                maxv = _mm256_max_ps(maxv, acc[r][c]);
-            }
-            let mut mx = [0.0f32; 8];
-            _mm256_storeu_ps(mx.as_mut_ptr(), maxv);
-            let mt = mx.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            let mut st = RowState { m: ml[r].0, l: ml[r].1, o: &mut [] };
-            let (al, m_new) = rescale(&mut st, mt);
-            let mv = _mm256_set1_ps(m_new);
-            let mut sum = _mm256_setzero_ps();
-            for c in 0..chunks {
-                let e = _mm256_and_ps(masks[c], expf8(_mm256_sub_ps(acc[r][c], mv)));
-                sum = _mm256_add_ps(sum, e);
-                _mm256_storeu_ps(p[r].as_mut_ptr().add(8 * c), e);
-            }
-            let mut lanes = [0.0f32; 8];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
-            ml[r] = (st.m, st.l * al + tree8(&lanes));
+            let al = softmax_step(&acc[r], visible, scale, &mut ml[r], &mut p[r]);
             alpha[r] = _mm256_set1_ps(al);
             alpha_s[r] = al;
         }
@@ -426,32 +469,10 @@ pub(super) mod x86 {
             7 => scores::<7>(qr, tile, &mut acc),
             _ => scores::<8>(qr, tile, &mut acc),
         }
-        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        let neg_inf = _mm256_set1_ps(f32::NEG_INFINITY);
-        let scale_v = _mm256_set1_ps(scale);
-        let mut masks = [_mm256_setzero_ps(); 8];
-        let mut maxv = neg_inf;
-        for c in 0..chunks {
-            let live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((visible - 8 * c) as i32), lane));
-            masks[c] = live;
-            acc[c] = _mm256_blendv_ps(neg_inf, _mm256_mul_ps(acc[c], scale_v), live);
-            maxv = _mm256_max_ps(maxv, acc[c]);
-        }
-        let mut mx = [0.0f32; 8];
-        _mm256_storeu_ps(mx.as_mut_ptr(), maxv);
-        let mt = mx.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-        let (alpha, m_new) = rescale(st, mt);
-        let mv = _mm256_set1_ps(m_new);
-        let mut sum = _mm256_setzero_ps();
         let mut p = [0.0f32; 64];
-        for c in 0..chunks {
-            let e = _mm256_and_ps(masks[c], expf8(_mm256_sub_ps(acc[c], mv)));
-            sum = _mm256_add_ps(sum, e);
-            _mm256_storeu_ps(p.as_mut_ptr().add(8 * c), e);
-        }
-        let mut lanes = [0.0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
-        st.l = st.l * alpha + tree8(&lanes);
+        let mut ml = (st.m, st.l);
+        let alpha = softmax_step(&acc, visible, scale, &mut ml, &mut p);
+        (st.m, st.l) = ml;
         let mut e0 = 0;
         while e0 < dh {
             let nv = ((dh - e0) / 8).min(8);
@@ -468,6 +489,50 @@ pub(super) mod x86 {
                 _ => 1,
             };
         }
+    }
+
+    /// One row's softmax step on its raw scores `s` (keys `8c..8c + 8` in `s[c]`; keys
+    /// `0..visible` live): `· scale`, masked to −∞, the tile's maximum, `α = expf(m − m')`, the
+    /// weights `expf(s − m')` into `p` (zero past `visible`), and `l = l·α + Σ p` summed over
+    /// eight lanes (key `j` in lane `j mod 8`) and [`tree8`]. Updates `ml = (m, l)`; returns `α`.
+    /// Both vector kernels take their softmax here, so it has one set of bits.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn softmax_step(
+        s: &[__m256; 8],
+        visible: usize,
+        scale: f32,
+        ml: &mut (f32, f32),
+        p: &mut [f32; 64],
+    ) -> f32 {
+        let chunks = visible.div_ceil(8);
+        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let neg_inf = _mm256_set1_ps(f32::NEG_INFINITY);
+        let scale_v = _mm256_set1_ps(scale);
+        let mut masks = [_mm256_setzero_ps(); 8];
+        let mut x = [_mm256_setzero_ps(); 8];
+        let mut maxv = neg_inf;
+        for c in 0..chunks {
+            let live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((visible - 8 * c) as i32), lane));
+            masks[c] = live;
+            x[c] = _mm256_blendv_ps(neg_inf, _mm256_mul_ps(s[c], scale_v), live);
+            maxv = _mm256_max_ps(maxv, x[c]);
+        }
+        let mut mx = [0.0f32; 8];
+        _mm256_storeu_ps(mx.as_mut_ptr(), maxv);
+        let mt = mx.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        let (alpha, m_new) = rescale(ml.0, mt);
+        let mv = _mm256_set1_ps(m_new);
+        let mut sum = _mm256_setzero_ps();
+        for c in 0..chunks {
+            let e = _mm256_and_ps(masks[c], expf8(_mm256_sub_ps(x[c], mv)));
+            sum = _mm256_add_ps(sum, e);
+            _mm256_storeu_ps(p.as_mut_ptr().add(8 * c), e);
+        }
+        let mut lanes = [0.0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
+        *ml = (m_new, ml.1 * alpha + tree8(&lanes));
+        alpha
     }
 
     /// `acc[c]` = the dot products of `qr` with keys `8c..8c + 8` of the tile (`c < C`), one
@@ -525,6 +590,145 @@ pub(super) mod x86 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod x86_512 {
+    //! [`super::x86::step_group`] with 512-bit registers: the scores sixteen keys and the value
+    //! sums sixteen elements per register, up to four rows of a group at once (every key and
+    //! value load serves all of them). Each lane's arithmetic is the AVX2 kernel's: a key's
+    //! score is its own lane's chain of multiply-adds over the elements in ascending order,
+    //! an element's sum its own lane's chain over the keys, so the width changes no bit. The
+    //! softmax between them (a few operations per key against `2 · head_dim` multiply-adds per
+    //! key and row) stays in eight-lane AVX2 code, which fixes the weight sum's lane tree
+    //! (key `j` in lane `j mod 8`) and `expf`'s bits.
+
+    use std::arch::x86_64::*;
+
+    use super::x86::softmax_step;
+    use super::Tile;
+
+    /// Whether this CPU runs [`step_group`].
+    pub(super) fn supported() -> bool {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+    }
+
+    /// [`super::step_reference`] for each row of a query's group (`tile.dh` a multiple of 16,
+    /// `tile.tk` of 16 and at most 64), up to four rows at a time.
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn step_group(
+        o: &mut [f32],
+        ml: &mut [(f32, f32)],
+        qg: &[f32],
+        tile: &Tile,
+        visible: usize,
+        scale: f32,
+    ) {
+        super::in_row_groups(o, ml, qg, tile.dh, 4, |os, mls, qs| match mls.len() {
+            4 => multi::<4>(os, mls, qs, tile, visible, scale),
+            3 => multi::<3>(os, mls, qs, tile, visible, scale),
+            2 => multi::<2>(os, mls, qs, tile, visible, scale),
+            _ => multi::<1>(os, mls, qs, tile, visible, scale),
+        });
+    }
+
+    /// One step of `R` rows on the tile: raw scores into `p`, the softmax step of each row
+    /// (its weights into `p`, its `(m, l)` updated), then the value sums.
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn multi<const R: usize>(
+        o: &mut [f32],
+        ml: &mut [(f32, f32)],
+        qg: &[f32],
+        tile: &Tile,
+        visible: usize,
+        scale: f32,
+    ) {
+        debug_assert!(tile.tk <= 64 && tile.tk.is_multiple_of(16) && tile.dh.is_multiple_of(16));
+        let mut p = [[0.0f32; 64]; R];
+        match visible.div_ceil(16) {
+            1 => scores::<R, 1>(qg, tile, &mut p),
+            2 => scores::<R, 2>(qg, tile, &mut p),
+            3 => scores::<R, 3>(qg, tile, &mut p),
+            _ => scores::<R, 4>(qg, tile, &mut p),
+        }
+        let mut alpha = [0.0f32; R];
+        for ((pr, mlr), al) in p.iter_mut().zip(ml.iter_mut()).zip(alpha.iter_mut()) {
+            let raw: [__m256; 8] = std::array::from_fn(|c| _mm256_loadu_ps(pr.as_ptr().add(8 * c)));
+            *al = softmax_step(&raw, visible, scale, mlr, pr);
+        }
+        let dh = tile.dh;
+        let mut e0 = 0;
+        while e0 + 64 <= dh {
+            values::<R, 4>(o, e0, &p, &alpha, tile, visible);
+            e0 += 64;
+        }
+        while e0 < dh {
+            values::<R, 1>(o, e0, &p, &alpha, tile, visible);
+            e0 += 16;
+        }
+    }
+
+    /// `p[r][16c..16c + 16]` = the dot products of row `r`'s query with keys `16c..16c + 16`
+    /// of the tile (`c < C`): per lane one fused multiply-add per element, `e` ascending, from
+    /// zero (the AVX2 kernel's chains).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn scores<const R: usize, const C: usize>(qg: &[f32], tile: &Tile, p: &mut [[f32; 64]; R]) {
+        let (tk, dh) = (tile.tk, tile.dh);
+        let mut a = [[_mm512_setzero_ps(); C]; R];
+        for e in 0..dh {
+            let kr = tile.kt.as_ptr().add(e * tk);
+            let k: [__m512; C] = std::array::from_fn(|c| _mm512_loadu_ps(kr.add(16 * c)));
+            for (r, ar) in a.iter_mut().enumerate() {
+                let qv = _mm512_set1_ps(*qg.get_unchecked(r * dh + e));
+                for (c, ac) in ar.iter_mut().enumerate() {
+                    *ac = _mm512_fmadd_ps(qv, k[c], *ac);
+                }
+            }
+        }
+        for (pr, ar) in p.iter_mut().zip(&a) {
+            for (c, ac) in ar.iter().enumerate() {
+                _mm512_storeu_ps(pr.as_mut_ptr().add(16 * c), *ac);
+            }
+        }
+    }
+
+    /// For each row `r`: `o_r[e0..e0 + 16N] = o_r·α_r + Σ_j p_rj · v_j` over the visible keys in
+    /// ascending order, the sums in registers; each value load serves every row.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn values<const R: usize, const N: usize>(
+        o: &mut [f32],
+        e0: usize,
+        p: &[[f32; 64]; R],
+        alpha: &[f32; R],
+        tile: &Tile,
+        visible: usize,
+    ) {
+        let dh = tile.dh;
+        let mut a: [[__m512; N]; R] = std::array::from_fn(|r| {
+            let al = _mm512_set1_ps(alpha[r]);
+            std::array::from_fn(|i| _mm512_mul_ps(_mm512_loadu_ps(o.as_ptr().add(r * dh + e0 + 16 * i)), al))
+        });
+        for j in 0..visible {
+            let vr = tile.vt.as_ptr().add(j * dh + e0);
+            let v: [__m512; N] = std::array::from_fn(|i| _mm512_loadu_ps(vr.add(16 * i)));
+            for (r, ar) in a.iter_mut().enumerate() {
+                let pv = _mm512_set1_ps(*p[r].get_unchecked(j));
+                for (i, ai) in ar.iter_mut().enumerate() {
+                    *ai = _mm512_fmadd_ps(pv, v[i], *ai);
+                }
+            }
+        }
+        for (r, ar) in a.iter().enumerate() {
+            for (i, ai) in ar.iter().enumerate() {
+                _mm512_storeu_ps(o.as_mut_ptr().add(r * dh + e0 + 16 * i), *ai);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -543,8 +747,10 @@ mod tests {
     }
 
     /// `(t, pos0, heads, kv_heads, head_dim, amplitude)`.
-    const CASES: [(usize, usize, usize, usize, usize, f32); 7] = [
+    const CASES: [(usize, usize, usize, usize, usize, f32); 9] = [
         (1, 0, 2, 1, 64, 1.0),
+        (33, 40, 8, 2, 256, 2.0), // Qwen3.5's heads of 256 in groups of four
+        (9, 70, 5, 1, 64, 3.0),   // a group of five: four rows at once, then one
         (5, 0, 9, 3, 64, 2.0),
         (40, 90, 9, 3, 64, 8.0), // queries across key tiles, SmolLM2's heads
         (20, 0, 3, 3, 48, 30.0), // wide scores: weights that underflow to 0
@@ -564,28 +770,47 @@ mod tests {
     }
 
     #[test]
-    fn the_vector_kernel_equals_its_reference_bit_for_bit() {
-        #[cfg(target_arch = "x86_64")]
-        if !x86::supported() {
-            crate::test_support::report_skip("avx2+fma+f16c", "kernels::flash tiled attention");
-            return;
-        }
-        for (t, pos0, hq, hkv, dh, amp) in CASES {
-            let n = pos0 + t;
-            let q = values(t * hq * dh, 1 + t as u64, amp);
-            let (k, v) = (values(n * hkv * dh, 2 + n as u64, amp), values(n * hkv * dh, 3, 1.0));
-            let s = shape(t, pos0, hq, hkv, dh);
-            for ty in [KvType::F16, KvType::Q8_0, KvType::F32] {
-                if ty.check_head_dim(dh).is_err() {
+    fn every_vector_kernel_equals_the_reference_bit_for_bit() {
+        for (kernel, needs) in [(TiledKernel::Avx512, "avx512f"), (TiledKernel::Avx2, "avx2+fma+f16c")] {
+            if !kernel.supported(64) {
+                crate::test_support::report_skip(needs, &format!("kernels::flash {kernel:?} tiled attention"));
+                continue;
+            }
+            for (t, pos0, hq, hkv, dh, amp) in CASES {
+                if !kernel.supported(dh) {
                     continue;
                 }
-                let (kc, vc) = (cache(ty, &k, hkv, dh), cache(ty, &v, hkv, dh));
-                let got = causal_tiled(&q, &kc, &vc, s);
-                let want = causal_tiled_reference(&q, &kc, &vc, s);
-                let differ = got.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-                assert_eq!(differ, 0, "{ty} t={t} pos0={pos0} dh={dh}: {differ} of {} outputs differ", got.len());
+                let n = pos0 + t;
+                let q = values(t * hq * dh, 1 + t as u64, amp);
+                let (k, v) = (values(n * hkv * dh, 2 + n as u64, amp), values(n * hkv * dh, 3, 1.0));
+                let s = shape(t, pos0, hq, hkv, dh);
+                for ty in [KvType::F16, KvType::Q8_0, KvType::F32] {
+                    if ty.check_head_dim(dh).is_err() {
+                        continue;
+                    }
+                    let (kc, vc) = (cache(ty, &k, hkv, dh), cache(ty, &v, hkv, dh));
+                    let got = causal_tiled_with(kernel, &q, &kc, &vc, s);
+                    let want = causal_tiled_reference(&q, &kc, &vc, s);
+                    let differ = got.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+                    assert_eq!(
+                        differ,
+                        0,
+                        "{kernel:?} {ty} t={t} pos0={pos0} heads={hq}/{hkv} dh={dh}: {differ} of {} outputs differ",
+                        got.len()
+                    );
+                }
             }
         }
+    }
+
+    #[test]
+    fn the_kernel_picked_is_one_this_cpu_runs() {
+        for dh in [48, 64, 80, 128, 256] {
+            let k = TiledKernel::best(dh);
+            assert!(k.supported(dh), "{k:?} picked for heads of {dh}");
+        }
+        assert!(TiledKernel::Reference.supported(7));
+        assert!(!TiledKernel::Avx512.supported(40), "heads of 40 are not whole 512-bit registers");
     }
 
     #[test]
