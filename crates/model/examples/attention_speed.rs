@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p frognano-model --example attention_speed -- [--threads 2] [--ctx 512,1024,4096]
-//!     [--only decode|prefill] [--shape coder|smollm2|qwen35-4b] [--kv-cache f16|q8_0|q4_0]
+//!     [--only decode|prefill] [--shape coder|smollm2|qwen35-4b|16x4x256] [--kv-cache f16|q8_0|q4_0]
 //! ```
 //! Per shape it prints the milliseconds per call of each and their ratio (one layer; the
 //! model has 28). The outputs are compared bit for bit as a side check (a prefill from
@@ -15,7 +15,8 @@
 //! output difference is printed instead.
 use std::time::Instant;
 
-use frognano_model::kernels::attention::{causal, causal_reference, AttnShape, TILED_FROM};
+use frognano_model::kernels::attention::{causal, causal_in_llama_order, causal_reference, AttnShape, TILED_FROM};
+use frognano_model::kernels::attention_q::{causal_one_f16, supports_f16};
 use frognano_model::kernels::flash::{causal_tiled, causal_tiled_with, TiledKernel};
 use frognano_model::kernels::round_f16;
 use frognano_model::quant::ggml::F16Dot;
@@ -74,7 +75,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "coder" => (12, 2, 128),
         "smollm2" => (9, 3, 64),
         "qwen35-4b" => (16, 4, 256),
-        other => return Err(format!("--shape {other}: expected coder, smollm2 or qwen35-4b").into()),
+        other => match other.split('x').map(|v| v.parse::<usize>()).collect::<Result<Vec<_>, _>>().as_deref() {
+            Ok(&[hq, hkv, dh]) if hkv > 0 && hq % hkv == 0 => (hq, hkv, dh),
+            _ => {
+                return Err(
+                    format!("--shape {other}: expected coder, smollm2, qwen35-4b or HEADSxKV_HEADSxHEAD_DIM").into()
+                )
+            }
+        },
     };
     let reference = !args.iter().any(|a| a == "--no-reference");
     let kv: KvType = arg(&args, "--kv-cache", "f16").parse()?;
@@ -117,6 +125,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     avx2 * 1e3,
                     avx2 / fast,
                     if same { "" } else { "  OUTPUTS DIFFER" }
+                );
+            }
+            if let (true, Some(kb), Some(vb)) = (supports_f16(&s), kc.f16_bits(), vc.f16_bits()) {
+                // The online one-token kernel against llama.cpp's non-flash order.
+                let (online, b) = time(|| causal_one_f16(&q, kb, vb, s));
+                let (ordered, c) = time(|| causal_in_llama_order(&q, &kc, &vc, s, order));
+                let worst = c.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+                println!(
+                    "{what:>7} {n:>5}: online {:>9.3} ms, llama.cpp order {:>9.3} ms, {:>5.2}x, outputs within {worst:.1e}",
+                    online * 1e3,
+                    ordered * 1e3,
+                    ordered / online
                 );
             }
             let (k, v) = (kc.to_f32(), vc.to_f32());

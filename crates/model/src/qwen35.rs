@@ -643,8 +643,9 @@ fn attend(
         // An f16 or quantized cache (`--kv-cache`): the tiled kernel, then the activation
         // rounding of the output. One token (decode) takes a one-token kernel instead, which
         // reads each key row where it lies, where the tiled kernel would transpose every key of
-        // the context for the one row of each head: on an f16 cache as llama.cpp computes it
-        // (the query rounded to f16, as its f16 K·Q converts it), on a Q8_0/Q4_0 cache
+        // the context for the one row of each head: on an f16 cache with llama.cpp's scores
+        // (the query rounded to f16, as its f16 K·Q converts it; its whole order below
+        // `attention::ONLINE_FROM` keys, an online softmax from there), on a Q8_0/Q4_0 cache
         // `kernels::attention_q` (the query quantized to Q8_0, integer block dots, as
         // llama.cpp's flash attention does with a quantized K).
         let shape = AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, scale };

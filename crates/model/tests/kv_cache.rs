@@ -2,12 +2,13 @@
 //! demo model, SmolLM2-135M-Instruct Q4_1: bytes per token as the block formats give them,
 //! Q8_0 and Q4_0 within a stated distance of f16 on real logits and greedy text, and a prompt
 //! past `TILED_FROM` (the tiled online-softmax kernel) within llama.cpp's own batch-vs-one-token
-//! spread of the one-token path. Skips loudly without the model (fails under
+//! spread of the one-token path, and a token decoded past `ONLINE_FROM` keys (the online
+//! one-token kernel) within that spread of the same prompt in one batch. Skips loudly without the model (fails under
 //! `FROGNANO_REQUIRE_FIXTURES`).
 
 mod smollm2_fixture;
 
-use frognano_model::kernels::attention::TILED_FROM;
+use frognano_model::kernels::attention::{ONLINE_FROM, TILED_FROM};
 use frognano_model::{load, KvType};
 use smollm2_fixture::{argmax, cases, demo_model};
 
@@ -110,4 +111,29 @@ fn a_long_prompt_takes_the_tiled_kernel_within_llama_cpps_spread() {
     assert!(off <= 1.2, "{n}-token prompt: the tiled prefill's last logits are {off} off the one-token path's");
     assert_eq!(argmax(&batch), argmax(&last), "top-1 after the {n}-token prompt");
     eprintln!("{n}-token prompt: tiled prefill within {off:.3} of the one-token path");
+}
+
+#[test]
+fn decode_past_online_from_stays_within_llama_cpps_spread() {
+    let Some(path) = demo_model("kv_cache") else { return };
+    let m = load(path.to_str().unwrap()).unwrap();
+    // The fixture prompts end to end, past ONLINE_FROM tokens: the last one decoded alone
+    // after the rest takes the online one-token kernel on the f16 cache.
+    let mut ids: Vec<u32> = Vec::new();
+    while ids.len() < ONLINE_FROM + 40 {
+        for c in cases() {
+            ids.extend(&c.ids);
+        }
+    }
+    let n = ids.len();
+    let mut cache = m.model.new_cache();
+    let batch = m.model.forward(&ids, &mut cache, false).unwrap();
+    // Rewound by one token, which then comes again alone (SmolLM2 holds only attention rows).
+    cache.truncate(n - 1).unwrap();
+    let last = m.model.forward(&ids[n - 1..], &mut cache, false).unwrap();
+    let off = worst(&batch, &last);
+    // llama.cpp's own batch-vs-one-token spread on the fixture prompts is 0.8–1.2.
+    assert!(off <= 1.2, "{n}-token prompt: the last token decoded alone is {off} off the whole batch's logits");
+    assert_eq!(argmax(&batch), argmax(&last), "top-1 after the {n}-token prompt");
+    eprintln!("{n}-token prompt: the online decode within {off:.3} of the tiled prefill");
 }

@@ -25,6 +25,11 @@
 //! exponentials per register), else the reference; `FROGNANO_PLAIN_KERNELS=1` asks for the
 //! reference. Tests hold each kernel the CPU runs to the reference bit for bit.
 //!
+//! From [`ONLINE_FROM`] keys on, one token on an f16 cache (heads of whole steps of 64) takes
+//! the online kernel instead ([`super::attention_q::causal_one_f16`]): the same scores, then an
+//! online softmax over tiles with f32 weights, which changes the bits but reads each value row
+//! into registers once; [`causal_in_llama_order`] keeps llama.cpp's order at every length.
+//!
 //! A quantized cache (`--kv-cache q8_0|q4_0`) has its own one-token kernel,
 //! [`super::attention_q`]: the query quantized to Q8_0 and each key scored by an integer block
 //! dot (AVX-512 VNNI `vpdpbusd` or AVX2 `maddubs`), an online softmax over tiles of 32 keys for
@@ -65,8 +70,9 @@ pub const TILED_FROM: usize = 512;
 
 /// Causal attention of `q` (`[t, heads, head_dim]`, values already f16-rounded) against the
 /// cache `k`/`v` (`[pos0 + t, kv_heads · head_dim]`). For an f16 cache it follows llama.cpp's
-/// summation `order` ([`F16Dot::for_batch`]): one token (decode) always, a batch below
-/// [`TILED_FROM`] positions, bit-identical to [`causal_reference`]. One token on a quantized
+/// summation `order` ([`F16Dot::for_batch`]), bit-identical to [`causal_reference`], for one
+/// token (decode) below [`ONLINE_FROM`] keys and a batch below [`TILED_FROM`] positions; one
+/// token from [`ONLINE_FROM`] keys on runs [`super::attention_q::causal_one_f16`]. One token on a quantized
 /// (Q8_0/Q4_0) cache runs [`super::attention_q::causal_one`] (integer block dots against the
 /// query quantized to Q8_0). A longer batch, a batch on a quantized cache and every call on an
 /// f32 cache run the tiled online-softmax kernel ([`super::flash::causal_tiled`]). `FROGNANO_PLAIN_KERNELS=1` asks for [`causal_reference`]
@@ -80,16 +86,35 @@ pub fn causal(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape, order: F16Dot) ->
     }
     let tiled = order == F16Dot::Gemm && s.pos0 + s.t >= TILED_FROM;
     if let (Some(kb), Some(vb), false) = (k.f16_bits(), v.f16_bits(), tiled) {
-        #[cfg(target_arch = "x86_64")]
-        if s.head_dim.is_multiple_of(16) {
-            if let Some(isa) = x86::Isa::best() {
-                return x86::causal(isa, q, kb, vb, s, order);
-            }
+        if order == F16Dot::Vec && s.pos0 + 1 >= ONLINE_FROM && super::attention_q::supports_f16(&s) {
+            return super::attention_q::causal_one_f16(q, kb, vb, s);
         }
-        let _ = (kb, vb);
-        return causal_reference(q, &k.to_f32(), &v.to_f32(), s, order);
+        return causal_in_llama_order(q, k, v, s, order);
     }
     super::flash::causal_tiled(q, k, v, s)
+}
+
+/// One token (decode) on an f16 cache from this many keys on takes the online kernel
+/// ([`super::attention_q::causal_one_f16`]): it reads each key and value row once into
+/// registers where llama.cpp's order keeps 64 value sums per head (256 KiB per KV head of
+/// Qwen3.5-4B, in L2 rather than L1) and a full score row. Below it decode keeps llama.cpp's
+/// bits.
+pub const ONLINE_FROM: usize = 1024;
+
+/// [`causal`] on an f16 cache (`k`, `v`) always in llama.cpp's non-flash order `order`:
+/// the vector kernels this CPU has, else [`causal_reference`]; bit-identical to it either way.
+pub fn causal_in_llama_order(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape, order: F16Dot) -> Vec<f32> {
+    let (Some(kb), Some(vb)) = (k.f16_bits(), v.f16_bits()) else {
+        panic!("causal_in_llama_order takes an f16 cache, not {}/{}", k.kv_type(), v.kv_type());
+    };
+    #[cfg(target_arch = "x86_64")]
+    if s.head_dim.is_multiple_of(16) && !super::plain_kernels() {
+        if let Some(isa) = x86::Isa::best() {
+            return x86::causal(isa, q, kb, vb, s, order);
+        }
+    }
+    let _ = (kb, vb);
+    causal_reference(q, &k.to_f32(), &v.to_f32(), s, order)
 }
 
 /// The plain version of [`causal`] (what the llama forward computed before the vector kernels,
@@ -128,7 +153,7 @@ pub fn causal_reference(q: &[f32], kc: &[f32], vc: &[f32], s: AttnShape, order: 
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(super) mod x86 {
     //! One driver and the key transpose for both vector kernels; [`avx512`] and [`avx2`] hold
     //! the four steps (scores, softmax, f16 weights, value sum) of the query heads of one work
     //! item in each ISA. The AVX2 kernel is the AVX-512 one with every 16-lane register split
@@ -233,6 +258,38 @@ mod x86 {
         kt
     }
 
+    /// Scores of the query heads `qg` (`m · dh`, all on KV head `kvh`; `dh` a multiple of 64)
+    /// against the keys `keys` of `0..n` (`keys.start` a multiple of 16) of the f16 key rows
+    /// `kc` (`hkv` heads a row), in `ggml_vec_dot_f16`'s order and `· scale`, as the one-token
+    /// kernels here score: head `h`'s score of key `j` at `sc[h·stride + j − keys.start]`, in
+    /// whole blocks of 16 (0 past `n`), so `stride` is at least `keys.len()` rounded up to 16.
+    /// On 512-bit registers when `wide` (AVX-512F, FMA, F16C), else AVX2 (AVX2, FMA, F16C).
+    /// What [`crate::kernels::attention_q`]'s online kernel scores an f16 cache with.
+    ///
+    /// # Safety
+    ///
+    /// The CPU has the features `wide` names, and `sc` holds `m` rows of `stride`.
+    #[allow(clippy::too_many_arguments)]
+    pub(in crate::kernels) unsafe fn scores_one_token(
+        wide: bool,
+        qg: &[f32],
+        kc: &[u16],
+        (hkv, kvh, dh): (usize, usize, usize),
+        n: usize,
+        keys: std::ops::Range<usize>,
+        scale: f32,
+        sc: *mut f32,
+        stride: usize,
+    ) {
+        debug_assert!(dh.is_multiple_of(64) && keys.start.is_multiple_of(16) && keys.end <= n);
+        let kv = Kv { kc, vc: &[], kt: &[], hkv, kvh, dh };
+        if wide {
+            avx512::scores_range(qg, &kv, n, keys, scale, sc, stride)
+        } else {
+            avx2::scores_vec(qg, &kv, keys, scale, sc, stride)
+        }
+    }
+
     /// [`super::causal`] on the kernel `isa` (which this CPU must run: checked).
     pub(super) fn causal(isa: Isa, q: &[f32], kc: &[u16], vc: &[u16], s: AttnShape, order: F16Dot) -> Vec<f32> {
         // The AVX-512 kernel takes one head per item (its loads do not share rows between
@@ -297,8 +354,8 @@ mod x86 {
             unsafe {
                 let at = out.0.add(kvh * group * ns);
                 match isa {
-                    Isa::Avx512 => avx512::scores_range(qg, &kv(kvh), n, keys, scale, at, ns),
-                    Isa::Avx2 => avx2::scores_vec(qg, &kv(kvh), keys, scale, at, ns),
+                    Isa::Avx512 => avx512::scores_range(qg, &kv(kvh), n, keys.clone(), scale, at.add(keys.start), ns),
+                    Isa::Avx2 => avx2::scores_vec(qg, &kv(kvh), keys.clone(), scale, at.add(keys.start), ns),
                 }
             }
         });
@@ -490,8 +547,8 @@ mod x86 {
         }
 
         /// [`scores_vec_heads`] for the query heads `qg` (any number, four at a time) and
-        /// the keys `keys` (starting at a multiple of 16) of `0..n`: head `h`'s scores at
-        /// `sc[h·ns..]`, which must hold `qg.len() / dh` rows of `ns`.
+        /// the keys `keys` (starting at a multiple of 16) of `0..n`: head `h`'s score of key `j`
+        /// at `sc[h·ns + j − keys.start]`, which must hold `qg.len() / dh` rows of `ns`.
         #[target_feature(enable = "avx512f,fma,f16c")]
         pub(super) unsafe fn scores_range(
             qg: &[f32],
@@ -503,6 +560,9 @@ mod x86 {
             ns: usize,
         ) {
             let dh = kv.dh;
+            if keys.is_empty() {
+                return;
+            }
             let mut h0 = 0;
             while h0 < qg.len() / dh {
                 let hn = (qg.len() / dh - h0).min(4);
@@ -519,8 +579,8 @@ mod x86 {
         }
 
         /// Scores of `M` query heads (`q`, `M · dh`) against the keys `keys` of `0..n`
-        /// (`keys.start` a multiple of 16) in `ggml_vec_dot_f16`'s order (head `h`'s at
-        /// `sc[h·ns..]`): per key the four 16-lane accumulators of each head over steps of 64,
+        /// (`keys.start` a multiple of 16) in `ggml_vec_dot_f16`'s order (head `h`'s score of
+        /// key `j` at `sc[h·ns + j − keys.start]`): per key the four 16-lane accumulators of each head over steps of 64,
         /// combined `(a0 + a2) + (a1 + a3)`; per block of sixteen keys the trees of all sixteen
         /// at once; then `· scale`. Lanes past `n` get a score of 0 (never read as a weight:
         /// the softmax masks them).
@@ -538,9 +598,9 @@ mod x86 {
             let scale_v = _mm512_set1_ps(scale);
             let mut lanes = [[_mm512_setzero_ps(); 16]; M];
             for b in keys.start / 16..keys.end.div_ceil(16) {
-                let keys = (n - 16 * b).min(16);
+                let live = (n - 16 * b).min(16);
                 for l in 0..16 {
-                    if l >= keys {
+                    if l >= live {
                         lanes.iter_mut().for_each(|lh| lh[l] = _mm512_setzero_ps());
                         continue;
                     }
@@ -562,7 +622,7 @@ mod x86 {
                 }
                 for (h, lh) in lanes.iter().enumerate() {
                     let out = _mm512_mul_ps(reduce16_each(lh), scale_v);
-                    _mm512_storeu_ps(sc.add(h * ns + 16 * b), out);
+                    _mm512_storeu_ps(sc.add(h * ns + 16 * b - keys.start), out);
                 }
             }
         }
@@ -915,7 +975,8 @@ mod x86 {
         }
 
         /// Scores of each query head of `qg` against the keys `keys` in `ggml_vec_dot_f16`'s
-        /// order (head `h`'s at `sc[h·ns..]`): the four 16-lane accumulators as eight halves,
+        /// order (head `h`'s score of key `j` at `sc[h·ns + j − keys.start]`): the four 16-lane
+        /// accumulators as eight halves,
         /// combined `(a0 + a2) + (a1 + a3)` half by half, the tree, the f64 tail; then
         /// `· scale`. Every head takes a key while it is in L1.
         #[target_feature(enable = "avx2,fma,f16c")]
@@ -929,10 +990,13 @@ mod x86 {
         ) {
             let dh = kv.dh;
             let np = dh / 64 * 64;
+            if keys.is_empty() {
+                return;
+            }
             if np == dh && keys.start.is_multiple_of(8) {
                 return scores_vec_blocks(qg, kv, keys, scale, sc, ns);
             }
-            for j in keys {
+            for j in keys.clone() {
                 let k = &kv.kc[kv.row(j)..kv.row(j) + dh];
                 for (h, qh) in qg.chunks_exact(dh).enumerate() {
                     let mut a = [[_mm256_setzero_ps(); 2]; 4];
@@ -948,7 +1012,7 @@ mod x86 {
                     }
                     let half =
                         |hf: usize| _mm256_add_ps(_mm256_add_ps(a[0][hf], a[2][hf]), _mm256_add_ps(a[1][hf], a[3][hf]));
-                    *sc.add(h * ns + j) = vec_score(qh, k, np, reduce16_halves(half(0), half(1)), scale);
+                    *sc.add(h * ns + j - keys.start) = vec_score(qh, k, np, reduce16_halves(half(0), half(1)), scale);
                 }
             }
         }
@@ -991,7 +1055,7 @@ mod x86 {
                         // The tree's first level (`hi + lo`, as `reduce16_halves` starts).
                         *tl = _mm256_add_ps(half(1), half(0));
                     }
-                    _mm256_storeu_ps(sc.add(h * ns + 8 * b), _mm256_mul_ps(reduce8_each(&t), scale_v));
+                    _mm256_storeu_ps(sc.add(h * ns + 8 * b - keys.start), _mm256_mul_ps(reduce8_each(&t), scale_v));
                 }
             }
         }
@@ -1261,13 +1325,20 @@ mod tests {
     fn causal_equals_the_reference_on_every_shape() {
         // Whatever `causal` picks here for an f16 cache (a vector kernel, or the plain path for
         // a head of 40 or a CPU without one), it returns the reference's bits, except that a
-        // batch from `TILED_FROM` positions on takes the tiled kernel (its own order).
+        // batch from `TILED_FROM` positions on takes the tiled kernel (its own order) and one
+        // token from `ONLINE_FROM` keys on the online kernel (the bits of its own reference).
+        let plain = crate::kernels::plain_kernels();
         for (t, pos0, hq, hkv, dh, amp) in CASES {
             let [q, k, v] = inputs(t, pos0, hq, hkv, dh, amp);
             let s = shape(t, pos0, hq, hkv, dh);
             let (kc, vc) = (f16_cache(&k, hkv, dh), f16_cache(&v, hkv, dh));
             for order in [F16Dot::Gemm, F16Dot::Vec] {
-                let want = causal_reference(&q, &k, &v, s, order);
+                let online = order == F16Dot::Vec && pos0 + 1 >= ONLINE_FROM && dh % 64 == 0 && !plain;
+                let want = if online {
+                    crate::kernels::attention_q::causal_one_f16_reference(&q, &bits(&k), &bits(&v), s)
+                } else {
+                    causal_reference(&q, &k, &v, s, order)
+                };
                 let got = causal(&q, &kc, &vc, s, order);
                 let what = format!("{order:?} t={t} pos0={pos0} dh={dh}");
                 if order == F16Dot::Gemm && pos0 + t >= TILED_FROM {

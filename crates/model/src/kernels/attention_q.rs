@@ -1,6 +1,7 @@
-//! One new token's attention (decode) against a quantized KV cache: keys and values stored as
-//! ggml Q8_0 or Q4_0 blocks (`--kv-cache q8_0|q4_0`, [`crate::cache::KvRows`]), the way
-//! llama.cpp's CPU flash attention treats a quantized K, with the cache read once per KV head.
+//! One new token's attention (decode) with an online softmax: against a quantized KV cache
+//! (keys and values stored as ggml Q8_0 or Q4_0 blocks, `--kv-cache q8_0|q4_0`,
+//! [`crate::cache::KvRows`]) the way llama.cpp's CPU flash attention treats a quantized K, and
+//! against a long f16 cache ([`causal_one_f16`]), the cache read once.
 //!
 //! - Each query head is quantized once to Q8_0 ([`QuantizedActs`], as a matmul quantizes its
 //!   activations), and a key's score is the integer block dot of its Q8_0 (or Q4_0) blocks with
@@ -17,6 +18,16 @@
 //!   on every thread when the KV heads are fewer than the threads (SmolLM2 has 3 KV heads,
 //!   Qwen3.5-4B 4); their length depends only on the context length, so a result does not depend
 //!   on the thread count.
+//!
+//! On an f16 cache ([`causal_one_f16`], what one token from
+//! [`super::attention::ONLINE_FROM`] keys on takes) the query stays f32 (for Qwen3.5 rounded to
+//! f16 first, as llama.cpp's f16 K·Q does) and a key's score is `ggml_vec_dot_f16`'s sum, the
+//! bits of llama.cpp's non-flash decode; the value rows are converted from f16 as they are
+//! loaded, and the rest is the steps above. Its vector kernel takes one chunk of keys of
+//! every KV head per work item, so that an item reads whole cache rows as they lie in memory
+//! (a KV head's share of a Qwen3.5-4B row is a quarter of it), and asks for the next tile's
+//! rows ahead. Against llama.cpp's order (64 value sums per head, kept in L2 for a head of
+//! 256) it runs a Qwen3.5-4B layer at 32K keys about 2× faster on two threads.
 //!
 //! [`causal_one_reference`] is the plain version; the vector kernels (AVX-512 VNNI `vpdpbusd`,
 //! or AVX2 `maddubs`, for the integer dots, the repo's matmul dots in `quant::x86`; AVX2 FMA
@@ -69,7 +80,32 @@ pub fn causal_one(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape) -> Vec<f32> {
 /// [`causal_one`] in plain code, one element at a time (the vector kernels' test reference,
 /// and what CPUs without AVX2 run).
 pub fn causal_one_reference(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape) -> Vec<f32> {
-    run(q, k, v, s, item_reference, combine)
+    run(&Ctx::new(q, k, v, s), s, item_reference, |p, dh, og| combine(p, dh, 0, og))
+}
+
+/// Whether [`causal_one_f16`] takes a call of shape `s`: one token on heads of whole steps of
+/// 64 (the step of `ggml_vec_dot_f16`'s order, which its scores keep).
+pub fn supports_f16(s: &AttnShape) -> bool {
+    s.t == 1 && s.head_dim.is_multiple_of(64)
+}
+
+/// One token's causal attention of `q` (`[heads · head_dim]`) against an f16 cache (`kc`/`vc`,
+/// f16 bits, `pos0 + 1` rows of `kv_heads · head_dim`), online: each key scored in
+/// `ggml_vec_dot_f16`'s order (the bits of llama.cpp's non-flash f16 K·Q), then the tiles,
+/// chunks and combination of the quantized kernel, with the weights and value sums in f32. The
+/// vector kernel this CPU has (512-bit with AVX-512, else AVX2 with FMA and F16C), else
+/// [`causal_one_f16_reference`]; the same bits either way. `s` must pass [`supports_f16`].
+pub fn causal_one_f16(q: &[f32], kc: &[u16], vc: &[u16], s: AttnShape) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(isa) = x86::Isa::best() {
+        return x86::causal_one_f16(isa, q, kc, vc, s);
+    }
+    causal_one_f16_reference(q, kc, vc, s)
+}
+
+/// [`causal_one_f16`] in plain code (the vector kernels' test reference).
+pub fn causal_one_f16_reference(q: &[f32], kc: &[u16], vc: &[u16], s: AttnShape) -> Vec<f32> {
+    run(&F16Ctx::new(q, kc, vc, s), s, item_reference, |p, dh, og| combine(p, dh, 0, og))
 }
 
 /// What one work item leaves for the combination, per query head of its KV head: the running
@@ -123,6 +159,85 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// The inputs every work item of [`causal_one_f16`] reads.
+struct F16Ctx<'a> {
+    /// The query heads (for Qwen3.5 already rounded to f16, as llama.cpp's f16 K·Q does).
+    q: &'a [f32],
+    /// Key rows, f16 bits.
+    kc: &'a [u16],
+    /// Value rows, f16 bits.
+    vc: &'a [u16],
+    /// Keys in the context.
+    n: usize,
+    hkv: usize,
+    dh: usize,
+    group: usize,
+    scale: f32,
+}
+
+impl<'a> F16Ctx<'a> {
+    fn new(q: &'a [f32], kc: &'a [u16], vc: &'a [u16], s: AttnShape) -> Self {
+        let AttnShape { pos0, heads: hq, kv_heads: hkv, head_dim: dh, scale, .. } = s;
+        assert!(supports_f16(&s), "causal_one_f16 takes one token and heads of 64·k, not t={} dh={dh}", s.t);
+        assert_eq!(q.len(), hq * dh, "query of {hq} heads of {dh}");
+        assert!(hkv > 0 && hq.is_multiple_of(hkv), "{hq} query heads on {hkv} KV heads");
+        let n = pos0 + 1;
+        assert_eq!((kc.len(), vc.len()), (n * hkv * dh, n * hkv * dh), "the cache holds pos0 + 1 rows of {hkv}·{dh}");
+        F16Ctx { q, kc, vc, n, hkv, dh, group: hq / hkv, scale }
+    }
+
+    /// Element offset of KV head `kvh` of row `j`.
+    #[inline(always)]
+    fn at(&self, j: usize, kvh: usize) -> usize {
+        (j * self.hkv + kvh) * self.dh
+    }
+}
+
+/// What the plain work item ([`item_reference`]) reads of a cache: scores and value rows.
+trait PlainRows: Sync {
+    /// Query heads per KV head, and dimensions per head.
+    fn group_dh(&self) -> (usize, usize);
+    /// Query head `qh`'s score against key `j` (KV head `kvh`), scaled.
+    fn score(&self, qh: usize, kvh: usize, j: usize) -> f32;
+    /// The value row of key `j` (KV head `kvh`) in f32 (exact).
+    fn value_row(&self, kvh: usize, j: usize, out: &mut [f32]);
+}
+
+impl PlainRows for Ctx<'_> {
+    fn group_dh(&self) -> (usize, usize) {
+        (self.group, self.dh)
+    }
+
+    fn score(&self, qh: usize, kvh: usize, j: usize) -> f32 {
+        score_reference(self, qh, kvh, j)
+    }
+
+    fn value_row(&self, kvh: usize, j: usize, out: &mut [f32]) {
+        let (at, len) = (self.at(self.vt, j, kvh), self.dh / 32 * self.vt.block_bytes());
+        crate::quant::dequantize(self.vt, &self.vb[at..at + len], out);
+    }
+}
+
+impl PlainRows for F16Ctx<'_> {
+    fn group_dh(&self) -> (usize, usize) {
+        (self.group, self.dh)
+    }
+
+    fn score(&self, qh: usize, kvh: usize, j: usize) -> f32 {
+        let dh = self.dh;
+        let at = self.at(j, kvh);
+        let k: Vec<f32> = self.kc[at..at + dh].iter().map(|&b| half::f16::from_bits(b).to_f32()).collect();
+        ggml::F16Dot::Vec.dot(&self.q[qh * dh..(qh + 1) * dh], &k, dh) * self.scale
+    }
+
+    fn value_row(&self, kvh: usize, j: usize, out: &mut [f32]) {
+        let at = self.at(j, kvh);
+        for (o, &b) in out.iter_mut().zip(&self.vc[at..at + self.dh]) {
+            *o = half::f16::from_bits(b).to_f32();
+        }
+    }
+}
+
 /// A worker's buffers, reused across the items it takes.
 #[derive(Default)]
 struct Scratch {
@@ -134,6 +249,8 @@ struct Scratch {
     vt: Vec<f32>,
     /// Scores, then weights, of the tile, `[head][TILE]`.
     sc: Vec<f32>,
+    /// Each head's `α` of the tile (the f16 kernels).
+    alpha: Vec<f32>,
 }
 
 impl Scratch {
@@ -142,16 +259,19 @@ impl Scratch {
         self.kd.resize(dh / 32 * TILE, 0);
         self.vt.resize(TILE * dh, 0.0);
         self.sc.resize(group * TILE, 0.0);
+        self.alpha.resize(group, 1.0);
     }
 }
 
-/// The driver: work items (KV head, chunk) in parallel, then each KV head's chunks combined.
-fn run<I, C>(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape, item: I, combine: C) -> Vec<f32>
+/// The driver: work items (KV head, chunk) in parallel on the cache `c`, then each KV head's
+/// chunks combined.
+fn run<X, I, C>(c: &X, s: AttnShape, item: I, combine: C) -> Vec<f32>
 where
-    I: Fn(&Ctx, usize, Range<usize>, &mut Scratch) -> Partial + Sync,
+    X: Sync,
+    I: Fn(&X, usize, Range<usize>, &mut Scratch) -> Partial + Sync,
     C: Fn(&[Partial], usize, &mut [f32]) + Sync,
 {
-    let c = Ctx::new(q, k, v, s);
+    let (group, dh) = (s.heads / s.kv_heads, s.head_dim);
     let n = s.pos0 + 1;
     let cl = chunk_len(n);
     let nc = n.div_ceil(cl);
@@ -159,18 +279,41 @@ where
         .into_par_iter()
         .map_init(Scratch::default, |w, i| {
             let (kvh, ch) = (i / nc, i % nc);
-            item(&c, kvh, ch * cl..((ch + 1) * cl).min(n), w)
+            item(c, kvh, ch * cl..((ch + 1) * cl).min(n), w)
         })
         .collect();
-    let mut o = vec![0.0f32; s.heads * s.head_dim];
-    o.par_chunks_mut(c.group * c.dh).zip(parts.par_chunks(nc)).for_each(|(og, pg)| combine(pg, c.dh, og));
+    let mut o = vec![0.0f32; s.heads * dh];
+    o.par_chunks_mut(group * dh).zip(parts.par_chunks(nc)).for_each(|(og, pg)| combine(pg, dh, og));
     o
 }
 
-/// The chunks of one KV head (`parts`, in order) combined into its heads' outputs `og`.
+/// [`run`] with one work item per chunk of keys over every KV head (an item reads its
+/// chunk's rows whole, as they lie in memory, where one KV head's rows are a quarter of each
+/// row of Qwen3.5-4B's cache), then each KV head's chunks combined. The same bits as [`run`]
+/// when `item` computes for each head what [`run`]'s computes for its KV head.
+fn run_chunks<X, I, C>(c: &X, s: AttnShape, item: I, combine: C) -> Vec<f32>
+where
+    X: Sync,
+    I: Fn(&X, Range<usize>, &mut Scratch) -> Partial + Sync,
+    C: Fn(&[Partial], usize, usize, &mut [f32]) + Sync,
+{
+    let (group, dh) = (s.heads / s.kv_heads, s.head_dim);
+    let n = s.pos0 + 1;
+    let cl = chunk_len(n);
+    let parts: Vec<Partial> = (0..n.div_ceil(cl))
+        .into_par_iter()
+        .map_init(Scratch::default, |w, ch| item(c, ch * cl..((ch + 1) * cl).min(n), w))
+        .collect();
+    let mut o = vec![0.0f32; s.heads * dh];
+    o.par_chunks_mut(group * dh).enumerate().for_each(|(kvh, og)| combine(&parts, dh, kvh * group, og));
+    o
+}
+
+/// The chunks (`parts`, in order) of the heads from `h0` on combined into their outputs `og`.
 #[inline(always)]
-fn combine(parts: &[Partial], dh: usize, og: &mut [f32]) {
+fn combine(parts: &[Partial], dh: usize, h0: usize, og: &mut [f32]) {
     for (h, oh) in og.chunks_exact_mut(dh).enumerate() {
+        let h = h0 + h;
         let mm = parts.iter().fold(f32::NEG_INFINITY, |a, p| a.max(p.m[h]));
         let mut l = 0.0f32;
         oh.fill(0.0);
@@ -215,21 +358,19 @@ fn score_reference(c: &Ctx, qh: usize, kvh: usize, j: usize) -> f32 {
 }
 
 /// One work item in plain code: KV head `kvh`, keys `keys`.
-fn item_reference(c: &Ctx, kvh: usize, keys: Range<usize>, w: &mut Scratch) -> Partial {
-    let (g, dh) = (c.group, c.dh);
+fn item_reference<X: PlainRows>(c: &X, kvh: usize, keys: Range<usize>, w: &mut Scratch) -> Partial {
+    let (g, dh) = c.group_dh();
     w.prepare(g, dh);
     let mut p = Partial::new(g, dh);
-    let vbytes = dh / 32 * c.vt.block_bytes();
     for t0 in keys.clone().step_by(TILE) {
         let live = TILE.min(keys.end - t0);
         for jj in 0..live {
-            let at = c.at(c.vt, t0 + jj, kvh);
-            crate::quant::dequantize(c.vt, &c.vb[at..at + vbytes], &mut w.vt[jj * dh..(jj + 1) * dh]);
+            c.value_row(kvh, t0 + jj, &mut w.vt[jj * dh..(jj + 1) * dh]);
         }
         for h in 0..g {
             let sc = &mut w.sc[h * TILE..(h + 1) * TILE];
             for (jj, s) in sc.iter_mut().enumerate().take(live) {
-                *s = score_reference(c, kvh * g + h, kvh, t0 + jj);
+                *s = c.score(kvh * g + h, kvh, t0 + jj);
             }
             let mt = sc[..live].iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
             let m_new = p.m[h].max(mt);
@@ -264,8 +405,9 @@ pub(super) mod x86 {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
-    use super::{combine, run, tree8, Ctx, Partial, Scratch, TILE};
+    use super::{combine, run, run_chunks, tree8, Ctx, F16Ctx, Partial, Scratch, TILE};
     use crate::cache::KvRows;
+    use crate::kernels::attention::x86::scores_one_token;
     use crate::kernels::attention::AttnShape;
     use crate::kernels::flash::x86::add_weighted_rows;
     use crate::quant::ggml::{self, x86::expf8};
@@ -309,12 +451,11 @@ pub(super) mod x86 {
     pub(crate) fn causal_one(isa: Isa, q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape) -> Vec<f32> {
         assert!(isa.supported(), "the {isa:?} quantized-cache attention kernel needs a CPU that has it");
         // SAFETY (every call below): the features each kernel needs were checked just above.
-        let combine = |p: &[Partial], dh: usize, og: &mut [f32]| unsafe { combine_fma(p, dh, og) };
+        let combine = |p: &[Partial], dh: usize, og: &mut [f32]| unsafe { combine_fma(p, dh, 0, og) };
+        let c = &Ctx::new(q, k, v, s);
         match isa {
             Isa::Vnni => run(
-                q,
-                k,
-                v,
+                c,
                 s,
                 |c, kvh, keys, w| unsafe {
                     if c.kt == QuantType::Q8_0 {
@@ -326,9 +467,7 @@ pub(super) mod x86 {
                 combine,
             ),
             Isa::Avx2 => run(
-                q,
-                k,
-                v,
+                c,
                 s,
                 |c, kvh, keys, w| unsafe {
                     if c.kt == QuantType::Q8_0 {
@@ -342,10 +481,187 @@ pub(super) mod x86 {
         }
     }
 
+    /// [`super::causal_one_f16`] on the kernel `isa` (which this CPU must run: checked). `Vnni`
+    /// runs 512-bit steps (AVX-512F; the integer dots are not used here).
+    pub(crate) fn causal_one_f16(isa: Isa, q: &[f32], kc: &[u16], vc: &[u16], s: AttnShape) -> Vec<f32> {
+        assert!(isa.supported(), "the {isa:?} one-token attention kernel needs a CPU that has it");
+        // SAFETY (every call below): the features each kernel needs were checked just above.
+        let combine = |p: &[Partial], dh: usize, h0: usize, og: &mut [f32]| unsafe { combine_fma(p, dh, h0, og) };
+        let c = &F16Ctx::new(q, kc, vc, s);
+        match isa {
+            Isa::Vnni => run_chunks(c, s, |c, keys, w| unsafe { item_f16_512(c, keys, w) }, combine),
+            Isa::Avx2 => run_chunks(c, s, |c, keys, w| unsafe { item_f16_avx2(c, keys, w) }, combine),
+        }
+    }
+
+    /// One work item on an f16 cache (keys `keys` of every KV head: whole cache rows, in the
+    /// order they lie in memory), written once for both widths. Per tile and KV head: the
+    /// scores of the heads of its group (`scores_one_token`, the one-token order of
+    /// `kernels::attention`), each head's softmax step, then the value rows read once,
+    /// straight from f16, for up to four heads at a time (`$add`). Each head gets what
+    /// [`super::item_reference`] computes for its KV head on these keys.
+    macro_rules! item_f16_kernel {
+        ($name:ident, $feat:literal, $wide:expr, $add:ident) => {
+            #[target_feature(enable = $feat)]
+            unsafe fn $name(c: &F16Ctx, keys: Range<usize>, w: &mut Scratch) -> Partial {
+                let (g, dh) = (c.group, c.dh);
+                w.prepare(g, dh);
+                let mut p = Partial::new(c.hkv * g, dh);
+                let stride = c.hkv * dh;
+                for t0 in keys.clone().step_by(TILE) {
+                    let live = TILE.min(keys.end - t0);
+                    let tile = t0..t0 + live;
+                    let next = (t0 + TILE).min(keys.end)..(t0 + 2 * TILE).min(keys.end);
+                    for kvh in 0..c.hkv {
+                        prefetch_part(c, next.clone(), kvh);
+                        let qg = &c.q[kvh * g * dh..(kvh + 1) * g * dh];
+                        scores_one_token(
+                            $wide,
+                            qg,
+                            c.kc,
+                            (c.hkv, kvh, dh),
+                            c.n,
+                            tile.clone(),
+                            c.scale,
+                            w.sc.as_mut_ptr(),
+                            TILE,
+                        );
+                        for h in 0..g {
+                            w.alpha[h] = softmax_step(&mut p, kvh * g + h, &mut w.sc[h * TILE..(h + 1) * TILE], live);
+                        }
+                        let rows = c.vc.as_ptr().add(c.at(t0, kvh));
+                        let mut h0 = 0;
+                        while h0 < g {
+                            let m = (g - h0).min(4);
+                            let acc = p.acc.as_mut_ptr().add((kvh * g + h0) * dh);
+                            let (sc, al) = (w.sc.as_ptr().add(h0 * TILE), &w.alpha[h0..h0 + m]);
+                            match m {
+                                4 => $add::<4>(acc, sc, al, rows, stride, dh, live),
+                                3 => $add::<3>(acc, sc, al, rows, stride, dh, live),
+                                2 => $add::<2>(acc, sc, al, rows, stride, dh, live),
+                                _ => $add::<1>(acc, sc, al, rows, stride, dh, live),
+                            }
+                            h0 += m;
+                        }
+                    }
+                }
+                p
+            }
+        };
+    }
+
+    item_f16_kernel!(item_f16_512, "avx2,fma,f16c,avx512f", true, add_f16_values_512);
+    item_f16_kernel!(item_f16_avx2, "avx2,fma,f16c", false, add_f16_values);
+
+    /// For `M` heads (sums at `acc[h·dh..]`, the tile's weights at `sc[h·TILE..]`, `α` at
+    /// `alpha[h]`): `acc = acc·α`, then `acc += p_j·v_j` for the keys `j < live` in order,
+    /// the value rows f16 at `rows` (`stride` elements apart) converted as they are loaded, 64
+    /// elements of each head in registers at a time (AVX-512F; the reference's operations per
+    /// element).
+    #[target_feature(enable = "avx2,fma,f16c,avx512f")]
+    unsafe fn add_f16_values_512<const M: usize>(
+        acc: *mut f32,
+        sc: *const f32,
+        alpha: &[f32],
+        rows: *const u16,
+        stride: usize,
+        dh: usize,
+        live: usize,
+    ) {
+        for col in (0..dh).step_by(64) {
+            let mut a: [[__m512; 4]; M] =
+                std::array::from_fn(|h| std::array::from_fn(|r| _mm512_loadu_ps(acc.add(h * dh + col + 16 * r))));
+            for (ah, &al) in a.iter_mut().zip(alpha) {
+                if al != 1.0 {
+                    // (x·1 = x: skipping the product when no new maximum came changes no bit.)
+                    let al = _mm512_set1_ps(al);
+                    ah.iter_mut().for_each(|x| *x = _mm512_mul_ps(*x, al));
+                }
+            }
+            for j in 0..live {
+                let row = rows.add(j * stride + col);
+                let v: [__m512; 4] =
+                    std::array::from_fn(|r| _mm512_cvtph_ps(_mm256_loadu_si256(row.add(16 * r).cast())));
+                for (h, ah) in a.iter_mut().enumerate() {
+                    let pj = _mm512_set1_ps(*sc.add(h * TILE + j));
+                    for (x, vr) in ah.iter_mut().zip(&v) {
+                        *x = _mm512_fmadd_ps(pj, *vr, *x);
+                    }
+                }
+            }
+            for (h, ah) in a.iter().enumerate() {
+                for (r, x) in ah.iter().enumerate() {
+                    _mm512_storeu_ps(acc.add(h * dh + col + 16 * r), *x);
+                }
+            }
+        }
+    }
+
+    /// [`add_f16_values_512`] in AVX2, sixteen elements of each head at a time.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn add_f16_values<const M: usize>(
+        acc: *mut f32,
+        sc: *const f32,
+        alpha: &[f32],
+        rows: *const u16,
+        stride: usize,
+        dh: usize,
+        live: usize,
+    ) {
+        for col in (0..dh).step_by(16) {
+            let mut a: [[__m256; 2]; M] =
+                std::array::from_fn(|h| std::array::from_fn(|r| _mm256_loadu_ps(acc.add(h * dh + col + 8 * r))));
+            for (ah, &al) in a.iter_mut().zip(alpha) {
+                if al != 1.0 {
+                    let al = _mm256_set1_ps(al);
+                    ah.iter_mut().for_each(|x| *x = _mm256_mul_ps(*x, al));
+                }
+            }
+            for j in 0..live {
+                let row = rows.add(j * stride + col);
+                let v: [__m256; 2] = std::array::from_fn(|r| _mm256_cvtph_ps(_mm_loadu_si128(row.add(8 * r).cast())));
+                for (h, ah) in a.iter_mut().enumerate() {
+                    let pj = _mm256_set1_ps(*sc.add(h * TILE + j));
+                    for (x, vr) in ah.iter_mut().zip(&v) {
+                        *x = _mm256_fmadd_ps(pj, *vr, *x);
+                    }
+                }
+            }
+            for (h, ah) in a.iter().enumerate() {
+                for (r, x) in ah.iter().enumerate() {
+                    _mm256_storeu_ps(acc.add(h * dh + col + 8 * r), *x);
+                }
+            }
+        }
+    }
+
+    /// Asks for part `part` (of `c.hkv`) of the key and value rows of `keys` to be brought
+    /// into the cache: the next tile's rows lie contiguous in memory, but one KV head's share of
+    /// them is a quarter of each row (Qwen3.5-4B), a pattern the hardware prefetchers follow
+    /// poorly. Issued a part per KV head, not as one burst, which would fill the line-fill
+    /// buffers and stall the core (measured: a burst of the whole tile lost more than it gained;
+    /// this gains 12–15 % at 32K keys on two threads).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn prefetch_part(c: &F16Ctx, keys: Range<usize>, part: usize) {
+        if keys.is_empty() {
+            return;
+        }
+        let (a, b) = (c.at(keys.start, 0) * 2, c.at(keys.end, 0) * 2);
+        let lines = (b - a).div_ceil(64);
+        let (l0, l1) = (lines * part / c.hkv, lines * (part + 1) / c.hkv);
+        for bytes in [c.kc, c.vc] {
+            let base = bytes.as_ptr().cast::<u8>().wrapping_add(a);
+            for l in l0..l1 {
+                _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(64 * l).cast());
+            }
+        }
+    }
+
     /// [`super::combine`] with FMA instructions for its fused multiply-adds (the same bits).
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn combine_fma(parts: &[Partial], dh: usize, og: &mut [f32]) {
-        combine(parts, dh, og)
+    unsafe fn combine_fma(parts: &[Partial], dh: usize, h0: usize, og: &mut [f32]) {
+        combine(parts, dh, h0, og)
     }
 
     /// One work item (KV head `kvh`, keys `keys`), written once and compiled with each ISA's
@@ -806,6 +1122,62 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The f16 bits of `x`, and `x` rounded to f16.
+    fn f16_of(x: &[f32]) -> (Vec<u16>, Vec<f32>) {
+        let bits: Vec<u16> = x.iter().map(|&e| half::f16::from_f32(e).to_bits()).collect();
+        let back = bits.iter().map(|&b| half::f16::from_bits(b).to_f32()).collect();
+        (bits, back)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn every_vector_kernel_equals_the_reference_bit_for_bit_on_an_f16_cache() {
+        for isa in x86::Isa::ALL {
+            if !isa.supported() {
+                let needs = if isa == x86::Isa::Vnni { "avx512f+avx512vl+avx512vnni" } else { "avx2+fma+f16c" };
+                crate::test_support::report_skip(needs, &format!("kernels::attention_q {isa:?} f16 kernel"));
+                continue;
+            }
+            for (pos0, hq, hkv, dh, amp) in CASES.into_iter().filter(|c| c.3 % 64 == 0) {
+                let [q, k, v] = inputs(pos0, hq, hkv, dh, amp);
+                let (q, (kb, _), (vb, _)) = (f16_of(&q).1, f16_of(&k), f16_of(&v));
+                let s = shape(pos0, hq, hkv, dh);
+                let want = causal_one_f16_reference(&q, &kb, &vb, s);
+                let got = x86::causal_one_f16(isa, &q, &kb, &vb, s);
+                assert_same_bits(&got, &want, &format!("{isa:?} f16 pos0={pos0} hq={hq} hkv={hkv} dh={dh}"));
+            }
+        }
+    }
+
+    #[test]
+    fn the_f16_reference_is_attention_on_the_cache() {
+        // Scores in ggml_vec_dot_f16's order and every later step in f32: only f32 roundings
+        // apart from exact attention on the same f16 values.
+        for (pos0, hq, hkv, dh, amp) in CASES.into_iter().filter(|c| c.3 % 64 == 0 && c.0 < 3000) {
+            let [q, k, v] = inputs(pos0, hq, hkv, dh, amp);
+            let (q, (kb, _), (vb, _)) = (f16_of(&q).1, f16_of(&k), f16_of(&v));
+            let s = shape(pos0, hq, hkv, dh);
+            let (kc, vc) = (cache(KvType::F16, &k, hkv, dh), cache(KvType::F16, &v, hkv, dh));
+            let got = causal_one_f16_reference(&q, &kb, &vb, s);
+            let want = attention_f64(&q, &kc, &vc, s);
+            let worst = got.iter().zip(&want).map(|(a, b)| (*a as f64 - b).abs()).fold(0.0, f64::max);
+            let what = format!("f16 pos0={pos0} hq={hq} hkv={hkv} dh={dh} amp={amp}");
+            assert!(worst <= 4e-6, "{what}: {worst} off exact attention");
+        }
+    }
+
+    #[test]
+    fn the_thread_count_changes_no_bit_on_an_f16_cache() {
+        let (pos0, hq, hkv, dh, amp) = CASES[7];
+        let [q, k, v] = inputs(pos0, hq, hkv, dh, amp);
+        let (q, (kb, _), (vb, _)) = (f16_of(&q).1, f16_of(&k), f16_of(&v));
+        let s = shape(pos0, hq, hkv, dh);
+        let many = causal_one_f16(&q, &kb, &vb, s);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let one = pool.install(|| causal_one_f16(&q, &kb, &vb, s));
+        assert_same_bits(&one, &many, "one thread against the pool");
     }
 
     #[test]
