@@ -351,7 +351,10 @@ fn batched_speculation_gives_plain_decodings_tokens_and_states_on_the_hybrid_fix
 }
 
 /// The scheduler speculates inside its batched decode steps (`serve`): concurrent greedy
-/// requests get plain decoding's tokens, drafted tokens are counted, and the steps are fewer.
+/// requests get plain decoding's tokens, drafted tokens are counted, and the sequences take
+/// fewer steps. (Steps of the whole batch are not compared: how the three requests share
+/// steps depends on when each arrives, which a loaded machine changes; a CI run saw 47
+/// speculative steps against 42 plain ones.)
 #[test]
 fn the_scheduler_speculates_within_its_batch_and_gives_plain_tokens() {
     use frognano_engine::{Scheduler, SchedulerConfig};
@@ -381,18 +384,18 @@ fn the_scheduler_speculates_within_its_batch_and_gives_plain_tokens() {
         });
         let st = scheduler.stats();
         let counts = (
-            st.decode_steps.load(Ordering::Relaxed),
+            st.decoded_rows.load(Ordering::Relaxed),
             st.drafted_tokens.load(Ordering::Relaxed),
             st.accepted_tokens.load(Ordering::Relaxed),
         );
         (got, counts)
     };
-    let (plain, (plain_steps, plain_drafted, _)) = run(SpeculativeMode::None);
-    let (spec, (spec_steps, drafted, accepted)) = run(SpeculativeMode::Auto);
+    let (plain, (plain_rows, plain_drafted, _)) = run(SpeculativeMode::None);
+    let (spec, (spec_rows, drafted, accepted)) = run(SpeculativeMode::Auto);
     assert_eq!(spec, plain, "speculation in the scheduler changed greedy replies");
     assert_eq!(plain_drafted, 0);
     assert!(accepted > 0 && drafted >= accepted, "drafted {drafted}, accepted {accepted}");
-    assert!(spec_steps < plain_steps, "{spec_steps} speculative steps vs {plain_steps} plain ones");
+    assert!(spec_rows < plain_rows, "sequences took {spec_rows} speculative steps vs {plain_rows} plain ones");
 }
 
 /// The tiny fixture with its MTP head's weights set so that the head drafts the token it is
