@@ -501,7 +501,7 @@ pub(super) mod x86 {
     /// straight from f16, for up to four heads at a time (`$add`). Each head gets what
     /// [`super::item_reference`] computes for its KV head on these keys.
     macro_rules! item_f16_kernel {
-        ($name:ident, $feat:literal, $wide:expr, $add:ident) => {
+        ($name:ident, $feat:literal, $wide:expr, $add:ident, $cols:expr) => {
             #[target_feature(enable = $feat)]
             unsafe fn $name(c: &F16Ctx, keys: Range<usize>, w: &mut Scratch) -> Partial {
                 let (g, dh) = (c.group, c.dh);
@@ -512,8 +512,12 @@ pub(super) mod x86 {
                     let live = TILE.min(keys.end - t0);
                     let tile = t0..t0 + live;
                     let next = (t0 + TILE).min(keys.end)..(t0 + 2 * TILE).min(keys.end);
+                    let mut ahead = Ahead::new(c, next);
+                    // Lines to ask for per value step: the next tile's spread over this one's
+                    // steps (KV heads × calls × column blocks × keys).
+                    let steps = c.hkv * g.div_ceil(4) * (dh / $cols) * live;
+                    let per_step = ahead.left().div_ceil(steps.max(1));
                     for kvh in 0..c.hkv {
-                        prefetch_part(c, next.clone(), kvh);
                         let qg = &c.q[kvh * g * dh..(kvh + 1) * g * dh];
                         scores_one_token(
                             $wide,
@@ -536,10 +540,10 @@ pub(super) mod x86 {
                             let acc = p.acc.as_mut_ptr().add((kvh * g + h0) * dh);
                             let (sc, al) = (w.sc.as_ptr().add(h0 * TILE), &w.alpha[h0..h0 + m]);
                             match m {
-                                4 => $add::<4>(acc, sc, al, rows, stride, dh, live),
-                                3 => $add::<3>(acc, sc, al, rows, stride, dh, live),
-                                2 => $add::<2>(acc, sc, al, rows, stride, dh, live),
-                                _ => $add::<1>(acc, sc, al, rows, stride, dh, live),
+                                4 => $add::<4>(acc, sc, al, rows, stride, dh, live, &mut ahead, per_step),
+                                3 => $add::<3>(acc, sc, al, rows, stride, dh, live, &mut ahead, per_step),
+                                2 => $add::<2>(acc, sc, al, rows, stride, dh, live, &mut ahead, per_step),
+                                _ => $add::<1>(acc, sc, al, rows, stride, dh, live, &mut ahead, per_step),
                             }
                             h0 += m;
                         }
@@ -550,8 +554,8 @@ pub(super) mod x86 {
         };
     }
 
-    item_f16_kernel!(item_f16_512, "avx2,fma,f16c,avx512f", true, add_f16_values_512);
-    item_f16_kernel!(item_f16_avx2, "avx2,fma,f16c", false, add_f16_values);
+    item_f16_kernel!(item_f16_512, "avx2,fma,f16c,avx512f", true, add_f16_values_512, 64);
+    item_f16_kernel!(item_f16_avx2, "avx2,fma,f16c", false, add_f16_values, 16);
 
     /// For `M` heads (sums at `acc[h·dh..]`, the tile's weights at `sc[h·TILE..]`, `α` at
     /// `alpha[h]`): `acc = acc·α`, then `acc += p_j·v_j` for the keys `j < live` in order,
@@ -559,6 +563,7 @@ pub(super) mod x86 {
     /// elements of each head in registers at a time (AVX-512F; the reference's operations per
     /// element).
     #[target_feature(enable = "avx2,fma,f16c,avx512f")]
+    #[allow(clippy::too_many_arguments)]
     unsafe fn add_f16_values_512<const M: usize>(
         acc: *mut f32,
         sc: *const f32,
@@ -567,6 +572,8 @@ pub(super) mod x86 {
         stride: usize,
         dh: usize,
         live: usize,
+        ahead: &mut Ahead,
+        per_step: usize,
     ) {
         for col in (0..dh).step_by(64) {
             let mut a: [[__m512; 4]; M] =
@@ -579,6 +586,7 @@ pub(super) mod x86 {
                 }
             }
             for j in 0..live {
+                ahead.ask(per_step);
                 let row = rows.add(j * stride + col);
                 let v: [__m512; 4] =
                     std::array::from_fn(|r| _mm512_cvtph_ps(_mm256_loadu_si256(row.add(16 * r).cast())));
@@ -599,6 +607,7 @@ pub(super) mod x86 {
 
     /// [`add_f16_values_512`] in AVX2, sixteen elements of each head at a time.
     #[target_feature(enable = "avx2,fma,f16c")]
+    #[allow(clippy::too_many_arguments)]
     unsafe fn add_f16_values<const M: usize>(
         acc: *mut f32,
         sc: *const f32,
@@ -607,6 +616,8 @@ pub(super) mod x86 {
         stride: usize,
         dh: usize,
         live: usize,
+        ahead: &mut Ahead,
+        per_step: usize,
     ) {
         for col in (0..dh).step_by(16) {
             let mut a: [[__m256; 2]; M] =
@@ -618,6 +629,7 @@ pub(super) mod x86 {
                 }
             }
             for j in 0..live {
+                ahead.ask(per_step);
                 let row = rows.add(j * stride + col);
                 let v: [__m256; 2] = std::array::from_fn(|r| _mm256_cvtph_ps(_mm_loadu_si128(row.add(8 * r).cast())));
                 for (h, ah) in a.iter_mut().enumerate() {
@@ -635,26 +647,43 @@ pub(super) mod x86 {
         }
     }
 
-    /// Asks for part `part` (of `c.hkv`) of the key and value rows of `keys` to be brought
-    /// into the cache: the next tile's rows lie contiguous in memory, but one KV head's share of
-    /// them is a quarter of each row (Qwen3.5-4B), a pattern the hardware prefetchers follow
-    /// poorly. Issued a part per KV head, not as one burst, which would fill the line-fill
-    /// buffers and stall the core (measured: a burst of the whole tile lost more than it gained;
-    /// this gains 12–15 % at 32K keys on two threads).
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn prefetch_part(c: &F16Ctx, keys: Range<usize>, part: usize) {
-        if keys.is_empty() {
-            return;
+    /// The next tile's key rows, then its value rows, asked for a few cache lines at a time
+    /// (`_mm_prefetch`) between the value steps of this tile. The rows lie contiguous in
+    /// memory, but each KV head's pass reads a quarter of every row (Qwen3.5-4B), a pattern the
+    /// hardware prefetchers follow poorly; asked for in bursts, the lines fill the line-fill
+    /// buffers and stall the core.
+    pub(super) struct Ahead {
+        k: *const u8,
+        v: *const u8,
+        lines: usize,
+        next: usize,
+    }
+
+    impl Ahead {
+        fn new(c: &F16Ctx, keys: Range<usize>) -> Self {
+            let (a, b) = (c.at(keys.start, 0) * 2, c.at(keys.end, 0) * 2);
+            let (k, v) = (c.kc.as_ptr().cast::<u8>().wrapping_add(a), c.vc.as_ptr().cast::<u8>().wrapping_add(a));
+            Ahead { k, v, lines: (b - a).div_ceil(64), next: 0 }
         }
-        let (a, b) = (c.at(keys.start, 0) * 2, c.at(keys.end, 0) * 2);
-        let lines = (b - a).div_ceil(64);
-        let (l0, l1) = (lines * part / c.hkv, lines * (part + 1) / c.hkv);
-        for bytes in [c.kc, c.vc] {
-            let base = bytes.as_ptr().cast::<u8>().wrapping_add(a);
-            for l in l0..l1 {
-                _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(64 * l).cast());
+
+        /// Lines not asked for yet.
+        fn left(&self) -> usize {
+            2 * self.lines - self.next
+        }
+
+        /// Asks for the next `n` lines (fewer at the end).
+        #[inline(always)]
+        unsafe fn ask(&mut self, n: usize) {
+            let end = (self.next + n).min(2 * self.lines);
+            for l in self.next..end {
+                let p = if l < self.lines {
+                    self.k.wrapping_add(64 * l)
+                } else {
+                    self.v.wrapping_add(64 * (l - self.lines))
+                };
+                _mm_prefetch::<_MM_HINT_T0>(p.cast());
             }
+            self.next = end;
         }
     }
 
