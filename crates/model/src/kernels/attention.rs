@@ -72,8 +72,8 @@ pub const TILED_FROM: usize = 512;
 /// cache `k`/`v` (`[pos0 + t, kv_heads · head_dim]`). For an f16 cache it follows llama.cpp's
 /// summation `order` ([`F16Dot::for_batch`]), bit-identical to [`causal_reference`], for one
 /// token (decode) below [`ONLINE_FROM`] keys and a batch below [`TILED_FROM`] positions; one
-/// token from [`ONLINE_FROM`] keys on runs [`super::attention_q::causal_one_f16`]. One token on a quantized
-/// (Q8_0/Q4_0) cache runs [`super::attention_q::causal_one`] (integer block dots against the
+/// token from [`ONLINE_FROM`] keys on runs [`super::attention_q::causal_one_f16`]. One token on
+/// a quantized (Q8_0/Q4_0) cache runs [`super::attention_q::causal_one`] (integer block dots against the
 /// query quantized to Q8_0). A longer batch, a batch on a quantized cache and every call on an
 /// f32 cache run the tiled online-softmax kernel ([`super::flash::causal_tiled`]). `FROGNANO_PLAIN_KERNELS=1` asks for [`causal_reference`]
 /// on the cache's values throughout. Returns `[t, heads · head_dim]`.
@@ -167,7 +167,7 @@ pub(super) mod x86 {
 
     /// Which vector kernel runs.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub(super) enum Isa {
+    pub(in crate::kernels) enum Isa {
         /// AVX-512F with FMA and F16C.
         Avx512,
         /// AVX2 with FMA and F16C.
@@ -176,19 +176,20 @@ pub(super) mod x86 {
 
     impl Isa {
         /// Every kernel, fastest first.
-        pub(super) const ALL: [Isa; 2] = [Isa::Avx512, Isa::Avx2];
+        pub(in crate::kernels) const ALL: [Isa; 2] = [Isa::Avx512, Isa::Avx2];
 
         /// Whether this CPU runs the kernel.
-        pub(super) fn supported(self) -> bool {
+        pub(in crate::kernels) fn supported(self) -> bool {
             let wide = match self {
-                Isa::Avx512 => is_x86_feature_detected!("avx512f"),
+                // (AVX2 too: the online kernel's softmax steps are AVX2 code; every AVX-512 CPU has it.)
+                Isa::Avx512 => is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx2"),
                 Isa::Avx2 => is_x86_feature_detected!("avx2"),
             };
             wide && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
         }
 
         /// The fastest kernel this CPU runs, if any.
-        pub(super) fn best() -> Option<Isa> {
+        pub(in crate::kernels) fn best() -> Option<Isa> {
             Isa::ALL.into_iter().find(|isa| isa.supported())
         }
     }
@@ -263,15 +264,15 @@ pub(super) mod x86 {
     /// `kc` (`hkv` heads a row), in `ggml_vec_dot_f16`'s order and `· scale`, as the one-token
     /// kernels here score: head `h`'s score of key `j` at `sc[h·stride + j − keys.start]`, in
     /// whole blocks of 16 (0 past `n`), so `stride` is at least `keys.len()` rounded up to 16.
-    /// On 512-bit registers when `wide` (AVX-512F, FMA, F16C), else AVX2 (AVX2, FMA, F16C).
-    /// What [`crate::kernels::attention_q`]'s online kernel scores an f16 cache with.
+    /// On the kernel `isa`. What [`crate::kernels::attention_q`]'s online kernel scores an f16
+    /// cache with.
     ///
     /// # Safety
     ///
-    /// The CPU has the features `wide` names, and `sc` holds `m` rows of `stride`.
+    /// The CPU runs `isa` ([`Isa::supported`]), and `sc` holds `m` rows of `stride`.
     #[allow(clippy::too_many_arguments)]
     pub(in crate::kernels) unsafe fn scores_one_token(
-        wide: bool,
+        isa: Isa,
         qg: &[f32],
         kc: &[u16],
         (hkv, kvh, dh): (usize, usize, usize),
@@ -283,10 +284,9 @@ pub(super) mod x86 {
     ) {
         debug_assert!(dh.is_multiple_of(64) && keys.start.is_multiple_of(16) && keys.end <= n);
         let kv = Kv { kc, vc: &[], kt: &[], hkv, kvh, dh };
-        if wide {
-            avx512::scores_range(qg, &kv, n, keys, scale, sc, stride)
-        } else {
-            avx2::scores_vec(qg, &kv, keys, scale, sc, stride)
+        match isa {
+            Isa::Avx512 => avx512::scores_range(qg, &kv, n, keys, scale, sc, stride),
+            Isa::Avx2 => avx2::scores_vec(qg, &kv, keys, scale, sc, stride),
         }
     }
 
@@ -533,8 +533,8 @@ pub(super) mod x86 {
         /// `dh` a multiple of 64) into `og`, in `ggml_vec_dot_f16`'s order like [`head`], but
         /// reading the cache once per item, front to back: each key is converted once for all
         /// the heads, sixteen keys' score sums are reduced together ([`reduce16_each`]), and
-        /// the value sums take the rows in streams ([`weighted_values_heads`]). This is what
-        /// decode at a long context spends its time in.
+        /// the value sums take the rows in streams ([`weighted_values_heads`]). Decode below
+        /// [`super::super::ONLINE_FROM`] keys, and [`super::super::causal_in_llama_order`].
         #[target_feature(enable = "avx512f,fma,f16c")]
         pub(super) unsafe fn heads_vec(qg: &[f32], kv: &Kv, n: usize, scale: f32, s: &mut Scratch, og: &mut [f32]) {
             let ns = n.div_ceil(16) * 16;

@@ -97,7 +97,7 @@ pub fn supports_f16(s: &AttnShape) -> bool {
 /// [`causal_one_f16_reference`]; the same bits either way. `s` must pass [`supports_f16`].
 pub fn causal_one_f16(q: &[f32], kc: &[u16], vc: &[u16], s: AttnShape) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
-    if let Some(isa) = x86::Isa::best() {
+    if let Some(isa) = super::attention::x86::Isa::best() {
         return x86::causal_one_f16(isa, q, kc, vc, s);
     }
     causal_one_f16_reference(q, kc, vc, s)
@@ -407,7 +407,7 @@ pub(super) mod x86 {
 
     use super::{combine, run, run_chunks, tree8, Ctx, F16Ctx, Partial, Scratch, TILE};
     use crate::cache::KvRows;
-    use crate::kernels::attention::x86::scores_one_token;
+    use crate::kernels::attention::x86::{scores_one_token, Isa as F16Isa};
     use crate::kernels::attention::AttnShape;
     use crate::kernels::flash::x86::add_weighted_rows;
     use crate::quant::ggml::{self, x86::expf8};
@@ -481,16 +481,16 @@ pub(super) mod x86 {
         }
     }
 
-    /// [`super::causal_one_f16`] on the kernel `isa` (which this CPU must run: checked). `Vnni`
-    /// runs 512-bit steps (AVX-512F; the integer dots are not used here).
-    pub(crate) fn causal_one_f16(isa: Isa, q: &[f32], kc: &[u16], vc: &[u16], s: AttnShape) -> Vec<f32> {
+    /// [`super::causal_one_f16`] on the kernel `isa` of `kernels::attention`, whose scores it
+    /// takes (which this CPU must run: checked): 512-bit steps need AVX-512F, not VNNI.
+    pub(crate) fn causal_one_f16(isa: F16Isa, q: &[f32], kc: &[u16], vc: &[u16], s: AttnShape) -> Vec<f32> {
         assert!(isa.supported(), "the {isa:?} one-token attention kernel needs a CPU that has it");
         // SAFETY (every call below): the features each kernel needs were checked just above.
         let combine = |p: &[Partial], dh: usize, h0: usize, og: &mut [f32]| unsafe { combine_fma(p, dh, h0, og) };
         let c = &F16Ctx::new(q, kc, vc, s);
         match isa {
-            Isa::Vnni => run_chunks(c, s, |c, keys, w| unsafe { item_f16_512(c, keys, w) }, combine),
-            Isa::Avx2 => run_chunks(c, s, |c, keys, w| unsafe { item_f16_avx2(c, keys, w) }, combine),
+            F16Isa::Avx512 => run_chunks(c, s, |c, keys, w| unsafe { item_f16_512(c, keys, w) }, combine),
+            F16Isa::Avx2 => run_chunks(c, s, |c, keys, w| unsafe { item_f16_avx2(c, keys, w) }, combine),
         }
     }
 
@@ -501,7 +501,7 @@ pub(super) mod x86 {
     /// straight from f16, for up to four heads at a time (`$add`). Each head gets what
     /// [`super::item_reference`] computes for its KV head on these keys.
     macro_rules! item_f16_kernel {
-        ($name:ident, $feat:literal, $wide:expr, $add:ident, $cols:expr) => {
+        ($name:ident, $feat:literal, $isa:expr, $add:ident, $cols:expr) => {
             #[target_feature(enable = $feat)]
             unsafe fn $name(c: &F16Ctx, keys: Range<usize>, w: &mut Scratch) -> Partial {
                 let (g, dh) = (c.group, c.dh);
@@ -520,7 +520,7 @@ pub(super) mod x86 {
                     for kvh in 0..c.hkv {
                         let qg = &c.q[kvh * g * dh..(kvh + 1) * g * dh];
                         scores_one_token(
-                            $wide,
+                            $isa,
                             qg,
                             c.kc,
                             (c.hkv, kvh, dh),
@@ -554,8 +554,8 @@ pub(super) mod x86 {
         };
     }
 
-    item_f16_kernel!(item_f16_512, "avx2,fma,f16c,avx512f", true, add_f16_values_512, 64);
-    item_f16_kernel!(item_f16_avx2, "avx2,fma,f16c", false, add_f16_values, 16);
+    item_f16_kernel!(item_f16_512, "avx2,fma,f16c,avx512f", F16Isa::Avx512, add_f16_values_512, 64);
+    item_f16_kernel!(item_f16_avx2, "avx2,fma,f16c", F16Isa::Avx2, add_f16_values, 16);
 
     /// For `M` heads (sums at `acc[h·dh..]`, the tile's weights at `sc[h·TILE..]`, `α` at
     /// `alpha[h]`): `acc = acc·α`, then `acc += p_j·v_j` for the keys `j < live` in order,
@@ -1163,9 +1163,10 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn every_vector_kernel_equals_the_reference_bit_for_bit_on_an_f16_cache() {
-        for isa in x86::Isa::ALL {
+        use crate::kernels::attention::x86::Isa;
+        for isa in Isa::ALL {
             if !isa.supported() {
-                let needs = if isa == x86::Isa::Vnni { "avx512f+avx512vl+avx512vnni" } else { "avx2+fma+f16c" };
+                let needs = if isa == Isa::Avx512 { "avx512f" } else { "avx2+fma+f16c" };
                 crate::test_support::report_skip(needs, &format!("kernels::attention_q {isa:?} f16 kernel"));
                 continue;
             }
