@@ -17,9 +17,16 @@
 //!
 //! A packed super-block takes exactly the bytes of the eight rows' ggml blocks (8 · 210). The
 //! integers are [`super::dot_reference`]'s; only the float order differs (fixed, so one token
-//! and a tile of tokens give bit-identical results for the same token). Packing happens once,
-//! at load, on a CPU with AVX2 but not AVX-512 BW (whose row kernels already unpack each
-//! super-block once for eight tokens), for matrices whose rows come in eights.
+//! and a tile of tokens give bit-identical results for the same token).
+//!
+//! With AVX-512 BW and VNNI one 512-bit register holds all eight rows, so each instruction does
+//! twice the work and the scale step is one `vpdpwssd`; its lanes hold the same integers as the
+//! AVX2 kernel's and take the same float steps, so the two give the same bits. The row kernel
+//! it replaces there read the 4B model's Q6_K weights (its tied 248K-row output head among them)
+//! at about two thirds of the rate the packed Q4_K kernel reads its own.
+//!
+//! Packing happens once, at load, for matrices whose rows come in eights, on a CPU with AVX-512
+//! BW and VNNI or with AVX2; an AVX-512 BW CPU without VNNI keeps its row kernels.
 
 use super::{ActRow, GroupKernel, QK_K};
 
@@ -33,9 +40,15 @@ pub const BLOCK_BYTES: usize = 16 + 128 + 8 * 192;
 const OFF_SCALES: usize = 16;
 const OFF_QS: usize = 144;
 
-/// Whether this CPU runs the packed kernel: AVX2, FMA and F16C, and no AVX-512 BW.
+/// Whether this CPU runs a packed kernel: AVX-512 BW with VNNI, or AVX2 (with FMA and F16C)
+/// and no AVX-512 BW.
 pub fn available() -> bool {
-    super::has_avx2() && !super::has_avx512bw()
+    avx512() || (super::has_avx2() && !super::has_avx512bw())
+}
+
+/// Whether the AVX-512 kernel runs here.
+fn avx512() -> bool {
+    super::has_avx512bw() && super::has_avx512vnni() && super::has_avx2()
 }
 
 /// Packs a row-major Q6_K matrix (`rows` a multiple of [`GROUP`], `cols` of 256): group `g`'s
@@ -120,8 +133,25 @@ pub fn dequantize_row(group: &[u8], r: usize, out: &mut [f32]) {
 /// The packed kernel for `N` tokens (1, 4 or 8), when [`available`].
 pub fn kernel<const N: usize>() -> Option<GroupKernel<N>> {
     #[cfg(target_arch = "x86_64")]
-    if available() {
-        // SAFETY: the features the kernel is compiled for were detected by `available`.
+    {
+        // SAFETY (both): the features each kernel is compiled for were detected just before.
+        if avx512() {
+            return Some(|p, a| unsafe { x86::group_dot_avx512::<N>(p, a) });
+        }
+        if available() {
+            return Some(|p, a| unsafe { x86::group_dot::<N>(p, a) });
+        }
+    }
+    None
+}
+
+/// The AVX2 kernel for `N` tokens wherever the CPU has AVX2, FMA and F16C, even where
+/// [`kernel`] picks the AVX-512 one: the tests hold the two to the same bits.
+#[cfg(test)]
+fn kernel_avx2<const N: usize>() -> Option<GroupKernel<N>> {
+    #[cfg(target_arch = "x86_64")]
+    if super::has_avx2() {
+        // SAFETY: the features the kernel is compiled for were detected just before.
         return Some(|p, a| unsafe { x86::group_dot::<N>(p, a) });
     }
     None
@@ -227,6 +257,102 @@ mod x86 {
         }
         acc.map(|[lo, hi]| crate::quant::group_sums(lo, hi))
     }
+
+    /// [`group_dot`] with 512-bit registers: one register holds a sub-block's eight elements
+    /// of all eight rows (64-bit lane `r` is row `r`), `vpdpwssd` applies the scales, and
+    /// every lane holds the integer [`group_dot`]'s lane `(row, half)` holds (the stored-value
+    /// offset in the first lane of a row), so the float steps and the result are the same.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) unsafe fn group_dot_avx512<const N: usize>(p: &[u8], a: &[ActRow; N]) -> [[f32; GROUP]; N] {
+        let nb = p.len() / BLOCK_BYTES;
+        for r in a {
+            debug_assert!(r.qs.len() >= nb * QK_K && r.d.len() >= nb && r.bsums.len() >= nb * 16);
+        }
+        let m4 = _mm512_set1_epi8(0x0F);
+        let (m_03, m_0c, m_30) = (_mm512_set1_epi8(0x03), _mm512_set1_epi8(0x0C), _mm512_set1_epi8(0x30));
+        // From a pair's sixteen scale words (row r's (2j, 2j + 1) at words 2r, 2r + 1): every
+        // word of row r's 64-bit lane ← its scale `e`.
+        let scale_idx: [__m512i; 2] = std::array::from_fn(|e| {
+            let c: [i16; 32] = std::array::from_fn(|i| (2 * (i / 4) + e) as i16);
+            _mm512_loadu_si512(c.as_ptr() as *const _)
+        });
+        // From two pairs' 32 scale words (pair 2q at words 0..16, 2q + 1 at 16..32): row r's
+        // 64-bit lane ← (scale 4q, 4q + 1 | 4q + 2, 4q + 3), against the token's four sums of 16
+        // broadcast to every 64-bit lane.
+        let offset_idx = {
+            let c: [i16; 32] = std::array::from_fn(|i| (2 * (i / 4) + i % 2 + 16 * ((i % 4) / 2)) as i16);
+            _mm512_loadu_si512(c.as_ptr() as *const _)
+        };
+        let first_lane = _mm512_set1_epi64(0xFFFF_FFFF);
+        // Lane L ← row L / 2 of eight floats.
+        let dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+        let mut acc = [_mm512_setzero_ps(); N];
+        for ib in 0..nb {
+            let blk = p.as_ptr().add(ib * BLOCK_BYTES);
+            prefetch_ahead::<OFF_QS>(blk, 0);
+            let mut s = [_mm512_setzero_si512(); N];
+            for j in 0..8 {
+                let q = blk.add(OFF_QS + 192 * j);
+                prefetch_ahead::<192>(q, 0);
+                let lo_a = _mm512_loadu_si512(q as *const _);
+                let lo_b = _mm512_loadu_si512(q.add(64) as *const _);
+                let hi = _mm512_loadu_si512(q.add(128) as *const _);
+                let w0 =
+                    _mm512_or_si512(_mm512_and_si512(lo_a, m4), _mm512_slli_epi16::<4>(_mm512_and_si512(hi, m_03)));
+                let w1 = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(lo_a), m4),
+                    _mm512_slli_epi16::<2>(_mm512_and_si512(hi, m_0c)),
+                );
+                let w2 = _mm512_or_si512(_mm512_and_si512(lo_b, m4), _mm512_and_si512(hi, m_30));
+                let w3 = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(lo_b), m4),
+                    _mm512_and_si512(_mm512_srli_epi16::<2>(hi), m_30),
+                );
+                let pair = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(
+                    blk.add(OFF_SCALES + 16 * j) as *const __m128i
+                )));
+                let (sw0, sw1) =
+                    (_mm512_permutexvar_epi16(scale_idx[0], pair), _mm512_permutexvar_epi16(scale_idx[1], pair));
+                for k in 0..N {
+                    let y = (a[k].qs.as_ptr() as *const u8).add(ib * QK_K + 32 * j);
+                    let yb = |o: usize| _mm512_set1_epi64((y.add(o) as *const i64).read_unaligned());
+                    let t0 = _mm512_add_epi16(_mm512_maddubs_epi16(w0, yb(0)), _mm512_maddubs_epi16(w1, yb(8)));
+                    let t1 = _mm512_add_epi16(_mm512_maddubs_epi16(w2, yb(16)), _mm512_maddubs_epi16(w3, yb(24)));
+                    s[k] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(s[k], t0, sw0), t1, sw1);
+                }
+            }
+            // 32 · Σ_g scale[r][g] · bsum_g per row, four groups per `vpdpwssd`, summed into the
+            // first lane of the row.
+            let sc: [__m512i; 4] = std::array::from_fn(|q| {
+                let words = _mm512_cvtepi8_epi16(_mm256_loadu_si256(blk.add(OFF_SCALES + 32 * q) as *const __m256i));
+                _mm512_permutexvar_epi16(offset_idx, words)
+            });
+            let d16 = _mm512_permutexvar_ps(
+                dup,
+                _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(blk as *const __m128i))),
+            );
+            for k in 0..N {
+                let bs = a[k].bsums.as_ptr().add(ib * 16) as *const i64;
+                let mut off = _mm512_setzero_si512();
+                for (q, c) in sc.iter().enumerate() {
+                    off = _mm512_dpwssd_epi32(off, *c, _mm512_set1_epi64(bs.add(q).read_unaligned()));
+                }
+                let off = _mm512_and_si512(_mm512_add_epi32(off, _mm512_srli_epi64::<32>(off)), first_lane);
+                let t = _mm512_sub_epi32(s[k], _mm512_slli_epi32::<5>(off));
+                let dd = _mm512_mul_ps(d16, _mm512_set1_ps(*a[k].d.get_unchecked(ib)));
+                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), dd, acc[k]);
+            }
+        }
+        let mut out = [[0.0f32; GROUP]; N];
+        for (o, v) in out.iter_mut().zip(acc) {
+            let mut lanes = [0.0f32; 16];
+            _mm512_storeu_ps(lanes.as_mut_ptr(), v);
+            for (r, x) in o.iter_mut().enumerate() {
+                *x = lanes[2 * r] + lanes[2 * r + 1];
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -238,11 +364,58 @@ mod tests {
     #[test]
     fn packed_groups_match_the_reference_dot_and_each_other() {
         let Some(k1) = kernel::<1>() else {
-            crate::test_support::report_skip("avx2 and no avx512bw", "quant::q6k_x8 packed Q6_K group kernels");
+            crate::test_support::report_skip(
+                "avx512bw + avx512vnni, or avx2 and no avx512bw",
+                "quant::q6k_x8 packed Q6_K group kernels",
+            );
             return;
         };
         let (k4, k8) = (kernel::<4>().unwrap(), kernel::<8>().unwrap());
         check_packing(QuantType::Q6_K, pack, dequantize_row, BLOCK_BYTES, (k1, k4, k8));
+        if let Some(k1) = kernel_avx2::<1>() {
+            let (k4, k8) = (kernel_avx2::<4>().unwrap(), kernel_avx2::<8>().unwrap());
+            check_packing(QuantType::Q6_K, pack, dequantize_row, BLOCK_BYTES, (k1, k4, k8));
+        }
+    }
+
+    /// The AVX-512 kernel gives the AVX2 kernel's bits (the same integers per lane, the same
+    /// float steps), on extreme values too: every stored value 0 or 63, scales ±127 and −128,
+    /// activations ±127.
+    #[test]
+    fn avx512_and_avx2_kernels_give_the_same_bits() {
+        let (Some(_), Some(a1)) = (kernel::<1>().filter(|_| avx512()), kernel_avx2::<1>()) else {
+            crate::test_support::report_skip("avx512bw + avx512vnni", "quant::q6k_x8 AVX-512 against AVX2");
+            return;
+        };
+        let (k1, k4, k8) = (kernel::<1>().unwrap(), kernel::<4>().unwrap(), kernel::<8>().unwrap());
+        let (a4, a8) = (kernel_avx2::<4>().unwrap(), kernel_avx2::<8>().unwrap());
+        let (rows, cols) = (16, 1024);
+        let mut w = random_blocks(QuantType::Q6_K, rows * cols / QK_K, 17);
+        // The last rows' blocks at the extremes: all values 0 (low bits and high bits clear) or
+        // all 63, and scales at the ends of i8.
+        for (i, b) in w.chunks_exact_mut(210).enumerate().skip(rows * cols / QK_K - 12) {
+            let fill = if i % 2 == 0 { 0x00 } else { 0xFF };
+            b[..192].fill(fill);
+            for (s, v) in b[192..208].iter_mut().enumerate() {
+                *v = [127i8, -128, -127, 1][(s + i) % 4] as u8;
+            }
+        }
+        let p = pack(&w, rows, cols);
+        let mut x: Vec<f32> = (0..8 * cols).map(|i| ((i * 7919 % 1013) as f32 - 506.0) / 97.0).collect();
+        for (i, v) in x[7 * cols..].iter_mut().enumerate() {
+            *v = if i % 3 == 0 { 3.0 } else { -3.0 };
+        }
+        let acts = crate::quant::QuantizedActs::new(QuantType::Q6_K.act_format(), &x, 8);
+        let t: [ActRow; 8] = std::array::from_fn(|k| acts.row(k));
+        let gb = cols / QK_K * BLOCK_BYTES;
+        for (g, pg) in p.chunks_exact(gb).enumerate() {
+            assert_eq!(k8(pg, &t), a8(pg, &t), "group {g}: eight tokens");
+            let t4 = [t[0], t[3], t[5], t[7]];
+            assert_eq!(k4(pg, &t4), a4(pg, &t4), "group {g}: four tokens");
+            for (k, row) in t.iter().enumerate() {
+                assert_eq!(k1(pg, &[*row]), a1(pg, &[*row]), "group {g} token {k}");
+            }
+        }
     }
 
     #[test]
