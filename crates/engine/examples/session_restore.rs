@@ -8,6 +8,9 @@
 //! for a prompt of those tokens plus one, and runs that token: the time to the first token
 //! of the next turn, next to the time a prefill of the history would take (measured on
 //! `--prefill-probe` tokens and scaled, so it is a lower bound: attention grows with length).
+//! `session_restore fill MODEL DIR TOKENS [KV_TYPE]` holds a random context of TOKENS − 1
+//! positions, runs one token through it (the peak resident memory of a full context), then
+//! times `STEPS` (environment, 8 by default) decode steps at that length.
 
 use std::ops::ControlFlow;
 use std::path::Path;
@@ -92,7 +95,8 @@ fn main() -> anyhow::Result<()> {
                 // Then steady decode at this length: the first token above also grew the
                 // cache's buffers past the filled size (a copy that a live session pays once
                 // per doubling, not per token).
-                let steps = 8;
+                // STEPS=N for a longer measurement (8 by default).
+                let steps = std::env::var("STEPS").ok().and_then(|v| v.parse().ok()).unwrap_or(8);
                 let prompt: Vec<u32> = prompt.iter().copied().chain(first.tokens.iter().map(|c| c.id)).collect();
                 let t = Instant::now();
                 let more = session
