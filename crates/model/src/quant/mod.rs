@@ -845,6 +845,17 @@ pub(crate) unsafe fn group_sums(lo: std::arch::x86_64::__m256, hi: std::arch::x8
     std::array::from_fn(|r| if r < 4 { a[r] } else { b[r - 4] })
 }
 
+/// The eight dots of a packed group from one 512-bit accumulator of `(row, half)` lanes: the
+/// AVX-512 kernels' form of [`group_sums`], in the same order.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn group_sums512(v: std::arch::x86_64::__m512) -> [f32; 8] {
+    let mut lanes = [0.0f32; 16];
+    std::arch::x86_64::_mm512_storeu_ps(lanes.as_mut_ptr(), v);
+    std::array::from_fn(|r| lanes[2 * r] + lanes[2 * r + 1])
+}
+
 /// Four rows' f16 scales at `p` (one half of a packed group's eight) widened to f32, each in
 /// both `(row, half)` lanes of its row: what every packed kernel's float step multiplies by.
 #[cfg(target_arch = "x86_64")]

@@ -268,15 +268,7 @@ mod x86 {
                 acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(*a[k].d.get_unchecked(ib)), v, acc[k]);
             }
         }
-        let mut out = [[0.0f32; GROUP]; N];
-        for (o, v) in out.iter_mut().zip(acc) {
-            let mut lanes = [0.0f32; 16];
-            _mm512_storeu_ps(lanes.as_mut_ptr(), v);
-            for (r, x) in o.iter_mut().enumerate() {
-                *x = lanes[2 * r] + lanes[2 * r + 1];
-            }
-        }
-        out
+        acc.map(|v| crate::quant::group_sums512(v))
     }
 
     /// The same product with AVX2 (+ FMA, F16C), on the same packed bytes. A 256-bit register

@@ -343,15 +343,7 @@ mod x86 {
                 acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), dd, acc[k]);
             }
         }
-        let mut out = [[0.0f32; GROUP]; N];
-        for (o, v) in out.iter_mut().zip(acc) {
-            let mut lanes = [0.0f32; 16];
-            _mm512_storeu_ps(lanes.as_mut_ptr(), v);
-            for (r, x) in o.iter_mut().enumerate() {
-                *x = lanes[2 * r] + lanes[2 * r + 1];
-            }
-        }
-        out
+        acc.map(|v| crate::quant::group_sums512(v))
     }
 }
 
