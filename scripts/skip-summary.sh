@@ -8,7 +8,7 @@ allow="$(dirname "$0")/allowed-skips.txt"
 patterns="$(mktemp)"
 trap 'rm -f "$patterns"' EXIT
 grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$allow" > "$patterns" || true
-flags="$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx512(f|bw|vl|vnni|_bf16)|amx_(tile|int8|bf16))$' | tr '\n' ' ' || true)"
+flags="$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx512(f|bw|vl|vnni|_vnni|_bf16)|amx_(tile|int8|bf16))$' | tr '\n' ' ' || true)"
 echo "=== skipped tests (CPU SIMD flags: ${flags:-unknown}) ==="
 if [ ! -s "$log" ]; then
     echo "none: every compiled path ran"
