@@ -651,7 +651,9 @@ pub(super) mod x86 {
     /// (`_mm_prefetch`) between the value steps of this tile. The rows lie contiguous in
     /// memory, but each KV head's pass reads a quarter of every row (Qwen3.5-4B), a pattern the
     /// hardware prefetchers follow poorly; asked for in bursts, the lines fill the line-fill
-    /// buffers and stall the core.
+    /// buffers and stall the core. They go to L2 (`prefetcht1`), as the matmuls' weights do
+    /// (`quant::x86::prefetch_ahead` says why); a tile is 128 KiB at 4B shapes, far more than
+    /// L1 holds anyway.
     pub(super) struct Ahead {
         k: *const u8,
         v: *const u8,
@@ -681,7 +683,7 @@ pub(super) mod x86 {
                 } else {
                     self.v.wrapping_add(64 * (l - self.lines))
                 };
-                _mm_prefetch::<_MM_HINT_T0>(p.cast());
+                _mm_prefetch::<_MM_HINT_T1>(p.cast());
             }
             self.next = end;
         }
