@@ -36,7 +36,9 @@ fn main() -> anyhow::Result<()> {
     // and the cache growing past a filled power of two: a copy no full context makes).
     let n = if mode == "fill" { tokens.saturating_sub(1).max(1) } else { tokens };
     let t = Instant::now();
-    let mut boxed = frognano_model::load(model_path)?.model;
+    let loaded = frognano_model::load(model_path)?;
+    let weight_bytes = loaded.weight_bytes;
+    let mut boxed = loaded.model;
     if let Some(kv) = kv {
         boxed.set_kv_type(kv)?;
     }
@@ -102,12 +104,14 @@ fn main() -> anyhow::Result<()> {
                 let more = session
                     .generate(&prompt, &GenerateRequest { max_tokens: steps, ..req }, |_| ControlFlow::Continue(()))?;
                 let decode = more.tokens.len() as f64 / t.elapsed().as_secs_f64();
+                let state = model.cache_bytes(n + 1);
                 println!(
                     "KV cache {}; {n} positions held, {} with the next token ({:.2} GB of state); one token through \
-                     them in {first_s:.2} s; then {decode:.2} tok/s decode over {} tokens; peak {}",
+                     them in {first_s:.2} s; then {decode:.2} tok/s decode over {} tokens; peak {}; read per token: \
+                     {weight_bytes} weight bytes + {state} state bytes",
                     model.kv_type(),
                     n + 1,
-                    model.cache_bytes(n + 1) as f64 / 1e9,
+                    state as f64 / 1e9,
                     more.tokens.len(),
                     hwm.split_whitespace().skip(1).collect::<Vec<_>>().join(" ")
                 );
