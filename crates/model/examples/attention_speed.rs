@@ -11,7 +11,8 @@
 //! model has 28). The outputs are compared bit for bit as a side check (a prefill from
 //! `TILED_FROM` positions on takes the tiled kernel, whose order differs: "OUTPUTS DIFFER").
 //! `--cold` reads 512 MiB before each timed call, so that the cache comes from memory as in
-//! a decode step (see [`COLD`]). On a CPU with AVX-512, a prefill on the tiled kernel is also timed on its AVX2 steps.
+//! a decode step (see [`COLD`]). On a CPU with AVX-512, a prefill on the tiled kernel is also
+//! timed on its AVX2 steps.
 //! With `--kv-cache q8_0|q4_0` the comparison is with the tiled kernel (`flash::causal_tiled`,
 //! what one token on a quantized cache ran before `kernels::attention_q`), and the largest
 //! output difference is printed instead.

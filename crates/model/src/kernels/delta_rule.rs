@@ -66,15 +66,19 @@ fn per_head(state: &mut [f32], s: &DeltaShape, head: impl Fn(usize, usize, &mut 
 pub fn recurrent(x: &DeltaInputs, state: &mut [f32], s: &DeltaShape) -> Vec<f32> {
     per_head(state, s, |h, kh, st| {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-            && !super::plain_kernels()
-        {
+        if has_avx2_fma() && !super::plain_kernels() {
             // SAFETY: AVX2 and FMA were detected just above.
             return unsafe { recurrent_head_avx2(x, s, h, kh, st) };
         }
         flush_subnormals(|| recurrent_head::<false>(x, s, h, kh, st))
     })
+}
+
+/// Whether this CPU has AVX2 and FMA, what the fused forms (`recurrent_head_avx2`,
+/// `chunk_step_avx2`) are compiled for.
+#[cfg(target_arch = "x86_64")]
+fn has_avx2_fma() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
 }
 
 /// [`recurrent_head`] compiled for AVX2 + FMA: the loops over the value dimension become
@@ -154,10 +158,7 @@ fn chunk_step(
     o: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2")
-        && std::arch::is_x86_feature_detected!("fma")
-        && !super::plain_kernels()
-    {
+    if has_avx2_fma() && !super::plain_kernels() {
         // SAFETY: AVX2 and FMA were detected just above.
         return unsafe { chunk_step_avx2(x, st, s, h, kh, n0, c, o) };
     }
@@ -433,7 +434,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn fused_avx2_chunk_step_agrees_with_the_plain_one() {
-        if !(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")) {
+        if !has_avx2_fma() {
             crate::test_support::report_skip("avx2+fma", "kernels::delta_rule fused AVX2 chunk step");
             return;
         }
@@ -489,7 +490,7 @@ mod tests {
         assert!(max_diff(&plain, &want) < 1e-5, "outputs differ by {}", max_diff(&plain, &want));
         assert!(max_diff(&plain_state, &want_state) < 1e-5, "states differ by {}", max_diff(&plain_state, &want_state));
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        if has_avx2_fma() {
             let mut fused_state = s0;
             // SAFETY: AVX2 and FMA were detected just above.
             let fused = unsafe { recurrent_head_avx2(&inputs, &s, 1, 0, &mut fused_state) };

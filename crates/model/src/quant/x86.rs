@@ -74,15 +74,17 @@ const PREFETCH_AHEAD: usize = 4096;
 
 /// Prefetches the cache lines of `PREFETCH_AHEAD + off .. PREFETCH_AHEAD + off + LEN` past
 /// `base` into L2 (`prefetcht1`): what a kernel that consumes `LEN` bytes of its weight stream
-/// per step will reach `PREFETCH_AHEAD` bytes later. Into L2 rather than L1 (`prefetcht0`): on
-/// Intel a line on its way to L1 holds one of the core's few (16) fill buffers until it
-/// arrives, which caps a core's memory stream; L2 takes more requests in flight, and the
-/// line moves on to L1 from L2 when the kernel loads it. Qwen3.5-4B-shape Q4_K_M decode, 2
-/// threads, Xeon with AVX-512, seven alternating runs of each build: 5.31 → 5.67 tok/s
-/// (median) after 1K tokens, 4.68 → 5.06 after 8K (the attention kernel's prefetch moved to L2
-/// too), faster in 6 of 7 pairs each (AMD cores treat the hints alike). Issued at 64-byte steps from the start, so consecutive steps
-/// leave no line out. The address may lie past the weights (a prefetch never faults), hence
-/// the wrapping arithmetic.
+/// per step will reach `PREFETCH_AHEAD` bytes later. Issued at 64-byte steps from the start,
+/// so consecutive steps leave no line out. The address may lie past the weights (a prefetch
+/// never faults), hence the wrapping arithmetic.
+///
+/// Into L2 rather than L1 (`prefetcht0`): on Intel a line on its way to L1 holds one of the
+/// core's few (16) fill buffers until it arrives, which caps a core's memory stream; L2 takes
+/// more requests in flight, and the line moves on to L1 from L2 when the kernel loads it.
+/// Qwen3.5-4B-shape Q4_K_M decode, 2 threads, Xeon with AVX-512, seven alternating runs of
+/// each build: 5.31 → 5.67 tok/s (median) after 1K tokens, 4.68 → 5.06 after 8K (the attention
+/// kernel's prefetch moved to L2 too), faster in 6 of 7 pairs each (AMD cores treat the hints
+/// alike).
 #[inline(always)]
 pub(super) unsafe fn prefetch_ahead<const LEN: usize>(base: *const u8, off: usize) {
     let p = base.wrapping_add(PREFETCH_AHEAD + off);
