@@ -9,7 +9,10 @@
 #      positions (CONTEXT − 1 random ones held, one token through them), then STEPS decode
 #      steps; it prints tok/s and the bytes a step reads (weights + state);
 # and the round's share of the bound = tok/s × bytes per token / bandwidth. The medians of the
-# rounds are the result (one round alone says little here).
+# rounds are the result (one round alone says little here). The bound is the plain read loop's
+# rate; the last column is the share of the fastest of read_bandwidth's --patterns (the plain
+# loop, the loop prefetching 4 KiB ahead, two prefetched streams), which on some machines reads
+# well above the plain loop, so that the goal is not judged against a ceiling set too low.
 #   bench/decode_bound.sh [MODEL.gguf] [--context 8192] [--rounds 5] [--kv-cache f16] [--steps 24]
 # Threads: RAYON_NUM_THREADS if set, else every core (both programs use the same count).
 set -euo pipefail
@@ -40,31 +43,33 @@ echo "model $model, context $context, KV cache $kv, $threads threads, $steps dec
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 echo "simd: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512bw|avx512_vnni|fma|f16c)$' | sort -u | tr '\n' ' ')"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-6s %14s %12s %14s %14s\n' round "read GB/s" "decode tok/s" "GB/s decoded" "% of bound"
+printf '%-6s %14s %12s %14s %14s %16s\n' round "read GB/s" "decode tok/s" "GB/s decoded" "% of bound" "% of best read"
 rows=()
 for r in $(seq 1 "$rounds"); do
-    bw=$(target/release/examples/read_bandwidth "$threads")
+    reads=$(target/release/examples/read_bandwidth "$threads" --patterns)
+    bw=$(echo "$reads" | awk -F': ' 'NR == 1 { print $2 + 0 }')
+    best=$(echo "$reads" | awk -F': ' '{ v = $2 + 0; if (v > m) m = v } END { print m }')
     out=$(STEPS=$steps target/release/examples/session_restore fill "$model" "$dir" "$context" "$kv")
-    row=$(echo "$out" | awk -v bw="$bw" -v r="$r" '
+    row=$(echo "$out" | awk -v bw="$bw" -v best="$best" -v r="$r" '
         match($0, /then [0-9.]+ tok\/s/) { split(substr($0, RSTART, RLENGTH), a, " "); tps = a[2] }
         match($0, /[0-9]+ weight bytes \+ [0-9]+ state bytes/) { split(substr($0, RSTART, RLENGTH), b, " "); bytes = b[1] + b[5] }
         END {
             if (tps == "" || bytes == "") { exit 1 }
             gbs = tps * bytes / 1e9
-            printf "%-6s %14.1f %12.2f %14.1f %14.1f\n", r, bw, tps, gbs, 100 * gbs / bw
+            printf "%-6s %14.1f %12.2f %14.1f %14.1f %16.1f\n", r, bw, tps, gbs, 100 * gbs / bw, 100 * gbs / best
         }') || { echo "decode_bound.sh: could not read session_restore's output: $out" >&2; exit 1; }
     echo "$row"
     rows+=("$row")
 done
 printf '%s\n' "${rows[@]}" | awk -v n="$rounds" '
-    { bw[NR] = $2; tps[NR] = $3; pct[NR] = $5 }
+    { bw[NR] = $2; tps[NR] = $3; pct[NR] = $5; pbest[NR] = $6 }
     function median(a,   i, j, t, m) {
         for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
         m = int((n + 1) / 2); return (n % 2) ? a[m] : (a[m] + a[m + 1]) / 2
     }
     END {
         p = median(pct)
-        printf "median %14.1f %12.2f %14s %14.1f\n", median(bw), median(tps), "", p
+        printf "median %14.1f %12.2f %14s %14.1f %16.1f\n", median(bw), median(tps), "", p, median(pbest)
         printf "goal ≥ 80 %% of the bound (median): %s\n", (p >= 80 ? "met" : "not met")
     }'
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
