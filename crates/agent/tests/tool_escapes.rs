@@ -26,9 +26,21 @@ fn scratch() -> tempfile::TempDir {
 }
 
 fn workspace() -> Ws {
+    workspace_showing(None)
+}
+
+/// A workspace whose sandbox also shows `outside` read-only where it would hide it: scratch
+/// folders live in the build folder, which is under the private `/tmp` when the checkout is.
+fn workspace_showing(outside: Option<&Path>) -> Ws {
     let dir = scratch();
     let path = dir.path().canonicalize().unwrap();
-    let sandbox = Sandbox::new(SandboxSpec::new(&path)).expect("bubblewrap (scripts/ci-setup.sh)");
+    let mut spec = SandboxSpec::new(&path);
+    if let Some(o) = outside {
+        if Sandbox::new(spec.clone()).expect("bubblewrap (scripts/ci-setup.sh)").hides(o) {
+            spec = spec.readable_path(o.canonicalize().unwrap());
+        }
+    }
+    let sandbox = Sandbox::new(spec).expect("bubblewrap (scripts/ci-setup.sh)");
     Ws { _dir: dir, path, tb: Some(ToolBox::new(sandbox)) }
 }
 
@@ -197,8 +209,8 @@ fn read_does_not_show_password_hashes() {
 
 #[test]
 fn read_outside_the_workspace_shows_what_the_sandbox_shows() {
-    let mut ws = workspace();
     let outside = scratch();
+    let mut ws = workspace_showing(Some(outside.path()));
     let file = outside.path().join("lib.py");
     std::fs::write(&file, "def f():\n    return 1\n").unwrap();
     let out = ws.call("Read", json!({"file_path": file, "offset": 2}));
