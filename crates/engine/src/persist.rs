@@ -43,6 +43,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
 use frognano_model::cache::as_bytes;
+use frognano_model::cache::KvRows;
 use frognano_model::{Cache, CacheSnapshot, CausalLm, LayerCache, LayerLayout};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -199,17 +200,23 @@ impl StateFile {
 
     /// A section's bytes, checksum checked.
     fn section(&self, name: &str) -> Result<&[u8], PersistError> {
+        let (bytes, crc) = self.section_unchecked(name)?;
+        if crc32fast::hash(bytes) != crc {
+            return Err(invalid(&self.path, format!("section {name} is damaged (CRC-32 mismatch)")));
+        }
+        Ok(bytes)
+    }
+
+    /// A section's bytes and the CRC-32 they must have, for a reader that checks them as it
+    /// goes (the attention rows, in `load_chain`).
+    fn section_unchecked(&self, name: &str) -> Result<(&[u8], u32), PersistError> {
         let s = self
             .header
             .sections
             .iter()
             .find(|s| s.name == name)
             .ok_or_else(|| invalid(&self.path, format!("no section {name}")))?;
-        let bytes = &self.map[s.offset as usize..(s.offset + s.len) as usize];
-        if crc32fast::hash(bytes) != s.crc32 {
-            return Err(invalid(&self.path, format!("section {name} is damaged (CRC-32 mismatch)")));
-        }
-        Ok(bytes)
+        Ok((&self.map[s.offset as usize..(s.offset + s.len) as usize], s.crc32))
     }
 
     fn tokens(&self) -> Result<Vec<u32>, PersistError> {
@@ -312,6 +319,30 @@ fn point_parts(
     parts
 }
 
+/// Appends section `name` of `f` (attention rows) to `rows`, checking its CRC-32 as it goes:
+/// pieces of about 256 KiB are checksummed, then copied while still in L2. On a mismatch the
+/// rows already copied go with the cache the failed load throws away.
+fn read_rows(f: &StateFile, name: &str, rows: &mut KvRows) -> Result<(), PersistError> {
+    const PIECE: usize = 256 << 10;
+    let (bytes, crc) = f.section_unchecked(name)?;
+    let per_row = rows.kv_type().row_bytes(rows.width());
+    if per_row == 0 || !bytes.len().is_multiple_of(per_row) {
+        return Err(invalid(&f.path, format!("{name}: {} bytes are not whole rows of {per_row}", bytes.len())));
+    }
+    let mut hasher = crc32fast::Hasher::new();
+    for piece in bytes.chunks(PIECE / per_row.min(PIECE) * per_row) {
+        hasher.update(piece);
+        rows.push_raw(piece).map_err(|e| invalid(&f.path, format!("{name}: {e}")))?;
+    }
+    if hasher.finalize() != crc {
+        return Err(invalid(&f.path, format!("section {name} is damaged (CRC-32 mismatch)")));
+    }
+    if rows.len() != f.header.pos {
+        return Err(invalid(&f.path, format!("{name}: {} rows, expected {}", rows.len(), f.header.pos)));
+    }
+    Ok(())
+}
+
 /// Builds a session from a chain of files (root first), checked against `model`.
 fn load_chain(
     files: &[StateFile],
@@ -344,27 +375,45 @@ fn load_chain(
         }
         at = f.header.pos;
     }
+    // The attention rows are most of a long conversation's state (a gigabyte at 32K tokens of
+    // the 4B shapes): each layer's keys and values are checked and copied on their own, on
+    // threads of their own (not the compute pool, whose running decode must not wait behind a
+    // restore), a piece at a time so that each piece is checksummed and copied while it is in
+    // cache and the file's bytes come from memory once.
+    let room = (leaf.header.pos + (leaf.header.pos / 4).max(4096)).min(model.max_context().max(leaf.header.pos));
+    let attention: Vec<(String, &mut KvRows)> = cache
+        .layers
+        .iter_mut()
+        .enumerate()
+        .flat_map(|(i, layer)| match layer {
+            LayerCache::Attention { k, v } => vec![(format!("k{i}"), k), (format!("v{i}"), v)],
+            LayerCache::Linear { .. } => vec![],
+        })
+        .collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, attention.len().max(1));
+    let mut shares: Vec<Vec<(String, &mut KvRows)>> = (0..threads).map(|_| Vec::new()).collect();
+    for (n, item) in attention.into_iter().enumerate() {
+        shares[n % threads].push(item);
+    }
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = shares
+            .into_iter()
+            .map(|share| {
+                scope.spawn(move || {
+                    share.into_iter().try_for_each(|(name, rows)| {
+                        // Room for the conversation to go on without moving a gigabyte at its
+                        // next token (a Vec that is exactly full doubles by copying).
+                        rows.reserve(room);
+                        files.iter().try_for_each(|f| read_rows(f, &name, rows))
+                    })
+                })
+            })
+            .collect();
+        workers.into_iter().try_for_each(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    })?;
     for (i, layer) in cache.layers.iter_mut().enumerate() {
         match layer {
-            LayerCache::Attention { k, v } => {
-                // Room for the conversation to go on without moving a gigabyte at its next
-                // token (a Vec that is exactly full doubles by copying).
-                let room =
-                    (leaf.header.pos + (leaf.header.pos / 4).max(4096)).min(model.max_context().max(leaf.header.pos));
-                k.reserve(room);
-                v.reserve(room);
-                for f in files {
-                    let rows = |name: String| f.section(&name);
-                    k.push_raw(rows(format!("k{i}"))?).map_err(|e| invalid(&f.path, format!("k{i}: {e}")))?;
-                    v.push_raw(rows(format!("v{i}"))?).map_err(|e| invalid(&f.path, format!("v{i}: {e}")))?;
-                    if k.len() != f.header.pos || v.len() != f.header.pos {
-                        return Err(invalid(
-                            &f.path,
-                            format!("k{i}/v{i}: {} rows, expected {}", k.len(), f.header.pos),
-                        ));
-                    }
-                }
-            }
+            LayerCache::Attention { .. } => {}
             LayerCache::Linear { conv, state } => {
                 let (c, s) = (leaf.f32s(&format!("conv{i}"))?, leaf.f32s(&format!("state{i}"))?);
                 if c.len() != conv.len() || s.len() != state.len() {
@@ -488,7 +537,8 @@ pub struct StoreStats {
 }
 
 /// A folder of conversation states for one model, within a byte budget (see the module
-/// docs). Saves are written by a thread of its own; restores read on the caller's thread.
+/// docs). Saves are written by a thread of its own; restores read on the caller's thread,
+/// which hands the attention rows to short-lived threads of its own, a layer each.
 pub struct SessionStore {
     inner: Arc<Inner>,
     writer: Mutex<Option<(Sender<WriteJob>, JoinHandle<()>)>>,

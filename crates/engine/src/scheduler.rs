@@ -598,7 +598,8 @@ enum Begun {
 
 /// A job waiting for its starting state from the session store
 /// ([`SchedulerConfig::store`]). The store reads it on a thread of its own (a 32K-token state
-/// takes most of a second), so the running sequences keep decoding meanwhile.
+/// of the 4B shapes takes about half a second), so the running sequences keep decoding
+/// meanwhile.
 struct Restoring {
     job: Job,
     result: mpsc::Receiver<Option<(Session, usize)>>,

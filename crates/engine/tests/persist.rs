@@ -287,3 +287,37 @@ fn a_long_conversation_stays_within_the_budget_and_its_latest_turn_restores() {
     // A stripped point is no longer a place to start from.
     assert!(store.restore(&[ids(30, 1), vec![7]].concat(), 0, &m).is_none());
 }
+
+#[test]
+fn a_flipped_byte_in_the_attention_rows_is_named_by_its_section() {
+    // The attention rows are checked while they are copied (in pieces of 256 KiB, layers in
+    // parallel): a damaged byte in a later piece still fails the load and names the section.
+    // 2,500 positions of 128-byte rows (2 KV heads × 32, f16) span two pieces.
+    let m = hybrid();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chat.fnstate");
+    let mut s = Session::new(m.clone());
+    run(&mut s, &ids(2500, 7), &greedy(2));
+    save_session_file(&path, "model-a", &s, serde_json::Value::Null).unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    let (at, len) = (word(8), word(16));
+    let header: serde_json::Value = serde_json::from_slice(&bytes[at..at + len]).unwrap();
+    let section = header["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|s| s["name"].as_str().unwrap().starts_with('v'))
+        .expect("the hybrid model has attention layers")
+        .clone();
+    let (name, offset, n) = (
+        section["name"].as_str().unwrap(),
+        section["offset"].as_u64().unwrap() as usize,
+        section["len"].as_u64().unwrap() as usize,
+    );
+    assert!(n > 256 << 10, "{name}: {n} bytes, one piece only");
+    bytes[offset + n - 3] ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
+    let e = load_session_file(&path, "model-a", &m).err().expect("a damaged file is refused").to_string();
+    assert!(e.contains(&format!("section {name} is damaged")) && e.contains("chat.fnstate"), "{e}");
+}
