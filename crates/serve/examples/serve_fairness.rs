@@ -10,10 +10,17 @@
 //! counts for "during" when it overlaps the window (so one stall over the whole prefill is
 //! seen).
 //!
+//! Each client asks for `--stream-tokens` tokens (default 256) and asks again as soon as its
+//! reply ends, the first replies staggered in length, so that the streams' own contexts stay
+//! in the same range before and during the long prefill. Streams that only grew (4,000-token
+//! replies, as before session 23) decode slower at the end of a six-minute prefill for their
+//! own length alone (SmolLM2, 16 streams: 108 ms a step at its start, 164 ms after 6,000 of
+//! its 8,000 tokens), which the "before" window, taken at their start, does not see.
+//!
 //! ```text
 //! cargo run --release -p frognano-serve --example serve_fairness -- \
 //!     [--model models/SmolLM2-135M-Instruct.Q4_1.gguf] [--clients 16] [--long-tokens 8000] \
-//!     [--chunks 256] [--stalls 0,0.75] [--before-secs 10]
+//!     [--chunks 256] [--stalls 0,0.75] [--before-secs 10] [--stream-tokens 256]
 //! ```
 //! Every chunk size runs with every stall (`--prefill-stall`; 0 = fixed chunks of that size).
 //! A chunk larger than the long prompt with stall 0 is the old behaviour: the whole prompt at
@@ -33,6 +40,7 @@ struct Args {
     chunks: Vec<usize>,
     stalls: Vec<f64>,
     before_secs: u64,
+    stream_tokens: usize,
 }
 
 fn parse_args() -> Args {
@@ -43,6 +51,7 @@ fn parse_args() -> Args {
         chunks: vec![256],
         stalls: vec![0.0, 0.75],
         before_secs: 10,
+        stream_tokens: 256,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -54,29 +63,43 @@ fn parse_args() -> Args {
             "--chunks" => a.chunks = value().split(',').map(|c| c.parse().expect("--chunks A,B,…")).collect(),
             "--stalls" => a.stalls = value().split(',').map(|c| c.parse().expect("--stalls A,B,…")).collect(),
             "--before-secs" => a.before_secs = value().parse().expect("--before-secs N"),
+            "--stream-tokens" => a.stream_tokens = value().parse().expect("--stream-tokens N"),
             other => panic!("unknown flag {other}"),
         }
     }
     a
 }
 
-/// The arrival times of every content chunk, per client.
-type Arrivals = Arc<Mutex<Vec<Vec<Instant>>>>;
+/// The arrival times of every content chunk, per client and request (a gap between two
+/// requests of one client is not an inter-token gap).
+type Arrivals = Arc<Mutex<Vec<Vec<Vec<Instant>>>>>;
 
-/// One client: streams completions back to back until `stop`, logging each chunk's arrival.
-fn client(url: String, i: usize, eos: Vec<u32>, arrivals: Arrivals, stop: Arc<AtomicBool>) {
+/// One client: streams completions of `tokens` tokens back to back until `stop` (the first
+/// one `first` tokens long, so that the clients' replies do not all end at once), logging
+/// each chunk's arrival.
+fn client(
+    url: String,
+    i: usize,
+    (first, tokens): (usize, usize),
+    eos: Vec<u32>,
+    arrivals: Arrivals,
+    stop: Arc<AtomicBool>,
+) {
+    let mut max_tokens = first;
     while !stop.load(Ordering::SeqCst) {
-        // End-of-text ids banned, so every stream lasts the whole measurement and the decode
-        // batch keeps its size.
+        // End-of-text ids banned, so every reply runs its full length and the decode batch
+        // keeps its size (a client is out of it only between two of its requests).
         let banned: serde_json::Map<String, serde_json::Value> =
             eos.iter().map(|id| (id.to_string(), json!(-100))).collect();
         let body = json!({"prompt": format!("Client {i}. A long story about a frog who counts: one, two, three,"),
-            "max_tokens": 4000, "temperature": 0.8, "seed": i, "stream": true, "logit_bias": banned});
+            "max_tokens": max_tokens, "temperature": 0.8, "seed": i, "stream": true, "logit_bias": banned});
+        max_tokens = tokens;
         let resp = match ureq::post(&format!("{url}/v1/completions")).send_json(body) {
             Ok(r) => r,
             Err(e) => panic!("client {i}: {e}"),
         };
         let mut last: Option<Instant> = None;
+        arrivals.lock().unwrap()[i].push(Vec::new());
         for line in BufReader::new(resp.into_reader()).lines() {
             let Ok(line) = line else { break };
             let Some(data) = line.strip_prefix("data: ") else { continue };
@@ -85,7 +108,7 @@ fn client(url: String, i: usize, eos: Vec<u32>, arrivals: Arrivals, stop: Arc<At
             }
             let now = Instant::now();
             if last.is_some() {
-                arrivals.lock().unwrap()[i].push(now);
+                arrivals.lock().unwrap()[i].last_mut().expect("this request's list").push(now);
             }
             last = Some(now);
             if stop.load(Ordering::SeqCst) {
@@ -97,9 +120,9 @@ fn client(url: String, i: usize, eos: Vec<u32>, arrivals: Arrivals, stop: Arc<At
 
 /// Inter-token gaps (ms) of every stream: with `overlapping`, every gap that overlaps
 /// `[from, to)` (a stall that spans the whole window counts); otherwise those inside it.
-fn gaps(arrivals: &[Vec<Instant>], from: Instant, to: Instant, overlapping: bool) -> Vec<f64> {
+fn gaps(arrivals: &[Vec<Vec<Instant>>], from: Instant, to: Instant, overlapping: bool) -> Vec<f64> {
     let mut out = Vec::new();
-    for times in arrivals {
+    for times in arrivals.iter().flatten() {
         for w in times.windows(2) {
             let keep = if overlapping { w[1] > from && w[0] < to } else { w[0] >= from && w[1] < to };
             if keep && w[1] > w[0] {
@@ -113,12 +136,6 @@ fn gaps(arrivals: &[Vec<Instant>], from: Instant, to: Instant, overlapping: bool
 
 fn health(url: &str) -> anyhow::Result<serde_json::Value> {
     Ok(ureq::get(&format!("{url}/health")).call()?.into_json()?)
-}
-
-/// Sequences decoding now (`/health` `running`).
-fn rows(url: &str) -> anyhow::Result<u64> {
-    let h = health(url)?;
-    h["running"].as_u64().ok_or_else(|| anyhow::anyhow!("no `running` in {h}"))
 }
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
@@ -148,12 +165,13 @@ fn main() -> anyhow::Result<()> {
         let handles: Vec<_> = (0..a.clients)
             .map(|i| {
                 let (url, arrivals, stop, eos) = (url.clone(), Arc::clone(&arrivals), Arc::clone(&stop), eos.clone());
-                std::thread::spawn(move || client(url, i, eos, arrivals, stop))
+                let lengths = (a.stream_tokens * (i + 1) / a.clients, a.stream_tokens);
+                std::thread::spawn(move || client(url, i, lengths, eos, arrivals, stop))
             })
             .collect();
         // Warm-up: every client streaming.
         let warm = Instant::now();
-        while arrivals.lock().unwrap().iter().any(|t| t.len() < 3) {
+        while arrivals.lock().unwrap().iter().any(|t| t.iter().map(Vec::len).sum::<usize>() < 3) {
             anyhow::ensure!(warm.elapsed() < Duration::from_secs(300), "the clients did not all start streaming");
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -161,17 +179,15 @@ fn main() -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_secs(a.before_secs));
         // Token ids, so the prompt is exactly this long and shares nothing with the clients'.
         let long: Vec<u32> = (0..a.long_tokens).map(|i| 1000 + (i * 7919 % 20000) as u32).collect();
-        let rows_before = rows(&url)?;
         let h0 = health(&url)?;
         let sent = Instant::now();
         let resp = ureq::post(&format!("{url}/v1/completions"))
             .send_json(json!({"prompt": long, "max_tokens": 1, "temperature": 0}))?;
         let answered = Instant::now();
-        anyhow::ensure!(rows(&url)? >= rows_before, "streams ended during the measurement");
         let h1 = health(&url)?;
         // Every stream's first token after the prefill ends the gap it stalled in.
         let t = Instant::now();
-        while arrivals.lock().unwrap().iter().any(|times| times.last().is_none_or(|&l| l < answered)) {
+        while arrivals.lock().unwrap().iter().any(|r| r.iter().flatten().max().is_none_or(|&l| l < answered)) {
             anyhow::ensure!(t.elapsed() < Duration::from_secs(60), "the streams did not resume");
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -186,6 +202,10 @@ fn main() -> anyhow::Result<()> {
         anyhow::ensure!(body["usage"]["prompt_tokens"] == a.long_tokens, "unexpected reply {body}");
         stop.store(true, Ordering::SeqCst);
         let all = arrivals.lock().unwrap().clone();
+        anyhow::ensure!(
+            all.iter().all(|r| r.iter().flatten().any(|&t| t > sent && t < answered)),
+            "a stream stopped during the measurement"
+        );
         let before = gaps(&all, before_from, sent, false);
         let during = gaps(&all, sent, answered, true);
         let (b50, b95, d50, d95) = (pct(&before, 0.5), pct(&before, 0.95), pct(&during, 0.5), pct(&during, 0.95));
