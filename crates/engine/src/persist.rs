@@ -202,9 +202,14 @@ impl StateFile {
     fn section(&self, name: &str) -> Result<&[u8], PersistError> {
         let (bytes, crc) = self.section_unchecked(name)?;
         if crc32fast::hash(bytes) != crc {
-            return Err(invalid(&self.path, format!("section {name} is damaged (CRC-32 mismatch)")));
+            return Err(self.damaged(name));
         }
         Ok(bytes)
+    }
+
+    /// The error for section `name` failing its CRC-32.
+    fn damaged(&self, name: &str) -> PersistError {
+        invalid(&self.path, format!("section {name} is damaged (CRC-32 mismatch)"))
     }
 
     /// A section's bytes and the CRC-32 they must have, for a reader that checks them as it
@@ -335,7 +340,7 @@ fn read_rows(f: &StateFile, name: &str, rows: &mut KvRows) -> Result<(), Persist
         rows.push_raw(piece).map_err(|e| invalid(&f.path, format!("{name}: {e}")))?;
     }
     if hasher.finalize() != crc {
-        return Err(invalid(&f.path, format!("section {name} is damaged (CRC-32 mismatch)")));
+        return Err(f.damaged(name));
     }
     if rows.len() != f.header.pos {
         return Err(invalid(&f.path, format!("{name}: {} rows, expected {}", rows.len(), f.header.pos)));
