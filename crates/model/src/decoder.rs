@@ -127,3 +127,36 @@ pub(crate) fn forward_batch<M: LayerStack>(m: &M, batch: &mut [(u32, &mut Cache)
     let logits = m.logits(&h, ids.len());
     Ok(logits.chunks_exact(m.vocab_size()).map(<[f32]>::to_vec).collect())
 }
+
+/// [`CausalLm::forward_batch_and_prompt`] of a layer stack, on the calling thread: the decode
+/// rows (one-row segments) and the prompt piece (one segment in a prompt's order) in one pass
+/// of the stack, the head over the decode rows and the piece's last row. Norms, matmuls and the
+/// head are row-wise and attention and the recurrent steps run per segment, so every result
+/// has the bits of [`forward_batch`] and [`forward`] apart. A piece longer than
+/// [`PROMPT_PIECE`] runs apart (a pass holds activations for all its rows).
+pub(crate) fn forward_batch_and_prompt<M: LayerStack>(
+    m: &M,
+    batch: &mut [(u32, &mut Cache)],
+    prompt: (&[u32], &mut Cache),
+) -> Result<(Vec<Vec<f32>>, Vec<f32>)> {
+    let (ids, cache) = prompt;
+    let (d, vocab) = (m.hidden_size(), m.vocab_size());
+    crate::check_batch_ids(batch, vocab)?;
+    crate::check_prompt_ids(ids, vocab)?;
+    check_caches(m, batch.iter().map(|(_, c)| &**c).chain([&*cache]))?;
+    if batch.is_empty() || ids.len() > PROMPT_PIECE {
+        let rows = forward_batch(m, batch)?;
+        return Ok((rows, forward(m, ids, cache, false)?));
+    }
+    let b = batch.len();
+    let all: Vec<u32> = batch.iter().map(|(id, _)| *id).chain(ids.iter().copied()).collect();
+    let mut segs: Vec<(usize, &mut Cache)> = batch.iter_mut().map(|(_, c)| (1, &mut **c)).collect();
+    segs.push((ids.len(), cache));
+    let h = m.decode_layers(&all, &mut segs, false);
+    // The head over the decode rows and the prompt's last row only.
+    let mut last = h[..b * d].to_vec();
+    last.extend_from_slice(&h[(all.len() - 1) * d..]);
+    let mut logits = m.logits(&last, b + 1);
+    let prompt_logits = logits.split_off(b * vocab);
+    Ok((logits.chunks_exact(vocab).map(<[f32]>::to_vec).collect(), prompt_logits))
+}

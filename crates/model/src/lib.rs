@@ -127,6 +127,27 @@ pub trait CausalLm: Send + Sync {
         batch.iter_mut().map(|(ids, cache)| self.forward_stepwise(ids, cache)).collect()
     }
 
+    /// A decode step and a piece of a prompt in one pass: every `(id, cache)` entry of
+    /// `batch` runs as [`CausalLm::forward_batch`] runs it, and `prompt`'s ids run after its
+    /// cache's positions as [`CausalLm::forward`] runs a prompt; returns each entry's logits
+    /// (`[vocab]`) and the prompt's last position's (`[vocab]`). Each has the bits of those
+    /// two calls made apart. Models implement it so the weights are read once for all the
+    /// rows: while the decode step is bound by memory (a few sequences of a model larger than
+    /// the caches), the prompt's rows then cost little more than their arithmetic, so a
+    /// server prefills a new prompt beside its running replies without stalling them. The
+    /// default makes the two calls. An empty prompt piece or an id outside the vocabulary is
+    /// an error; no cache is then changed.
+    fn forward_batch_and_prompt(
+        &self,
+        batch: &mut [(u32, &mut Cache)],
+        prompt: (&[u32], &mut Cache),
+    ) -> Result<(Vec<Vec<f32>>, Vec<f32>)> {
+        check_batch_ids(batch, self.vocab_size())?;
+        check_prompt_ids(prompt.0, self.vocab_size())?;
+        let rows = self.forward_batch(batch)?;
+        Ok((rows, self.forward(prompt.0, prompt.1, false)?))
+    }
+
     /// The model's multi-token-prediction head, when it has one (Qwen3.5 checkpoints with
     /// `mtp.*` weights): what `--speculative mtp` drafts with.
     fn mtp(&self) -> Option<&dyn MtpHead> {
@@ -143,6 +164,17 @@ pub trait CausalLm: Send + Sync {
     /// loaded [`qwen35::Qwen35`] or [`llama::Llama`]); `None` for models that do not say.
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         None
+    }
+}
+
+/// Rejects an empty prompt or one with a token id outside the vocabulary.
+pub(crate) fn check_prompt_ids(ids: &[u32], vocab_size: usize) -> Result<()> {
+    if ids.is_empty() {
+        return Err(ModelError::Input("no input tokens".into()));
+    }
+    match ids.iter().find(|&&id| id as usize >= vocab_size) {
+        Some(bad) => Err(ModelError::Input(format!("token id {bad} is out of vocabulary (vocab_size {vocab_size})"))),
+        None => Ok(()),
     }
 }
 

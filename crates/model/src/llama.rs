@@ -947,6 +947,14 @@ impl CausalLm for Llama {
         crate::kernels::on_pool(|| decoder::forward_batch_stepwise(self, batch))
     }
 
+    fn forward_batch_and_prompt(
+        &self,
+        batch: &mut [(u32, &mut Cache)],
+        prompt: (&[u32], &mut Cache),
+    ) -> Result<(Vec<Vec<f32>>, Vec<f32>)> {
+        crate::kernels::on_pool(|| decoder::forward_batch_and_prompt(self, batch, prompt))
+    }
+
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }

@@ -937,6 +937,14 @@ impl CausalLm for Qwen35 {
         crate::kernels::on_pool(|| decoder::forward_batch_stepwise(self, batch))
     }
 
+    fn forward_batch_and_prompt(
+        &self,
+        batch: &mut [(u32, &mut Cache)],
+        prompt: (&[u32], &mut Cache),
+    ) -> Result<(Vec<Vec<f32>>, Vec<f32>)> {
+        crate::kernels::on_pool(|| decoder::forward_batch_and_prompt(self, batch, prompt))
+    }
+
     fn mtp(&self) -> Option<&dyn crate::MtpHead> {
         self.mtp.as_ref().map(|_| self as &dyn crate::MtpHead)
     }

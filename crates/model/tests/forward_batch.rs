@@ -98,3 +98,79 @@ fn smollm2_batched_decode_matches_per_sequence_decode() {
     // single-row kernel, so agreement is to rounding, with the same greedy tokens.
     batch_matches_single(m.as_ref(), &prompts(&[1, 12, 40, 5]), &[28, 1001, 330, 7], 5, 2e-3);
 }
+
+/// `forward_batch_and_prompt` (a decode step and a prompt piece in one pass) against the two
+/// calls apart, on fresh caches of the same states: the decode rows' logits, the prompt's last
+/// logits and every cache afterwards must be the same bits, through the prompt's second piece
+/// too (a piece after a prefix) and with a prompt piece of two tokens (the smallest a server
+/// prefills).
+fn fused_matches_apart(model: &dyn CausalLm, name: &str) {
+    let running = prompts(&[5, 17, 1]);
+    let prompt: Vec<u32> = (0..40).map(|i| ((i * 37 + 3) % 700 + 2) as u32).collect();
+    let prefilled = |p: &[u32]| {
+        let mut c = model.new_cache();
+        model.forward(p, &mut c, false).unwrap();
+        c
+    };
+    let mut fused: Vec<_> = running.iter().map(|p| prefilled(p)).collect();
+    let mut apart: Vec<_> = running.iter().map(|p| prefilled(p)).collect();
+    let (mut fused_prompt, mut apart_prompt) = (model.new_cache(), model.new_cache());
+    let mut next = vec![9u32, 10, 11];
+    for (step, piece) in [&prompt[..16], &prompt[16..38], &prompt[38..]].into_iter().enumerate() {
+        let mut batch: Vec<(u32, &mut _)> = next.iter().copied().zip(fused.iter_mut()).collect();
+        let (rows, last) = model.forward_batch_and_prompt(&mut batch, (piece, &mut fused_prompt)).unwrap();
+        let mut batch: Vec<(u32, &mut _)> = next.iter().copied().zip(apart.iter_mut()).collect();
+        let rows_apart = model.forward_batch(&mut batch).unwrap();
+        let last_apart = model.forward(piece, &mut apart_prompt, false).unwrap();
+        assert_eq!(rows.len(), running.len(), "{name}: one row of logits per decoding sequence");
+        for (i, (a, b)) in rows.iter().zip(&rows_apart).enumerate() {
+            assert!(a == b, "{name}, step {step}: sequence {i}'s logits differ by {}", max_abs_diff(a, b));
+        }
+        assert!(
+            last == last_apart,
+            "{name}, step {step}: the prompt's logits differ by {}",
+            max_abs_diff(&last, &last_apart)
+        );
+        next = rows.iter().map(|r| argmax(r) as u32).collect();
+    }
+    // The caches hold the same state: one more decode step on each gives the same bits.
+    let after = |caches: &mut Vec<frognano_model::Cache>, prompt_cache: &mut frognano_model::Cache| {
+        let mut batch: Vec<(u32, &mut _)> =
+            next.iter().copied().zip(caches.iter_mut()).chain([(5, prompt_cache)]).collect();
+        model.forward_batch(&mut batch).unwrap()
+    };
+    assert_eq!(fused_prompt.pos, prompt.len(), "{name}: the prompt's cache advanced by the whole prompt");
+    assert!(after(&mut fused, &mut fused_prompt) == after(&mut apart, &mut apart_prompt), "{name}: the caches differ");
+}
+
+#[test]
+fn a_decode_step_and_a_prompt_piece_in_one_pass_give_the_bits_of_the_two_apart() {
+    for name in [
+        "fixtures/qwen35-tiny",
+        "fixtures/qwen35-tiny.gguf",
+        "fixtures/arch/llama3-tiny-q8_0.gguf",
+        "fixtures/arch/qwen3-tiny-q8_0.gguf",
+    ] {
+        let m = load(repo(name).to_str().unwrap()).unwrap().model;
+        fused_matches_apart(m.as_ref(), name);
+    }
+    let smollm2 = repo("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if smollm2.exists() {
+        fused_matches_apart(load(smollm2.to_str().unwrap()).unwrap().model.as_ref(), "SmolLM2 Q4_1");
+    } else if std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_some() {
+        panic!("{} is missing and FROGNANO_REQUIRE_FIXTURES is set", smollm2.display());
+    }
+}
+
+#[test]
+fn a_bad_id_in_the_prompt_piece_fails_the_pass_and_changes_no_cache() {
+    let m = load(repo("fixtures/qwen35-tiny").to_str().unwrap()).unwrap().model;
+    let (mut a, mut p) = (m.new_cache(), m.new_cache());
+    m.forward(&[5, 6], &mut a, false).unwrap();
+    let bad = m.vocab_size() as u32;
+    let err = m.forward_batch_and_prompt(&mut [(3, &mut a)], (&[4, bad], &mut p)).unwrap_err();
+    assert!(err.to_string().contains(&format!("token id {bad} is out of vocabulary")), "{err}");
+    let err = m.forward_batch_and_prompt(&mut [(3, &mut a)], (&[], &mut p)).unwrap_err();
+    assert!(err.to_string().contains("no input tokens"), "{err}");
+    assert_eq!((a.pos, p.pos), (2, 0));
+}
