@@ -46,7 +46,8 @@ use crate::constraint::Constraint;
 use crate::persist::SessionStore;
 use crate::sampler::TokenChoice;
 use crate::session::{
-    speculative_decode_step, Decoding, EngineError, FinishReason, GenerateRequest, Generation, Session,
+    speculative_decode_step_with_prompt, ChunkOutcome, Decoding, EngineError, FinishReason, GenerateRequest,
+    Generation, PromptChunk, Session,
 };
 use crate::speculative::SpeculativeMode;
 
@@ -176,6 +177,9 @@ pub struct SchedulerStats {
     pub prefilling: AtomicUsize,
     /// Prefill chunks run, all jobs together.
     pub prefill_chunks: AtomicU64,
+    /// Prefill chunks that ran inside a decode step's forward, beside the running sequences'
+    /// rows (part of `prefill_chunks`).
+    pub fused_prefill_chunks: AtomicU64,
     /// Tokens in the last prefill chunk.
     pub last_prefill_chunk: AtomicUsize,
     /// Tokens generated, all jobs together.
@@ -443,10 +447,31 @@ fn panicked(doing: &str, payload: &(dyn std::any::Any + Send)) -> EngineError {
 /// the position.
 #[derive(Default)]
 struct Pace {
-    /// Seconds per batched decode step.
+    /// Seconds per batched decode step without a prompt chunk in it.
     decode_secs: Option<f64>,
-    /// Seconds per prefilled prompt token.
+    /// Sequences in the last decode step timed in `decode_secs`.
+    decode_rows: usize,
+    /// Seconds per prefilled prompt token, of chunks run apart from a decode step.
     prefill_secs_per_token: Option<f64>,
+    /// The chunk a decode step takes in beside its sequences (0: none timed yet).
+    fused_chunk: usize,
+    /// Decode steps with a chunk in them since the last one without.
+    fused_steps: usize,
+}
+
+/// Decode steps with a prompt chunk in them before one without, which times the step again:
+/// the running sequences' contexts grow, and what a step costs with them.
+const RETIME_AFTER: usize = 16;
+
+/// How the next prompt chunk runs ([`Pace::beside`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChunkMode {
+    /// Apart from the decode step (no sequence is decoding): this many tokens.
+    Apart(usize),
+    /// Inside the decode step: this many tokens.
+    Inside(usize),
+    /// Not this iteration: the decode step runs alone, to be timed.
+    Wait,
 }
 
 impl Pace {
@@ -454,7 +479,55 @@ impl Pace {
         *old = Some(old.map_or(new, |o| 0.7 * o + 0.3 * new));
     }
 
-    /// The chunk to run now; `decoding`: some sequence will take a decode step after it.
+    /// How the next chunk runs when `rows` sequences are decoding. A chunk inside the decode
+    /// step shares its read of the weights, so it is cut from what the step costs with it
+    /// against what it costs alone ([`Pace::after_inside`]); that needs a recent time of the
+    /// step alone at about this batch, and when there is none the step first runs alone.
+    fn beside(&self, config: &SchedulerConfig, rows: usize) -> ChunkMode {
+        if rows == 0 {
+            return ChunkMode::Apart(config.prefill_chunk);
+        }
+        if config.prefill_stall.is_nan() || config.prefill_stall <= 0.0 {
+            return ChunkMode::Inside(config.prefill_chunk);
+        }
+        let timed = self.decode_secs.is_some() && rows.abs_diff(self.decode_rows) <= self.decode_rows / 4;
+        if !timed || self.fused_steps >= RETIME_AFTER {
+            return ChunkMode::Wait;
+        }
+        let chunk = if self.fused_chunk == 0 { FIRST_TIMED_CHUNK } else { self.fused_chunk };
+        ChunkMode::Inside(chunk.clamp(MIN_PREFILL_CHUNK, config.prefill_chunk))
+    }
+
+    /// After a decode step that took `asked` tokens of a prompt in (`ran` of them ran) in
+    /// `secs`: the next chunk grows or shrinks toward the size whose extra time over the step
+    /// alone is `prefill_stall` of that step. The step's time is not linear in the chunk
+    /// (while the weights' read bounds it, rows cost almost nothing; then each costs its
+    /// arithmetic), so the size moves by the square root of the ratio, at most ×1.4 or ÷1.4
+    /// a step, and settles instead of swinging between the two regimes.
+    fn after_inside(&mut self, config: &SchedulerConfig, secs: f64, asked: usize, ran: usize) {
+        self.fused_steps += 1;
+        let Some(alone) = self.decode_secs else { return };
+        if ran < asked || ran == 0 {
+            return; // the prompt's end or a checkpoint cut it: it says nothing of the size
+        }
+        let extra = (secs - alone).max(0.02 * alone);
+        let ratio = (config.prefill_stall * alone / extra).clamp(0.5, 2.0);
+        self.fused_chunk =
+            ((ran as f64 * ratio.sqrt()).round() as usize).clamp(MIN_PREFILL_CHUNK, config.prefill_chunk);
+    }
+
+    /// After a decode step with no prompt chunk in it, of `rows` sequences, in `secs`.
+    fn after_alone(&mut self, secs: f64, rows: usize) {
+        if self.decode_rows != rows {
+            self.decode_secs = None; // another batch: its own time, not an average with the old one's
+        }
+        Pace::update(&mut self.decode_secs, secs);
+        self.decode_rows = rows;
+        self.fused_steps = 0;
+    }
+
+    /// The chunk to run apart from the decode step now; `decoding`: some sequence will take a
+    /// decode step after it.
     fn chunk(&self, config: &SchedulerConfig, decoding: bool) -> usize {
         if !decoding || config.prefill_stall.is_nan() || config.prefill_stall <= 0.0 {
             return config.prefill_chunk;
@@ -513,20 +586,29 @@ fn run(shared: &Arc<Shared>) {
         for r in done {
             prefilling.extend(r.finish(shared, &running));
         }
+        let rows = running.iter().filter(|r| !r.decoding.is_finished()).count();
+        // The prompt whose next chunk runs inside this iteration's decode step, and its size.
+        let mut inside: Option<(Prefilling, usize)> = None;
         if let Some(p) = prefilling.pop_front() {
-            let chunk = pace.chunk(&shared.config, running.iter().any(|r| !r.decoding.is_finished()));
-            let mut slot = None;
-            if let Some(r) = prefill_step(shared, p, &mut slot, chunk, &mut pace) {
-                running.push(r);
+            match pace.beside(&shared.config, rows) {
+                ChunkMode::Apart(chunk) => {
+                    let mut slot = None;
+                    if let Some(r) = prefill_step(shared, p, &mut slot, chunk, &mut pace) {
+                        running.push(r);
+                    }
+                    prefilling.extend(slot);
+                }
+                ChunkMode::Inside(chunk) => inside = still_wanted(shared, p).map(|p| (p, chunk)),
+                ChunkMode::Wait => prefilling.push_front(p),
             }
-            prefilling.extend(slot);
         }
-        shared.stats.prefilling.store(prefilling.len(), Ordering::Relaxed);
+        shared.stats.prefilling.store(prefilling.len() + usize::from(inside.is_some()), Ordering::Relaxed);
         shared.stats.running.store(running.len(), Ordering::Relaxed);
-        if running.iter().any(|r| !r.decoding.is_finished()) {
+        // A chunk that the step ran (with its outcome and size), or one it left to run apart.
+        let (mut ran_inside, mut left_over) = (None, None);
+        if rows > 0 {
             let mut batch: Vec<(&mut Session, &mut Decoding)> =
                 running.iter_mut().map(|r| (&mut r.session, &mut r.decoding)).collect();
-            let rows = batch.iter().filter(|(_, d)| !d.is_finished()).count() as u64;
             let speculated = |batch: &[(&mut Session, &mut Decoding)]| {
                 batch.iter().fold((0, 0), |(d, a), (s, _)| {
                     let st = s.speculation_stats();
@@ -534,37 +616,81 @@ fn run(shared: &Arc<Shared>) {
                 })
             };
             let before = speculated(&batch);
+            let prompt_before = inside.as_ref().map_or(0, |(p, _)| p.session.tokens().len());
+            let chunk = inside.as_mut().map(|(p, chunk)| PromptChunk {
+                session: &mut p.session,
+                prompt: &p.prompt,
+                max_tokens: *chunk,
+                checkpoint: p.request.checkpoint,
+            });
             let started = std::time::Instant::now();
-            let step = catch_unwind(AssertUnwindSafe(|| speculative_decode_step(&mut batch)));
-            Pace::update(&mut pace.decode_secs, started.elapsed().as_secs_f64());
+            let step = catch_unwind(AssertUnwindSafe(|| speculative_decode_step_with_prompt(&mut batch, chunk)));
+            let secs = started.elapsed().as_secs_f64();
             let after = speculated(&batch);
             drop(batch);
             match step {
-                Ok(Ok(tokens)) => {
+                Ok(Ok((tokens, outcome))) => {
                     let stats = &shared.stats;
                     stats.decode_steps.fetch_add(1, Ordering::Relaxed);
-                    stats.decoded_rows.fetch_add(rows, Ordering::Relaxed);
+                    stats.decoded_rows.fetch_add(rows as u64, Ordering::Relaxed);
                     stats.drafted_tokens.fetch_add(after.0.saturating_sub(before.0), Ordering::Relaxed);
                     stats.accepted_tokens.fetch_add(after.1.saturating_sub(before.1), Ordering::Relaxed);
+                    match (outcome, inside.take()) {
+                        (Some(outcome), Some((p, chunk))) => {
+                            let ran = p.session.tokens().len().saturating_sub(prompt_before);
+                            pace.after_inside(&shared.config, secs, chunk, ran);
+                            stats.fused_prefill_chunks.fetch_add(1, Ordering::Relaxed);
+                            ran_inside = Some((p, outcome, ran));
+                        }
+                        (_, p) => {
+                            pace.after_alone(secs, rows);
+                            left_over = p.map(|(p, _)| p);
+                        }
+                    }
                     for (r, new) in running.iter_mut().zip(tokens) {
                         r.take_tokens(&new);
                     }
                 }
                 Ok(Err(e)) => {
-                    // The step changed no state, but it cannot go on; every sequence fails.
+                    // The step changed no state, but it cannot go on; every sequence fails,
+                    // and the prompt whose chunk was in it.
                     for r in running.drain(..) {
                         fail(shared, r.session, r.sink, e.for_batch_member());
                     }
+                    if let Some((p, _)) = inside.take() {
+                        fail(shared, p.session, p.sink, e.for_batch_member());
+                    }
                 }
                 Err(panic) => {
-                    // The caches of the step's sequences may be half updated: their sessions
-                    // are dropped, and only the sequences of this step fail.
+                    // The caches of the step's sequences (and of a prompt chunk in it) may be
+                    // half updated: their sessions are dropped, and only the jobs of this
+                    // step fail.
                     let e = panicked("in a batched decode step", panic.as_ref());
                     for r in running.drain(..) {
                         fail_panicked(shared, r.session, r.sink, e.for_batch_member());
                     }
+                    if let Some((p, _)) = inside.take() {
+                        fail_panicked(shared, p.session, p.sink, e.for_batch_member());
+                    }
                 }
             }
+        }
+        // A chunk the step could not take in (a sequence drafted, or the prompt's session has
+        // an MTP drafter) runs apart, cut as chunks beside a step always were.
+        if let Some(p) = left_over.or(inside.map(|(p, _)| p)) {
+            let chunk = pace.chunk(&shared.config, running.iter().any(|r| !r.decoding.is_finished()));
+            let mut slot = None;
+            if let Some(r) = prefill_step(shared, p, &mut slot, chunk, &mut pace) {
+                running.push(r);
+            }
+            prefilling.extend(slot);
+        }
+        if let Some((p, outcome, ran)) = ran_inside {
+            let mut slot = None;
+            if let Some(r) = after_chunk(shared, p, &mut slot, Ok(outcome), ran) {
+                running.push(r);
+            }
+            prefilling.extend(slot);
         }
         let (done, still): (Vec<_>, Vec<_>) = running.into_iter().partition(|r| r.decoding.is_finished());
         running = still;
@@ -719,28 +845,12 @@ fn start_prefill(shared: &Shared, job: Job, mut session: Session) -> Option<Pref
 /// chunk runs.
 fn prefill_step(
     shared: &Shared,
-    mut p: Prefilling,
+    p: Prefilling,
     slot: &mut Option<Prefilling>,
     chunk: usize,
     pace: &mut Pace,
 ) -> Option<Running> {
-    let abandoned = catch_unwind(AssertUnwindSafe(|| p.sink.abandoned())).unwrap_or(true);
-    if abandoned {
-        // The state so far is a valid prefix of the prompt: the session goes back for reuse.
-        let Prefilling { session, prompt, sink, cached_tokens, .. } = p;
-        shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
-        shared.stats.prompt_tokens.fetch_add(prompt.len() as u64, Ordering::Relaxed);
-        return_session(shared, session);
-        let generation = Generation {
-            tokens: Vec::new(),
-            finish: FinishReason::Cancelled,
-            prompt_tokens: prompt.len(),
-            cached_tokens,
-            constraint: None,
-        };
-        report(shared, sink, Ok(generation));
-        return None;
-    }
+    let mut p = still_wanted(shared, p)?;
     let (before, started) = (p.session.tokens().len(), std::time::Instant::now());
     let checkpoint = p.request.checkpoint;
     let step = catch_unwind(AssertUnwindSafe(|| p.session.prefill_chunk(&p.prompt, chunk, checkpoint)));
@@ -748,6 +858,42 @@ fn prefill_step(
     if ran > 0 {
         Pace::update(&mut pace.prefill_secs_per_token, started.elapsed().as_secs_f64() / ran as f64);
     }
+    after_chunk(shared, p, slot, step, ran)
+}
+
+/// `p`, unless its caller has left: then its job ends here (cancelled) and its session, a
+/// valid prefix of the prompt, goes back for reuse.
+fn still_wanted(shared: &Shared, p: Prefilling) -> Option<Prefilling> {
+    let abandoned = catch_unwind(AssertUnwindSafe(|| p.sink.abandoned())).unwrap_or(true);
+    if !abandoned {
+        return Some(p);
+    }
+    let Prefilling { session, prompt, sink, cached_tokens, .. } = p;
+    shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+    shared.stats.prompt_tokens.fetch_add(prompt.len() as u64, Ordering::Relaxed);
+    return_session(shared, session);
+    let generation = Generation {
+        tokens: Vec::new(),
+        finish: FinishReason::Cancelled,
+        prompt_tokens: prompt.len(),
+        cached_tokens,
+        constraint: None,
+    };
+    report(shared, sink, Ok(generation));
+    None
+}
+
+/// After a chunk of `p`'s prompt ran (`ran` tokens; `step`: how it ended, or its panic):
+/// when the prompt is all in, samples the first token and returns the sequence for the batch
+/// (or `None` when it ended with that token); while some is left, puts `p` into `slot`; a
+/// failed chunk fails the job.
+fn after_chunk(
+    shared: &Shared,
+    p: Prefilling,
+    slot: &mut Option<Prefilling>,
+    step: std::thread::Result<ChunkOutcome>,
+    ran: usize,
+) -> Option<Running> {
     shared.stats.prefill_chunks.fetch_add(1, Ordering::Relaxed);
     shared.stats.last_prefill_chunk.store(ran, Ordering::Relaxed);
     let logits = match step {
@@ -928,5 +1074,63 @@ fn return_session(shared: &Shared, mut session: Session) {
         let lru = least_recently_used(&idle);
         idle.swap_remove(lru);
         shared.session_count.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A step bound by reading the weights (`read` seconds) until its rows' arithmetic
+    /// (`per_row` each) takes longer: one decoding sequence plus `chunk` prompt rows.
+    fn step_secs(read: f64, per_row: f64, chunk: usize) -> f64 {
+        read.max(per_row * (1 + chunk) as f64)
+    }
+
+    /// Drives the pace with the step times of a memory-bound model (the 4B shapes on two cores:
+    /// 180 ms to read the weights, 25 ms of arithmetic a row): the chunk inside the step settles
+    /// where the step takes about 1.5× its time alone, that is 9–11 rows, where the chunk cut
+    /// apart from the step (paying its own read of the weights) could never fit the stall.
+    #[test]
+    fn the_chunk_inside_a_memory_bound_step_settles_where_the_step_takes_one_and_a_half_times_as_long() {
+        let config = SchedulerConfig::default();
+        let (read, per_row) = (0.180, 0.025);
+        let mut pace = Pace::default();
+        assert_eq!(pace.beside(&config, 1), ChunkMode::Wait, "no step timed yet");
+        pace.after_alone(step_secs(read, per_row, 0), 1);
+        let mut sizes = Vec::new();
+        for _ in 0..60 {
+            match pace.beside(&config, 1) {
+                ChunkMode::Inside(n) => {
+                    pace.after_inside(&config, step_secs(read, per_row, n), n, n);
+                    sizes.push(n);
+                }
+                ChunkMode::Wait => pace.after_alone(step_secs(read, per_row, 0), 1),
+                ChunkMode::Apart(n) => panic!("a chunk of {n} apart while a sequence decodes"),
+            }
+        }
+        let settled = &sizes[sizes.len() - 10..];
+        assert!(settled.iter().all(|&n| (9..=11).contains(&n)), "chunk sizes {sizes:?}");
+        // Every RETIME_AFTER steps with a chunk, one without, to time the step alone again.
+        assert!(sizes.len() >= 60 * RETIME_AFTER / (RETIME_AFTER + 1) - 1, "{} steps had a chunk", sizes.len());
+    }
+
+    /// While the weights' read bounds the step, rows are nearly free: the chunk grows to the
+    /// configured most. A batch of another size is timed alone first; with no sequence
+    /// decoding, chunks run apart at full size.
+    #[test]
+    fn the_chunk_grows_while_rows_are_free_and_a_new_batch_is_timed_first() {
+        let config = SchedulerConfig { prefill_chunk: 256, ..Default::default() };
+        let mut pace = Pace::default();
+        pace.after_alone(0.180, 4);
+        for _ in 0..RETIME_AFTER - 1 {
+            let ChunkMode::Inside(n) = pace.beside(&config, 4) else { panic!("timed: the chunk goes inside") };
+            pace.after_inside(&config, 0.181, n, n);
+        }
+        assert!(pace.fused_chunk >= 128, "rows cost nothing, yet the chunk is {}", pace.fused_chunk);
+        assert_eq!(pace.beside(&config, 8), ChunkMode::Wait, "a batch of 8 was never timed");
+        assert_eq!(pace.beside(&config, 0), ChunkMode::Apart(256));
+        let off = SchedulerConfig { prefill_stall: 0.0, ..config };
+        assert_eq!(Pace::default().beside(&off, 3), ChunkMode::Inside(256), "no pace: fixed chunks");
     }
 }

@@ -378,6 +378,25 @@ impl Session {
         max_tokens: usize,
         checkpoint: Option<usize>,
     ) -> Result<Option<Vec<f32>>, EngineError> {
+        match self.plan_chunk(prompt, max_tokens, checkpoint)? {
+            ChunkPlan::In(logits) => {
+                self.remember();
+                Ok(Some(logits))
+            }
+            ChunkPlan::Run { from, n, keep } => {
+                let logits = self.run(&prompt[from..from + n])?;
+                Ok(self.after_chunk(prompt.len(), keep, logits))
+            }
+        }
+    }
+
+    /// What [`prefill_chunk`](Self::prefill_chunk) runs next.
+    fn plan_chunk(
+        &self,
+        prompt: &[u32],
+        max_tokens: usize,
+        checkpoint: Option<usize>,
+    ) -> Result<ChunkPlan, EngineError> {
         let done = self.tokens.len();
         if done > prompt.len() || self.tokens[..] != prompt[..done] {
             return Err(EngineError::Request(
@@ -387,11 +406,7 @@ impl Session {
         let left = prompt.len() - done;
         if left == 0 {
             return match &self.last_logits {
-                Some(logits) => {
-                    let logits = logits.clone();
-                    self.remember();
-                    Ok(Some(logits))
-                }
+                Some(logits) => Ok(ChunkPlan::In(logits.clone())),
                 None => Err(EngineError::Request("prefill_chunk: the prompt was not begun".into())),
             };
         }
@@ -402,15 +417,20 @@ impl Session {
         if let Some(c) = keep {
             n = c - done;
         }
-        let logits = self.run(&prompt[done..done + n])?;
-        if keep.is_some() {
+        Ok(ChunkPlan::Run { from: done, n, keep: keep.is_some() })
+    }
+
+    /// After a chunk ran (its tokens and logits taken in): keeps the checkpoint or the prompt's
+    /// end, and returns the logits when the prompt is all in.
+    fn after_chunk(&mut self, prompt_len: usize, keep: bool, logits: Vec<f32>) -> Option<Vec<f32>> {
+        if keep {
             self.remember();
         }
-        if done + n < prompt.len() {
-            return Ok(None);
+        if self.tokens.len() < prompt_len {
+            return None;
         }
         self.remember();
-        Ok(Some(logits))
+        Some(logits)
     }
 
     /// Goes back to the longest point at or before `lcp` (the common prefix with a prompt of
@@ -786,24 +806,65 @@ impl Decoding {
     }
 }
 
+/// The next step of a prompt's prefill ([`Session::prefill_chunk`]).
+enum ChunkPlan {
+    /// The prompt is all in: the logits after its last token.
+    In(Vec<f32>),
+    /// Run `n` tokens from `from`; `keep`: keep the state after them (a checkpoint).
+    Run { from: usize, n: usize, keep: bool },
+}
+
+/// The next chunk of a prompt being prefilled, to run inside a decode step
+/// ([`speculative_decode_step_with_prompt`]): what [`Session::prefill_chunk`] takes.
+pub struct PromptChunk<'a> {
+    /// The session the prompt goes into (after its [`Session::begin_prefill`]).
+    pub session: &'a mut Session,
+    /// The whole prompt.
+    pub prompt: &'a [u32],
+    /// The most tokens to run.
+    pub max_tokens: usize,
+    /// [`GenerateRequest::checkpoint`].
+    pub checkpoint: Option<usize>,
+}
+
+/// How a [`PromptChunk`] of a decode step ended: `None` while some of the prompt is left, the
+/// logits after its last token once it is all in, or why it failed (the step went on).
+pub type ChunkOutcome = Result<Option<Vec<f32>>, EngineError>;
+
 /// One decode step for many generations at once: every unfinished one's last token goes
 /// through the model in a single [`CausalLm::forward_batch`] (the weights are read once for
 /// the whole batch), then each samples its next token. Returns, per entry, the new token, or
 /// `None` for an entry that had already finished. All sessions must share one model. On an
 /// error no session has advanced.
 pub fn decode_step(batch: &mut [(&mut Session, &mut Decoding)]) -> Result<Vec<Option<TokenChoice>>, EngineError> {
+    Ok(decode_step_and_prompt(batch, None)?.0)
+}
+
+/// A decode step's tokens (per entry) and the logits after a prompt chunk run in it.
+type StepAndPrompt = (Vec<Option<TokenChoice>>, Option<Vec<f32>>);
+
+/// [`decode_step`], with `prompt` (a session and the ids of its prompt's next chunk) in the
+/// same forward ([`CausalLm::forward_batch_and_prompt`]): the step's tokens, and the logits
+/// after the chunk's last id (`None` when there was no chunk or no sequence to decode, and
+/// then the chunk did not run). The chunk's session takes its ids and logits in; the rest of
+/// [`Session::prefill_chunk`]'s work is the caller's. On an error no session has advanced.
+fn decode_step_and_prompt(
+    batch: &mut [(&mut Session, &mut Decoding)],
+    prompt: Option<(&mut Session, &[u32])>,
+) -> Result<StepAndPrompt, EngineError> {
     let mut out = vec![None; batch.len()];
     let live: Vec<usize> = (0..batch.len()).filter(|&i| !batch[i].1.is_finished()).collect();
-    let Some(&first) = live.first() else { return Ok(out) };
+    let Some(&first) = live.first() else { return Ok((out, None)) };
     let model = Arc::clone(&batch[first].0.model);
-    if live.iter().any(|&i| !std::ptr::addr_eq(Arc::as_ptr(&batch[i].0.model), Arc::as_ptr(&model))) {
+    let same = |s: &Session| std::ptr::addr_eq(Arc::as_ptr(&s.model), Arc::as_ptr(&model));
+    if live.iter().any(|&i| !same(batch[i].0)) || prompt.as_ref().is_some_and(|(s, _)| !same(s)) {
         return Err(EngineError::Request("a decode step's sessions must share one model".into()));
     }
     let ids: Vec<u32> = live
         .iter()
         .map(|&i| batch[i].1.tokens.last().expect("an unfinished generation has sampled a token").id)
         .collect();
-    let logits = {
+    let (logits, prompt_logits) = {
         let mut rows: Vec<(u32, &mut Cache)> = Vec::with_capacity(live.len());
         let mut k = 0;
         for (i, (session, _)) in batch.iter_mut().enumerate() {
@@ -812,7 +873,15 @@ pub fn decode_step(batch: &mut [(&mut Session, &mut Decoding)]) -> Result<Vec<Op
                 k += 1;
             }
         }
-        model.forward_batch(&mut rows)?
+        match prompt {
+            Some((session, chunk)) => {
+                let (rows, last) = model.forward_batch_and_prompt(&mut rows, (chunk, &mut session.cache))?;
+                session.tokens.extend_from_slice(chunk);
+                session.last_logits = Some(last.clone());
+                (rows, Some(last))
+            }
+            None => (model.forward_batch(&mut rows)?, None),
+        }
     };
     for ((&i, id), logits) in live.iter().zip(ids).zip(logits) {
         let (session, decoding) = &mut batch[i];
@@ -820,7 +889,56 @@ pub fn decode_step(batch: &mut [(&mut Session, &mut Decoding)]) -> Result<Vec<Op
         out[i] = choose_guarded(decoding, &logits, session, None);
         session.last_logits = Some(logits);
     }
-    Ok(out)
+    Ok((out, prompt_logits))
+}
+
+/// [`speculative_decode_step`] with the next chunk of a prompt being prefilled in the same
+/// forward when it can be: the weights are then read once for the decode rows and the
+/// chunk's, so a step bound by memory (a few sequences of a model larger than the caches)
+/// prefills the chunk at little more than its own arithmetic. That is when no sequence
+/// drafts this step, the prompt's session has no MTP drafter, and the chunk is at most
+/// [`frognano_model::PROMPT_PIECE`] tokens. Returns the step's tokens and, when the chunk
+/// ran, how it ended ([`ChunkOutcome`], with [`Session::prefill_chunk`]'s meaning: a bad
+/// prompt fails only the chunk); `None` when it did not run (the caller runs it apart). On an
+/// error of the step itself no session has advanced, the chunk's included.
+pub fn speculative_decode_step_with_prompt(
+    batch: &mut [(&mut Session, &mut Decoding)],
+    chunk: Option<PromptChunk<'_>>,
+) -> Result<(Vec<Vec<TokenChoice>>, Option<ChunkOutcome>), EngineError> {
+    let Some(PromptChunk { session, prompt, max_tokens, checkpoint }) = chunk else {
+        return Ok((speculative_decode_step(batch)?, None));
+    };
+    let live = batch.iter().any(|(_, d)| !d.is_finished());
+    if !live || session.mtp.is_some() || batch.iter().any(|(s, d)| s.mtp.is_some() && !d.is_finished()) {
+        return Ok((speculative_decode_step(batch)?, None));
+    }
+    let (from, n, keep) = match session.plan_chunk(prompt, max_tokens, checkpoint) {
+        Err(e) => return Ok((speculative_decode_step(batch)?, Some(Err(e)))),
+        Ok(ChunkPlan::In(logits)) => {
+            session.remember();
+            return Ok((speculative_decode_step(batch)?, Some(Ok(Some(logits)))));
+        }
+        Ok(ChunkPlan::Run { n, .. }) if n > frognano_model::PROMPT_PIECE => {
+            return Ok((speculative_decode_step(batch)?, None));
+        }
+        Ok(ChunkPlan::Run { from, n, keep }) => (from, n, keep),
+    };
+    let started = Instant::now();
+    let mut drafts = Vec::with_capacity(batch.len());
+    for (s, decoding) in batch.iter_mut() {
+        drafts.push(if decoding.is_finished() { Vec::new() } else { s.drafts_for(decoding)?.0 });
+    }
+    if drafts.iter().any(|d| !d.is_empty()) {
+        let by_mtp = vec![false; batch.len()];
+        return Ok((step_with_drafts(batch, drafts, by_mtp, started)?, None));
+    }
+    // Not timed for `auto`: the chunk's rows are in this step.
+    let (tokens, logits) = decode_step_and_prompt(batch, Some((&mut *session, &prompt[from..from + n])))?;
+    let logits = logits.expect("a step with live sequences runs its prompt chunk");
+    Ok((
+        tokens.into_iter().map(|t| t.into_iter().collect()).collect(),
+        Some(Ok(session.after_chunk(prompt.len(), keep, logits))),
+    ))
 }
 
 /// [`decode_step`] with speculation (docs/speculative.md): every unfinished generation whose
@@ -845,8 +963,6 @@ pub fn speculative_decode_step(
     // A sequence alone in its step times it, for `auto`'s judgement of what lookup drafts
     // cost.
     let started = Instant::now();
-    let timed =
-        |session: &mut Session, rows: usize| session.drafter.record_step_time(rows, started.elapsed().as_secs_f64());
     let mut drafts = Vec::with_capacity(batch.len());
     let mut by_mtp = Vec::with_capacity(batch.len());
     for (session, decoding) in batch.iter_mut() {
@@ -854,6 +970,21 @@ pub fn speculative_decode_step(
         drafts.push(d);
         by_mtp.push(mtp);
     }
+    step_with_drafts(batch, drafts, by_mtp, started)
+}
+
+/// The rest of [`speculative_decode_step`] once every sequence's drafts are known (`by_mtp`:
+/// drafted by the MTP head); `started`: when the step began, for `auto`'s timing.
+fn step_with_drafts(
+    batch: &mut [(&mut Session, &mut Decoding)],
+    drafts: Vec<Vec<u32>>,
+    by_mtp: Vec<bool>,
+    started: Instant,
+) -> Result<Vec<Vec<TokenChoice>>, EngineError> {
+    // A sequence alone in its step times it, for `auto`'s judgement of what lookup drafts
+    // cost.
+    let timed =
+        |session: &mut Session, rows: usize| session.drafter.record_step_time(rows, started.elapsed().as_secs_f64());
     // Sessions drafting with an MTP head need the hidden states of every forward they take
     // part in (the head drafts from the last one), drafting or not this step.
     let heads = batch.iter().any(|(s, d)| s.mtp.is_some() && !d.is_finished());

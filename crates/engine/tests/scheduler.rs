@@ -226,6 +226,54 @@ fn chunked_prefill_on_the_demo_model_matches_one_shot() {
     chunked_prefill_matches_one_shot(m, "SmolLM2");
 }
 
+/// A prompt that arrives while another reply streams is prefilled inside that reply's decode
+/// steps (one forward for the stream's row and the prompt's chunk, the weights read once),
+/// and both replies are still exactly what each gets alone: the same tokens, the same
+/// log-probabilities. With the pace on (chunks cut to the measured step) and off (fixed
+/// chunks).
+fn a_prompt_prefilled_beside_a_stream_gets_its_tokens_alone(m: Arc<dyn CausalLm>, stream_tokens: usize, what: &str) {
+    let (stream_prompt, stream_req) = (ids(12, 3), sampled(stream_tokens, 5));
+    let (prompt, req) = (ids(300, 9), greedy(6));
+    let (stream_alone, prompt_alone) = (alone(&m, &stream_prompt, &stream_req), alone(&m, &prompt, &req));
+    for stall in [0.5, 0.0] {
+        let config = SchedulerConfig { prefill_chunk: 32, prefill_stall: stall, ..Default::default() };
+        let scheduler = Arc::new(Scheduler::start(m.clone(), config).unwrap());
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let stream = {
+            let (scheduler, stream_prompt, stream_req) =
+                (Arc::clone(&scheduler), stream_prompt.clone(), stream_req.clone());
+            std::thread::spawn(move || {
+                scheduler.generate(stream_prompt, stream_req, |_| {
+                    let _ = started_tx.send(());
+                    ControlFlow::Continue(())
+                })
+            })
+        };
+        started.recv().unwrap();
+        let got = scheduler.generate(prompt.clone(), req.clone(), |_| ControlFlow::Continue(())).unwrap();
+        let streamed = stream.join().unwrap().unwrap();
+        let st = scheduler.stats();
+        let inside = st.fused_prefill_chunks.load(Ordering::Relaxed);
+        assert!(inside >= 2, "{what}, stall {stall}: {inside} chunks of the prompt ran inside a decode step (of {} chunks; {} decode steps)", st.prefill_chunks.load(Ordering::Relaxed), st.decode_steps.load(Ordering::Relaxed));
+        assert_same(&got, &prompt_alone, &format!("{what}, stall {stall}: the prompt prefilled beside a stream"));
+        assert_same(&streamed, &stream_alone, &format!("{what}, stall {stall}: the stream"));
+    }
+}
+
+#[test]
+fn a_prompt_prefilled_beside_a_stream_on_the_hybrid_model_gets_its_tokens_alone() {
+    // The GGUF fixture: no MTP head (sessions drafting with one take their chunks apart).
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/qwen35-tiny.gguf");
+    let m = Arc::from(frognano_model::load::load(path.to_str().unwrap()).unwrap().model);
+    a_prompt_prefilled_beside_a_stream_gets_its_tokens_alone(m, 400, "qwen35 tiny GGUF");
+}
+
+#[test]
+fn a_prompt_prefilled_beside_a_stream_on_the_demo_model_gets_its_tokens_alone() {
+    let Some(m) = rewindable() else { return };
+    a_prompt_prefilled_beside_a_stream_gets_its_tokens_alone(m, 120, "SmolLM2");
+}
+
 /// What happened, in the order the scheduler thread did it.
 #[derive(Debug, Clone, PartialEq)]
 enum Seen {
