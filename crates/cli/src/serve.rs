@@ -55,6 +55,11 @@ pub struct ServeArgs {
     /// during a long prefill stays within about 1 + F times its normal value. 0: fixed chunks.
     #[arg(long, default_value_t = frognano_engine::scheduler::DEFAULT_PREFILL_STALL, value_name = "F")]
     pub prefill_stall: f64,
+    /// Run a prompt's chunks apart, before the decode step, instead of
+    /// inside it (one forward for the streams' rows and the chunk's, the weights read once).
+    /// For measuring what the shared forward saves.
+    #[arg(long)]
+    pub prefill_apart: bool,
     /// Seconds a connection may take to send a request's headers, counted from when the
     /// server starts waiting for them (a new connection, or the next request on a kept-alive
     /// one: also the idle keep-alive timeout); then it is closed.
@@ -106,6 +111,7 @@ impl From<ServeArgs> for ServeConfig {
             max_prompts_per_request: a.max_prompts_per_request,
             prefill_chunk: a.prefill_chunk,
             prefill_stall: a.prefill_stall,
+            prefill_apart: a.prefill_apart,
             header_timeout_secs: a.header_timeout_secs,
             body_timeout_secs: a.body_timeout_secs,
             tool_parser: a.tool_parser,

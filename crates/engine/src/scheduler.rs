@@ -7,11 +7,13 @@
 //!   the weights are read once per step for the whole batch. A sequence takes one token, or
 //!   several when its drafts ([`SchedulerConfig::speculative`]) are accepted.
 //!   [`SchedulerConfig::max_batch`] bounds the batch.
-//! - **Chunked prefill.** A new job's prompt is run a chunk per iteration, before that
-//!   iteration's decode step, so one long prompt delays each running sequence's next token by
-//!   one chunk's time instead of the whole prompt's. While sequences are decoding, a chunk is
-//!   cut to take about [`SchedulerConfig::prefill_stall`] of a decode step (both timed as the
-//!   scheduler goes); otherwise it is [`SchedulerConfig::prefill_chunk`] tokens. Several
+//! - **Chunked prefill.** A new job's prompt is run a chunk per iteration, so one long prompt
+//!   delays each running sequence's next token by one chunk's time instead of the whole
+//!   prompt's. While sequences are decoding, the chunk runs inside their decode step
+//!   ([`speculative_decode_step_with_prompt`]: one forward, the weights read once for the
+//!   streams' rows and the chunk's), cut so that the step takes about
+//!   `1 + `[`SchedulerConfig::prefill_stall`] times its time alone (both timed as the
+//!   scheduler goes); otherwise it runs apart, of [`SchedulerConfig::prefill_chunk`] tokens. Several
 //!   prompts may be under way, taking chunks in turn, so a short prompt does not wait for a
 //!   long one; a job that shares more than a few chunks of prefix with one under way waits
 //!   for it instead and forks its finished state. Before each chunk the job's sink is asked
@@ -110,13 +112,18 @@ pub struct SchedulerConfig {
     /// the running sequences), and the chunk when no sequence is decoding. At least
     /// [`MIN_PREFILL_CHUNK`] (smaller values run as that).
     pub prefill_chunk: usize,
-    /// While sequences are decoding: the time one prefill chunk may take, as a fraction of a
-    /// decode step's, so their inter-token latency during a long prefill stays within about
-    /// `1 + prefill_stall` times its normal value. The chunk is cut from the measured times
-    /// of recent decode steps and prefill chunks (per token), between [`MIN_PREFILL_CHUNK`]
-    /// and `prefill_chunk`. 0: always `prefill_chunk` tokens. Smaller: streams stall less;
-    /// larger: the long prompt goes faster.
+    /// While sequences are decoding: the time one prefill chunk may add to their decode
+    /// step, as a fraction of the step's time alone, so their inter-token latency during a
+    /// long prefill stays within about `1 + prefill_stall` times its normal value. The chunk
+    /// is cut from the measured times of recent steps with and without a chunk (of chunks
+    /// apart: per token), between [`MIN_PREFILL_CHUNK`] and `prefill_chunk`. 0: always
+    /// `prefill_chunk` tokens. Smaller: streams stall less; larger: the long prompt goes
+    /// faster.
     pub prefill_stall: f64,
+    /// Run a prompt's chunks inside the running sequences' decode steps (one forward, the
+    /// weights read once; [`speculative_decode_step_with_prompt`]) rather than apart before
+    /// them (false: for measuring what that saves).
+    pub prefill_inside_step: bool,
     /// Conversation states on disk (`serve --session-dir`): every finished reply's state is
     /// saved there, and a prompt that extends a saved state further than any session in
     /// memory starts from it (after a restart, or once its session has been let go).
@@ -152,6 +159,7 @@ impl Default for SchedulerConfig {
             max_waiting: 1024,
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
             prefill_stall: DEFAULT_PREFILL_STALL,
+            prefill_inside_step: true,
             store: None,
             speculative: SpeculativeMode::default(),
         }
@@ -430,6 +438,9 @@ struct Prefilling {
     constraint: Option<Constraint>,
     /// Prompt tokens reused from the session's earlier state.
     cached_tokens: usize,
+    /// Run its chunks apart from the decode steps: a step with one of its chunks inside
+    /// panicked, and apart a panic fails only the job it belongs to.
+    apart: bool,
 }
 
 /// The error of a job whose work panicked: what it was doing and the panic's message.
@@ -484,8 +495,8 @@ impl Pace {
     /// against what it costs alone ([`Pace::after_inside`]); that needs a recent time of the
     /// step alone at about this batch, and when there is none the step first runs alone.
     fn beside(&self, config: &SchedulerConfig, rows: usize) -> ChunkMode {
-        if rows == 0 {
-            return ChunkMode::Apart(config.prefill_chunk);
+        if rows == 0 || !config.prefill_inside_step {
+            return ChunkMode::Apart(self.chunk(config, rows > 0));
         }
         if config.prefill_stall.is_nan() || config.prefill_stall <= 0.0 {
             return ChunkMode::Inside(config.prefill_chunk);
@@ -590,7 +601,11 @@ fn run(shared: &Arc<Shared>) {
         // The prompt whose next chunk runs inside this iteration's decode step, and its size.
         let mut inside: Option<(Prefilling, usize)> = None;
         if let Some(p) = prefilling.pop_front() {
-            match pace.beside(&shared.config, rows) {
+            let mode = match pace.beside(&shared.config, rows) {
+                ChunkMode::Inside(_) | ChunkMode::Wait if p.apart => ChunkMode::Apart(pace.chunk(&shared.config, true)),
+                mode => mode,
+            };
+            match mode {
                 ChunkMode::Apart(chunk) => {
                     let mut slot = None;
                     if let Some(r) = prefill_step(shared, p, &mut slot, chunk, &mut pace) {
@@ -662,15 +677,45 @@ fn run(shared: &Arc<Shared>) {
                     }
                 }
                 Err(panic) => {
-                    // The caches of the step's sequences (and of a prompt chunk in it) may be
-                    // half updated: their sessions are dropped, and only the jobs of this
-                    // step fail.
                     let e = panicked("in a batched decode step", panic.as_ref());
-                    for r in running.drain(..) {
-                        fail_panicked(shared, r.session, r.sink, e.for_batch_member());
-                    }
-                    if let Some((p, _)) = inside.take() {
-                        fail_panicked(shared, p.session, p.sink, e.for_batch_member());
+                    match inside.take() {
+                        // With a prompt's chunk inside, the panic may be the prompt's or the
+                        // streams'. Each session goes back to its state before the step
+                        // (`Session::recover`); the streams go on, and the prompt runs its
+                        // chunks apart from now on, so a panic that comes again fails only the
+                        // job it belongs to.
+                        Some((mut p, _)) => {
+                            let mut kept = Vec::with_capacity(running.len());
+                            for mut r in running.drain(..) {
+                                let prompt_len = r.decoding.prompt_tokens();
+                                let back = r.decoding.is_finished()
+                                    || matches!(
+                                        catch_unwind(AssertUnwindSafe(|| r.session.recover(prompt_len))),
+                                        Ok(Ok(()))
+                                    );
+                                if back {
+                                    kept.push(r);
+                                } else {
+                                    fail_panicked(shared, r.session, r.sink, e.for_batch_member());
+                                }
+                            }
+                            running = kept;
+                            let prompt_len = p.prompt.len();
+                            match catch_unwind(AssertUnwindSafe(|| p.session.recover(prompt_len))) {
+                                Ok(Ok(())) => {
+                                    p.apart = true;
+                                    left_over = Some(p);
+                                }
+                                _ => fail_panicked(shared, p.session, p.sink, e.for_batch_member()),
+                            }
+                        }
+                        // The caches of the step's sequences may be half updated: their
+                        // sessions are dropped, and only the sequences of this step fail.
+                        None => {
+                            for r in running.drain(..) {
+                                fail_panicked(shared, r.session, r.sink, e.for_batch_member());
+                            }
+                        }
                     }
                 }
             }
@@ -827,7 +872,9 @@ fn start_prefill(shared: &Shared, job: Job, mut session: Session) -> Option<Pref
         session.set_speculative(shared.config.speculative);
     }
     match catch_unwind(AssertUnwindSafe(|| session.begin_prefill(&prompt))) {
-        Ok(Ok(cached_tokens)) => Some(Prefilling { session, prompt, request, sink, constraint, cached_tokens }),
+        Ok(Ok(cached_tokens)) => {
+            Some(Prefilling { session, prompt, request, sink, constraint, cached_tokens, apart: false })
+        }
         Ok(Err(e)) => {
             fail(shared, session, sink, e);
             None
@@ -911,7 +958,7 @@ fn after_chunk(
             return None;
         }
     };
-    let Prefilling { mut session, prompt, request, sink, constraint, cached_tokens } = p;
+    let Prefilling { mut session, prompt, request, sink, constraint, cached_tokens, .. } = p;
     let started = catch_unwind(AssertUnwindSafe(|| {
         session.start_decoding(prompt.len(), cached_tokens, &logits, &request, constraint)
     }));

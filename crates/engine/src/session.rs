@@ -433,6 +433,40 @@ impl Session {
         Some(logits)
     }
 
+    /// Brings the cache back to exactly the state after [`tokens`](Self::tokens), after a
+    /// forward that panicked partway (a decode step with a prompt chunk in it,
+    /// [`speculative_decode_step_with_prompt`]): its layers may hold part of that step's rows.
+    /// A cache that can be cut back is cut to the tokens. A hybrid one returns to its latest
+    /// snapshot within them (or to empty) and runs the rest again as each part first ran: the
+    /// first `prompt_len` tokens in a prompt's order, the generated ones after them stepwise,
+    /// as decode steps took them, so the state has the same bits. The logits after the last
+    /// token are kept as they were.
+    pub fn recover(&mut self, prompt_len: usize) -> Result<(), EngineError> {
+        let n = self.tokens.len();
+        self.cache.drop_row_states();
+        if self.cache.is_rewindable() {
+            return self.cache.truncate(n).map_err(EngineError::Failed);
+        }
+        let from = match self.snapshots.iter().rposition(|(s, _)| s.pos <= n) {
+            Some(i) => {
+                self.cache.restore(&self.snapshots[i].0).map_err(EngineError::Failed)?;
+                self.snapshots[i].0.pos
+            }
+            None => {
+                self.cache = self.model.new_cache();
+                0
+            }
+        };
+        let split = prompt_len.clamp(from, n);
+        if split > from {
+            self.model.forward(&self.tokens[from..split], &mut self.cache, false)?;
+        }
+        if n > split {
+            self.model.forward_stepwise(&self.tokens[split..n], &mut self.cache)?;
+        }
+        Ok(())
+    }
+
     /// Goes back to the longest point at or before `lcp` (the common prefix with a prompt of
     /// `prompt_len` tokens) that it can reach.
     fn rewind(&mut self, lcp: usize, prompt_len: usize) {
@@ -704,6 +738,11 @@ pub struct Decoding {
 }
 
 impl Decoding {
+    /// Tokens of the prompt this generation follows.
+    pub fn prompt_tokens(&self) -> usize {
+        self.prompt_tokens
+    }
+
     /// Stops the generation ([`Self::cancel`]) after a token that its caller saw, leaving out
     /// the `unseen` tokens a verification chose after it: they are not part of the reply.
     pub(crate) fn cancel_unseen(&mut self, unseen: usize) {

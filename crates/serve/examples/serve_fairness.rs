@@ -20,9 +20,12 @@
 //! ```text
 //! cargo run --release -p frognano-serve --example serve_fairness -- \
 //!     [--model models/SmolLM2-135M-Instruct.Q4_1.gguf] [--clients 16] [--long-tokens 8000] \
-//!     [--chunks 256] [--stalls 0,0.75] [--before-secs 10] [--stream-tokens 256]
+//!     [--chunks 256] [--stalls 0,0.75] [--before-secs 10] [--stream-tokens 256] \
+//!     [--modes inside,apart]
 //! ```
-//! Every chunk size runs with every stall (`--prefill-stall`; 0 = fixed chunks of that size).
+//! Every chunk size runs with every stall (`--prefill-stall`; 0 = fixed chunks of that size)
+//! and every mode: `inside` (the default server: a chunk runs inside the streams' decode step,
+//! one forward) and `apart` (`--prefill-apart`: before it, in a forward of its own).
 //! A chunk larger than the long prompt with stall 0 is the old behaviour: the whole prompt at
 //! once.
 
@@ -41,6 +44,8 @@ struct Args {
     stalls: Vec<f64>,
     before_secs: u64,
     stream_tokens: usize,
+    /// Chunks inside the decode step (true) or apart (false).
+    modes: Vec<bool>,
 }
 
 fn parse_args() -> Args {
@@ -52,6 +57,7 @@ fn parse_args() -> Args {
         stalls: vec![0.0, 0.75],
         before_secs: 10,
         stream_tokens: 256,
+        modes: vec![true],
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -64,6 +70,16 @@ fn parse_args() -> Args {
             "--stalls" => a.stalls = value().split(',').map(|c| c.parse().expect("--stalls A,B,…")).collect(),
             "--before-secs" => a.before_secs = value().parse().expect("--before-secs N"),
             "--stream-tokens" => a.stream_tokens = value().parse().expect("--stream-tokens N"),
+            "--modes" => {
+                a.modes = value()
+                    .split(',')
+                    .map(|m| match m {
+                        "inside" => true,
+                        "apart" => false,
+                        _ => panic!("--modes takes inside and apart, not {m}"),
+                    })
+                    .collect()
+            }
             other => panic!("unknown flag {other}"),
         }
     }
@@ -149,15 +165,24 @@ fn main() -> anyhow::Result<()> {
     let a = parse_args();
     eprintln!("model {}, {} streaming clients, a {}-token prompt", a.model, a.clients, a.long_tokens);
     let eos = frognano_model::load(&a.model)?.eos_ids;
-    println!("| prefill chunk (most) | prefill stall | ITL before p50 / p95 (ms) | ITL during p50 / p95 (ms) | p50 ratio | p95 ratio | long prompt's prefill (s) |");
-    println!("|---|---|---|---|---|---|---|");
-    let runs: Vec<(usize, f64)> = a.chunks.iter().flat_map(|&c| a.stalls.iter().map(move |&s| (c, s))).collect();
-    for (chunk, stall) in runs {
+    println!("| chunks | prefill chunk (most) | prefill stall | ITL before p50 / p95 (ms) | ITL during p50 / p95 (ms) | p50 ratio | p95 ratio | long prompt's prefill (s) |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut runs = Vec::new();
+    for &c in &a.chunks {
+        for &s in &a.stalls {
+            for &m in &a.modes {
+                runs.push((c, s, m));
+            }
+        }
+    }
+    for (chunk, stall, inside) in runs {
+        let mode = if inside { "inside" } else { "apart" };
         let mut cfg = frognano_serve::ServeConfig::for_model(&a.model);
         cfg.port = 0;
         cfg.max_concurrent = a.clients + 1;
         cfg.prefill_chunk = chunk;
         cfg.prefill_stall = stall;
+        cfg.prefill_apart = !inside;
         let server = frognano_serve::spawn_server(cfg)?;
         let url = server.url();
         let arrivals: Arrivals = Arc::new(Mutex::new(vec![Vec::new(); a.clients]));
@@ -194,7 +219,7 @@ fn main() -> anyhow::Result<()> {
         let delta = |k: &str| h1[k].as_u64().unwrap_or(0) - h0[k].as_u64().unwrap_or(0);
         let (steps, chunks) = (delta("decode_steps"), delta("prefill_chunks"));
         eprintln!(
-            "chunk {chunk}, stall {stall}: {steps} decode steps and {chunks} prefill chunks during the prefill: {:.0} ms per iteration, {:.0} tokens per chunk",
+            "{mode}, chunk {chunk}, stall {stall}: {steps} decode steps and {chunks} prefill chunks during the prefill: {:.0} ms per iteration, {:.0} tokens per chunk",
             (answered - sent).as_secs_f64() * 1e3 / steps.max(1) as f64,
             a.long_tokens as f64 / chunks.max(1) as f64
         );
@@ -210,12 +235,12 @@ fn main() -> anyhow::Result<()> {
         let during = gaps(&all, sent, answered, true);
         let (b50, b95, d50, d95) = (pct(&before, 0.5), pct(&before, 0.95), pct(&during, 0.5), pct(&during, 0.95));
         println!(
-            "| {chunk} | {stall} | {b50:.0} / {b95:.0} | {d50:.0} / {d95:.0} | {:.2} | {:.2} | {:.1} |",
+            "| {mode} | {chunk} | {stall} | {b50:.0} / {b95:.0} | {d50:.0} / {d95:.0} | {:.2} | {:.2} | {:.1} |",
             d50 / b50,
             d95 / b95,
             (answered - sent).as_secs_f64(),
         );
-        eprintln!("chunk {chunk}, stall {stall}: {} gaps before, {} during", before.len(), during.len());
+        eprintln!("{mode}, chunk {chunk}, stall {stall}: {} gaps before, {} during", before.len(), during.len());
         drop(server); // closes the streams; the clients see their end
         for h in handles {
             let _ = h.join();

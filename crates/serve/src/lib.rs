@@ -82,6 +82,9 @@ pub struct ServeConfig {
     /// While sequences are decoding, the time a prefill chunk may take as a fraction of a
     /// decode step (`frognano_engine::SchedulerConfig::prefill_stall`; 0: fixed chunks).
     pub prefill_stall: f64,
+    /// Run prompt chunks apart from the decode steps instead of inside them
+    /// (`frognano_engine::SchedulerConfig::prefill_inside_step` off: for measuring).
+    pub prefill_apart: bool,
     /// Seconds a connection may take to deliver a request's headers, counted from when the
     /// server starts waiting for them: on a new connection, and between requests on a
     /// kept-alive one (so it is also the idle keep-alive timeout). Then it is closed.
@@ -122,6 +125,7 @@ impl ServeConfig {
             max_prompts_per_request: 32,
             prefill_chunk: frognano_engine::scheduler::DEFAULT_PREFILL_CHUNK,
             prefill_stall: frognano_engine::scheduler::DEFAULT_PREFILL_STALL,
+            prefill_apart: false,
             header_timeout_secs: 10,
             body_timeout_secs: 30,
             tool_parser: None,
@@ -249,6 +253,7 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
             max_waiting: args.max_waiting,
             prefill_chunk: args.prefill_chunk,
             prefill_stall: args.prefill_stall,
+            prefill_inside_step: !args.prefill_apart,
             store,
             speculative: args.speculative,
         },

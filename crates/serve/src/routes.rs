@@ -951,6 +951,8 @@ async fn health(State(app): State<Arc<AppState>>) -> Response {
         "prefill_chunks": s.prefill_chunks.load(r),
         "prefill_chunk": c.prefill_chunk,
         "prefill_stall": c.prefill_stall,
+        "prefill_inside_step": c.prefill_inside_step,
+        "fused_prefill_chunks": s.fused_prefill_chunks.load(r),
         "last_prefill_chunk": s.last_prefill_chunk.load(r),
         "panics": s.panics.load(r),
         "waiting": s.waiting.load(r),
