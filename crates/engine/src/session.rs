@@ -883,7 +883,7 @@ pub fn decode_step(batch: &mut [(&mut Session, &mut Decoding)]) -> Result<Vec<Op
 type StepAndPrompt = (Vec<Option<TokenChoice>>, Option<Vec<f32>>);
 
 /// [`decode_step`], with `prompt` (a session and the ids of its prompt's next chunk) in the
-/// same forward ([`CausalLm::forward_batch_and_prompt`]): the step's tokens, and the logits
+/// same forward ([`CausalLm::forward_batch_stepwise_and_prompt`]): the step's tokens, and the logits
 /// after the chunk's last id (`None` when there was no chunk or no sequence to decode, and
 /// then the chunk did not run). The chunk's session takes its ids and logits in; the rest of
 /// [`Session::prefill_chunk`]'s work is the caller's. On an error no session has advanced.
@@ -914,7 +914,9 @@ fn decode_step_and_prompt(
         }
         match prompt {
             Some((session, chunk)) => {
-                let (rows, last) = model.forward_batch_and_prompt(&mut rows, (chunk, &mut session.cache))?;
+                let mut rows: Vec<(&[u32], &mut Cache)> =
+                    rows.into_iter().zip(&ids).map(|((_, cache), id)| (std::slice::from_ref(id), cache)).collect();
+                let (rows, last) = model.forward_batch_stepwise_and_prompt(&mut rows, (chunk, &mut session.cache))?;
                 session.tokens.extend_from_slice(chunk);
                 session.last_logits = Some(last.clone());
                 (rows, Some(last))
@@ -932,14 +934,15 @@ fn decode_step_and_prompt(
 }
 
 /// [`speculative_decode_step`] with the next chunk of a prompt being prefilled in the same
-/// forward when it can be: the weights are then read once for the decode rows and the
-/// chunk's, so a step bound by memory (a few sequences of a model larger than the caches)
-/// prefills the chunk at little more than its own arithmetic. That is when no sequence
-/// drafts this step, the prompt's session has no MTP drafter, and the chunk is at most
-/// [`frognano_model::PROMPT_PIECE`] tokens. Returns the step's tokens and, when the chunk
-/// ran, how it ended ([`ChunkOutcome`], with [`Session::prefill_chunk`]'s meaning: a bad
-/// prompt fails only the chunk); `None` when it did not run (the caller runs it apart). On an
-/// error of the step itself no session has advanced, the chunk's included.
+/// forward when it can be ([`CausalLm::forward_batch_stepwise_and_prompt`]): the weights are
+/// then read once for the sequences' rows (their drafts included) and the chunk's, so a step
+/// bound by memory (a few sequences of a model larger than the caches) prefills the chunk at
+/// little more than its own arithmetic. That is unless an MTP drafter is in the step or on the
+/// prompt's session (its head needs hidden states this forward does not give) or the chunk is
+/// longer than [`frognano_model::PROMPT_PIECE`]. Returns the step's tokens and, when the chunk
+/// ran, how it ended ([`ChunkOutcome`], with [`Session::prefill_chunk`]'s meaning: a bad prompt
+/// fails only the chunk); `None` when it did not run (the caller runs it apart). On an error
+/// of the step itself no session has advanced, the chunk's included.
 pub fn speculative_decode_step_with_prompt(
     batch: &mut [(&mut Session, &mut Decoding)],
     chunk: Option<PromptChunk<'_>>,
@@ -967,17 +970,10 @@ pub fn speculative_decode_step_with_prompt(
     for (s, decoding) in batch.iter_mut() {
         drafts.push(if decoding.is_finished() { Vec::new() } else { s.drafts_for(decoding)?.0 });
     }
-    if drafts.iter().any(|d| !d.is_empty()) {
-        let by_mtp = vec![false; batch.len()];
-        return Ok((step_with_drafts(batch, drafts, by_mtp, started)?, None));
-    }
-    // Not timed for `auto`: the chunk's rows are in this step.
-    let (tokens, logits) = decode_step_and_prompt(batch, Some((&mut *session, &prompt[from..from + n])))?;
-    let logits = logits.expect("a step with live sequences runs its prompt chunk");
-    Ok((
-        tokens.into_iter().map(|t| t.into_iter().collect()).collect(),
-        Some(Ok(session.after_chunk(prompt.len(), keep, logits))),
-    ))
+    let by_mtp = vec![false; batch.len()];
+    let chunk = Some((&mut *session, &prompt[from..from + n]));
+    let (tokens, logits) = step_with_drafts(batch, drafts, by_mtp, started, chunk)?;
+    Ok((tokens, logits.map(|logits| Ok(session.after_chunk(prompt.len(), keep, logits)))))
 }
 
 /// [`decode_step`] with speculation (docs/speculative.md): every unfinished generation whose
@@ -1009,17 +1005,23 @@ pub fn speculative_decode_step(
         drafts.push(d);
         by_mtp.push(mtp);
     }
-    step_with_drafts(batch, drafts, by_mtp, started)
+    Ok(step_with_drafts(batch, drafts, by_mtp, started, None)?.0)
 }
 
+/// A verification step's tokens (per entry) and the logits after a prompt chunk run in it.
+type DraftedStep = (Vec<Vec<TokenChoice>>, Option<Vec<f32>>);
+
 /// The rest of [`speculative_decode_step`] once every sequence's drafts are known (`by_mtp`:
-/// drafted by the MTP head); `started`: when the step began, for `auto`'s timing.
+/// drafted by the MTP head); `started`: when the step began, for `auto`'s timing. `prompt`: a
+/// session and its prompt's next chunk to run in the same forward (never with an MTP head in
+/// the step); the chunk's session takes its ids and logits in, and the logits are returned.
 fn step_with_drafts(
     batch: &mut [(&mut Session, &mut Decoding)],
     drafts: Vec<Vec<u32>>,
     by_mtp: Vec<bool>,
     started: Instant,
-) -> Result<Vec<Vec<TokenChoice>>, EngineError> {
+    prompt: Option<(&mut Session, &[u32])>,
+) -> Result<DraftedStep, EngineError> {
     // A sequence alone in its step times it, for `auto`'s judgement of what lookup drafts
     // cost.
     let timed =
@@ -1027,20 +1029,27 @@ fn step_with_drafts(
     // Sessions drafting with an MTP head need the hidden states of every forward they take
     // part in (the head drafts from the last one), drafting or not this step.
     let heads = batch.iter().any(|(s, d)| s.mtp.is_some() && !d.is_finished());
+    // A chunk beside an MTP head's sequences would need hidden states this forward does not
+    // give: it does not run here.
+    let prompt = prompt.filter(|_| !heads);
     if drafts.iter().all(Vec::is_empty) && !heads {
-        let out: Vec<Vec<TokenChoice>> = decode_step(batch)?.into_iter().map(|t| t.into_iter().collect()).collect();
-        if let [(session, _)] = batch {
+        let chunk = prompt.is_some();
+        let (out, logits) = decode_step_and_prompt(batch, prompt)?;
+        if let ([(session, _)], false) = (&mut *batch, chunk) {
             timed(session, 1);
         }
-        return Ok(out);
+        return Ok((out.into_iter().map(|t| t.into_iter().collect()).collect(), logits));
     }
     let live: Vec<usize> = (0..batch.len()).filter(|&i| !batch[i].1.is_finished()).collect();
-    let Some(&first) = live.first() else { return Ok(vec![Vec::new(); batch.len()]) };
+    let Some(&first) = live.first() else { return Ok((vec![Vec::new(); batch.len()], None)) };
     let model = Arc::clone(&batch[first].0.model);
-    if live.iter().any(|&i| !std::ptr::addr_eq(Arc::as_ptr(&batch[i].0.model), Arc::as_ptr(&model))) {
+    let same = |s: &Session| std::ptr::addr_eq(Arc::as_ptr(&s.model), Arc::as_ptr(&model));
+    if live.iter().any(|&i| !same(batch[i].0)) || prompt.as_ref().is_some_and(|(s, _)| !same(s)) {
         return Err(EngineError::Request("a decode step's sessions must share one model".into()));
     }
     let head = model.mtp().filter(|_| heads);
+    let chunk_ran = prompt.is_some();
+    let mut prompt_logits = None;
     // Per live entry: the last token and its drafts.
     let ids: Vec<Vec<u32>> = live
         .iter()
@@ -1078,9 +1087,16 @@ fn step_with_drafts(
                 k += 1;
             }
         }
-        match head {
-            Some(head) => head.forward_batch_with_hidden(&mut rows)?.into_iter().unzip(),
-            None => (model.forward_batch_stepwise(&mut rows)?, Vec::new()),
+        match (head, prompt) {
+            (Some(head), _) => head.forward_batch_with_hidden(&mut rows)?.into_iter().unzip(),
+            (None, Some((session, chunk))) => {
+                let (rows, last) = model.forward_batch_stepwise_and_prompt(&mut rows, (chunk, &mut session.cache))?;
+                session.tokens.extend_from_slice(chunk);
+                session.last_logits = Some(last.clone());
+                prompt_logits = Some(last);
+                (rows, Vec::new())
+            }
+            (None, None) => (model.forward_batch_stepwise(&mut rows)?, Vec::new()),
         }
     };
     let mut out = vec![Vec::new(); batch.len()];
@@ -1145,10 +1161,10 @@ fn step_with_drafts(
             }
         }
     }
-    if let ([(session, _)], [false]) = (&mut *batch, by_mtp.as_slice()) {
+    if let ([(session, _)], [false], false) = (&mut *batch, by_mtp.as_slice(), chunk_ran) {
         timed(session, 1 + drafts[0].len());
     }
-    Ok(out)
+    Ok((out, prompt_logits))
 }
 
 /// Most bytes of recurrent state a sequence keeps row by row during one verification

@@ -230,11 +230,20 @@ fn chunked_prefill_on_the_demo_model_matches_one_shot() {
 /// steps (one forward for the stream's row and the prompt's chunk, the weights read once),
 /// and both replies are still exactly what each gets alone: the same tokens, the same
 /// log-probabilities. With the pace on (chunks cut to the measured step) and off (fixed
-/// chunks).
+/// chunks); with a sampled stream (plain decode steps) and a greedy one whose steps verify
+/// drafts (prompt lookup, on by default for greedy replies), so the chunk shares steps of both
+/// kinds.
 fn a_prompt_prefilled_beside_a_stream_gets_its_tokens_alone(m: Arc<dyn CausalLm>, stream_tokens: usize, what: &str) {
-    let (stream_prompt, stream_req) = (ids(12, 3), sampled(stream_tokens, 5));
+    for (stream_req, drafts) in [(sampled(stream_tokens, 5), false), (greedy(stream_tokens), true)] {
+        beside_a_stream(&m, stream_req, drafts, what);
+    }
+}
+
+fn beside_a_stream(m: &Arc<dyn CausalLm>, stream_req: GenerateRequest, drafts: bool, what: &str) {
+    let what = &format!("{what}, {} stream", if drafts { "greedy" } else { "sampled" });
+    let stream_prompt = ids(12, 3);
     let (prompt, req) = (ids(300, 9), greedy(6));
-    let (stream_alone, prompt_alone) = (alone(&m, &stream_prompt, &stream_req), alone(&m, &prompt, &req));
+    let (stream_alone, prompt_alone) = (alone(m, &stream_prompt, &stream_req), alone(m, &prompt, &req));
     for stall in [0.5, 0.0] {
         let config = SchedulerConfig { prefill_chunk: 32, prefill_stall: stall, ..Default::default() };
         let scheduler = Arc::new(Scheduler::start(m.clone(), config).unwrap());
@@ -255,6 +264,9 @@ fn a_prompt_prefilled_beside_a_stream_gets_its_tokens_alone(m: Arc<dyn CausalLm>
         let st = scheduler.stats();
         let inside = st.fused_prefill_chunks.load(Ordering::Relaxed);
         assert!(inside >= 2, "{what}, stall {stall}: {inside} chunks of the prompt ran inside a decode step (of {} chunks; {} decode steps)", st.prefill_chunks.load(Ordering::Relaxed), st.decode_steps.load(Ordering::Relaxed));
+        let drafted = st.drafted_tokens.load(Ordering::Relaxed);
+        // (The prompt's own greedy reply may draft a few once it is in.)
+        assert!(!drafts || drafted > 20, "{what}, stall {stall}: only {drafted} tokens drafted");
         // The prompt to the rounding of its chunks (as apart); the stream's steps keep their
         // bits exactly with a chunk in them.
         assert_same(&got, &prompt_alone, &format!("{what}, stall {stall}: the prompt prefilled beside a stream"));

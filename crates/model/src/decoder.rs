@@ -20,14 +20,37 @@ pub(crate) trait LayerStack: CausalLm {
     /// cache)` takes the next `rows` ids at that cache's positions. Norms, projections and
     /// MLPs run over the rows of all segments together; attention and recurrent steps per
     /// segment. Returns the last hidden states `[ids.len(), d]` and advances every cache. Ids
-    /// and cache layouts have been checked. When `stepwise`, the attention and recurrent steps
-    /// take a segment's rows one at a time, through the one-token kernels a decode step uses
-    /// (the row-wise norms and matmuls give those bits for any number of rows), so each row's
-    /// result is the bits a decode step of that token alone gives ([`forward_stepwise`]).
-    fn decode_layers(&self, ids: &[u32], segs: &mut [(usize, &mut Cache)], stepwise: bool) -> Vec<f32>;
+    /// and cache layouts have been checked. For a segment that `rows` takes stepwise, the
+    /// attention and recurrent steps take its rows one at a time, through the one-token
+    /// kernels a decode step uses (the row-wise norms and matmuls give those bits for any
+    /// number of rows), so each row's result is the bits a decode step of that token alone
+    /// gives ([`forward_stepwise`]); the others run in a prompt's order.
+    fn decode_layers(&self, ids: &[u32], segs: &mut [(usize, &mut Cache)], rows: Rows) -> Vec<f32>;
 
     /// Final norm and output head over `n` hidden rows: `[n, vocab]`.
     fn logits(&self, rows: &[f32], n: usize) -> Vec<f32>;
+}
+
+/// How a pass of the layer stack ([`LayerStack::decode_layers`]) takes each segment's rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rows {
+    /// Every segment in a prompt's order (a prefill; a decode step's one-row segments).
+    Prompt,
+    /// Every segment's rows one at a time, as decode steps take them.
+    Stepwise,
+    /// Every segment stepwise but the last, a prompt's piece ([`forward_batch_stepwise_and_prompt`]).
+    StepwiseThenPrompt,
+}
+
+impl Rows {
+    /// Whether segment `i` of `n` goes stepwise.
+    pub(crate) fn stepwise(self, i: usize, n: usize) -> bool {
+        match self {
+            Rows::Prompt => false,
+            Rows::Stepwise => true,
+            Rows::StepwiseThenPrompt => i + 1 < n,
+        }
+    }
 }
 
 /// Fails unless every cache has the model's layer layout.
@@ -63,7 +86,7 @@ pub(crate) fn forward<M: LayerStack>(m: &M, ids: &[u32], cache: &mut Cache, all_
     let pieces = t.div_ceil(PROMPT_PIECE);
     for (i, piece) in ids.chunks(PROMPT_PIECE).enumerate() {
         let n = piece.len();
-        let h = m.decode_layers(piece, &mut [(n, &mut *cache)], false);
+        let h = m.decode_layers(piece, &mut [(n, &mut *cache)], Rows::Prompt);
         if all_logits {
             logits.extend(m.logits(&h, n));
         } else if i + 1 == pieces {
@@ -84,7 +107,7 @@ pub(crate) fn forward_stepwise<M: LayerStack>(m: &M, ids: &[u32], cache: &mut Ca
         return Err(ModelError::Input(format!("token id {bad} is out of vocabulary (vocab_size {vocab})")));
     }
     check_caches(m, [&*cache])?;
-    let h = m.decode_layers(ids, &mut [(ids.len(), cache)], true);
+    let h = m.decode_layers(ids, &mut [(ids.len(), cache)], Rows::Stepwise);
     Ok(m.logits(&h, ids.len()))
 }
 
@@ -102,7 +125,7 @@ pub(crate) fn forward_batch_stepwise<M: LayerStack>(
     check_caches(m, batch.iter().map(|(_, c)| &**c))?;
     let ids: Vec<u32> = batch.iter().flat_map(|(ids, _)| ids.iter().copied()).collect();
     let mut segs: Vec<(usize, &mut Cache)> = batch.iter_mut().map(|(ids, c)| (ids.len(), &mut **c)).collect();
-    let h = m.decode_layers(&ids, &mut segs, true);
+    let h = m.decode_layers(&ids, &mut segs, Rows::Stepwise);
     let logits = m.logits(&h, ids.len());
     let mut rest = &logits[..];
     let mut out = Vec::with_capacity(batch.len());
@@ -123,40 +146,47 @@ pub(crate) fn forward_batch<M: LayerStack>(m: &M, batch: &mut [(u32, &mut Cache)
     check_caches(m, batch.iter().map(|(_, c)| &**c))?;
     let ids: Vec<u32> = batch.iter().map(|(id, _)| *id).collect();
     let mut segs: Vec<(usize, &mut Cache)> = batch.iter_mut().map(|(_, c)| (1, &mut **c)).collect();
-    let h = m.decode_layers(&ids, &mut segs, false);
+    let h = m.decode_layers(&ids, &mut segs, Rows::Prompt);
     let logits = m.logits(&h, ids.len());
     Ok(logits.chunks_exact(m.vocab_size()).map(<[f32]>::to_vec).collect())
 }
 
-/// [`CausalLm::forward_batch_and_prompt`] of a layer stack, on the calling thread: the decode
-/// rows (one-row segments) and the prompt piece (one segment in a prompt's order) in one pass
-/// of the stack, the head over the decode rows and the piece's last row. Norms, matmuls and the
-/// head are row-wise and attention and the recurrent steps run per segment, so every result
-/// has the bits of [`forward_batch`] and [`forward`] apart. A piece longer than
-/// [`PROMPT_PIECE`] runs apart (a pass holds activations for all its rows).
-pub(crate) fn forward_batch_and_prompt<M: LayerStack>(
+/// [`CausalLm::forward_batch_stepwise_and_prompt`] of a layer stack, on the calling thread:
+/// the batch's segments (stepwise) and the prompt piece (one segment in a prompt's order) in
+/// one pass of the stack, the head over the segments' rows and the piece's last row. Norms,
+/// matmuls and the head are row-wise and attention and the recurrent steps run per segment,
+/// so every result has the bits of [`forward_batch_stepwise`] and [`forward`] apart. A piece
+/// longer than [`PROMPT_PIECE`] runs apart (a pass holds activations for all its rows).
+pub(crate) fn forward_batch_stepwise_and_prompt<M: LayerStack>(
     m: &M,
-    batch: &mut [(u32, &mut Cache)],
+    batch: &mut [(&[u32], &mut Cache)],
     prompt: (&[u32], &mut Cache),
 ) -> Result<(Vec<Vec<f32>>, Vec<f32>)> {
     let (ids, cache) = prompt;
     let (d, vocab) = (m.hidden_size(), m.vocab_size());
-    crate::check_batch_ids(batch, vocab)?;
+    crate::check_segment_ids(batch, vocab)?;
     crate::check_prompt_ids(ids, vocab)?;
     check_caches(m, batch.iter().map(|(_, c)| &**c).chain([&*cache]))?;
     if batch.is_empty() || ids.len() > PROMPT_PIECE {
-        let rows = forward_batch(m, batch)?;
+        let rows = forward_batch_stepwise(m, batch)?;
         return Ok((rows, forward(m, ids, cache, false)?));
     }
-    let b = batch.len();
-    let all: Vec<u32> = batch.iter().map(|(id, _)| *id).chain(ids.iter().copied()).collect();
-    let mut segs: Vec<(usize, &mut Cache)> = batch.iter_mut().map(|(_, c)| (1, &mut **c)).collect();
+    let all: Vec<u32> = batch.iter().flat_map(|(ids, _)| ids.iter().copied()).chain(ids.iter().copied()).collect();
+    let stepwise_rows = all.len() - ids.len();
+    let mut segs: Vec<(usize, &mut Cache)> = batch.iter_mut().map(|(ids, c)| (ids.len(), &mut **c)).collect();
     segs.push((ids.len(), cache));
-    let h = m.decode_layers(&all, &mut segs, false);
-    // The head over the decode rows and the prompt's last row only.
-    let mut last = h[..b * d].to_vec();
+    let h = m.decode_layers(&all, &mut segs, Rows::StepwiseThenPrompt);
+    // The head over the segments' rows and the prompt's last row only.
+    let mut last = h[..stepwise_rows * d].to_vec();
     last.extend_from_slice(&h[(all.len() - 1) * d..]);
-    let mut logits = m.logits(&last, b + 1);
-    let prompt_logits = logits.split_off(b * vocab);
-    Ok((logits.chunks_exact(vocab).map(<[f32]>::to_vec).collect(), prompt_logits))
+    let mut logits = m.logits(&last, stepwise_rows + 1);
+    let prompt_logits = logits.split_off(stepwise_rows * vocab);
+    let mut rest = &logits[..];
+    let mut out = Vec::with_capacity(batch.len());
+    for (ids, _) in batch.iter() {
+        let (mine, tail) = rest.split_at(ids.len() * vocab);
+        out.push(mine.to_vec());
+        rest = tail;
+    }
+    Ok((out, prompt_logits))
 }

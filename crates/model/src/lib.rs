@@ -127,24 +127,31 @@ pub trait CausalLm: Send + Sync {
         batch.iter_mut().map(|(ids, cache)| self.forward_stepwise(ids, cache)).collect()
     }
 
-    /// A decode step and a piece of a prompt in one pass: every `(id, cache)` entry of
-    /// `batch` runs as [`CausalLm::forward_batch`] runs it, and `prompt`'s ids run after its
-    /// cache's positions as [`CausalLm::forward`] runs a prompt; returns each entry's logits
-    /// (`[vocab]`) and the prompt's last position's (`[vocab]`). Each has the bits of those
-    /// two calls made apart. Models implement it so the weights are read once for all the
-    /// rows: while the decode step is bound by memory (a few sequences of a model larger than
-    /// the caches), the prompt's rows then cost little more than their arithmetic, so a
-    /// server prefills a new prompt beside its running replies without stalling them. The
-    /// default makes the two calls. An empty prompt piece or an id outside the vocabulary is
-    /// an error; no cache is then changed.
-    fn forward_batch_and_prompt(
+    /// A decode step (with drafts) and a piece of a prompt in one pass: every `(ids, cache)`
+    /// entry of `batch` runs as [`CausalLm::forward_batch_stepwise`] runs it, and `prompt`'s
+    /// ids run after its cache's positions as [`CausalLm::forward`] runs a prompt; returns
+    /// each entry's logits (`[ids.len(), vocab]`) and the prompt's last position's (`[vocab]`).
+    /// Each has the bits of those two calls made apart (an entry of one id: the bits of
+    /// [`CausalLm::forward_batch`]). Models implement it so the weights are read once for
+    /// all the rows: while the decode step is bound by memory (a few sequences of a model
+    /// larger than the caches), the prompt's rows then cost little more than their
+    /// arithmetic, so a server prefills a new prompt beside its running replies without
+    /// stalling them. The default makes the two calls. An empty entry or prompt piece, or an
+    /// id outside the vocabulary, is an error; no cache is then changed.
+    fn forward_batch_stepwise_and_prompt(
         &self,
-        batch: &mut [(u32, &mut Cache)],
+        batch: &mut [(&[u32], &mut Cache)],
         prompt: (&[u32], &mut Cache),
     ) -> Result<(Vec<Vec<f32>>, Vec<f32>)> {
-        check_batch_ids(batch, self.vocab_size())?;
+        check_segment_ids(batch, self.vocab_size())?;
         check_prompt_ids(prompt.0, self.vocab_size())?;
-        let rows = self.forward_batch(batch)?;
+        let rows = if batch.iter().all(|(ids, _)| ids.len() == 1) {
+            // A plain decode step: one batched forward.
+            let mut step: Vec<(u32, &mut Cache)> = batch.iter_mut().map(|(ids, c)| (ids[0], &mut **c)).collect();
+            self.forward_batch(&mut step)?.into_iter().collect()
+        } else {
+            self.forward_batch_stepwise(batch)?
+        };
         Ok((rows, self.forward(prompt.0, prompt.1, false)?))
     }
 

@@ -22,7 +22,7 @@
 use rayon::prelude::*;
 
 use crate::cache::{Cache, KvRows, KvType, LayerCache};
-use crate::decoder::{self, LayerStack};
+use crate::decoder::{self, LayerStack, Rows};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
 use crate::gguf_weights::{GgufArch, GgufWeights};
@@ -947,12 +947,12 @@ impl CausalLm for Llama {
         crate::kernels::on_pool(|| decoder::forward_batch_stepwise(self, batch))
     }
 
-    fn forward_batch_and_prompt(
+    fn forward_batch_stepwise_and_prompt(
         &self,
-        batch: &mut [(u32, &mut Cache)],
+        batch: &mut [(&[u32], &mut Cache)],
         prompt: (&[u32], &mut Cache),
     ) -> Result<(Vec<Vec<f32>>, Vec<f32>)> {
-        crate::kernels::on_pool(|| decoder::forward_batch_and_prompt(self, batch, prompt))
+        crate::kernels::on_pool(|| decoder::forward_batch_stepwise_and_prompt(self, batch, prompt))
     }
 
     fn as_any(&self) -> Option<&dyn std::any::Any> {
@@ -970,7 +970,7 @@ impl LayerStack for Llama {
             && cache.layers.iter().all(|l| matches!(l, LayerCache::Attention { .. }))
     }
 
-    fn decode_layers(&self, ids: &[u32], segs: &mut [(usize, &mut Cache)], stepwise: bool) -> Vec<f32> {
+    fn decode_layers(&self, ids: &[u32], segs: &mut [(usize, &mut Cache)], how: Rows) -> Vec<f32> {
         let c = &self.cfg;
         let (d, t) = (c.hidden_size, ids.len());
         let (q_w, kv_w, ffn) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.intermediate_size);
@@ -988,17 +988,18 @@ impl LayerStack for Llama {
             }
             let mut r0 = 0;
             let mut work = Vec::with_capacity(segs.len());
-            for (rows, cache) in segs.iter_mut() {
+            let n = segs.len();
+            for (i, (rows, cache)) in segs.iter_mut().enumerate() {
                 let pos0 = cache.pos;
                 let LayerCache::Attention { k: kc, v: vc } = &mut cache.layers[li] else {
                     unreachable!("cache layout checked by the caller")
                 };
-                work.push((r0, *rows, pos0, kc, vc));
+                work.push((r0, *rows, pos0, kc, vc, how.stepwise(i, n)));
                 r0 += *rows;
             }
             let outs: Vec<Vec<f32>> = work
                 .into_par_iter()
-                .map(|(r0, rows, pos0, kc, vc)| {
+                .map(|(r0, rows, pos0, kc, vc, stepwise)| {
                     // Stepwise: each row alone, as a decode step attends (the batch-size
                     // dependent summation order of one token).
                     let (step, pieces) = if stepwise { (1, rows) } else { (rows, 1) };

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use crate::cache::{Cache, KvRows, KvType, LayerCache};
 use crate::config::{LayerType, Qwen35Config};
-use crate::decoder::{self, LayerStack};
+use crate::decoder::{self, LayerStack, Rows};
 use crate::error::{ModelError, Result};
 use crate::kernels::attention::AttnShape;
 use crate::kernels::conv::causal_conv1d;
@@ -841,7 +841,7 @@ impl LayerStack for Qwen35 {
             })
     }
 
-    fn decode_layers(&self, ids: &[u32], segs: &mut [(usize, &mut Cache)], stepwise: bool) -> Vec<f32> {
+    fn decode_layers(&self, ids: &[u32], segs: &mut [(usize, &mut Cache)], rows: Rows) -> Vec<f32> {
         let d = self.cfg.hidden_size;
         let t = ids.len();
         let mut h = Vec::with_capacity(t * d);
@@ -849,9 +849,12 @@ impl LayerStack for Qwen35 {
             h.extend(self.embed_tokens.row(id as usize));
         }
         for (li, layer) in self.layers.iter().enumerate() {
+            let n = segs.len();
             let mut parts: Vec<Segment<'_>> = segs
                 .iter_mut()
-                .map(|(rows, cache)| {
+                .enumerate()
+                .map(|(i, (seg_rows, cache))| {
+                    let stepwise = rows.stepwise(i, n);
                     let keep = if stepwise { cache.row_states.keep } else { 0 };
                     let kept = match cache.row_states.layers.get_mut(li) {
                         Some(kept) if keep > 0 => {
@@ -860,7 +863,7 @@ impl LayerStack for Qwen35 {
                         }
                         _ => &mut [],
                     };
-                    Segment { rows: *rows, pos0: cache.pos, state: &mut cache.layers[li], stepwise, kept }
+                    Segment { rows: *seg_rows, pos0: cache.pos, state: &mut cache.layers[li], stepwise, kept }
                 })
                 .collect();
             self.run_layer(layer, &mut h, t, &mut parts);
@@ -937,12 +940,12 @@ impl CausalLm for Qwen35 {
         crate::kernels::on_pool(|| decoder::forward_batch_stepwise(self, batch))
     }
 
-    fn forward_batch_and_prompt(
+    fn forward_batch_stepwise_and_prompt(
         &self,
-        batch: &mut [(u32, &mut Cache)],
+        batch: &mut [(&[u32], &mut Cache)],
         prompt: (&[u32], &mut Cache),
     ) -> Result<(Vec<Vec<f32>>, Vec<f32>)> {
-        crate::kernels::on_pool(|| decoder::forward_batch_and_prompt(self, batch, prompt))
+        crate::kernels::on_pool(|| decoder::forward_batch_stepwise_and_prompt(self, batch, prompt))
     }
 
     fn mtp(&self) -> Option<&dyn crate::MtpHead> {

@@ -20,7 +20,7 @@
 
 use crate::cache::{Cache, LayerCache};
 use crate::config::{LayerType, Qwen35Config};
-use crate::decoder::LayerStack;
+use crate::decoder::{LayerStack, Rows};
 use crate::error::{ModelError, Result};
 use crate::kernels::rms_norm;
 use crate::qwen35::{load_layer, Layer, LayerMap, Qwen35, Segment};
@@ -163,7 +163,8 @@ impl MtpHead for Qwen35 {
         }
         let (t, d) = (ids.len(), self.cfg.hidden_size);
         crate::kernels::on_pool(|| {
-            let h = self.decode_layers(ids, &mut [(t, cache)], stepwise);
+            let rows = if stepwise { Rows::Stepwise } else { Rows::Prompt };
+            let h = self.decode_layers(ids, &mut [(t, cache)], rows);
             // Row-wise norm: the last row's bits are those `forward` computes from it alone.
             let hidden = self.final_norm(&h);
             let logits = if stepwise { self.head(&hidden, t) } else { self.head(&hidden[(t - 1) * d..], 1) };
@@ -180,7 +181,7 @@ impl MtpHead for Qwen35 {
         let ids: Vec<u32> = batch.iter().flat_map(|(ids, _)| ids.iter().copied()).collect();
         let mut segs: Vec<(usize, &mut Cache)> = batch.iter_mut().map(|(ids, c)| (ids.len(), &mut **c)).collect();
         let (logits, hidden) = crate::kernels::on_pool(|| {
-            let h = self.decode_layers(&ids, &mut segs, true);
+            let h = self.decode_layers(&ids, &mut segs, Rows::Stepwise);
             let hidden = self.final_norm(&h);
             (self.head(&hidden, ids.len()), hidden)
         });

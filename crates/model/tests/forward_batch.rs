@@ -99,12 +99,14 @@ fn smollm2_batched_decode_matches_per_sequence_decode() {
     batch_matches_single(m.as_ref(), &prompts(&[1, 12, 40, 5]), &[28, 1001, 330, 7], 5, 2e-3);
 }
 
-/// `forward_batch_and_prompt` (a decode step and a prompt piece in one pass) against the two
-/// calls apart, on fresh caches of the same states: the decode rows' logits, the prompt's last
-/// logits and every cache afterwards must be the same bits, through the prompt's second piece
-/// too (a piece after a prefix) and with a prompt piece of two tokens (the smallest a server
-/// prefills).
-fn fused_matches_apart(model: &dyn CausalLm, name: &str) {
+/// `forward_batch_stepwise_and_prompt` (a decode step, with drafts or without, and a prompt
+/// piece in one pass) against the calls apart, on fresh caches of the same states: the decode
+/// rows' logits, the prompt's last logits and every cache afterwards must be the same bits,
+/// through the prompt's second piece too (a piece after a prefix) and with a prompt piece of
+/// two tokens (the smallest a server prefills). `drafts`: the sequences' entries hold 1, 3
+/// and 2 ids (a verification step), else one each (a plain decode step, whose bits are
+/// `forward_batch`'s).
+fn fused_matches_apart(model: &dyn CausalLm, name: &str, drafts: bool) {
     let running = prompts(&[5, 17, 1]);
     let prompt: Vec<u32> = (0..40).map(|i| ((i * 37 + 3) % 700 + 2) as u32).collect();
     let prefilled = |p: &[u32]| {
@@ -117,13 +119,27 @@ fn fused_matches_apart(model: &dyn CausalLm, name: &str) {
     let (mut fused_prompt, mut apart_prompt) = (model.new_cache(), model.new_cache());
     let mut next = vec![9u32, 10, 11];
     for (step, piece) in [&prompt[..16], &prompt[16..38], &prompt[38..]].into_iter().enumerate() {
-        let mut batch: Vec<(u32, &mut _)> = next.iter().copied().zip(fused.iter_mut()).collect();
-        let (rows, last) = model.forward_batch_and_prompt(&mut batch, (piece, &mut fused_prompt)).unwrap();
-        let mut batch: Vec<(u32, &mut _)> = next.iter().copied().zip(apart.iter_mut()).collect();
-        let rows_apart = model.forward_batch(&mut batch).unwrap();
+        let entries: Vec<Vec<u32>> = next
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| {
+                let n = if drafts { [1, 3, 2][i] } else { 1 };
+                (0..n).map(|k| id + 7 * k as u32).collect()
+            })
+            .collect();
+        let mut batch: Vec<(&[u32], &mut _)> = entries.iter().map(Vec::as_slice).zip(fused.iter_mut()).collect();
+        let (rows, last) = model.forward_batch_stepwise_and_prompt(&mut batch, (piece, &mut fused_prompt)).unwrap();
+        let rows_apart = if drafts {
+            let mut batch: Vec<(&[u32], &mut _)> = entries.iter().map(Vec::as_slice).zip(apart.iter_mut()).collect();
+            model.forward_batch_stepwise(&mut batch).unwrap()
+        } else {
+            let mut batch: Vec<(u32, &mut _)> = next.iter().copied().zip(apart.iter_mut()).collect();
+            model.forward_batch(&mut batch).unwrap()
+        };
         let last_apart = model.forward(piece, &mut apart_prompt, false).unwrap();
-        assert_eq!(rows.len(), running.len(), "{name}: one row of logits per decoding sequence");
+        assert_eq!(rows.len(), running.len(), "{name}: logits for each decoding sequence");
         for (i, (a, b)) in rows.iter().zip(&rows_apart).enumerate() {
+            assert_eq!(a.len(), entries[i].len() * model.vocab_size(), "{name}: a row of logits per id");
             assert!(a == b, "{name}, step {step}: sequence {i}'s logits differ by {}", max_abs_diff(a, b));
         }
         assert!(
@@ -131,7 +147,7 @@ fn fused_matches_apart(model: &dyn CausalLm, name: &str) {
             "{name}, step {step}: the prompt's logits differ by {}",
             max_abs_diff(&last, &last_apart)
         );
-        next = rows.iter().map(|r| argmax(r) as u32).collect();
+        next = rows.iter().map(|r| argmax(&r[r.len() - model.vocab_size()..]) as u32).collect();
     }
     // The caches hold the same state: one more decode step on each gives the same bits.
     let after = |caches: &mut Vec<frognano_model::Cache>, prompt_cache: &mut frognano_model::Cache| {
@@ -152,11 +168,14 @@ fn a_decode_step_and_a_prompt_piece_in_one_pass_give_the_bits_of_the_two_apart()
         "fixtures/arch/qwen3-tiny-q8_0.gguf",
     ] {
         let m = load(repo(name).to_str().unwrap()).unwrap().model;
-        fused_matches_apart(m.as_ref(), name);
+        fused_matches_apart(m.as_ref(), name, false);
+        fused_matches_apart(m.as_ref(), &format!("{name}, with drafts"), true);
     }
     let smollm2 = repo("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     if smollm2.exists() {
-        fused_matches_apart(load(smollm2.to_str().unwrap()).unwrap().model.as_ref(), "SmolLM2 Q4_1");
+        let m = load(smollm2.to_str().unwrap()).unwrap().model;
+        fused_matches_apart(m.as_ref(), "SmolLM2 Q4_1", false);
+        fused_matches_apart(m.as_ref(), "SmolLM2 Q4_1, with drafts", true);
     } else if std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_some() {
         panic!("{} is missing and FROGNANO_REQUIRE_FIXTURES is set", smollm2.display());
     }
@@ -168,9 +187,11 @@ fn a_bad_id_in_the_prompt_piece_fails_the_pass_and_changes_no_cache() {
     let (mut a, mut p) = (m.new_cache(), m.new_cache());
     m.forward(&[5, 6], &mut a, false).unwrap();
     let bad = m.vocab_size() as u32;
-    let err = m.forward_batch_and_prompt(&mut [(3, &mut a)], (&[4, bad], &mut p)).unwrap_err();
+    let err = m.forward_batch_stepwise_and_prompt(&mut [(&[3], &mut a)], (&[4, bad], &mut p)).unwrap_err();
     assert!(err.to_string().contains(&format!("token id {bad} is out of vocabulary")), "{err}");
-    let err = m.forward_batch_and_prompt(&mut [(3, &mut a)], (&[], &mut p)).unwrap_err();
+    let err = m.forward_batch_stepwise_and_prompt(&mut [(&[3], &mut a)], (&[], &mut p)).unwrap_err();
+    assert!(err.to_string().contains("no input tokens"), "{err}");
+    let err = m.forward_batch_stepwise_and_prompt(&mut [(&[], &mut a)], (&[4, 5], &mut p)).unwrap_err();
     assert!(err.to_string().contains("no input tokens"), "{err}");
     assert_eq!((a.pos, p.pos), (2, 0));
 }
