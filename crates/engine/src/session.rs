@@ -937,9 +937,10 @@ fn decode_step_and_prompt(
 /// forward when it can be ([`CausalLm::forward_batch_stepwise_and_prompt`]): the weights are
 /// then read once for the sequences' rows (their drafts included) and the chunk's, so a step
 /// bound by memory (a few sequences of a model larger than the caches) prefills the chunk at
-/// little more than its own arithmetic. That is unless an MTP drafter is in the step or on the
-/// prompt's session (its head needs hidden states this forward does not give) or the chunk is
-/// longer than [`frognano_model::PROMPT_PIECE`]. Returns the step's tokens and, when the chunk
+/// little more than its own arithmetic; with an MTP drafter in the step or on the prompt's
+/// session, through [`frognano_model::MtpHead::forward_batch_with_hidden_and_prompt`], which
+/// also gives the hidden states the head drafts from. Not when the chunk is longer than
+/// [`frognano_model::PROMPT_PIECE`]. Returns the step's tokens and, when the chunk
 /// ran, how it ended ([`ChunkOutcome`], with [`Session::prefill_chunk`]'s meaning: a bad prompt
 /// fails only the chunk); `None` when it did not run (the caller runs it apart). On an error
 /// of the step itself no session has advanced, the chunk's included.
@@ -950,8 +951,7 @@ pub fn speculative_decode_step_with_prompt(
     let Some(PromptChunk { session, prompt, max_tokens, checkpoint }) = chunk else {
         return Ok((speculative_decode_step(batch)?, None));
     };
-    let live = batch.iter().any(|(_, d)| !d.is_finished());
-    if !live || session.mtp.is_some() || batch.iter().any(|(s, d)| s.mtp.is_some() && !d.is_finished()) {
+    if batch.iter().all(|(_, d)| d.is_finished()) {
         return Ok((speculative_decode_step(batch)?, None));
     }
     let (from, n, keep) = match session.plan_chunk(prompt, max_tokens, checkpoint) {
@@ -967,10 +967,12 @@ pub fn speculative_decode_step_with_prompt(
     };
     let started = Instant::now();
     let mut drafts = Vec::with_capacity(batch.len());
+    let mut by_mtp = Vec::with_capacity(batch.len());
     for (s, decoding) in batch.iter_mut() {
-        drafts.push(if decoding.is_finished() { Vec::new() } else { s.drafts_for(decoding)?.0 });
+        let (d, mtp) = if decoding.is_finished() { (Vec::new(), false) } else { s.drafts_for(decoding)? };
+        drafts.push(d);
+        by_mtp.push(mtp);
     }
-    let by_mtp = vec![false; batch.len()];
     let chunk = Some((&mut *session, &prompt[from..from + n]));
     let (tokens, logits) = step_with_drafts(batch, drafts, by_mtp, started, chunk)?;
     Ok((tokens, logits.map(|logits| Ok(session.after_chunk(prompt.len(), keep, logits)))))
@@ -1029,10 +1031,9 @@ fn step_with_drafts(
     // Sessions drafting with an MTP head need the hidden states of every forward they take
     // part in (the head drafts from the last one), drafting or not this step.
     let heads = batch.iter().any(|(s, d)| s.mtp.is_some() && !d.is_finished());
-    // A chunk beside an MTP head's sequences would need hidden states this forward does not
-    // give: it does not run here.
-    let prompt = prompt.filter(|_| !heads);
-    if drafts.iter().all(Vec::is_empty) && !heads {
+    // So does a prompt chunk's session that drafts with one (its prefill feeds the head).
+    let prompt_head = prompt.as_ref().is_some_and(|(s, _)| s.mtp.is_some());
+    if drafts.iter().all(Vec::is_empty) && !heads && !prompt_head {
         let chunk = prompt.is_some();
         let (out, logits) = decode_step_and_prompt(batch, prompt)?;
         if let ([(session, _)], false) = (&mut *batch, chunk) {
@@ -1047,7 +1048,7 @@ fn step_with_drafts(
     if live.iter().any(|&i| !same(batch[i].0)) || prompt.as_ref().is_some_and(|(s, _)| !same(s)) {
         return Err(EngineError::Request("a decode step's sessions must share one model".into()));
     }
-    let head = model.mtp().filter(|_| heads);
+    let head = model.mtp().filter(|_| heads || prompt_head);
     let chunk_ran = prompt.is_some();
     let mut prompt_logits = None;
     // Per live entry: the last token and its drafts.
@@ -1088,7 +1089,18 @@ fn step_with_drafts(
             }
         }
         match (head, prompt) {
-            (Some(head), _) => head.forward_batch_with_hidden(&mut rows)?.into_iter().unzip(),
+            (Some(head), Some((session, chunk))) => {
+                let (rows, (last, hidden)) =
+                    head.forward_batch_with_hidden_and_prompt(&mut rows, (chunk, &mut session.cache))?;
+                if let Some(drafter) = session.mtp.as_mut() {
+                    drafter.observe(session.tokens.len(), &hidden);
+                }
+                session.tokens.extend_from_slice(chunk);
+                session.last_logits = Some(last.clone());
+                prompt_logits = Some(last);
+                rows.into_iter().unzip()
+            }
+            (Some(head), None) => head.forward_batch_with_hidden(&mut rows)?.into_iter().unzip(),
             (None, Some((session, chunk))) => {
                 let (rows, last) = model.forward_batch_stepwise_and_prompt(&mut rows, (chunk, &mut session.cache))?;
                 session.tokens.extend_from_slice(chunk);

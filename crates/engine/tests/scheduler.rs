@@ -276,10 +276,15 @@ fn beside_a_stream(m: &Arc<dyn CausalLm>, stream_req: GenerateRequest, drafts: b
 
 #[test]
 fn a_prompt_prefilled_beside_a_stream_on_the_hybrid_model_gets_its_tokens_alone() {
-    // The GGUF fixture: no MTP head (sessions drafting with one take their chunks apart).
+    // The GGUF fixture has no MTP head; the checkpoint folder has one, so its greedy replies
+    // draft with it and its sessions need hidden states from every forward, the prompt
+    // chunk's included.
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/qwen35-tiny.gguf");
     let m = Arc::from(frognano_model::load::load(path.to_str().unwrap()).unwrap().model);
     a_prompt_prefilled_beside_a_stream_gets_its_tokens_alone(m, 400, "qwen35 tiny GGUF");
+    let m = hybrid();
+    assert!(m.mtp().is_some(), "the checkpoint fixture has its MTP head");
+    a_prompt_prefilled_beside_a_stream_gets_its_tokens_alone(m, 400, "qwen35 tiny with its MTP head");
 }
 
 #[test]

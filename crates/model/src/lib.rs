@@ -199,6 +199,10 @@ pub(crate) fn check_segment_ids(batch: &[(&[u32], &mut Cache)], vocab_size: usiz
     Ok(())
 }
 
+/// What [`MtpHead::forward_batch_with_hidden_and_prompt`] returns: per segment (logits,
+/// hidden), and the prompt's (last row's logits, every row's hidden state).
+pub type WithHiddenAndPrompt = (Vec<(Vec<f32>, Vec<f32>)>, (Vec<f32>, Vec<f32>));
+
 /// A multi-token-prediction head (docs/speculative.md, "MTP drafting"): a small module that
 /// reads the main model's last hidden state at position i and the embedding of token i + 1
 /// and predicts token i + 2, with an attention layer of its own whose keys and values live in
@@ -224,6 +228,20 @@ pub trait MtpHead: Send + Sync {
     /// (`[ids.len(), d]`), so MTP drafters inside a batched decode step get them from the
     /// pass that verifies their drafts. Per segment: (logits, hidden).
     fn forward_batch_with_hidden(&self, batch: &mut [(&[u32], &mut Cache)]) -> Result<Vec<(Vec<f32>, Vec<f32>)>>;
+
+    /// [`MtpHead::forward_batch_with_hidden`] with a prompt's piece in the same pass, as
+    /// [`CausalLm::forward_batch_stepwise_and_prompt`] runs it: per segment (logits, hidden),
+    /// and for the prompt its last row's logits and every row's hidden state (what
+    /// [`MtpHead::forward_with_hidden`] gives it apart), each with the bits of the calls apart.
+    /// The default makes the two calls.
+    fn forward_batch_with_hidden_and_prompt(
+        &self,
+        batch: &mut [(&[u32], &mut Cache)],
+        prompt: (&[u32], &mut Cache),
+    ) -> Result<WithHiddenAndPrompt> {
+        let rows = self.forward_batch_with_hidden(batch)?;
+        Ok((rows, self.forward_with_hidden(prompt.0, prompt.1, false)?))
+    }
 
     /// The head over `t` rows at positions `cache.len()..` of its own cache: row r pairs
     /// `next_ids[r]` (the token after the hidden state's position) with `hidden[r]` (a main

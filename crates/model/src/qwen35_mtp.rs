@@ -196,6 +196,46 @@ impl MtpHead for Qwen35 {
             .collect())
     }
 
+    fn forward_batch_with_hidden_and_prompt(
+        &self,
+        batch: &mut [(&[u32], &mut Cache)],
+        prompt: (&[u32], &mut Cache),
+    ) -> Result<crate::WithHiddenAndPrompt> {
+        let (ids, cache) = prompt;
+        crate::check_segment_ids(batch, self.vocab_size())?;
+        crate::check_prompt_ids(ids, self.vocab_size())?;
+        if !batch.iter().all(|(_, c)| self.fits(c)) || !self.fits(cache) {
+            return Err(ModelError::Input("cache belongs to a different model".into()));
+        }
+        if batch.is_empty() || ids.len() > crate::PROMPT_PIECE {
+            let rows = self.forward_batch_with_hidden(batch)?;
+            return Ok((rows, self.forward_with_hidden(ids, cache, false)?));
+        }
+        let (d, vocab) = (self.cfg.hidden_size, self.vocab_size());
+        let all: Vec<u32> = batch.iter().flat_map(|(ids, _)| ids.iter().copied()).chain(ids.iter().copied()).collect();
+        let stepwise_rows = all.len() - ids.len();
+        let mut segs: Vec<(usize, &mut Cache)> = batch.iter_mut().map(|(ids, c)| (ids.len(), &mut **c)).collect();
+        segs.push((ids.len(), cache));
+        let (logits, hidden) = crate::kernels::on_pool(|| {
+            let h = self.decode_layers(&all, &mut segs, Rows::StepwiseThenPrompt);
+            // Row-wise norm and head: each row's bits are those of the calls apart.
+            let hidden = self.final_norm(&h);
+            let mut last = hidden[..stepwise_rows * d].to_vec();
+            last.extend_from_slice(&hidden[(all.len() - 1) * d..]);
+            (self.head(&last, stepwise_rows + 1), hidden)
+        });
+        let mut from = 0;
+        let rows = batch
+            .iter()
+            .map(|(ids, _)| {
+                let r = from..from + ids.len();
+                from = r.end;
+                (logits[r.start * vocab..r.end * vocab].to_vec(), hidden[r.start * d..r.end * d].to_vec())
+            })
+            .collect();
+        Ok((rows, (logits[stepwise_rows * vocab..].to_vec(), hidden[stepwise_rows * d..].to_vec())))
+    }
+
     fn mtp_forward(
         &self,
         next_ids: &[u32],

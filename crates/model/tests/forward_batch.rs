@@ -195,3 +195,40 @@ fn a_bad_id_in_the_prompt_piece_fails_the_pass_and_changes_no_cache() {
     assert!(err.to_string().contains("no input tokens"), "{err}");
     assert_eq!((a.pos, p.pos), (2, 0));
 }
+
+/// The MTP head's pass (`forward_batch_with_hidden_and_prompt`: the batch's segments with
+/// their hidden states, and a prompt piece with every row's hidden state) gives the bits of
+/// `forward_batch_with_hidden` and `forward_with_hidden` apart, so sessions drafting with
+/// the head can share a decode step with a prompt's chunk.
+#[test]
+fn the_mtp_heads_pass_with_a_prompt_piece_gives_the_bits_of_the_calls_apart() {
+    let m = load(repo("fixtures/qwen35-tiny").to_str().unwrap()).unwrap().model;
+    let head = m.mtp().expect("the fixture has an MTP head");
+    let running = prompts(&[5, 17]);
+    let prefilled = |p: &[u32]| {
+        let mut c = m.new_cache();
+        m.forward(p, &mut c, false).unwrap();
+        c
+    };
+    let mut fused: Vec<_> = running.iter().map(|p| prefilled(p)).collect();
+    let mut apart: Vec<_> = running.iter().map(|p| prefilled(p)).collect();
+    let (mut fused_prompt, mut apart_prompt) = (m.new_cache(), m.new_cache());
+    let prompt: Vec<u32> = (0..30).map(|i| ((i * 53 + 1) % 600 + 4) as u32).collect();
+    let entries: [&[u32]; 2] = [&[9, 16], &[10]];
+    for piece in [&prompt[..12], &prompt[12..]] {
+        let mut batch: Vec<(&[u32], &mut _)> = entries.iter().copied().zip(fused.iter_mut()).collect();
+        let (rows, (last, hidden)) =
+            head.forward_batch_with_hidden_and_prompt(&mut batch, (piece, &mut fused_prompt)).unwrap();
+        let mut batch: Vec<(&[u32], &mut _)> = entries.iter().copied().zip(apart.iter_mut()).collect();
+        let rows_apart = head.forward_batch_with_hidden(&mut batch).unwrap();
+        let (last_apart, hidden_apart) = head.forward_with_hidden(piece, &mut apart_prompt, false).unwrap();
+        assert!(rows == rows_apart, "the segments' logits or hidden states differ");
+        assert!(last == last_apart, "the prompt's logits differ by {}", max_abs_diff(&last, &last_apart));
+        assert_eq!(hidden.len(), piece.len() * head.hidden_size(), "a hidden state per prompt row");
+        assert!(
+            hidden == hidden_apart,
+            "the prompt's hidden states differ by {}",
+            max_abs_diff(&hidden, &hidden_apart)
+        );
+    }
+}
