@@ -437,6 +437,33 @@ impl TokenSink for PanicsAt {
     }
 }
 
+/// Starts a stream of `prompt` on its own thread and, once its first token is out, submits a
+/// prompt with `poison` in its 4th chunk of 8, which must fail with the kernel's panic named.
+/// Returns the stream's thread.
+fn stream_then_poison(
+    scheduler: &Arc<Scheduler>,
+    prompt: &[u32],
+    req: GenerateRequest,
+    poison: u32,
+) -> std::thread::JoinHandle<Result<Generation, frognano_engine::EngineError>> {
+    let (started_tx, started) = std::sync::mpsc::channel::<()>();
+    let stream = {
+        let (sch, p) = (Arc::clone(scheduler), prompt.to_vec());
+        std::thread::spawn(move || {
+            sch.generate(p, req, |_| {
+                let _ = started_tx.send(());
+                ControlFlow::Continue(())
+            })
+        })
+    };
+    started.recv().unwrap();
+    let mut poisoned = ids(50, 5);
+    poisoned[30] = poison; // in the prompt's 4th chunk
+    let err = scheduler.generate(poisoned, greedy(3), |_| ControlFlow::Continue(())).unwrap_err().to_string();
+    assert!(err.contains("panicked while prefilling") && err.contains("index out of bounds in a kernel"), "{err}");
+    stream
+}
+
 #[test]
 fn a_panic_in_one_jobs_work_fails_only_that_job() {
     let m = hybrid();
@@ -447,24 +474,7 @@ fn a_panic_in_one_jobs_work_fails_only_that_job() {
     let prompt = ids(20, 4);
     let expected = alone(&m, &prompt, &greedy(200));
     // A stream runs while the other jobs fail around it.
-    let (started_tx, started) = std::sync::mpsc::channel::<()>();
-    let stream = {
-        let (sch, p) = (Arc::clone(&scheduler), prompt.clone());
-        std::thread::spawn(move || {
-            let mut first = Some(started_tx);
-            sch.generate(p, greedy(200), |_| {
-                if let Some(tx) = first.take() {
-                    let _ = tx.send(());
-                }
-                ControlFlow::Continue(())
-            })
-        })
-    };
-    started.recv().unwrap();
-    let mut poisoned = ids(50, 5);
-    poisoned[30] = poison; // in the prompt's 4th chunk
-    let err = scheduler.generate(poisoned, greedy(3), |_| ControlFlow::Continue(())).unwrap_err().to_string();
-    assert!(err.contains("panicked while prefilling") && err.contains("index out of bounds in a kernel"), "{err}");
+    let stream = stream_then_poison(&scheduler, &prompt, greedy(200), poison);
     let (tx, rx) = std::sync::mpsc::channel();
     scheduler
         .submit(Job {
@@ -498,21 +508,7 @@ fn a_prompt_chunk_that_panics_inside_a_decode_step_fails_only_its_own_job() {
     let scheduler = Arc::new(Scheduler::start(model, config).unwrap());
     let (prompt, req) = (ids(20, 4), sampled(300, 11));
     let expected = alone(&m, &prompt, &req);
-    let (started_tx, started) = std::sync::mpsc::channel::<()>();
-    let stream = {
-        let (sch, p, req) = (Arc::clone(&scheduler), prompt.clone(), req.clone());
-        std::thread::spawn(move || {
-            sch.generate(p, req, |_| {
-                let _ = started_tx.send(());
-                ControlFlow::Continue(())
-            })
-        })
-    };
-    started.recv().unwrap();
-    let mut poisoned = ids(50, 5);
-    poisoned[30] = poison; // in the prompt's 4th chunk
-    let err = scheduler.generate(poisoned, greedy(3), |_| ControlFlow::Continue(())).unwrap_err().to_string();
-    assert!(err.contains("panicked while prefilling") && err.contains("index out of bounds in a kernel"), "{err}");
+    let stream = stream_then_poison(&scheduler, &prompt, req, poison);
     let st = scheduler.stats();
     let inside = st.fused_prefill_chunks.load(Ordering::Relaxed);
     assert!(inside >= 3, "the poisoned prompt's first chunks ran inside the stream's steps ({inside})");

@@ -126,15 +126,19 @@ pub(crate) fn forward_batch_stepwise<M: LayerStack>(
     let ids: Vec<u32> = batch.iter().flat_map(|(ids, _)| ids.iter().copied()).collect();
     let mut segs: Vec<(usize, &mut Cache)> = batch.iter_mut().map(|(ids, c)| (ids.len(), &mut **c)).collect();
     let h = m.decode_layers(&ids, &mut segs, Rows::Stepwise);
-    let logits = m.logits(&h, ids.len());
-    let mut rest = &logits[..];
+    Ok(per_segment(&m.logits(&h, ids.len()), batch, vocab))
+}
+
+/// `logits` (`[Σ ids, vocab]`) cut into each segment's rows.
+fn per_segment(logits: &[f32], batch: &[(&[u32], &mut Cache)], vocab: usize) -> Vec<Vec<f32>> {
+    let mut rest = logits;
     let mut out = Vec::with_capacity(batch.len());
-    for (ids, _) in batch.iter() {
+    for (ids, _) in batch {
         let (mine, tail) = rest.split_at(ids.len() * vocab);
         out.push(mine.to_vec());
         rest = tail;
     }
-    Ok(out)
+    out
 }
 
 /// [`CausalLm::forward_batch`] of a layer stack, on the calling thread.
@@ -181,12 +185,5 @@ pub(crate) fn forward_batch_stepwise_and_prompt<M: LayerStack>(
     last.extend_from_slice(&h[(all.len() - 1) * d..]);
     let mut logits = m.logits(&last, stepwise_rows + 1);
     let prompt_logits = logits.split_off(stepwise_rows * vocab);
-    let mut rest = &logits[..];
-    let mut out = Vec::with_capacity(batch.len());
-    for (ids, _) in batch.iter() {
-        let (mine, tail) = rest.split_at(ids.len() * vocab);
-        out.push(mine.to_vec());
-        rest = tail;
-    }
-    Ok((out, prompt_logits))
+    Ok((per_segment(&logits, batch, vocab), prompt_logits))
 }
