@@ -75,12 +75,7 @@ pub const PROMPT_PIECE: usize = 512;
 /// [`PROMPT_PIECE`] tokens.
 pub(crate) fn forward<M: LayerStack>(m: &M, ids: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Vec<f32>> {
     let (d, t, vocab) = (m.hidden_size(), ids.len(), m.vocab_size());
-    if t == 0 {
-        return Err(ModelError::Input("no input tokens".into()));
-    }
-    if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
-        return Err(ModelError::Input(format!("token id {bad} is out of vocabulary (vocab_size {vocab})")));
-    }
+    crate::check_ids(ids, vocab)?;
     check_caches(m, [&*cache])?;
     let mut logits = Vec::with_capacity(if all_logits { t * vocab } else { 0 });
     let pieces = t.div_ceil(PROMPT_PIECE);
@@ -99,13 +94,7 @@ pub(crate) fn forward<M: LayerStack>(m: &M, ids: &[u32], cache: &mut Cache, all_
 /// [`CausalLm::forward_stepwise`] of a layer stack, on the calling thread: every row's
 /// logits, each the bits [`forward_batch`] gives that token fed alone after the ones before it.
 pub(crate) fn forward_stepwise<M: LayerStack>(m: &M, ids: &[u32], cache: &mut Cache) -> Result<Vec<f32>> {
-    let vocab = m.vocab_size();
-    if ids.is_empty() {
-        return Err(ModelError::Input("no input tokens".into()));
-    }
-    if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
-        return Err(ModelError::Input(format!("token id {bad} is out of vocabulary (vocab_size {vocab})")));
-    }
+    crate::check_ids(ids, m.vocab_size())?;
     check_caches(m, [&*cache])?;
     let h = m.decode_layers(ids, &mut [(ids.len(), cache)], Rows::Stepwise);
     Ok(m.logits(&h, ids.len()))
@@ -169,21 +158,37 @@ pub(crate) fn forward_batch_stepwise_and_prompt<M: LayerStack>(
     let (ids, cache) = prompt;
     let (d, vocab) = (m.hidden_size(), m.vocab_size());
     crate::check_segment_ids(batch, vocab)?;
-    crate::check_prompt_ids(ids, vocab)?;
+    crate::check_ids(ids, vocab)?;
     check_caches(m, batch.iter().map(|(_, c)| &**c).chain([&*cache]))?;
     if batch.is_empty() || ids.len() > PROMPT_PIECE {
         let rows = forward_batch_stepwise(m, batch)?;
         return Ok((rows, forward(m, ids, cache, false)?));
     }
-    let all: Vec<u32> = batch.iter().flat_map(|(ids, _)| ids.iter().copied()).chain(ids.iter().copied()).collect();
+    let (all, mut segs) = segments_then_prompt(batch, (ids, cache));
     let stepwise_rows = all.len() - ids.len();
-    let mut segs: Vec<(usize, &mut Cache)> = batch.iter_mut().map(|(ids, c)| (ids.len(), &mut **c)).collect();
-    segs.push((ids.len(), cache));
     let h = m.decode_layers(&all, &mut segs, Rows::StepwiseThenPrompt);
-    // The head over the segments' rows and the prompt's last row only.
-    let mut last = h[..stepwise_rows * d].to_vec();
-    last.extend_from_slice(&h[(all.len() - 1) * d..]);
-    let mut logits = m.logits(&last, stepwise_rows + 1);
+    let mut logits = m.logits(&rows_for_head(&h, stepwise_rows, d), stepwise_rows + 1);
     let prompt_logits = logits.split_off(stepwise_rows * vocab);
     Ok((per_segment(&logits, batch, vocab), prompt_logits))
+}
+
+/// The ids of `batch`'s segments and then `prompt`'s in one run, and the segments of a
+/// [`Rows::StepwiseThenPrompt`] pass over them (the prompt's last).
+pub(crate) fn segments_then_prompt<'a>(
+    batch: &'a mut [(&[u32], &mut Cache)],
+    prompt: (&[u32], &'a mut Cache),
+) -> (Vec<u32>, Vec<(usize, &'a mut Cache)>) {
+    let (ids, cache) = prompt;
+    let all = batch.iter().flat_map(|(ids, _)| ids.iter().copied()).chain(ids.iter().copied()).collect();
+    let mut segs: Vec<(usize, &mut Cache)> = batch.iter_mut().map(|(ids, c)| (ids.len(), &mut **c)).collect();
+    segs.push((ids.len(), cache));
+    (all, segs)
+}
+
+/// The rows of such a pass (`[rows, d]` hidden states) that go through the head: the
+/// segments' `stepwise_rows`, then the prompt's last row only.
+pub(crate) fn rows_for_head(h: &[f32], stepwise_rows: usize, d: usize) -> Vec<f32> {
+    let mut rows = h[..stepwise_rows * d].to_vec();
+    rows.extend_from_slice(&h[h.len() - d..]);
+    rows
 }

@@ -144,7 +144,7 @@ pub trait CausalLm: Send + Sync {
         prompt: (&[u32], &mut Cache),
     ) -> Result<(Vec<Vec<f32>>, Vec<f32>)> {
         check_segment_ids(batch, self.vocab_size())?;
-        check_prompt_ids(prompt.0, self.vocab_size())?;
+        check_ids(prompt.0, self.vocab_size())?;
         let rows = if batch.iter().all(|(ids, _)| ids.len() == 1) {
             // A plain decode step: one batched forward.
             let mut step: Vec<(u32, &mut Cache)> = batch.iter_mut().map(|(ids, c)| (ids[0], &mut **c)).collect();
@@ -174,8 +174,9 @@ pub trait CausalLm: Send + Sync {
     }
 }
 
-/// Rejects an empty prompt or one with a token id outside the vocabulary.
-pub(crate) fn check_prompt_ids(ids: &[u32], vocab_size: usize) -> Result<()> {
+/// Rejects an empty run of ids or one with a token id outside the vocabulary (before any cache
+/// is touched).
+pub(crate) fn check_ids(ids: &[u32], vocab_size: usize) -> Result<()> {
     if ids.is_empty() {
         return Err(ModelError::Input("no input tokens".into()));
     }
@@ -188,15 +189,7 @@ pub(crate) fn check_prompt_ids(ids: &[u32], vocab_size: usize) -> Result<()> {
 /// Rejects a batch of segments with an empty one or a token id outside the vocabulary
 /// (before any cache is touched).
 pub(crate) fn check_segment_ids(batch: &[(&[u32], &mut Cache)], vocab_size: usize) -> Result<()> {
-    for (ids, _) in batch {
-        if ids.is_empty() {
-            return Err(ModelError::Input("no input tokens".into()));
-        }
-        if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab_size) {
-            return Err(ModelError::Input(format!("token id {bad} is out of vocabulary (vocab_size {vocab_size})")));
-        }
-    }
-    Ok(())
+    batch.iter().try_for_each(|(ids, _)| check_ids(ids, vocab_size))
 }
 
 /// What [`MtpHead::forward_batch_with_hidden_and_prompt`] returns: per segment (logits,

@@ -20,7 +20,7 @@
 
 use crate::cache::{Cache, LayerCache};
 use crate::config::{LayerType, Qwen35Config};
-use crate::decoder::{LayerStack, Rows};
+use crate::decoder::{self, LayerStack, Rows};
 use crate::error::{ModelError, Result};
 use crate::kernels::rms_norm;
 use crate::qwen35::{load_layer, Layer, LayerMap, Qwen35, Segment};
@@ -136,16 +136,6 @@ impl Qwen35Mtp {
     }
 }
 
-fn check_ids(ids: &[u32], vocab: usize) -> Result<()> {
-    if ids.is_empty() {
-        return Err(ModelError::Input("no input tokens".into()));
-    }
-    match ids.iter().find(|&&id| id as usize >= vocab) {
-        Some(bad) => Err(ModelError::Input(format!("token id {bad} is out of vocabulary (vocab_size {vocab})"))),
-        None => Ok(()),
-    }
-}
-
 impl MtpHead for Qwen35 {
     fn new_mtp_cache(&self) -> Cache {
         let c = &self.cfg;
@@ -157,7 +147,7 @@ impl MtpHead for Qwen35 {
     }
 
     fn forward_with_hidden(&self, ids: &[u32], cache: &mut Cache, stepwise: bool) -> Result<(Vec<f32>, Vec<f32>)> {
-        check_ids(ids, self.vocab_size())?;
+        crate::check_ids(ids, self.vocab_size())?;
         if !self.fits(cache) {
             return Err(ModelError::Input("cache belongs to a different model".into()));
         }
@@ -203,7 +193,7 @@ impl MtpHead for Qwen35 {
     ) -> Result<crate::WithHiddenAndPrompt> {
         let (ids, cache) = prompt;
         crate::check_segment_ids(batch, self.vocab_size())?;
-        crate::check_prompt_ids(ids, self.vocab_size())?;
+        crate::check_ids(ids, self.vocab_size())?;
         if !batch.iter().all(|(_, c)| self.fits(c)) || !self.fits(cache) {
             return Err(ModelError::Input("cache belongs to a different model".into()));
         }
@@ -212,17 +202,14 @@ impl MtpHead for Qwen35 {
             return Ok((rows, self.forward_with_hidden(ids, cache, false)?));
         }
         let (d, vocab) = (self.cfg.hidden_size, self.vocab_size());
-        let all: Vec<u32> = batch.iter().flat_map(|(ids, _)| ids.iter().copied()).chain(ids.iter().copied()).collect();
-        let stepwise_rows = all.len() - ids.len();
-        let mut segs: Vec<(usize, &mut Cache)> = batch.iter_mut().map(|(ids, c)| (ids.len(), &mut **c)).collect();
-        segs.push((ids.len(), cache));
+        let prompt_rows = ids.len();
+        let (all, mut segs) = decoder::segments_then_prompt(batch, (ids, cache));
+        let stepwise_rows = all.len() - prompt_rows;
         let (logits, hidden) = crate::kernels::on_pool(|| {
             let h = self.decode_layers(&all, &mut segs, Rows::StepwiseThenPrompt);
             // Row-wise norm and head: each row's bits are those of the calls apart.
             let hidden = self.final_norm(&h);
-            let mut last = hidden[..stepwise_rows * d].to_vec();
-            last.extend_from_slice(&hidden[(all.len() - 1) * d..]);
-            (self.head(&last, stepwise_rows + 1), hidden)
+            (self.head(&decoder::rows_for_head(&hidden, stepwise_rows, d), stepwise_rows + 1), hidden)
         });
         let mut from = 0;
         let rows = batch
@@ -244,7 +231,7 @@ impl MtpHead for Qwen35 {
         all_logits: bool,
     ) -> Result<(Vec<f32>, Vec<f32>)> {
         let mtp = self.mtp.as_ref().ok_or_else(|| ModelError::Input("this model has no MTP head".into()))?;
-        check_ids(next_ids, self.vocab_size())?;
+        crate::check_ids(next_ids, self.vocab_size())?;
         let (t, d) = (next_ids.len(), self.cfg.hidden_size);
         if hidden.len() != t * d {
             return Err(ModelError::Input(format!(

@@ -22,15 +22,8 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 /// once all together through `forward_batch` and once each through `forward`; every step's
 /// logits must agree within `tol` and pick the same token, and the caches must end equal.
 fn batch_matches_single(model: &dyn CausalLm, prompts: &[Vec<u32>], first: &[u32], steps: usize, tol: f32) {
-    let prefill = |p: &[u32]| {
-        let mut c = model.new_cache();
-        if !p.is_empty() {
-            model.forward(p, &mut c, false).unwrap();
-        }
-        c
-    };
-    let mut batched: Vec<_> = prompts.iter().map(|p| prefill(p)).collect();
-    let mut single: Vec<_> = prompts.iter().map(|p| prefill(p)).collect();
+    let mut batched = prefilled(model, prompts);
+    let mut single = prefilled(model, prompts);
     let mut next_b = first.to_vec();
     let mut next_s = first.to_vec();
     for step in 0..steps {
@@ -50,6 +43,20 @@ fn batch_matches_single(model: &dyn CausalLm, prompts: &[Vec<u32>], first: &[u32
         assert_eq!(b.pos, s.pos, "sequence {i}: position");
         assert_eq!(b.pos, prompts[i].len() + steps);
     }
+}
+
+/// A cache per prompt, each holding its prompt (an empty prompt: an empty cache).
+fn prefilled(model: &dyn CausalLm, prompts: &[Vec<u32>]) -> Vec<frognano_model::Cache> {
+    prompts
+        .iter()
+        .map(|p| {
+            let mut c = model.new_cache();
+            if !p.is_empty() {
+                model.forward(p, &mut c, false).unwrap();
+            }
+            c
+        })
+        .collect()
 }
 
 fn prompts(lens: &[usize]) -> Vec<Vec<u32>> {
@@ -109,13 +116,7 @@ fn smollm2_batched_decode_matches_per_sequence_decode() {
 fn fused_matches_apart(model: &dyn CausalLm, name: &str, drafts: bool) {
     let running = prompts(&[5, 17, 1]);
     let prompt: Vec<u32> = (0..40).map(|i| ((i * 37 + 3) % 700 + 2) as u32).collect();
-    let prefilled = |p: &[u32]| {
-        let mut c = model.new_cache();
-        model.forward(p, &mut c, false).unwrap();
-        c
-    };
-    let mut fused: Vec<_> = running.iter().map(|p| prefilled(p)).collect();
-    let mut apart: Vec<_> = running.iter().map(|p| prefilled(p)).collect();
+    let (mut fused, mut apart) = (prefilled(model, &running), prefilled(model, &running));
     let (mut fused_prompt, mut apart_prompt) = (model.new_cache(), model.new_cache());
     let mut next = vec![9u32, 10, 11];
     for (step, piece) in [&prompt[..16], &prompt[16..38], &prompt[38..]].into_iter().enumerate() {
@@ -205,13 +206,7 @@ fn the_mtp_heads_pass_with_a_prompt_piece_gives_the_bits_of_the_calls_apart() {
     let m = load(repo("fixtures/qwen35-tiny").to_str().unwrap()).unwrap().model;
     let head = m.mtp().expect("the fixture has an MTP head");
     let running = prompts(&[5, 17]);
-    let prefilled = |p: &[u32]| {
-        let mut c = m.new_cache();
-        m.forward(p, &mut c, false).unwrap();
-        c
-    };
-    let mut fused: Vec<_> = running.iter().map(|p| prefilled(p)).collect();
-    let mut apart: Vec<_> = running.iter().map(|p| prefilled(p)).collect();
+    let (mut fused, mut apart) = (prefilled(m.as_ref(), &running), prefilled(m.as_ref(), &running));
     let (mut fused_prompt, mut apart_prompt) = (m.new_cache(), m.new_cache());
     let prompt: Vec<u32> = (0..30).map(|i| ((i * 53 + 1) % 600 + 4) as u32).collect();
     let entries: [&[u32]; 2] = [&[9, 16], &[10]];
