@@ -474,6 +474,11 @@ struct Pace {
 /// the running sequences' contexts grow, and what a step costs with them.
 const RETIME_AFTER: usize = 16;
 
+/// Whether chunks are cut to the measured pace (`prefill_stall` above 0) rather than fixed.
+fn paced(config: &SchedulerConfig) -> bool {
+    config.prefill_stall > 0.0 // NaN is not
+}
+
 /// How the next prompt chunk runs ([`Pace::beside`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ChunkMode {
@@ -498,7 +503,7 @@ impl Pace {
         if rows == 0 || !config.prefill_inside_step {
             return ChunkMode::Apart(self.chunk(config, rows > 0));
         }
-        if config.prefill_stall.is_nan() || config.prefill_stall <= 0.0 {
+        if !paced(config) {
             return ChunkMode::Inside(config.prefill_chunk);
         }
         let timed = self.decode_secs.is_some() && rows.abs_diff(self.decode_rows) <= self.decode_rows / 4;
@@ -540,7 +545,7 @@ impl Pace {
     /// The chunk to run apart from the decode step now; `decoding`: some sequence will take a
     /// decode step after it.
     fn chunk(&self, config: &SchedulerConfig, decoding: bool) -> usize {
-        if !decoding || config.prefill_stall.is_nan() || config.prefill_stall <= 0.0 {
+        if !decoding || !paced(config) {
             return config.prefill_chunk;
         }
         match (self.decode_secs, self.prefill_secs_per_token) {
@@ -607,11 +612,7 @@ fn run(shared: &Arc<Shared>) {
             };
             match mode {
                 ChunkMode::Apart(chunk) => {
-                    let mut slot = None;
-                    if let Some(r) = prefill_step(shared, p, &mut slot, chunk, &mut pace) {
-                        running.push(r);
-                    }
-                    prefilling.extend(slot);
+                    prefill_step(shared, p, chunk, &mut pace).place(&mut running, &mut prefilling)
                 }
                 ChunkMode::Inside(chunk) => inside = still_wanted(shared, p).map(|p| (p, chunk)),
                 ChunkMode::Wait => prefilling.push_front(p),
@@ -720,22 +721,14 @@ fn run(shared: &Arc<Shared>) {
                 }
             }
         }
-        // A chunk the step could not take in (a sequence drafted, or the prompt's session has
-        // an MTP drafter) runs apart, cut as chunks beside a step always were.
+        // A chunk the step did not take in (longer than a prompt piece; or its step panicked
+        // and every session came back) runs apart, cut as chunks beside a step always were.
         if let Some(p) = left_over.or(inside.map(|(p, _)| p)) {
             let chunk = pace.chunk(&shared.config, running.iter().any(|r| !r.decoding.is_finished()));
-            let mut slot = None;
-            if let Some(r) = prefill_step(shared, p, &mut slot, chunk, &mut pace) {
-                running.push(r);
-            }
-            prefilling.extend(slot);
+            prefill_step(shared, p, chunk, &mut pace).place(&mut running, &mut prefilling);
         }
         if let Some((p, outcome, ran)) = ran_inside {
-            let mut slot = None;
-            if let Some(r) = after_chunk(shared, p, &mut slot, Ok(outcome), ran) {
-                running.push(r);
-            }
-            prefilling.extend(slot);
+            after_chunk(shared, p, Ok(outcome), ran).place(&mut running, &mut prefilling);
         }
         let (done, still): (Vec<_>, Vec<_>) = running.into_iter().partition(|r| r.decoding.is_finished());
         running = still;
@@ -886,18 +879,32 @@ fn start_prefill(shared: &Shared, job: Job, mut session: Session) -> Option<Pref
     }
 }
 
-/// Runs one chunk of `p`'s prompt. When the prompt is all in, samples the first token and
-/// returns the sequence for the batch (or `None` when it ended with that token); while some is
-/// left, puts `p` back into `slot`. A job whose caller has left is dropped here, before its
-/// chunk runs.
-fn prefill_step(
-    shared: &Shared,
-    p: Prefilling,
-    slot: &mut Option<Prefilling>,
-    chunk: usize,
-    pace: &mut Pace,
-) -> Option<Running> {
-    let mut p = still_wanted(shared, p)?;
+/// Where a prefilling job goes after one of its chunks. A return value placed at once (no
+/// collection holds it), so its variants' sizes do not matter and boxing would only allocate.
+#[allow(clippy::large_enum_variant)]
+enum AfterChunk {
+    /// Its prompt is all in and its first token sampled: it joins the decode batch.
+    Decoding(Running),
+    /// Some of its prompt is left: it takes its next chunk in turn.
+    MoreToRun(Prefilling),
+    /// It ended (its caller left, it failed, or its first token ended it); its sink was told.
+    Ended,
+}
+
+impl AfterChunk {
+    fn place(self, running: &mut Vec<Running>, prefilling: &mut VecDeque<Prefilling>) {
+        match self {
+            AfterChunk::Decoding(r) => running.push(r),
+            AfterChunk::MoreToRun(p) => prefilling.push_back(p),
+            AfterChunk::Ended => {}
+        }
+    }
+}
+
+/// Runs one chunk of `p`'s prompt ([`after_chunk`] says where the job goes then). A job whose
+/// caller has left is dropped here, before its chunk runs.
+fn prefill_step(shared: &Shared, p: Prefilling, chunk: usize, pace: &mut Pace) -> AfterChunk {
+    let Some(mut p) = still_wanted(shared, p) else { return AfterChunk::Ended };
     let (before, started) = (p.session.tokens().len(), std::time::Instant::now());
     let checkpoint = p.request.checkpoint;
     let step = catch_unwind(AssertUnwindSafe(|| p.session.prefill_chunk(&p.prompt, chunk, checkpoint)));
@@ -905,7 +912,7 @@ fn prefill_step(
     if ran > 0 {
         Pace::update(&mut pace.prefill_secs_per_token, started.elapsed().as_secs_f64() / ran as f64);
     }
-    after_chunk(shared, p, slot, step, ran)
+    after_chunk(shared, p, step, ran)
 }
 
 /// `p`, unless its caller has left: then its job ends here (cancelled) and its session, a
@@ -931,31 +938,21 @@ fn still_wanted(shared: &Shared, p: Prefilling) -> Option<Prefilling> {
 }
 
 /// After a chunk of `p`'s prompt ran (`ran` tokens; `step`: how it ended, or its panic):
-/// when the prompt is all in, samples the first token and returns the sequence for the batch
-/// (or `None` when it ended with that token); while some is left, puts `p` into `slot`; a
-/// failed chunk fails the job.
-fn after_chunk(
-    shared: &Shared,
-    p: Prefilling,
-    slot: &mut Option<Prefilling>,
-    step: std::thread::Result<ChunkOutcome>,
-    ran: usize,
-) -> Option<Running> {
+/// when the prompt is all in, samples the first token and the job joins the batch (unless that
+/// token ended it); while some is left, it waits for its next chunk; a failed chunk fails it.
+fn after_chunk(shared: &Shared, p: Prefilling, step: std::thread::Result<ChunkOutcome>, ran: usize) -> AfterChunk {
     shared.stats.prefill_chunks.fetch_add(1, Ordering::Relaxed);
     shared.stats.last_prefill_chunk.store(ran, Ordering::Relaxed);
     let logits = match step {
         Ok(Ok(Some(logits))) => logits,
-        Ok(Ok(None)) => {
-            *slot = Some(p);
-            return None;
-        }
+        Ok(Ok(None)) => return AfterChunk::MoreToRun(p),
         Ok(Err(e)) => {
             fail(shared, p.session, p.sink, e);
-            return None;
+            return AfterChunk::Ended;
         }
         Err(panic) => {
             fail_panicked(shared, p.session, p.sink, panicked("while prefilling the prompt", panic.as_ref()));
-            return None;
+            return AfterChunk::Ended;
         }
     };
     let Prefilling { mut session, prompt, request, sink, constraint, cached_tokens, .. } = p;
@@ -966,7 +963,7 @@ fn after_chunk(
         Ok(started) => started,
         Err(panic) => {
             fail_panicked(shared, session, sink, panicked("while sampling the first token", panic.as_ref()));
-            return None;
+            return AfterChunk::Ended;
         }
     };
     let mut r = Running { session, decoding, sink, abandoned: false, failure: None };
@@ -975,9 +972,9 @@ fn after_chunk(
     }
     if r.decoding.is_finished() {
         finish(shared, r);
-        return None;
+        return AfterChunk::Ended;
     }
-    Some(r)
+    AfterChunk::Decoding(r)
 }
 
 /// Tells a sink how its job ended; a sink that panics doing so is only counted.

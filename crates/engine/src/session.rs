@@ -513,9 +513,14 @@ impl Session {
             }
             _ => self.model.forward(ids, &mut self.cache, false)?,
         };
-        self.tokens.extend_from_slice(ids);
-        self.last_logits = Some(logits.clone());
+        self.take_in(ids, &logits);
         Ok(logits)
+    }
+
+    /// Takes `ids` in as run, with the logits after the last of them.
+    fn take_in(&mut self, ids: &[u32], logits: &[f32]) {
+        self.tokens.extend_from_slice(ids);
+        self.last_logits = Some(logits.to_vec());
     }
 
     /// The logits after the first `pos` tokens, when known (the current end, or a snapshot).
@@ -876,34 +881,18 @@ pub type ChunkOutcome = Result<Option<Vec<f32>>, EngineError>;
 /// `None` for an entry that had already finished. All sessions must share one model. On an
 /// error no session has advanced.
 pub fn decode_step(batch: &mut [(&mut Session, &mut Decoding)]) -> Result<Vec<Option<TokenChoice>>, EngineError> {
-    Ok(decode_step_and_prompt(batch, None)?.0)
-}
-
-/// A decode step's tokens (per entry) and the logits after a prompt chunk run in it.
-type StepAndPrompt = (Vec<Option<TokenChoice>>, Option<Vec<f32>>);
-
-/// [`decode_step`], with `prompt` (a session and the ids of its prompt's next chunk) in the
-/// same forward ([`CausalLm::forward_batch_stepwise_and_prompt`]): the step's tokens, and the logits
-/// after the chunk's last id (`None` when there was no chunk or no sequence to decode, and
-/// then the chunk did not run). The chunk's session takes its ids and logits in; the rest of
-/// [`Session::prefill_chunk`]'s work is the caller's. On an error no session has advanced.
-fn decode_step_and_prompt(
-    batch: &mut [(&mut Session, &mut Decoding)],
-    prompt: Option<(&mut Session, &[u32])>,
-) -> Result<StepAndPrompt, EngineError> {
     let mut out = vec![None; batch.len()];
     let live: Vec<usize> = (0..batch.len()).filter(|&i| !batch[i].1.is_finished()).collect();
-    let Some(&first) = live.first() else { return Ok((out, None)) };
+    let Some(&first) = live.first() else { return Ok(out) };
     let model = Arc::clone(&batch[first].0.model);
-    let same = |s: &Session| std::ptr::addr_eq(Arc::as_ptr(&s.model), Arc::as_ptr(&model));
-    if live.iter().any(|&i| !same(batch[i].0)) || prompt.as_ref().is_some_and(|(s, _)| !same(s)) {
+    if live.iter().any(|&i| !std::ptr::addr_eq(Arc::as_ptr(&batch[i].0.model), Arc::as_ptr(&model))) {
         return Err(EngineError::Request("a decode step's sessions must share one model".into()));
     }
     let ids: Vec<u32> = live
         .iter()
         .map(|&i| batch[i].1.tokens.last().expect("an unfinished generation has sampled a token").id)
         .collect();
-    let (logits, prompt_logits) = {
+    let logits = {
         let mut rows: Vec<(u32, &mut Cache)> = Vec::with_capacity(live.len());
         let mut k = 0;
         for (i, (session, _)) in batch.iter_mut().enumerate() {
@@ -912,17 +901,7 @@ fn decode_step_and_prompt(
                 k += 1;
             }
         }
-        match prompt {
-            Some((session, chunk)) => {
-                let mut rows: Vec<(&[u32], &mut Cache)> =
-                    rows.into_iter().zip(&ids).map(|((_, cache), id)| (std::slice::from_ref(id), cache)).collect();
-                let (rows, last) = model.forward_batch_stepwise_and_prompt(&mut rows, (chunk, &mut session.cache))?;
-                session.tokens.extend_from_slice(chunk);
-                session.last_logits = Some(last.clone());
-                (rows, Some(last))
-            }
-            None => (model.forward_batch(&mut rows)?, None),
-        }
+        model.forward_batch(&mut rows)?
     };
     for ((&i, id), logits) in live.iter().zip(ids).zip(logits) {
         let (session, decoding) = &mut batch[i];
@@ -930,7 +909,7 @@ fn decode_step_and_prompt(
         out[i] = choose_guarded(decoding, &logits, session, None);
         session.last_logits = Some(logits);
     }
-    Ok((out, prompt_logits))
+    Ok(out)
 }
 
 /// [`speculative_decode_step`] with the next chunk of a prompt being prefilled in the same
@@ -1033,13 +1012,14 @@ fn step_with_drafts(
     let heads = batch.iter().any(|(s, d)| s.mtp.is_some() && !d.is_finished());
     // So does a prompt chunk's session that drafts with one (its prefill feeds the head).
     let prompt_head = prompt.as_ref().is_some_and(|(s, _)| s.mtp.is_some());
-    if drafts.iter().all(Vec::is_empty) && !heads && !prompt_head {
-        let chunk = prompt.is_some();
-        let (out, logits) = decode_step_and_prompt(batch, prompt)?;
-        if let ([(session, _)], false) = (&mut *batch, chunk) {
+    // A step with a prompt chunk takes the path below even without drafts: its undrafted
+    // entries are one id each, which a stepwise pass gives `forward_batch`'s bits.
+    if drafts.iter().all(Vec::is_empty) && !heads && prompt.is_none() {
+        let out: Vec<Vec<TokenChoice>> = decode_step(batch)?.into_iter().map(|t| t.into_iter().collect()).collect();
+        if let [(session, _)] = batch {
             timed(session, 1);
         }
-        return Ok((out.into_iter().map(|t| t.into_iter().collect()).collect(), logits));
+        return Ok((out, None));
     }
     let live: Vec<usize> = (0..batch.len()).filter(|&i| !batch[i].1.is_finished()).collect();
     let Some(&first) = live.first() else { return Ok((vec![Vec::new(); batch.len()], None)) };
@@ -1089,25 +1069,27 @@ fn step_with_drafts(
             }
         }
         match (head, prompt) {
-            (Some(head), Some((session, chunk))) => {
-                let (rows, (last, hidden)) =
-                    head.forward_batch_with_hidden_and_prompt(&mut rows, (chunk, &mut session.cache))?;
-                if let Some(drafter) = session.mtp.as_mut() {
-                    drafter.observe(session.tokens.len(), &hidden);
-                }
-                session.tokens.extend_from_slice(chunk);
-                session.last_logits = Some(last.clone());
+            (head, Some((session, chunk))) => {
+                let (rows, last) = match head {
+                    Some(head) => {
+                        let (rows, (last, hidden)) =
+                            head.forward_batch_with_hidden_and_prompt(&mut rows, (chunk, &mut session.cache))?;
+                        if let Some(drafter) = session.mtp.as_mut() {
+                            drafter.observe(session.tokens.len(), &hidden);
+                        }
+                        (rows.into_iter().unzip(), last)
+                    }
+                    None => {
+                        let (rows, last) =
+                            model.forward_batch_stepwise_and_prompt(&mut rows, (chunk, &mut session.cache))?;
+                        ((rows, Vec::new()), last)
+                    }
+                };
+                session.take_in(chunk, &last);
                 prompt_logits = Some(last);
-                rows.into_iter().unzip()
+                rows
             }
             (Some(head), None) => head.forward_batch_with_hidden(&mut rows)?.into_iter().unzip(),
-            (None, Some((session, chunk))) => {
-                let (rows, last) = model.forward_batch_stepwise_and_prompt(&mut rows, (chunk, &mut session.cache))?;
-                session.tokens.extend_from_slice(chunk);
-                session.last_logits = Some(last.clone());
-                prompt_logits = Some(last);
-                (rows, Vec::new())
-            }
             (None, None) => (model.forward_batch_stepwise(&mut rows)?, Vec::new()),
         }
     };
