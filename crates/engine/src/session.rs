@@ -927,33 +927,36 @@ pub fn speculative_decode_step_with_prompt(
     batch: &mut [(&mut Session, &mut Decoding)],
     chunk: Option<PromptChunk<'_>>,
 ) -> Result<(Vec<Vec<TokenChoice>>, Option<ChunkOutcome>), EngineError> {
-    let Some(PromptChunk { session, prompt, max_tokens, checkpoint }) = chunk else {
-        return Ok((speculative_decode_step(batch)?, None));
-    };
-    if batch.iter().all(|(_, d)| d.is_finished()) {
-        return Ok((speculative_decode_step(batch)?, None));
+    // The chunk as it runs in the forward (its session, its whole prompt, the ids to run, and
+    // whether to keep the state after them), or how it ended without a forward.
+    let (mut run, mut outcome) = (None, None);
+    if let Some(PromptChunk { session, prompt, max_tokens, checkpoint }) = chunk {
+        if batch.iter().any(|(_, d)| !d.is_finished()) {
+            match session.plan_chunk(prompt, max_tokens, checkpoint) {
+                Err(e) => outcome = Some(Err(e)),
+                Ok(ChunkPlan::In(logits)) => {
+                    session.remember();
+                    outcome = Some(Ok(Some(logits)));
+                }
+                Ok(ChunkPlan::Run { n, .. }) if n > frognano_model::PROMPT_PIECE => {}
+                Ok(ChunkPlan::Run { from, n, keep }) => run = Some((session, prompt, from..from + n, keep)),
+            }
+        }
     }
-    let (from, n, keep) = match session.plan_chunk(prompt, max_tokens, checkpoint) {
-        Err(e) => return Ok((speculative_decode_step(batch)?, Some(Err(e)))),
-        Ok(ChunkPlan::In(logits)) => {
-            session.remember();
-            return Ok((speculative_decode_step(batch)?, Some(Ok(Some(logits)))));
-        }
-        Ok(ChunkPlan::Run { n, .. }) if n > frognano_model::PROMPT_PIECE => {
-            return Ok((speculative_decode_step(batch)?, None));
-        }
-        Ok(ChunkPlan::Run { from, n, keep }) => (from, n, keep),
-    };
+    // A sequence alone in its step times it, for `auto`'s judgement of what lookup drafts
+    // cost.
     let started = Instant::now();
     let mut drafts = Vec::with_capacity(batch.len());
     let mut by_mtp = Vec::with_capacity(batch.len());
-    for (s, decoding) in batch.iter_mut() {
-        let (d, mtp) = if decoding.is_finished() { (Vec::new(), false) } else { s.drafts_for(decoding)? };
+    for (session, decoding) in batch.iter_mut() {
+        let (d, mtp) = if decoding.is_finished() { (Vec::new(), false) } else { session.drafts_for(decoding)? };
         drafts.push(d);
         by_mtp.push(mtp);
     }
-    let chunk = Some((&mut *session, &prompt[from..from + n]));
-    let (tokens, logits) = step_with_drafts(batch, drafts, by_mtp, started, chunk)?;
+    let Some((session, prompt, ids, keep)) = run else {
+        return Ok((step_with_drafts(batch, drafts, by_mtp, started, None)?.0, outcome));
+    };
+    let (tokens, logits) = step_with_drafts(batch, drafts, by_mtp, started, Some((&mut *session, &prompt[ids])))?;
     Ok((tokens, logits.map(|logits| Ok(session.after_chunk(prompt.len(), keep, logits)))))
 }
 
@@ -976,17 +979,7 @@ pub fn speculative_decode_step_with_prompt(
 pub fn speculative_decode_step(
     batch: &mut [(&mut Session, &mut Decoding)],
 ) -> Result<Vec<Vec<TokenChoice>>, EngineError> {
-    // A sequence alone in its step times it, for `auto`'s judgement of what lookup drafts
-    // cost.
-    let started = Instant::now();
-    let mut drafts = Vec::with_capacity(batch.len());
-    let mut by_mtp = Vec::with_capacity(batch.len());
-    for (session, decoding) in batch.iter_mut() {
-        let (d, mtp) = if decoding.is_finished() { (Vec::new(), false) } else { session.drafts_for(decoding)? };
-        drafts.push(d);
-        by_mtp.push(mtp);
-    }
-    Ok(step_with_drafts(batch, drafts, by_mtp, started, None)?.0)
+    Ok(speculative_decode_step_with_prompt(batch, None)?.0)
 }
 
 /// A verification step's tokens (per entry) and the logits after a prompt chunk run in it.
