@@ -34,6 +34,43 @@ pub fn plain_kernels() -> bool {
     *PLAIN.get_or_init(|| std::env::var("FROGNANO_PLAIN_KERNELS").is_ok_and(|v| v == "1"))
 }
 
+/// Whether the packed K-quant kernels on AVX-512 (`quant::q4k_x8`, `quant::q6k_x8`: the
+/// Q4_K_M models' weights) ask for their weight stream ahead of use with `prefetch`
+/// instructions (`quant::x86::prefetch_ahead`), read once. `FROGNANO_PREFETCH=on|off` decides;
+/// otherwise it is on, except on AMD cores with AVX-512 (Zen 4 and later): there the hardware
+/// prefetchers keep these long streams ahead by themselves and the instructions only cost. On
+/// an EPYC Zen 4, one-thread Q4_K / Q6_K matmuls from memory streamed 16.6–17.7 / 19.2–21.5
+/// GB/s with them and 19.5–27.0 / 26.3–27.9 without (`matmul_stream`, alternating runs), and
+/// Qwen3.5-4B-shape decode after 8K took a median 7.08 tok/s with them against 7.44 without
+/// (ten runs each, alternating; bench/RESULTS.md, session 25). On the
+/// Xeon they doubled the stream, and the other kernels keep them everywhere (without, SmolLM2's
+/// Q4_1 decode on the same Zen 4 fell from 113–120 to 59–63 tok/s: its small matrices make
+/// short streams, which the hardware prefetchers take too long to pick up).
+pub fn software_prefetch() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| match std::env::var("FROGNANO_PREFETCH").as_deref() {
+        Ok("on" | "1") => true,
+        Ok("off" | "0") => false,
+        Ok(other) => {
+            eprintln!("frognano: FROGNANO_PREFETCH={other:?} is neither on nor off; using this CPU's default");
+            !amd_with_avx512()
+        }
+        Err(_) => !amd_with_avx512(),
+    })
+}
+
+/// Whether this is an AMD CPU with AVX-512 (Zen 4 or later).
+fn amd_with_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let id = std::arch::x86_64::__cpuid(0);
+        let vendor: Vec<u8> = [id.ebx, id.edx, id.ecx].iter().flat_map(|r| r.to_le_bytes()).collect();
+        vendor == b"AuthenticAMD" && is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// Runs `f` on a worker of rayon's pool (on this thread when it already is one). A forward
 /// pass runs dozens of parallel loops; started from outside the pool, each one wakes a worker
 /// and puts the calling thread to sleep until it is done — two context switches per loop,

@@ -172,7 +172,11 @@ pub fn kernel<const N: usize>() -> Option<GroupKernel<N>> {
     {
         // SAFETY (both): the features each kernel is compiled for were detected just before.
         if avx512() {
-            return Some(|p, a| unsafe { x86::group_dot::<N>(p, a) });
+            return Some(if crate::kernels::software_prefetch() {
+                |p, a| unsafe { x86::group_dot::<N, true>(p, a) }
+            } else {
+                |p, a| unsafe { x86::group_dot::<N, false>(p, a) }
+            });
         }
         if super::has_avx2() {
             return Some(|p, a| unsafe { x86::group_dot_avx2::<false, N>(p, a) });
@@ -202,7 +206,11 @@ mod x86 {
     use crate::quant::x86::prefetch_ahead;
 
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    pub(super) unsafe fn group_dot<const N: usize>(p: &[u8], a: &[ActRow; N]) -> [[f32; GROUP]; N] {
+    /// `PREFETCH`: whether to ask for the weights ahead of use (`kernels::software_prefetch`).
+    pub(super) unsafe fn group_dot<const N: usize, const PREFETCH: bool>(
+        p: &[u8],
+        a: &[ActRow; N],
+    ) -> [[f32; GROUP]; N] {
         let nb = p.len() / BLOCK_BYTES;
         for r in a {
             debug_assert!(r.qs.len() >= nb * QK_K && r.d.len() >= nb && r.sums32.len() >= nb * 8);
@@ -223,7 +231,9 @@ mod x86 {
         let mut acc = [_mm512_setzero_ps(); N];
         for ib in 0..nb {
             let blk = p.as_ptr().add(ib * BLOCK_BYTES);
-            prefetch_ahead::<OFF_QS>(blk, 0);
+            if PREFETCH {
+                prefetch_ahead::<OFF_QS>(blk, 0);
+            }
             let d16 = _mm512_permutexvar_ps(
                 dup,
                 _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(blk as *const __m128i))),
@@ -239,7 +249,9 @@ mod x86 {
             let mut s = [_mm512_setzero_si512(); N];
             for j in 0..8 {
                 let q = blk.add(OFF_QS + 128 * j);
-                prefetch_ahead::<128>(q, 0);
+                if PREFETCH {
+                    prefetch_ahead::<128>(q, 0);
+                }
                 let pa = _mm512_loadu_si512(q as *const _);
                 let pb = _mm512_loadu_si512(q.add(64) as *const _);
                 let r0 = _mm512_and_si512(pa, mask);

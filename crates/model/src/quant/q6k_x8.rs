@@ -136,7 +136,11 @@ pub fn kernel<const N: usize>() -> Option<GroupKernel<N>> {
     {
         // SAFETY (both): the features each kernel is compiled for were detected just before.
         if avx512() {
-            return Some(|p, a| unsafe { x86::group_dot_avx512::<N>(p, a) });
+            return Some(if crate::kernels::software_prefetch() {
+                |p, a| unsafe { x86::group_dot_avx512::<N, true>(p, a) }
+            } else {
+                |p, a| unsafe { x86::group_dot_avx512::<N, false>(p, a) }
+            });
         }
         if available() {
             return Some(|p, a| unsafe { x86::group_dot::<N>(p, a) });
@@ -263,7 +267,11 @@ mod x86 {
     /// every lane holds the integer [`group_dot`]'s lane `(row, half)` holds (the stored-value
     /// offset in the first lane of a row), so the float steps and the result are the same.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    pub(super) unsafe fn group_dot_avx512<const N: usize>(p: &[u8], a: &[ActRow; N]) -> [[f32; GROUP]; N] {
+    /// `PREFETCH`: whether to ask for the weights ahead of use (`kernels::software_prefetch`).
+    pub(super) unsafe fn group_dot_avx512<const N: usize, const PREFETCH: bool>(
+        p: &[u8],
+        a: &[ActRow; N],
+    ) -> [[f32; GROUP]; N] {
         let nb = p.len() / BLOCK_BYTES;
         for r in a {
             debug_assert!(r.qs.len() >= nb * QK_K && r.d.len() >= nb && r.bsums.len() >= nb * 16);
@@ -289,11 +297,15 @@ mod x86 {
         let mut acc = [_mm512_setzero_ps(); N];
         for ib in 0..nb {
             let blk = p.as_ptr().add(ib * BLOCK_BYTES);
-            prefetch_ahead::<OFF_QS>(blk, 0);
+            if PREFETCH {
+                prefetch_ahead::<OFF_QS>(blk, 0);
+            }
             let mut s = [_mm512_setzero_si512(); N];
             for j in 0..8 {
                 let q = blk.add(OFF_QS + 192 * j);
-                prefetch_ahead::<192>(q, 0);
+                if PREFETCH {
+                    prefetch_ahead::<192>(q, 0);
+                }
                 let lo_a = _mm512_loadu_si512(q as *const _);
                 let lo_b = _mm512_loadu_si512(q.add(64) as *const _);
                 let hi = _mm512_loadu_si512(q.add(128) as *const _);
