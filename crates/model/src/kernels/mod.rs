@@ -48,15 +48,31 @@ pub fn plain_kernels() -> bool {
 /// short streams, which the hardware prefetchers take too long to pick up).
 pub fn software_prefetch() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| match std::env::var("FROGNANO_PREFETCH").as_deref() {
-        Ok("on" | "1") => true,
-        Ok("off" | "0") => false,
-        Ok(other) => {
-            eprintln!("frognano: FROGNANO_PREFETCH={other:?} is neither on nor off; using this CPU's default");
-            !amd_with_avx512()
+    *ON.get_or_init(|| {
+        let (on, complaint) = prefetch_setting(std::env::var("FROGNANO_PREFETCH").ok().as_deref(), amd_with_avx512());
+        if let Some(c) = complaint {
+            eprintln!("frognano: {c}");
         }
-        Err(_) => !amd_with_avx512(),
+        on
     })
+}
+
+/// [`software_prefetch`] for the value of `FROGNANO_PREFETCH` (`None`: unset) on a CPU that is
+/// (`amd_avx512`) or is not an AMD one with AVX-512, and what to tell the user about a value
+/// that is neither `on` nor `off` (the CPU's default is kept).
+fn prefetch_setting(value: Option<&str>, amd_avx512: bool) -> (bool, Option<String>) {
+    match value.map(str::trim) {
+        Some("on" | "1") => (true, None),
+        Some("off" | "0") => (false, None),
+        None | Some("") => (!amd_avx512, None),
+        Some(other) => (
+            !amd_avx512,
+            Some(format!(
+                "FROGNANO_PREFETCH={other:?} is neither on nor off; keeping this CPU's default ({})",
+                if amd_avx512 { "off" } else { "on" }
+            )),
+        ),
+    }
 }
 
 /// Whether this is an AMD CPU with AVX-512 (Zen 4 or later).
@@ -219,5 +235,21 @@ impl Rope {
             x[j] = act.r(act.r(a * c) - act.r(b * s));
             x[j + half] = act.r(act.r(b * c) + act.r(a * s));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_prefetch_setting_follows_the_variable_and_else_the_cpu() {
+        assert_eq!(super::prefetch_setting(Some("on"), true), (true, None));
+        assert_eq!(super::prefetch_setting(Some("off"), false), (false, None));
+        assert_eq!(super::prefetch_setting(Some(" 0 "), false), (false, None));
+        assert_eq!(super::prefetch_setting(None, true), (false, None));
+        assert_eq!(super::prefetch_setting(None, false), (true, None));
+        let (on, complaint) = super::prefetch_setting(Some("yes"), true);
+        assert!(!on);
+        let c = complaint.expect("a value that is neither on nor off is reported");
+        assert!(c.contains("FROGNANO_PREFETCH=\"yes\"") && c.contains("(off)"), "{c}");
     }
 }

@@ -480,6 +480,33 @@ mod tests {
         }
     }
 
+    /// Both builds of the AVX-512 kernel, with and without the weight prefetch
+    /// (`kernels::software_prefetch` picks one per CPU), whichever this CPU defaults to.
+    #[test]
+    fn the_avx512_kernel_matches_the_reference_with_and_without_its_prefetch() {
+        if !avx512() {
+            crate::test_support::report_skip("avx512vnni", "quant::q4k_x8 AVX-512 kernel with and without prefetch");
+            return;
+        }
+        // SAFETY (all six): AVX-512 BW/VNNI and AVX2 were detected just before.
+        check(
+            QuantType::Q4_K,
+            (
+                |p, a| unsafe { x86::group_dot::<1, true>(p, a) },
+                |p, a| unsafe { x86::group_dot::<4, true>(p, a) },
+                |p, a| unsafe { x86::group_dot::<8, true>(p, a) },
+            ),
+        );
+        check(
+            QuantType::Q4_K,
+            (
+                |p, a| unsafe { x86::group_dot::<1, false>(p, a) },
+                |p, a| unsafe { x86::group_dot::<4, false>(p, a) },
+                |p, a| unsafe { x86::group_dot::<8, false>(p, a) },
+            ),
+        );
+    }
+
     #[test]
     fn packed_q5_k_groups_match_the_reference() {
         match (kernel_q5k::<1>(), kernel_q5k::<4>(), kernel_q5k::<8>()) {

@@ -422,6 +422,39 @@ mod tests {
         }
     }
 
+    /// Both builds of the AVX-512 kernel, with and without the weight prefetch
+    /// (`kernels::software_prefetch` picks one per CPU), whichever this CPU defaults to.
+    #[test]
+    fn the_avx512_kernel_matches_the_reference_with_and_without_its_prefetch() {
+        if !avx512() {
+            crate::test_support::report_skip("avx512vnni", "quant::q6k_x8 AVX-512 kernel with and without prefetch");
+            return;
+        }
+        // SAFETY (all six): AVX-512 BW/VNNI and AVX2 were detected just before.
+        check_packing(
+            QuantType::Q6_K,
+            pack,
+            dequantize_row,
+            BLOCK_BYTES,
+            (
+                |p, a| unsafe { x86::group_dot_avx512::<1, true>(p, a) },
+                |p, a| unsafe { x86::group_dot_avx512::<4, true>(p, a) },
+                |p, a| unsafe { x86::group_dot_avx512::<8, true>(p, a) },
+            ),
+        );
+        check_packing(
+            QuantType::Q6_K,
+            pack,
+            dequantize_row,
+            BLOCK_BYTES,
+            (
+                |p, a| unsafe { x86::group_dot_avx512::<1, false>(p, a) },
+                |p, a| unsafe { x86::group_dot_avx512::<4, false>(p, a) },
+                |p, a| unsafe { x86::group_dot_avx512::<8, false>(p, a) },
+            ),
+        );
+    }
+
     #[test]
     fn stored_values_are_the_unpacked_values_plus_32() {
         for b in random_blocks(QuantType::Q6_K, 8, 11).chunks_exact(210) {
