@@ -205,8 +205,8 @@ mod x86 {
     // One-token matmuls stream the packed weights once; the row kernels' prefetch serves them.
     use crate::quant::x86::prefetch_ahead;
 
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     /// `PREFETCH`: whether to ask for the weights ahead of use (`kernels::software_prefetch`).
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     pub(super) unsafe fn group_dot<const N: usize, const PREFETCH: bool>(
         p: &[u8],
         a: &[ActRow; N],
@@ -488,21 +488,19 @@ mod tests {
             crate::test_support::report_skip("avx512vnni", "quant::q4k_x8 AVX-512 kernel with and without prefetch");
             return;
         }
-        // SAFETY (all six): AVX-512 BW/VNNI and AVX2 were detected just before.
+        check_avx512_build::<true>();
+        check_avx512_build::<false>();
+    }
+
+    /// [`check`] on the AVX-512 kernel built with `PREFETCH`; the caller has detected AVX-512.
+    fn check_avx512_build<const PREFETCH: bool>() {
+        // SAFETY (all three): the caller detected AVX-512 BW/VNNI and AVX2.
         check(
             QuantType::Q4_K,
             (
-                |p, a| unsafe { x86::group_dot::<1, true>(p, a) },
-                |p, a| unsafe { x86::group_dot::<4, true>(p, a) },
-                |p, a| unsafe { x86::group_dot::<8, true>(p, a) },
-            ),
-        );
-        check(
-            QuantType::Q4_K,
-            (
-                |p, a| unsafe { x86::group_dot::<1, false>(p, a) },
-                |p, a| unsafe { x86::group_dot::<4, false>(p, a) },
-                |p, a| unsafe { x86::group_dot::<8, false>(p, a) },
+                |p, a| unsafe { x86::group_dot::<1, PREFETCH>(p, a) },
+                |p, a| unsafe { x86::group_dot::<4, PREFETCH>(p, a) },
+                |p, a| unsafe { x86::group_dot::<8, PREFETCH>(p, a) },
             ),
         );
     }

@@ -266,8 +266,8 @@ mod x86 {
     /// of all eight rows (64-bit lane `r` is row `r`), `vpdpwssd` applies the scales, and
     /// every lane holds the integer [`group_dot`]'s lane `(row, half)` holds (the stored-value
     /// offset in the first lane of a row), so the float steps and the result are the same.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     /// `PREFETCH`: whether to ask for the weights ahead of use (`kernels::software_prefetch`).
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     pub(super) unsafe fn group_dot_avx512<const N: usize, const PREFETCH: bool>(
         p: &[u8],
         a: &[ActRow; N],
@@ -430,27 +430,23 @@ mod tests {
             crate::test_support::report_skip("avx512vnni", "quant::q6k_x8 AVX-512 kernel with and without prefetch");
             return;
         }
-        // SAFETY (all six): AVX-512 BW/VNNI and AVX2 were detected just before.
+        check_avx512_build::<true>();
+        check_avx512_build::<false>();
+    }
+
+    /// `check_packing` on the AVX-512 kernel built with `PREFETCH`; the caller has detected
+    /// AVX-512.
+    fn check_avx512_build<const PREFETCH: bool>() {
+        // SAFETY (all three): the caller detected AVX-512 BW/VNNI and AVX2.
         check_packing(
             QuantType::Q6_K,
             pack,
             dequantize_row,
             BLOCK_BYTES,
             (
-                |p, a| unsafe { x86::group_dot_avx512::<1, true>(p, a) },
-                |p, a| unsafe { x86::group_dot_avx512::<4, true>(p, a) },
-                |p, a| unsafe { x86::group_dot_avx512::<8, true>(p, a) },
-            ),
-        );
-        check_packing(
-            QuantType::Q6_K,
-            pack,
-            dequantize_row,
-            BLOCK_BYTES,
-            (
-                |p, a| unsafe { x86::group_dot_avx512::<1, false>(p, a) },
-                |p, a| unsafe { x86::group_dot_avx512::<4, false>(p, a) },
-                |p, a| unsafe { x86::group_dot_avx512::<8, false>(p, a) },
+                |p, a| unsafe { x86::group_dot_avx512::<1, PREFETCH>(p, a) },
+                |p, a| unsafe { x86::group_dot_avx512::<4, PREFETCH>(p, a) },
+                |p, a| unsafe { x86::group_dot_avx512::<8, PREFETCH>(p, a) },
             ),
         );
     }
