@@ -624,29 +624,38 @@ pub(super) mod x86 {
         ahead: &mut Ahead,
         per_step: usize,
     ) {
-        for col in (0..dh).step_by(16) {
-            let mut a: [[__m256; 2]; M] =
-                std::array::from_fn(|h| std::array::from_fn(|r| _mm256_loadu_ps(acc.add(h * dh + col + 8 * r))));
-            for (ah, &al) in a.iter_mut().zip(alpha) {
-                if al != 1.0 {
-                    let al = _mm256_set1_ps(al);
-                    ah.iter_mut().for_each(|x| *x = _mm256_mul_ps(*x, al));
-                }
-            }
-            for j in 0..live {
-                ahead.ask(per_step);
-                let row = rows.add(j * stride + col);
-                let v: [__m256; 2] = std::array::from_fn(|r| _mm256_cvtph_ps(_mm_loadu_si128(row.add(8 * r).cast())));
-                for (h, ah) in a.iter_mut().enumerate() {
-                    let pj = _mm256_set1_ps(*sc.add(h * TILE + j));
-                    for (x, vr) in ah.iter_mut().zip(&v) {
-                        *x = _mm256_fmadd_ps(pj, *vr, *x);
+        // Sixteen keys at a time: a tile's value rows are `stride` apart (2 KiB at 4B shapes),
+        // so one column's lines of all 32 fall in two L1 sets and evict each other between
+        // the column blocks; sixteen fit (about 5 % faster from cache). The next tile is asked
+        // for every eight keys, not every key (the asking loop was a fifth of the instructions).
+        for j0 in (0..live).step_by(16) {
+            for col in (0..dh).step_by(16) {
+                let mut a: [[__m256; 2]; M] =
+                    std::array::from_fn(|h| std::array::from_fn(|r| _mm256_loadu_ps(acc.add(h * dh + col + 8 * r))));
+                for (ah, &al) in a.iter_mut().zip(alpha) {
+                    if al != 1.0 && j0 == 0 {
+                        let al = _mm256_set1_ps(al);
+                        ah.iter_mut().for_each(|x| *x = _mm256_mul_ps(*x, al));
                     }
                 }
-            }
-            for (h, ah) in a.iter().enumerate() {
-                for (r, x) in ah.iter().enumerate() {
-                    _mm256_storeu_ps(acc.add(h * dh + col + 8 * r), *x);
+                for j in j0..live.min(j0 + 16) {
+                    if j % 8 == 0 {
+                        ahead.ask(8 * per_step);
+                    }
+                    let row = rows.add(j * stride + col);
+                    let v: [__m256; 2] =
+                        std::array::from_fn(|r| _mm256_cvtph_ps(_mm_loadu_si128(row.add(8 * r).cast())));
+                    for (h, ah) in a.iter_mut().enumerate() {
+                        let pj = _mm256_set1_ps(*sc.add(h * TILE + j));
+                        for (x, vr) in ah.iter_mut().zip(&v) {
+                            *x = _mm256_fmadd_ps(pj, *vr, *x);
+                        }
+                    }
+                }
+                for (h, ah) in a.iter().enumerate() {
+                    for (r, x) in ah.iter().enumerate() {
+                        _mm256_storeu_ps(acc.add(h * dh + col + 8 * r), *x);
+                    }
                 }
             }
         }
