@@ -122,9 +122,23 @@ fn qwen35_gguf_on_the_device_follows_the_cpu_path() {
     let (mut cc, mut gc) = (cpu.new_cache(), gpu.new_cache());
     let want = cpu.forward(&ids, &mut cc, true).unwrap();
     let got = gpu.forward(&ids, &mut gc, true).unwrap();
-    let d = max_abs_diff(&got, &want);
-    assert!(d < 2e-3, "prefill logits differ from the CPU's by {d}");
     let vocab = cpu.vocab_size();
+    // The CPU path quantizes each matmul's input to 8 bits, as llama.cpp does; where an input
+    // lies a rounding from the midpoint of two levels, the two paths' last-bit differences
+    // put it on different levels, and that position's logits move by a few 1e-3 (logits up
+    // to 48; seen on an AVX2-only Zen 3: 1e-4 at most positions, 3.2e-3 at one of 70 — the
+    // CPU path's own prefill and one-token-at-a-time passes differ by up to 5.8e-3). So: most
+    // positions within 1e-3, every one within 1e-2 and on the CPU's greedy token.
+    let rows: Vec<(f32, bool)> = want
+        .chunks_exact(vocab)
+        .zip(got.chunks_exact(vocab))
+        .map(|(w, g)| (max_abs_diff(g, w), argmax(g) == argmax(w)))
+        .collect();
+    let close = rows.iter().filter(|r| r.0 < 1e-3).count();
+    assert!(close * 10 >= rows.len() * 9, "only {close}/{} positions' logits within 1e-3 of the CPU's", rows.len());
+    for (i, (d, same)) in rows.iter().enumerate() {
+        assert!(*d < 1e-2 && *same, "position {i}: logits differ from the CPU's by {d} (same greedy token: {same})");
+    }
     let mut next = argmax(&want[(ids.len() - 1) * vocab..]);
     for step in 0..4 {
         let a = cpu.forward(&[next], &mut cc, false).unwrap();
