@@ -631,7 +631,8 @@ async fn messages_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> R
             logprobs: None,
         },
     )
-    .await?;
+    .await
+    .map_err(tool_error)?;
     let id = message_id(&app);
     let injected = started.tool_prompt_injected;
     let response = if req.stream.unwrap_or(false) {

@@ -233,6 +233,7 @@ fn options_error(e: ApiError) -> ApiError {
         }
         "repetition_penalty" => "options.repeat_penalty".into(),
         "max_tokens" => "options.num_predict".into(),
+        "response_format.json_schema.schema" | "response_format" => "format".into(),
         _ => return e,
     };
     let message = match e.message.strip_prefix(param.as_str()) {
@@ -768,7 +769,7 @@ async fn generate_inner(
         let gen = generate_request(&app, &options.sampling(), max_tokens, None, ids.len(), "prompt", 0)
             .map_err(options_error)?;
         let constraint = match crate::structured::reply_grammar(&format, &ToolChoice::None, "", &[], false, false)? {
-            Some((grammar, param)) => Some(compile_grammar(&app, grammar, param).await?),
+            Some((grammar, param)) => Some(compile_grammar(&app, grammar, param, &[]).await.map_err(options_error)?),
             None => None,
         };
         shape.prompt_tokens = ids.len();

@@ -527,7 +527,7 @@ pub(crate) async fn start_chat(app: &Arc<AppState>, input: ChatInput<'_>) -> Res
     )?;
     let constraint = match grammar {
         None => None,
-        Some((grammar, param)) => Some(compile_grammar(app, grammar, param).await?),
+        Some((grammar, param)) => Some(compile_grammar(app, grammar, param, &tools).await?),
     };
     let mode = OutputMode::Chat {
         format: app.tool_parser,
@@ -544,16 +544,20 @@ pub(crate) async fn start_chat(app: &Arc<AppState>, input: ChatInput<'_>) -> Res
 }
 
 /// Compiles a reply grammar off the async threads (llguidance can take a while on a large
-/// schema); `param` is the request field it came from, for the error.
+/// schema); `param` is the request field it came from, and `tools` the request's tools, for
+/// the error.
 pub(crate) async fn compile_grammar(
     app: &Arc<AppState>,
     grammar: frognano_engine::Grammar,
     param: &'static str,
+    tools: &[Value],
 ) -> Result<frognano_engine::Constraint, ApiError> {
     let state = Arc::clone(app);
-    let compiled = tokio::task::spawn_blocking(move || crate::structured::compile(&state.constraints, &grammar, param))
-        .await
-        .map_err(|e| ApiError::internal(format!("compiling the grammar failed: {e}")))??;
+    let tools = tools.to_vec();
+    let compiled =
+        tokio::task::spawn_blocking(move || crate::structured::compile(&state.constraints, &grammar, param, &tools))
+            .await
+            .map_err(|e| ApiError::internal(format!("compiling the grammar failed: {e}")))??;
     Ok(compiled.start())
 }
 

@@ -164,25 +164,93 @@ pub fn reply_grammar(
 /// Compiles `grammar` (from [`reply_grammar`]; `param` is the request field it came from)
 /// with the served model's vocabulary. A grammar llguidance refuses is a 400 naming `param`
 /// with llguidance's reason; a model whose tokenizer cannot be constrained is a 400 saying so.
-pub fn compile(constraints: &LazyConstraints, grammar: &Grammar, param: &str) -> Result<CompiledGrammar, ApiError> {
+/// A tool-call grammar (`param` `tool_choice` or `tools`) that is refused names the first of
+/// `tools` whose `parameters` schema is refused on its own, as `tools[i].function.parameters`:
+/// the grammar is ours, the schema is what the client can fix.
+pub fn compile(
+    constraints: &LazyConstraints,
+    grammar: &Grammar,
+    param: &str,
+    tools: &[Value],
+) -> Result<CompiledGrammar, ApiError> {
     constraints.compile(grammar).map_err(|e| match e {
         ConstraintError::Grammar(msg) => {
-            ApiError::invalid_param(param, format!("{param} cannot be enforced: {}", first_lines(&msg, 6)))
+            if matches!(param, "tool_choice" | "tools") {
+                if let Some(e) = refused_tool(constraints, tools) {
+                    return e;
+                }
+            }
+            ApiError::invalid_param(param, format!("{param} cannot be enforced: {}", reason(&msg)))
         }
         other => ApiError::invalid_param(param, format!("{param}: {other}")),
     })
 }
 
-/// The first `n` lines of llguidance's message (it can append the whole grammar).
-fn first_lines(msg: &str, n: usize) -> String {
-    let lines: Vec<&str> = msg.lines().take(n).collect();
+/// The first tool whose `parameters` schema llguidance refuses alone, as a 400 naming it.
+fn refused_tool(constraints: &LazyConstraints, tools: &[Value]) -> Option<ApiError> {
+    tools.iter().enumerate().find_map(|(i, tool)| {
+        let function = tool.get("function").unwrap_or(tool);
+        let schema = function.get("parameters").filter(|p| p.is_object())?;
+        let Err(ConstraintError::Grammar(msg)) = constraints.compile(&Grammar::JsonSchema(schema.clone())) else {
+            return None;
+        };
+        let name = function.get("name").and_then(Value::as_str).unwrap_or_default();
+        let field = format!("tools[{i}].function.parameters");
+        Some(ApiError::invalid_param(
+            field.clone(),
+            format!("{field} (tool {name:?}) cannot be enforced: {}", reason(&msg)),
+        ))
+    })
+}
+
+/// llguidance's reason without what only describes the grammar we built around the client's
+/// schema: its position in that grammar (`at 6(12): `) and the lines it quotes from it
+/// (`   4 | BLANK: …`), at most six lines.
+fn reason(msg: &str) -> String {
+    let lines: Vec<&str> = msg
+        .lines()
+        .filter(|l| !is_quoted_grammar(l))
+        .map(|l| strip_position(l.trim_end()))
+        .filter(|l| !l.trim().is_empty())
+        .take(6)
+        .collect();
     lines.join("\n")
+}
+
+/// `   4 | BLANK: …` or `     |   ^`: a line llguidance quotes from the grammar.
+fn is_quoted_grammar(line: &str) -> bool {
+    let t = line.trim_start();
+    let digits = t.chars().take_while(char::is_ascii_digit).count();
+    t[digits..].trim_start().starts_with('|')
+}
+
+/// `at 6(12): failed …` → `failed …`.
+fn strip_position(line: &str) -> &str {
+    let Some(rest) = line.strip_prefix("at ") else { return line };
+    let Some((pos, tail)) = rest.split_once(": ") else { return line };
+    let (row, col) = pos.split_once('(').unwrap_or((pos, ""));
+    let numeric = |x: &str| !x.is_empty() && x.chars().all(|c| c.is_ascii_digit());
+    if numeric(row) && col.strip_suffix(')').is_some_and(numeric) {
+        tail
+    } else {
+        line
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn llguidance_reasons_lose_what_describes_our_grammar() {
+        let msg = "at 6(12): failed to compile JSON schema: Invalid type: frog\n   4 | BLANK: /[ \\n]{1,4}/\n     |   ^\n   5 | call_body: x";
+        assert_eq!(reason(msg), "failed to compile JSON schema: Invalid type: frog");
+        assert_eq!(reason("Invalid type: bogus"), "Invalid type: bogus");
+        // Only a position is taken off: other text that starts with "at " stays.
+        assert_eq!(reason("at least one item: 3 found"), "at least one item: 3 found");
+        assert_eq!(reason("a\nb\nc\nd\ne\nf\ng\nh"), "a\nb\nc\nd\ne\nf");
+    }
 
     #[test]
     fn response_formats_are_read() {

@@ -331,6 +331,8 @@ fn ollama_errors_are_ollamas() {
         (json!({"model": MODEL, "messages": user, "options": {"num_predict": 9999}}), 400, "maximum context length"),
         (json!({"model": MODEL, "messages": user, "think": "hard"}), 400, "think must be true, false"),
         (json!({"model": MODEL, "messages": user, "format": 7}), 400, "format must be \"json\""),
+        // A schema llguidance refuses is named by Ollama's field, not OpenAI's.
+        (json!({"model": MODEL, "messages": user, "format": {"type": "frog"}}), 400, "format cannot be enforced: "),
         (
             json!({"model": MODEL, "messages": [{"role": "user", "content": "hi", "images": ["aGk="]}]}),
             400,
@@ -348,6 +350,7 @@ fn ollama_errors_are_ollamas() {
         assert_eq!(st, status, "{body}: {e}");
         let msg = e["error"].as_str().unwrap_or_else(|| panic!("{{\"error\": string}}: {e}"));
         assert!(msg.contains(needle), "{body}: {msg:?} lacks {needle:?}");
+        assert!(!msg.contains("response_format"), "{body}: {msg:?} names an OpenAI field");
     }
     let (st, e) = post_raw(&chat, "{\"model\": ");
     assert_eq!(st, 400);
@@ -521,6 +524,16 @@ fn anthropic_errors_are_anthropics() {
             "invalid_request_error",
             "tools[0].input_schema: Field required",
         ),
+        (
+            // A forced call of a tool whose schema cannot be enforced names that tool's
+            // schema, not the grammar built around it.
+            json!({"model": MODEL, "max_tokens": 5, "messages": user, "tool_choice": {"type": "tool", "name": "g"},
+                "tools": [{"name": "f", "input_schema": {"type": "object"}},
+                          {"name": "g", "input_schema": {"type": "object", "properties": {"a": {"type": "frog"}}}}]}),
+            400,
+            "invalid_request_error",
+            "tools[1].input_schema (tool \"g\") cannot be enforced: ",
+        ),
     ];
     for (body, status, kind, needle) in cases {
         let (st, e) = anthropic(&s.url(), &body);
@@ -529,6 +542,7 @@ fn anthropic_errors_are_anthropics() {
         assert_eq!(e["error"]["type"], kind, "{body}: {e}");
         let msg = e["error"]["message"].as_str().unwrap();
         assert!(msg.contains(needle), "{body}: {msg:?} lacks {needle:?}");
+        assert!(!msg.contains(" | "), "{body}: {msg:?} quotes the grammar");
     }
 }
 
