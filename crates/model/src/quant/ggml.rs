@@ -267,8 +267,9 @@ pub mod x86 {
 
     /// [`super::expf`] on eight lanes (AVX2): the operations of [`expf16`] on one 256-bit half,
     /// with `_mm512_scalef_ps(j, n)` done as the scalar code does it, `j·2^n` as an exact f64
-    /// product rounded once to f32 (four lanes per `__m256d`). Lanes with `|n| > 192` take the
-    /// saturation (`+∞` for `n > 0`, else 0) whatever the product gave.
+    /// product rounded once to f32 (four lanes per `__m256d`), or, when every lane's result
+    /// is a normal f32 (or saturates), as the same exact product in f32. Lanes with
+    /// `|n| > 192` take the saturation (`+∞` for `n > 0`, else 0) whatever the product gave.
     ///
     /// # Safety
     /// The CPU must have AVX2 and FMA.
@@ -290,17 +291,31 @@ pub mod x86 {
             u,
             _mm256_fmadd_ps(c(0x3f7f_fff6), b, _mm256_set1_ps(1.0)),
         );
-        // 2^n as f64 bits, `(n + 1023) << 52`: n is a whole number wherever |n| ≤ 192, the
-        // only lanes whose product is kept.
-        let e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(1023));
-        let p_lo = _mm256_castsi256_pd(_mm256_slli_epi64::<52>(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(e))));
-        let p_hi =
-            _mm256_castsi256_pd(_mm256_slli_epi64::<52>(_mm256_cvtepi32_epi64(_mm256_extracti128_si256::<1>(e))));
-        let lo = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(j)), p_lo));
-        let hi = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps::<1>(j)), p_hi));
-        let scaled = _mm256_set_m128(hi, lo);
         let abs_n = _mm256_and_ps(n, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff)));
         let big = _mm256_cmp_ps::<_CMP_GT_OQ>(abs_n, _mm256_set1_ps(192.0));
+        // j lies in [0.70, 1.42], so for −125 ≤ n ≤ 127 the product j·2^n is a normal f32,
+        // exact in f32 as in f64: an f32 product with 2^n built from f32 bits gives the same
+        // bits, at a third of the operations. The softmaxes (weights ≥ e^−86 or masked to
+        // −∞, which saturates) and SiLU almost always take it; any other lane takes the f64
+        // product for all eight.
+        let normal = _mm256_and_ps(
+            _mm256_cmp_ps::<_CMP_GE_OQ>(n, _mm256_set1_ps(-125.0)),
+            _mm256_cmp_ps::<_CMP_LE_OQ>(n, _mm256_set1_ps(127.0)),
+        );
+        let scaled = if _mm256_movemask_ps(_mm256_or_ps(normal, big)) == 0xFF {
+            let e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+            _mm256_mul_ps(j, _mm256_castsi256_ps(_mm256_slli_epi32::<23>(e)))
+        } else {
+            // 2^n as f64 bits, `(n + 1023) << 52`: n is a whole number wherever |n| ≤ 192,
+            // the only lanes whose product is kept.
+            let e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(1023));
+            let p_lo = _mm256_castsi256_pd(_mm256_slli_epi64::<52>(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(e))));
+            let p_hi =
+                _mm256_castsi256_pd(_mm256_slli_epi64::<52>(_mm256_cvtepi32_epi64(_mm256_extracti128_si256::<1>(e))));
+            let lo = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(j)), p_lo));
+            let hi = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps::<1>(j)), p_hi));
+            _mm256_set_m128(hi, lo)
+        };
         let pos = _mm256_cmp_ps::<_CMP_GT_OQ>(n, _mm256_setzero_ps());
         let sat = _mm256_and_ps(pos, _mm256_set1_ps(f32::INFINITY));
         _mm256_blendv_ps(scaled, sat, big)
