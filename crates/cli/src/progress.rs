@@ -77,3 +77,44 @@ impl Progress for Bar {
         }
     }
 }
+
+/// A long prompt's prefill in `frognano run` / `chat` on stderr (a terminal only):
+/// `prefill ██████░░░░ 1024/2501 tokens  157 tok/s, 9s left`, cleared when the reply starts.
+pub struct PrefillBar {
+    bar: ProgressBar,
+    /// Tokens that were in the state already.
+    reused: u64,
+    started: std::time::Instant,
+}
+
+impl PrefillBar {
+    /// A bar for a prompt of `total` tokens, `reused` of them in the state already.
+    pub fn new(total: u64, reused: u64) -> PrefillBar {
+        let style =
+            ProgressStyle::with_template("prefill {bar:30} {pos}/{len} tokens  {msg}").expect("static template");
+        let bar = ProgressBar::new(total);
+        bar.set_style(style);
+        bar.set_position(reused);
+        PrefillBar { bar, reused, started: std::time::Instant::now() }
+    }
+
+    /// `done` of `total` tokens in, with the rate so far and the time left at it. (The rate is
+    /// computed here, when a piece ends: indicatif's estimate decays while a piece runs, and
+    /// the pieces come seconds apart.)
+    pub fn show(&self, done: u64, total: u64) {
+        let (ran, secs) = (done.saturating_sub(self.reused), self.started.elapsed().as_secs_f64());
+        if ran > 0 && secs > 0.0 {
+            let rate = ran as f64 / secs;
+            let left = (total.saturating_sub(done) as f64 / rate).round() as u64;
+            let left = if left >= 60 { format!("{}m {:02}s", left / 60, left % 60) } else { format!("{left}s") };
+            self.bar.set_message(format!("{rate:.0} tok/s, {left} left"));
+        }
+        self.bar.set_length(total);
+        self.bar.set_position(done);
+    }
+
+    /// Takes the bar off the screen.
+    pub fn clear(&self) {
+        self.bar.finish_and_clear();
+    }
+}

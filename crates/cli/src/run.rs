@@ -292,7 +292,20 @@ impl Talker {
         let mut err = None;
         let eos = &self.eos_ids;
         let spec_before = self.session.speculation_stats();
-        let g = self.session.generate(&prompt, &req, |c| {
+        // A bar on stderr (a terminal only) while a long prompt is prefilled, gone with the
+        // first token; only when the part not reused runs in pieces.
+        let bar: std::cell::OnceCell<crate::progress::PrefillBar> = std::cell::OnceCell::new();
+        let mut report = |done: usize, total: usize| match bar.get() {
+            Some(b) => b.show(done as u64, total as u64),
+            None if total - done > 2 * frognano_engine::PROGRESS_PIECE => {
+                let _ = bar.set(crate::progress::PrefillBar::new(total as u64, done as u64));
+            }
+            None => {}
+        };
+        let g = self.session.generate_with_progress(&prompt, &req, None, Some(&mut report), |c| {
+            if let (None, Some(b)) = (first, bar.get()) {
+                b.clear();
+            }
             first.get_or_insert_with(|| t0.elapsed().as_secs_f64());
             if eos.contains(&c.id) {
                 return ControlFlow::Continue(());

@@ -35,6 +35,6 @@ pub use sampler::{SamplingParams, TokenChoice};
 pub use scheduler::{Flow, Job, QueueFull, Scheduler, SchedulerConfig, SchedulerStats, TokenSink};
 pub use session::{
     decode_step, speculative_decode_step, speculative_decode_step_with_prompt, ChunkOutcome, Decoding, EngineError,
-    FinishReason, GenerateRequest, Generation, PromptChunk, Session, ROW_STATE_BUDGET,
+    FinishReason, GenerateRequest, Generation, PromptChunk, Session, PROGRESS_PIECE, ROW_STATE_BUDGET,
 };
 pub use speculative::{LookupDrafter, MtpDrafter, SpeculationStats, SpeculativeMode};

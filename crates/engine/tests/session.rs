@@ -158,3 +158,35 @@ fn a_cancelled_generation_leaves_the_batch_and_the_others_continue() {
     assert_eq!((da.tokens().len(), db.tokens().len()), (2, 3));
     assert_eq!(a.tokens().len(), 8 + 1, "a cancelled sequence is not run again");
 }
+
+/// A long prompt prefilled in reported pieces (`generate_with_progress`, what `frognano run`
+/// draws its prefill bar from) gives the reply of one whole prefill, and the report climbs
+/// from the reused tokens to the whole prompt; a short new part runs in one piece.
+#[test]
+fn a_long_prefill_reports_its_progress_and_gives_the_reply_of_one_piece() {
+    use frognano_engine::PROGRESS_PIECE;
+    use std::ops::ControlFlow::Continue;
+    let m = model();
+    let n = 2 * PROGRESS_PIECE + 276;
+    let prompt = ids(n, 3);
+    let whole = Session::new(m.clone()).generate(&prompt, &greedy(4), |_| Continue(())).unwrap();
+    let mut s = Session::new(m.clone());
+    let mut seen = Vec::new();
+    let mut report = |done: usize, total: usize| seen.push((done, total));
+    let g = s.generate_with_progress(&prompt, &greedy(4), None, Some(&mut report), |_| Continue(())).unwrap();
+    assert_eq!(seen, [(0, n), (PROGRESS_PIECE, n), (2 * PROGRESS_PIECE, n), (n, n)]);
+    assert_eq!((g.prompt_tokens, g.cached_tokens), (n, 0));
+    let pieces: Vec<(u32, f32)> = g.tokens.iter().map(|t| (t.id, t.logprob)).collect();
+    let one: Vec<(u32, f32)> = whole.tokens.iter().map(|t| (t.id, t.logprob)).collect();
+    assert_eq!(pieces, one, "pieces against one prefill");
+    // The next turn: everything said so far is reused, the short new part is one piece.
+    let mut next = prompt.clone();
+    next.extend(g.tokens.iter().map(|t| t.id));
+    next.extend(ids(30, 4));
+    let mut seen = Vec::new();
+    let mut report = |done: usize, total: usize| seen.push((done, total));
+    let g2 = s.generate_with_progress(&next, &greedy(2), None, Some(&mut report), |_| Continue(())).unwrap();
+    let reused = n + 4 - 1;
+    assert_eq!(g2.cached_tokens, reused);
+    assert_eq!(seen, [(reused, next.len()), (next.len(), next.len())]);
+}
