@@ -325,7 +325,12 @@ impl Talker {
                 }
             }
             ControlFlow::Continue(())
-        })?;
+        });
+        // Also when no token came (an error, `-n 0`).
+        if let Some(b) = bar.get() {
+            b.clear();
+        }
+        let g = g?;
         if let Some(e) = err {
             return Err(e.into());
         }
@@ -342,7 +347,12 @@ impl Talker {
         if self.stats {
             let total = t0.elapsed().as_secs_f64();
             let prefill = first.unwrap_or(total);
-            let n = g.tokens.len().saturating_sub(1).max(1);
+            // The decode rate counts the tokens after the first over the time after it: none
+            // with fewer than two tokens (`-n 0` or `1` printed 10⁹ tok/s).
+            let decode_rate = match g.tokens.len() {
+                0 | 1 => "-".to_string(),
+                n => format!("{:.1}", (n - 1) as f64 / (total - prefill).max(1e-9)),
+            };
             let threads = crate::threads::pool_size();
             // On a GPU the device does the model's work; the CPU threads only drive it.
             let place = match frognano_model::load::accelerator() {
@@ -350,12 +360,11 @@ impl Talker {
                 None => String::new(),
             };
             eprintln!(
-                "prefill {} tokens ({} reused) {:.1} tok/s | decode {} tokens {:.1} tok/s | finish {:?} | {place}{threads} thread{}",
+                "prefill {} tokens ({} reused) {:.1} tok/s | decode {} tokens {decode_rate} tok/s | finish {:?} | {place}{threads} thread{}",
                 g.prompt_tokens - g.cached_tokens,
                 g.cached_tokens,
                 (g.prompt_tokens - g.cached_tokens) as f64 / prefill,
                 g.tokens.len(),
-                n as f64 / (total - prefill).max(1e-9),
                 g.finish,
                 if threads == 1 { "" } else { "s" }
             );

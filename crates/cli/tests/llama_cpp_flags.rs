@@ -131,6 +131,21 @@ fn ctx_size_refuses_a_prompt_that_does_not_fit_and_stops_a_reply_that_fills_it()
     assert!(err.contains("-c/--ctx-size must be at least 1"), "{err}");
 }
 
+/// `--stats` gives no decode rate with fewer than two tokens: the rate is the tokens after the
+/// first over the time after it, and `-n 0` / `-n 1` printed 10⁹ tok/s.
+#[test]
+fn stats_give_no_decode_rate_without_two_tokens() {
+    let Some(demo) = frognano_testkit::demo_model() else { return };
+    let demo = demo.to_str().unwrap();
+    for (n, want) in [("0", "| decode 0 tokens - tok/s |"), ("1", "| decode 1 tokens - tok/s |")] {
+        let (_, stderr) = ok(&run(&["run", demo, "-p", "Hi", "--temp", "0", "--ignore-eos", "-n", n, "--stats"]));
+        assert!(stderr.contains(want), "-n {n}: {stderr}");
+    }
+    let (_, stderr) = ok(&run(&["run", demo, "-p", "Hi", "--temp", "0", "--ignore-eos", "-n", "3", "--stats"]));
+    let rate = stderr.split("| decode 3 tokens ").nth(1).and_then(|r| r.split(' ').next()).unwrap_or("");
+    assert!(rate.parse::<f64>().is_ok_and(|r| r > 0.0 && r < 1e6), "-n 3: {stderr}");
+}
+
 #[test]
 fn threads_size_the_pool_the_model_runs_on() {
     let Some(demo) = frognano_testkit::demo_model() else { return };
