@@ -545,20 +545,29 @@ pub(crate) async fn start_chat(app: &Arc<AppState>, input: ChatInput<'_>) -> Res
 
 /// Compiles a reply grammar off the async threads (llguidance can take a while on a large
 /// schema); `param` is the request field it came from, and `tools` the request's tools, for
-/// the error.
+/// the error ([`crate::structured::refusal`]). A refused tool-call grammar names the first tool
+/// whose schema llguidance refuses alone; the tools are copied into a blocking task only then,
+/// not on every constrained request.
 pub(crate) async fn compile_grammar(
     app: &Arc<AppState>,
     grammar: frognano_engine::Grammar,
     param: &'static str,
     tools: &[Value],
 ) -> Result<frognano_engine::Constraint, ApiError> {
+    use crate::structured::{is_tool_call, refusal, refused_tool};
+    use frognano_engine::ConstraintError;
+    let failed = |e: tokio::task::JoinError| ApiError::internal(format!("compiling the grammar failed: {e}"));
     let state = Arc::clone(app);
-    let tools = tools.to_vec();
-    let compiled =
-        tokio::task::spawn_blocking(move || crate::structured::compile(&state.constraints, &grammar, param, &tools))
-            .await
-            .map_err(|e| ApiError::internal(format!("compiling the grammar failed: {e}")))??;
-    Ok(compiled.start())
+    match tokio::task::spawn_blocking(move || state.constraints.compile(&grammar)).await.map_err(failed)? {
+        Ok(compiled) => Ok(compiled.start()),
+        Err(ConstraintError::Grammar(msg)) if is_tool_call(param) && !tools.is_empty() => {
+            let (state, tools) = (Arc::clone(app), tools.to_vec());
+            let named =
+                tokio::task::spawn_blocking(move || refused_tool(&state.constraints, &tools)).await.map_err(failed)?;
+            Err(named.unwrap_or_else(|| refusal(param, ConstraintError::Grammar(msg))))
+        }
+        Err(e) => Err(refusal(param, e)),
+    }
 }
 
 async fn chat_completions(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {

@@ -16,7 +16,7 @@
 //! `response_format` and a forced tool call is refused: one reply cannot be both.
 
 use frognano_engine::tool_grammar::{tool_call_grammar, CallRule};
-use frognano_engine::{CompiledGrammar, ConstraintError, Grammar, LazyConstraints};
+use frognano_engine::{ConstraintError, Grammar, LazyConstraints};
 use serde_json::Value;
 
 use crate::api::ToolChoice;
@@ -161,33 +161,28 @@ pub fn reply_grammar(
     }
 }
 
-/// Compiles `grammar` (from [`reply_grammar`]; `param` is the request field it came from)
-/// with the served model's vocabulary. A grammar llguidance refuses is a 400 naming `param`
-/// with llguidance's reason; a model whose tokenizer cannot be constrained is a 400 saying so.
-/// A tool-call grammar (`param` `tool_choice` or `tools`) that is refused names the first of
-/// `tools` whose `parameters` schema is refused on its own, as `tools[i].function.parameters`:
-/// the grammar is ours, the schema is what the client can fix.
-pub fn compile(
-    constraints: &LazyConstraints,
-    grammar: &Grammar,
-    param: &str,
-    tools: &[Value],
-) -> Result<CompiledGrammar, ApiError> {
-    constraints.compile(grammar).map_err(|e| match e {
+/// The 400 for a grammar (from [`reply_grammar`]; `param` is the request field it came from)
+/// that the served model's vocabulary could not take: a grammar llguidance refuses names
+/// `param` with llguidance's reason; a model whose tokenizer cannot be constrained says so.
+pub fn refusal(param: &str, e: ConstraintError) -> ApiError {
+    match e {
         ConstraintError::Grammar(msg) => {
-            if matches!(param, "tool_choice" | "tools") {
-                if let Some(e) = refused_tool(constraints, tools) {
-                    return e;
-                }
-            }
             ApiError::invalid_param(param, format!("{param} cannot be enforced: {}", reason(&msg)))
         }
         other => ApiError::invalid_param(param, format!("{param}: {other}")),
-    })
+    }
 }
 
-/// The first tool whose `parameters` schema llguidance refuses alone, as a 400 naming it.
-fn refused_tool(constraints: &LazyConstraints, tools: &[Value]) -> Option<ApiError> {
+/// Whether a grammar from `param` is a tool-call grammar, so that when llguidance refuses it
+/// [`refused_tool`] can name the tool whose schema it refuses: the grammar is ours, the schema
+/// is what the client can fix.
+pub fn is_tool_call(param: &str) -> bool {
+    matches!(param, "tool_choice" | "tools")
+}
+
+/// The first tool whose `parameters` schema llguidance refuses alone, as a 400 naming it
+/// (`tools[i].function.parameters`).
+pub fn refused_tool(constraints: &LazyConstraints, tools: &[Value]) -> Option<ApiError> {
     tools.iter().enumerate().find_map(|(i, tool)| {
         let function = tool.get("function").unwrap_or(tool);
         let schema = function.get("parameters").filter(|p| p.is_object())?;
