@@ -297,7 +297,7 @@ impl Talker {
         let bar: std::cell::OnceCell<crate::progress::PrefillBar> = std::cell::OnceCell::new();
         let mut report = |done: usize, total: usize| match bar.get() {
             Some(b) => b.show(done as u64, total as u64),
-            None if total - done > 2 * frognano_engine::PROGRESS_PIECE => {
+            None if frognano_engine::runs_in_pieces(total - done) => {
                 let _ = bar.set(crate::progress::PrefillBar::new(total as u64, done as u64));
             }
             None => {}

@@ -34,7 +34,7 @@ pub use persist::{PersistError, SessionStore};
 pub use sampler::{SamplingParams, TokenChoice};
 pub use scheduler::{Flow, Job, QueueFull, Scheduler, SchedulerConfig, SchedulerStats, TokenSink};
 pub use session::{
-    decode_step, speculative_decode_step, speculative_decode_step_with_prompt, ChunkOutcome, Decoding, EngineError,
-    FinishReason, GenerateRequest, Generation, PromptChunk, Session, PROGRESS_PIECE, ROW_STATE_BUDGET,
+    decode_step, runs_in_pieces, speculative_decode_step, speculative_decode_step_with_prompt, ChunkOutcome, Decoding,
+    EngineError, FinishReason, GenerateRequest, Generation, PromptChunk, Session, PROGRESS_PIECE, ROW_STATE_BUDGET,
 };
 pub use speculative::{LookupDrafter, MtpDrafter, SpeculationStats, SpeculativeMode};

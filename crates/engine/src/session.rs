@@ -590,7 +590,7 @@ impl Session {
             Some(report) => {
                 req.sampling.validate().map_err(EngineError::Request)?;
                 let cached = self.begin_prefill(prompt)?;
-                let piece = if prompt.len() - cached > 2 * PROGRESS_PIECE { PROGRESS_PIECE } else { usize::MAX };
+                let piece = if runs_in_pieces(prompt.len() - cached) { PROGRESS_PIECE } else { usize::MAX };
                 report(self.tokens.len(), prompt.len());
                 let logits = loop {
                     let all_in = self.prefill_chunk(prompt, piece, req.checkpoint)?;
@@ -888,6 +888,12 @@ impl Decoding {
 /// ([`Session::generate_with_progress`]): a few seconds of a 4B model's prefill on a laptop,
 /// and long enough that the pieces' matmuls run as fast as one whole prompt's.
 pub const PROGRESS_PIECE: usize = 512;
+
+/// Whether [`Session::generate_with_progress`] runs a prompt's `new` tokens (those not
+/// reused) in pieces of [`PROGRESS_PIECE`]: more than two pieces' worth.
+pub fn runs_in_pieces(new: usize) -> bool {
+    new > 2 * PROGRESS_PIECE
+}
 
 /// The next step of a prompt's prefill ([`Session::prefill_chunk`]).
 enum ChunkPlan {
