@@ -141,7 +141,12 @@ pub fn load(spec: impl AsRef<str>) -> Result<LoadedModel> {
 /// With an [`Accelerator`] set, the model is placed on it.
 pub fn load_quantized(spec: impl AsRef<str>, quant: Option<QuantType>) -> Result<LoadedModel> {
     match accelerator() {
-        Some(acc) => acc.place(load_on_cpu(spec, quant, false)?),
+        Some(acc) => {
+            // The host copies of the weights are dropped once they are on the device.
+            let placed = acc.place(load_on_cpu(spec, quant, false)?);
+            release_freed_heap();
+            placed
+        }
         None => load_on_cpu(spec, quant, true),
     }
 }
@@ -149,6 +154,26 @@ pub fn load_quantized(spec: impl AsRef<str>, quant: Option<QuantType>) -> Result
 /// [`load_quantized`] on the CPU whatever the accelerator; `pack`: repack the weights for this
 /// CPU's kernels (an accelerator wants them as stored).
 pub fn load_on_cpu(spec: impl AsRef<str>, quant: Option<QuantType>, pack: bool) -> Result<LoadedModel> {
+    let loaded = read_model(spec, quant, pack);
+    release_freed_heap();
+    loaded
+}
+
+/// Hands back to the system the heap pages that loading freed. Repacking and re-quantizing
+/// build each matrix anew and drop the old one, and glibc keeps freed blocks below its mmap
+/// threshold (which rises to 32 MiB as large blocks are freed) in its heap, resident, until
+/// asked: 85 MB on the Qwen3.5-4B shapes' Q4_K_M (3 % of its weights), 9 MB on SmolLM2's
+/// 97 MB, held for the life of the process without this.
+fn release_freed_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages of glibc's heaps to the kernel.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// [`load_on_cpu`] without the heap handed back.
+fn read_model(spec: impl AsRef<str>, quant: Option<QuantType>, pack: bool) -> Result<LoadedModel> {
     let path = resolve_path(spec.as_ref())?;
     if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
         return load_gguf(&path, quant, pack);
