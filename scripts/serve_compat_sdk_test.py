@@ -45,7 +45,10 @@ def ollama_checks(plain, tool):
     check(names == [f"{MODEL}:latest"], f"list: {names}")
     shown = c.show(MODEL)
     check("completion" in (shown.capabilities or []) and shown.template, f"show: {shown}")
-    print("ok: ollama list, show")
+    running = c.ps().models
+    check([m.model for m in running] == [f"{MODEL}:latest"] and running[0].size > 0
+          and running[0].expires_at is not None, f"ps: {running}")
+    print("ok: ollama list, show, ps")
 
     msgs = [{"role": "user", "content": "Say something."}]
     opts = {"temperature": 0, "num_predict": 8}

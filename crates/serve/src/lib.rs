@@ -182,7 +182,7 @@ fn load_state(args: &ServeConfig) -> anyhow::Result<Arc<AppState>> {
 
 /// Starts the generation scheduler over an already loaded model.
 fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<Arc<AppState>> {
-    let facts = ollama::ModelFacts::read(&loaded.path, &loaded.architecture);
+    let mut facts = ollama::ModelFacts::read(&loaded.path, &loaded.architecture);
     let tokenizer = Arc::new(
         loaded
             .tokenizer
@@ -223,6 +223,8 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
         Some(n) => n,
     };
     args.validate()?;
+    facts.memory = (loaded.weight_bytes + model.cache_bytes(ctx)) as u64;
+    facts.on_device = frognano_model::load::accelerator().is_some();
     if loaded.eos_ids.is_empty() {
         tracing::warn!("the model declares no end-of-sequence token; replies end only at max_tokens or a stop string");
     }

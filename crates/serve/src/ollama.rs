@@ -1,6 +1,6 @@
-//! Ollama's API (`/api/chat`, `/api/generate`, `/api/tags`, `/api/show`), so Ollama clients
-//! (the `ollama` Python and JS libraries, Open WebUI, editors' Ollama back ends) can point at
-//! `frognano serve`. Requests run on the same path as `/v1/chat/completions`
+//! Ollama's API (`/api/chat`, `/api/generate`, `/api/tags`, `/api/show`, `/api/ps`,
+//! `/api/version`, and `/`, the heartbeat), so Ollama clients (the `ollama` CLI, the Python and
+//! JS libraries, Open WebUI, editors' Ollama back ends) can point at `frognano serve`. Requests run on the same path as `/v1/chat/completions`
 //! ([`crate::routes::start_chat`]): the model's chat template, the tool-call codec, the same
 //! limits (body size, context, queue). Replies are Ollama's: a stream of JSON lines
 //! (`application/x-ndjson`) by default, one JSON object with `"stream": false`, errors as
@@ -39,7 +39,19 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/api/generate", post(generate))
         .route("/api/tags", get(tags))
         .route("/api/show", post(show))
+        .route("/api/ps", get(ps))
+        .route("/api/version", get(version))
+        // `GET` and `HEAD /`: the `ollama` CLI's heartbeat before every command.
+        .route("/", get(|| async { "Ollama is running" }))
 }
+
+/// The Ollama release whose API these endpoints follow (fields, errors, streaming), as
+/// `/api/version` reports it: clients that gate features on the server's version (tools,
+/// `think`) see one that has them.
+pub const OLLAMA_API_VERSION: &str = "0.12.6";
+
+/// `expires_at` of `/api/ps`: the served model is never unloaded (Ollama's `keep_alive: -1`).
+const NEVER_EXPIRES: &str = "2318-01-01T00:00:00Z";
 
 // ---- what /api/tags and /api/show say about the model ------------------------------------------
 
@@ -62,6 +74,11 @@ pub struct ModelFacts {
     /// 64 hex digits identifying the served file: a hash of its resolved path, size and
     /// modification time (not of its contents, which would mean reading gigabytes at startup).
     pub digest: String,
+    /// Bytes the model takes in memory with one full context: its weights and one sequence's
+    /// cache at the served context length (`/api/ps`'s `size`); set by the server.
+    pub memory: u64,
+    /// Whether the weights are on an accelerator (`/api/ps`'s `size_vram` is then `memory`).
+    pub on_device: bool,
 }
 
 impl ModelFacts {
@@ -108,7 +125,17 @@ impl ModelFacts {
                 format!("{:016x}", h.finish())
             })
             .collect();
-        ModelFacts { format, family: architecture.to_string(), parameter_count, quantization, size, modified, digest }
+        ModelFacts {
+            format,
+            family: architecture.to_string(),
+            parameter_count,
+            quantization,
+            size,
+            modified,
+            digest,
+            memory: 0,
+            on_device: false,
+        }
     }
 
     /// Ollama's `details` object.
@@ -836,6 +863,27 @@ async fn tags(State(app): State<Arc<AppState>>) -> Response {
         "details": f.details(),
     }]}))
     .into_response()
+}
+
+/// `/api/ps`: the one model, loaded for the life of the server.
+async fn ps(State(app): State<Arc<AppState>>) -> Response {
+    let f = &app.facts;
+    Json(json!({"models": [{
+        "name": tagged_name(&app),
+        "model": tagged_name(&app),
+        "size": f.memory,
+        "digest": f.digest,
+        "details": f.details(),
+        "expires_at": NEVER_EXPIRES,
+        "size_vram": if f.on_device { f.memory } else { 0 },
+        "context_length": app.ctx,
+    }]}))
+    .into_response()
+}
+
+/// `/api/version`: [`OLLAMA_API_VERSION`].
+async fn version() -> Response {
+    Json(json!({"version": OLLAMA_API_VERSION})).into_response()
 }
 
 async fn show(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {

@@ -1,4 +1,5 @@
-//! Ollama's API (`/api/chat`, `/api/generate`, `/api/tags`, `/api/show`) and Anthropic's
+//! Ollama's API (`/api/chat`, `/api/generate`, `/api/tags`, `/api/show`, `/api/ps`,
+//! `/api/version`, `/`) and Anthropic's
 //! Messages API (`/v1/messages`) over plain HTTP, read as their clients read them: Ollama's
 //! stream line by line, Anthropic's events in order. Greedy replies match the OpenAI
 //! endpoint's for the same conversation; tool calls make the round trip through the Qwen3.5
@@ -260,6 +261,36 @@ fn ollama_tags_and_show_describe_the_gguf() {
     let (st, e) = post(&show, &json!({"model": "llama3.2"}));
     assert_eq!(st, 404);
     assert!(e["error"].as_str().unwrap().starts_with("model 'llama3.2' not found"), "{e}");
+}
+
+#[test]
+fn ollama_ps_version_and_heartbeat_answer_as_ollama_does() {
+    let Some(demo) = frognano_testkit::demo_model() else { return };
+    let server = frognano_serve::spawn_server(args(&demo.to_string_lossy())).expect("server starts");
+    let (st, ps) = get(&format!("{}/api/ps", server.url()));
+    assert_eq!(st, 200, "{ps}");
+    let m = &ps["models"][0];
+    assert_eq!(m["name"], "SmolLM2-135M-Instruct.Q4_1:latest");
+    assert_eq!(m["model"], m["name"]);
+    assert_eq!(m["context_length"], 8192);
+    // The weights (the GGUF's tensor bytes) and one full context of f16 keys and values:
+    // 30 layers × 3 KV heads × 64 dims × (K, V) × 2 bytes × 8,192 positions.
+    assert_eq!(m["size"].as_u64(), Some(96_576_768 + 30 * 3 * 64 * 2 * 2 * 8192), "{m}");
+    assert_eq!(m["size_vram"], 0, "on the CPU");
+    assert!(m["expires_at"].as_str().is_some_and(|t| t.starts_with("2318-")), "never unloaded: {m}");
+    let (_, tags) = get(&format!("{}/api/tags", server.url()));
+    assert_eq!((&m["digest"], &m["details"]), (&tags["models"][0]["digest"], &tags["models"][0]["details"]));
+
+    let (st, v) = get(&format!("{}/api/version", server.url()));
+    assert_eq!(st, 200, "{v}");
+    let version: Vec<u32> = v["version"].as_str().unwrap().split('.').map(|p| p.parse().unwrap()).collect();
+    assert!(version.len() == 3 && version >= vec![0, 9, 0], "a version with tools and `think`: {v}");
+
+    // The `ollama` CLI's heartbeat is `HEAD /`; browsers and scripts `GET /`.
+    let root = ureq::get(&format!("{}/", server.url())).call().expect("GET /");
+    assert_eq!(root.into_string().unwrap(), "Ollama is running");
+    let head = ureq::head(&format!("{}/", server.url())).call().expect("HEAD /");
+    assert_eq!(head.status(), 200);
 }
 
 #[test]
