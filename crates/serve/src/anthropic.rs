@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 
 use crate::api::{parse_body, validate_tools, SamplingFields};
 use crate::error::ApiError;
-use crate::output::Delta;
+use crate::output::{Delta, PartEvent, PartKind, PartWriter};
 use crate::pool::{JobEvent, JobSummary};
 use crate::routes::{check_stop_list, collect, read_body, render_chat, sse_response, start_chat, AppState, ChatInput};
 use crate::structured::ResponseFormat;
@@ -429,110 +429,59 @@ enum BlockEvent {
     Stop(usize),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum TextKind {
-    Thinking,
-    Text,
-}
-
-impl TextKind {
-    fn start(self) -> Value {
-        match self {
-            TextKind::Thinking => json!({"type": "thinking", "thinking": "", "signature": ""}),
-            TextKind::Text => json!({"type": "text", "text": ""}),
-        }
-    }
-
-    fn delta(self, text: &str) -> Value {
-        match self {
-            TextKind::Thinking => json!({"type": "thinking_delta", "thinking": text}),
-            TextKind::Text => json!({"type": "text_delta", "text": text}),
-        }
+fn block_start(kind: PartKind) -> Value {
+    match kind {
+        PartKind::Reasoning => json!({"type": "thinking", "thinking": "", "signature": ""}),
+        PartKind::Text => json!({"type": "text", "text": ""}),
     }
 }
 
-/// Turns a reply's deltas into content blocks with consecutive indices: reasoning into
-/// `thinking` blocks, text into `text` blocks, each tool call into a `tool_use` block. A
-/// block opens at its first non-blank text (the blank text before it is kept in it), so the
-/// blank lines a model writes between its thinking, its text and its calls make no blocks
-/// of their own. The whole and the streamed reply are both built from these events.
+fn block_delta(kind: PartKind, text: &str) -> Value {
+    match kind {
+        PartKind::Reasoning => json!({"type": "thinking_delta", "thinking": text}),
+        PartKind::Text => json!({"type": "text_delta", "text": text}),
+    }
+}
+
+/// A reply's parts ([`PartWriter`]) as content blocks: reasoning in `thinking` blocks, text
+/// in `text` blocks, each tool call a `tool_use` block. The whole and the streamed reply are
+/// both built from these events.
 #[derive(Debug, Default)]
 struct BlockWriter {
-    next: usize,
-    open: Option<(usize, TextKind)>,
-    /// Blank text of a block not yet opened.
-    held: Option<(TextKind, String)>,
+    parts: PartWriter,
 }
 
 impl BlockWriter {
     fn push(&mut self, delta: &Delta) -> Vec<BlockEvent> {
-        let mut out = Vec::new();
-        self.text(TextKind::Thinking, &delta.reasoning, &mut out);
-        self.text(TextKind::Text, &delta.content, &mut out);
-        for call in &delta.tool_calls {
-            self.held = None;
-            self.close(&mut out);
-            let index = self.take_index();
+        self.parts.push(delta).into_iter().flat_map(blocks_of).collect()
+    }
+
+    fn finish(&mut self) -> Vec<BlockEvent> {
+        self.parts.finish().into_iter().flat_map(blocks_of).collect()
+    }
+}
+
+fn blocks_of(event: PartEvent) -> Vec<BlockEvent> {
+    match event {
+        PartEvent::Open(index, kind, text) => {
+            vec![BlockEvent::Start(index, block_start(kind)), BlockEvent::Delta(index, block_delta(kind, &text))]
+        }
+        PartEvent::Text(index, kind, text) => vec![BlockEvent::Delta(index, block_delta(kind, &text))],
+        PartEvent::Close(index, _) => vec![BlockEvent::Stop(index)],
+        PartEvent::Call(index, call) => {
             let id = match call.id.strip_prefix("call_") {
                 Some(rest) => format!("toolu_{rest}"),
                 None => call.id.clone(),
             };
-            out.push(BlockEvent::Start(
-                index,
-                json!({"type": "tool_use", "id": id, "name": call.function.name,
-                "input": {}}),
-            ));
-            out.push(BlockEvent::Delta(
-                index,
-                json!({"type": "input_json_delta", "partial_json": call.function.arguments}),
-            ));
-            out.push(BlockEvent::Stop(index));
+            vec![
+                BlockEvent::Start(
+                    index,
+                    json!({"type": "tool_use", "id": id, "name": call.function.name, "input": {}}),
+                ),
+                BlockEvent::Delta(index, json!({"type": "input_json_delta", "partial_json": call.function.arguments})),
+                BlockEvent::Stop(index),
+            ]
         }
-        out
-    }
-
-    fn finish(&mut self) -> Vec<BlockEvent> {
-        let mut out = Vec::new();
-        self.held = None;
-        self.close(&mut out);
-        out
-    }
-
-    fn text(&mut self, kind: TextKind, text: &str, out: &mut Vec<BlockEvent>) {
-        if text.is_empty() {
-            return;
-        }
-        if let Some((index, open)) = self.open {
-            if open == kind {
-                out.push(BlockEvent::Delta(index, kind.delta(text)));
-                return;
-            }
-        }
-        let mut pending = match self.held.take() {
-            Some((held_kind, blank)) if held_kind == kind => blank,
-            _ => String::new(),
-        };
-        pending.push_str(text);
-        if pending.trim().is_empty() {
-            self.held = Some((kind, pending));
-            return;
-        }
-        self.close(out);
-        let index = self.take_index();
-        out.push(BlockEvent::Start(index, kind.start()));
-        out.push(BlockEvent::Delta(index, kind.delta(&pending)));
-        self.open = Some((index, kind));
-    }
-
-    fn close(&mut self, out: &mut Vec<BlockEvent>) {
-        if let Some((index, _)) = self.open.take() {
-            out.push(BlockEvent::Stop(index));
-        }
-    }
-
-    fn take_index(&mut self) -> usize {
-        self.next += 1;
-        self.next - 1
     }
 }
 

@@ -76,6 +76,102 @@ impl Delta {
     }
 }
 
+/// What a part of a chat reply holds: the model's reasoning or its visible text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PartKind {
+    /// Reasoning (a `thinking` block, a `reasoning` item).
+    Reasoning,
+    /// Visible text.
+    Text,
+}
+
+/// One step of a chat reply cut into parts, for the APIs whose replies are lists of parts
+/// (Anthropic's content blocks, the Responses API's output items). Indices count the parts
+/// from 0 in order; one part is open at a time.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum PartEvent {
+    /// A text part opens at an index with its first text.
+    Open(usize, PartKind, String),
+    /// More text of the open part.
+    Text(usize, PartKind, String),
+    /// The part at an index is complete.
+    Close(usize, PartKind),
+    /// A tool call: a whole part of its own.
+    Call(usize, ToolCall),
+}
+
+/// Cuts a reply's deltas into parts: reasoning into reasoning parts, text into text parts,
+/// each tool call into a part of its own. A part opens at its first non-blank text (the
+/// blank text before it is kept in it), so the blank lines a model writes between its
+/// thinking, its text and its calls make no parts of their own.
+#[derive(Debug, Default)]
+pub(crate) struct PartWriter {
+    next: usize,
+    open: Option<(usize, PartKind)>,
+    /// Blank text of a part not yet opened.
+    held: Option<(PartKind, String)>,
+}
+
+impl PartWriter {
+    /// The events one delta makes.
+    pub fn push(&mut self, delta: &Delta) -> Vec<PartEvent> {
+        let mut out = Vec::new();
+        self.text(PartKind::Reasoning, &delta.reasoning, &mut out);
+        self.text(PartKind::Text, &delta.content, &mut out);
+        for call in &delta.tool_calls {
+            self.held = None;
+            self.close(&mut out);
+            let index = self.take_index();
+            out.push(PartEvent::Call(index, call.clone()));
+        }
+        out
+    }
+
+    /// Closes the open part, if any (blank text never opened is dropped).
+    pub fn finish(&mut self) -> Vec<PartEvent> {
+        let mut out = Vec::new();
+        self.held = None;
+        self.close(&mut out);
+        out
+    }
+
+    fn text(&mut self, kind: PartKind, text: &str, out: &mut Vec<PartEvent>) {
+        if text.is_empty() {
+            return;
+        }
+        if let Some((index, open)) = self.open {
+            if open == kind {
+                out.push(PartEvent::Text(index, kind, text.to_string()));
+                return;
+            }
+        }
+        let mut pending = match self.held.take() {
+            Some((held_kind, blank)) if held_kind == kind => blank,
+            _ => String::new(),
+        };
+        pending.push_str(text);
+        if pending.trim().is_empty() {
+            self.held = Some((kind, pending));
+            return;
+        }
+        self.close(out);
+        let index = self.take_index();
+        out.push(PartEvent::Open(index, kind, pending));
+        self.open = Some((index, kind));
+    }
+
+    fn close(&mut self, out: &mut Vec<PartEvent>) {
+        if let Some((index, kind)) = self.open.take() {
+            out.push(PartEvent::Close(index, kind));
+        }
+    }
+
+    fn take_index(&mut self) -> usize {
+        self.next += 1;
+        self.next - 1
+    }
+}
+
 /// Holds back text that may be the start of a stop string; cuts at the first stop string.
 #[derive(Debug, Clone, Default)]
 pub struct StopScanner {
