@@ -315,6 +315,53 @@ def structured_checks(url):
                  "response_format.json_schema.schema", "unenforceable schema")
 
 
+def responses_checks(plain_url, tool_url):
+    """The Responses API, what Codex speaks: create, stream, parse(), and the function-call
+    round trip with the SDK's own output items sent back."""
+    c = openai.OpenAI(base_url=plain_url + "/v1", api_key="not-needed", max_retries=0)
+    ask = dict(model=MODEL, instructions="Be brief.", input="Say something.", temperature=0, max_output_tokens=10)
+    r = c.responses.create(**ask)
+    check(r.status in ("completed", "incomplete") and isinstance(r.output_text, str), f"responses.create: {r}")
+    check(r.usage.input_tokens > 0 and 0 < r.usage.output_tokens <= 10, f"usage {r.usage}")
+    check(r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens, f"usage {r.usage}")
+    print("ok: responses.create")
+
+    # A reply cut by max_output_tokens ends with `response.incomplete`, as OpenAI's does (the
+    # SDK's get_final_response() wants `response.completed`), so the last event is read.
+    deltas, final = "", None
+    with c.responses.stream(**ask) as stream:
+        for event in stream:
+            if event.type == "response.output_text.delta":
+                deltas += event.delta
+            elif event.type in ("response.completed", "response.incomplete"):
+                final = event.response
+    check(final is not None and final.status == r.status, f"final {final} vs status {r.status}")
+    check(deltas == r.output_text and final.output_text == r.output_text, f"streamed {deltas!r} vs {r.output_text!r}")
+    if r.status == "completed":
+        with c.responses.stream(**ask) as stream:
+            check(stream.get_final_response().output_text == r.output_text, "get_final_response")
+    print(f"ok: responses.stream ({r.status})")
+
+    p = c.responses.parse(model=MODEL, input="Invent a person.", text_format=Person, temperature=1.0,
+                          max_output_tokens=300)
+    check(isinstance(p.output_parsed, Person), f"responses.parse gave {p.output}")
+    print(f"ok: responses.parse with a pydantic model ({p.output_parsed!r})")
+
+    t = openai.OpenAI(base_url=tool_url + "/v1", api_key="not-needed", max_retries=0)
+    tool = {"type": "function", "name": "Bash", "description": BASH["function"]["description"],
+            "parameters": BASH["function"]["parameters"]}
+    r = t.responses.create(model=MODEL, input="List files.", tools=[tool], reasoning={"effort": "medium"})
+    calls = [o for o in r.output if o.type == "function_call"]
+    check(len(calls) == 1 and calls[0].name == "Bash", f"function calls: {r.output}")
+    check(json.loads(calls[0].arguments) == {"command": "ls -la", "timeout": 30}, calls[0].arguments)
+    history = ([{"role": "user", "content": "List files."}] + [o.model_dump(exclude_none=True) for o in r.output]
+               + [{"type": "function_call_output", "call_id": calls[0].call_id, "output": "a.py\nb.py"}])
+    r2 = t.responses.create(model=MODEL, input=history, tools=[tool], reasoning={"effort": "medium"})
+    check(r2.status == "completed", f"second turn: {r2}")
+    check(r2.usage.input_tokens_details.cached_tokens > 0, f"follow-up reuses the prefix: {r2.usage}")
+    print("ok: responses function_call round trip (the SDK's own items sent back)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--plain", required=True)
@@ -324,6 +371,7 @@ def main():
     structured_checks(a.plain.rstrip("/"))
     tool_checks(a.tool.rstrip("/"))
     echo_checks(a.tool.rstrip("/"), a.plain.rstrip("/"))
+    responses_checks(a.plain.rstrip("/"), a.tool.rstrip("/"))
     print(f"all checks passed (openai {openai.__version__})")
 
 

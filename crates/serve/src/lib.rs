@@ -30,6 +30,7 @@ pub mod error;
 pub mod ollama;
 pub mod output;
 pub mod pool;
+pub mod responses;
 pub mod routes;
 pub mod structured;
 

@@ -94,7 +94,7 @@ impl AppState {
         self.scrubber.error(error)
     }
 
-    fn check_model(&self, requested: Option<&str>) -> Result<(), ApiError> {
+    pub(crate) fn check_model(&self, requested: Option<&str>) -> Result<(), ApiError> {
         match requested {
             None => Ok(()),
             Some(m) if m == self.model_name => Ok(()),
@@ -120,6 +120,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/detokenize", post(detokenize))
         .merge(crate::ollama::routes())
         .merge(crate::anthropic::routes())
+        .merge(crate::responses::routes())
         .fallback(|| async { ApiError::not_found("No such endpoint.") })
         .method_not_allowed_fallback(|| async {
             ApiError { status: axum::http::StatusCode::METHOD_NOT_ALLOWED, ..ApiError::invalid("Method not allowed.") }
