@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderValue};
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -205,12 +205,14 @@ fn to_messages(instructions: Option<&Value>, input: &Value) -> Result<Vec<Messag
                         turns.extend(assistant.take().map(AssistantTurn::into_message));
                         turns.push(Message::user(text));
                     }
-                    other => return Err(ApiError::invalid_param(
-                        format!("{at}.role"),
-                        format!(
+                    other => {
+                        return Err(ApiError::invalid_param(
+                            format!("{at}.role"),
+                            format!(
                             "{at}.role must be \"user\", \"assistant\", \"system\" or \"developer\"; found {other:?}"
                         ),
-                    )),
+                        ))
+                    }
                 }
             }
             "reasoning" => {
@@ -268,37 +270,81 @@ fn to_messages(instructions: Option<&Value>, input: &Value) -> Result<Vec<Messag
     Ok(turns)
 }
 
-/// The Responses API's function tools (`{type: "function", name, description, parameters}`)
-/// as the chat form's, and `tool_choice` (`auto`, `none`, `required`, or
-/// `{type: "function", name}`) as the value [`validate_tools`] reads. Tools that OpenAI's
-/// servers run (`web_search`, `file_search`, …) and free-form `custom` tools are refused.
-fn to_tools(tools: &[Value], choice: Option<&Value>) -> Result<(Vec<Value>, ToolChoice), ApiError> {
-    let mut out = Vec::with_capacity(tools.len());
+/// The request's tools as the model is shown them.
+#[derive(Debug)]
+struct Tools {
+    /// Function tools in the chat form (a namespace's functions among them, flat).
+    chat: Vec<Value>,
+    choice: ToolChoice,
+    /// The namespace of each function offered from a `namespace` tool: its calls name it.
+    namespaces: Vec<(String, String)>,
+    /// The types of the tools not offered (hosted and free-form ones), in order, once each.
+    not_offered: Vec<String>,
+}
+
+/// A function tool (`{type: "function", name, description, parameters}`) in the chat form.
+fn chat_function(tool: &Value) -> Value {
+    let mut function = Map::new();
+    for field in ["name", "description", "parameters"] {
+        if let Some(v) = tool.get(field).filter(|v| !v.is_null()) {
+            function.insert(field.into(), v.clone());
+        }
+    }
+    json!({"type": "function", "function": function})
+}
+
+/// The Responses API's tools as the chat form's function tools, and `tool_choice` (`auto`,
+/// `none`, `required`, or `{type: "function", name}`) as the value [`validate_tools`] reads.
+/// A `namespace` tool's functions are offered under their own names, and their calls carry
+/// the namespace. Tools that OpenAI's servers run (`web_search`, `file_search`, …) and
+/// free-form `custom` tools cannot run here: they are not offered (Codex sends some with
+/// every request), and the reply names them (`x-frognano-tools-not-offered`).
+fn to_tools(tools: &[Value], choice: Option<&Value>) -> Result<Tools, ApiError> {
+    let mut chat = Vec::with_capacity(tools.len());
+    let mut namespaces = Vec::new();
+    let mut not_offered: Vec<String> = Vec::new();
+    let mut skip = |kind: &str| {
+        if !not_offered.iter().any(|k| k == kind) {
+            not_offered.push(kind.to_string());
+        }
+    };
+    // Where each chat tool came from, for errors in the request's names.
+    let mut origin: Vec<String> = Vec::new();
     for (i, tool) in tools.iter().enumerate() {
         let at = format!("tools[{i}]");
         if !tool.is_object() {
             return Err(field_error(&at, "a tool object", tool));
         }
         match tool.get("type").and_then(Value::as_str) {
-            Some("function") => {}
-            Some(other) => {
-                return Err(ApiError::invalid_param(
-                    format!("{at}.type"),
-                    format!(
-                        "{at}.type {other:?} is not a function tool; this server runs function tools only \
-                         (name, description, parameters)"
-                    ),
-                ))
+            Some("function") => {
+                chat.push(chat_function(tool));
+                origin.push(at);
             }
+            Some("namespace") => {
+                let namespace = string_field(tool, &at, "name")?;
+                let inner = match tool.get("tools") {
+                    Some(Value::Array(inner)) => inner,
+                    Some(other) => return Err(field_error(&format!("{at}.tools"), "a list of tools", other)),
+                    None => {
+                        return Err(ApiError::invalid_param(format!("{at}.tools"), format!("{at}.tools is required")))
+                    }
+                };
+                for (j, t) in inner.iter().enumerate() {
+                    match t.get("type").and_then(Value::as_str) {
+                        Some("function") => {
+                            chat.push(chat_function(t));
+                            origin.push(format!("{at}.tools[{j}]"));
+                            let name = t.get("name").and_then(Value::as_str).unwrap_or_default();
+                            namespaces.push((name.to_string(), namespace.to_string()));
+                        }
+                        Some(other) => skip(other),
+                        None => return Err(field_error(&format!("{at}.tools[{j}].type"), "a tool type", t)),
+                    }
+                }
+            }
+            Some(other) => skip(other),
             None => return Err(ApiError::invalid_param(format!("{at}.type"), format!("{at}.type is required"))),
         }
-        let mut function = Map::new();
-        for field in ["name", "description", "parameters"] {
-            if let Some(v) = tool.get(field).filter(|v| !v.is_null()) {
-                function.insert(field.into(), v.clone());
-            }
-        }
-        out.push(json!({"type": "function", "function": function}));
     }
     let chat_choice = match choice.filter(|c| !c.is_null()) {
         None => None,
@@ -317,13 +363,26 @@ fn to_tools(tools: &[Value], choice: Option<&Value>) -> Result<(Vec<Value>, Tool
             ))
         }
     };
-    let rename = |s: &str| s.replace(".function.", ".").replace("tool_choice.function.name", "tool_choice.name");
-    let choice = validate_tools(&out, chat_choice.as_ref()).map_err(|e| ApiError {
+    let rename = |s: &str| request_place(s, &origin);
+    let choice = validate_tools(&chat, chat_choice.as_ref()).map_err(|e| ApiError {
         param: e.param.as_deref().map(rename),
         message: rename(&e.message),
         ..e
     })?;
-    Ok((out, choice))
+    Ok(Tools { chat, choice, namespaces, not_offered })
+}
+
+/// [`validate_tools`] names the chat form's places (`tools[3].function.name`, one in a
+/// message); this says the request's (`tools[1].tools[0].name`), `origin` giving each chat
+/// tool's place.
+fn request_place(s: &str, origin: &[String]) -> String {
+    let s = s.replace("tool_choice.function.name", "tool_choice.name");
+    let Some(start) = s.find("tools[") else { return s };
+    let digits = start + "tools[".len();
+    let Some(len) = s[digits..].find(']') else { return s };
+    let Some(at) = s[digits..digits + len].parse::<usize>().ok().and_then(|k| origin.get(k)) else { return s };
+    let rest = &s[digits + len + 1..];
+    format!("{}{at}{}", &s[..start], rest.strip_prefix(".function").unwrap_or(rest))
 }
 
 /// `reasoning.effort`: `none` and `minimal` turn the model's thinking off, `low` to `xhigh`
@@ -384,13 +443,15 @@ struct ItemWriter {
     parts: PartWriter,
     /// The response id's unique part, which item ids share.
     stem: String,
+    /// The namespace of each function offered from a `namespace` tool (its calls name it).
+    namespaces: Vec<(String, String)>,
     items: Vec<Value>,
 }
 
 impl ItemWriter {
-    fn new(response_id: &str) -> Self {
+    fn new(response_id: &str, namespaces: Vec<(String, String)>) -> Self {
         let stem = response_id.strip_prefix("resp_").unwrap_or(response_id).to_string();
-        ItemWriter { parts: PartWriter::default(), stem, items: Vec::new() }
+        ItemWriter { parts: PartWriter::default(), stem, namespaces, items: Vec::new() }
     }
 
     fn push(&mut self, delta: &Delta) -> Vec<Value> {
@@ -480,8 +541,11 @@ impl ItemWriter {
             }
             PartEvent::Call(index, call) => {
                 let id = self.item_id("fc", index);
-                let added = json!({"id": id, "type": "function_call", "status": "in_progress", "call_id": call.id,
-                                   "name": call.function.name, "arguments": ""});
+                let mut added = json!({"id": id, "type": "function_call", "status": "in_progress",
+                                       "call_id": call.id, "name": call.function.name, "arguments": ""});
+                if let Some((_, namespace)) = self.namespaces.iter().find(|(name, _)| *name == call.function.name) {
+                    added["namespace"] = json!(namespace);
+                }
                 let mut done = added.clone();
                 done["status"] = json!("completed");
                 done["arguments"] = json!(call.function.arguments);
@@ -597,7 +661,7 @@ async fn responses_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> 
         .filter(|v| !v.is_null())
         .ok_or_else(|| ApiError::invalid_param("input", "input is required: a string or a list of input items"))?;
     let messages = to_messages(req.instructions.as_ref(), input)?;
-    let (tools, choice) = to_tools(req.tools.as_deref().unwrap_or_default(), req.tool_choice.as_ref())?;
+    let tools = to_tools(req.tools.as_deref().unwrap_or_default(), req.tool_choice.as_ref())?;
     let mut kwargs = Map::new();
     if let Some(on) = thinking(req.reasoning.as_ref())? {
         kwargs.insert("enable_thinking".into(), Value::Bool(on));
@@ -617,8 +681,8 @@ async fn responses_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> 
         &app,
         ChatInput {
             messages: &messages,
-            tools,
-            choice,
+            tools: tools.chat,
+            choice: tools.choice,
             sampling: SamplingFields { temperature: req.temperature, top_p: req.top_p, ..SamplingFields::default() },
             max_tokens: req.max_output_tokens,
             stops: Vec::new(),
@@ -631,16 +695,22 @@ async fn responses_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> 
     let id = app.response_id("resp").replacen("resp-", "resp_", 1);
     let created_at = unix_now();
     let injected = started.tool_prompt_injected;
-    let response = if req.stream.unwrap_or(false) {
-        stream_response(app, id, created_at, echo, started.events)
+    let writer = ItemWriter::new(&id, tools.namespaces);
+    let mut response = if req.stream.unwrap_or(false) {
+        stream_response(app, id, created_at, echo, writer, started.events)
     } else {
         let (out, summary) = collect(started.events).await?;
-        let mut writer = ItemWriter::new(&id);
+        let mut writer = writer;
         writer.push(&out);
         writer.finish();
         let response = response_object(&app, &id, created_at, &echo, "in_progress", &[]);
         Json(finished(&app, response, &writer, &summary)).into_response()
     };
+    if !tools.not_offered.is_empty() {
+        if let Ok(v) = HeaderValue::from_str(&tools.not_offered.join(", ")) {
+            response.headers_mut().insert("x-frognano-tools-not-offered", v);
+        }
+    }
     Ok(crate::routes::with_tool_prompt_header(response, injected))
 }
 
@@ -649,6 +719,7 @@ fn stream_response(
     id: String,
     created_at: u64,
     echo: Echo,
+    mut writer: ItemWriter,
     mut rx: mpsc::UnboundedReceiver<JobEvent>,
 ) -> Response {
     let (tx, body_rx) = mpsc::channel::<Event>(64);
@@ -667,7 +738,6 @@ fn stream_response(
                 return;
             }
         }
-        let mut writer = ItemWriter::new(&id);
         loop {
             let next = tokio::select! {
                 e = crate::routes::next_event(&mut rx, &tx) => e,
@@ -726,7 +796,7 @@ mod tests {
 
     #[test]
     fn items_are_built_by_their_events_in_order() {
-        let mut w = ItemWriter::new("resp_ab01");
+        let mut w = ItemWriter::new("resp_ab01", vec![]);
         let mut events = w.push(&delta("Let me", "", vec![]));
         events.extend(w.push(&delta(" look.\n", "\n\n", vec![])));
         let call = ToolCall { id: "call_7".into(), ..ToolCall::new("Bash", r#"{"command":"ls"}"#) };
@@ -821,19 +891,35 @@ mod tests {
     fn tools_choices_reasoning_and_formats_are_read_in_the_responses_names() {
         let bash = json!({"type": "function", "name": "Bash", "description": "Run.", "strict": false,
             "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}});
-        let (tools, choice) = to_tools(std::slice::from_ref(&bash), Some(&json!("required"))).unwrap();
-        assert_eq!(tools[0]["function"]["name"], "Bash");
-        assert_eq!(tools[0]["function"]["parameters"]["required"], json!(["command"]));
-        assert_eq!(choice, ToolChoice::Required(None));
-        let (_, choice) =
-            to_tools(std::slice::from_ref(&bash), Some(&json!({"type": "function", "name": "Bash"}))).unwrap();
-        assert_eq!(choice, ToolChoice::Required(Some("Bash".into())));
+        let tools = to_tools(std::slice::from_ref(&bash), Some(&json!("required"))).unwrap();
+        assert_eq!(tools.chat[0]["function"]["name"], "Bash");
+        assert_eq!(tools.chat[0]["function"]["parameters"]["required"], json!(["command"]));
+        assert_eq!(tools.choice, ToolChoice::Required(None));
+        let named = to_tools(std::slice::from_ref(&bash), Some(&json!({"type": "function", "name": "Bash"})));
+        assert_eq!(named.unwrap().choice, ToolChoice::Required(Some("Bash".into())));
         let e = to_tools(&[json!({"type": "function", "name": "two words"})], None).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("tools[0].name"));
-        let e = to_tools(&[json!({"type": "web_search"})], None).unwrap_err();
-        assert_eq!(e.param.as_deref(), Some("tools[0].type"));
-        let e = to_tools(&[bash], Some(&json!({"type": "allowed_tools"}))).unwrap_err();
+        let e = to_tools(std::slice::from_ref(&bash), Some(&json!({"type": "allowed_tools"}))).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("tool_choice"));
+
+        // What Codex sends: a namespace of functions, a hosted web search, a free-form tool.
+        let spawn = json!({"type": "function", "name": "spawn_agent", "parameters": {"type": "object"}});
+        let sent = [
+            bash.clone(),
+            json!({"type": "web_search", "external_web_access": false}),
+            json!({"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.",
+                   "tools": [spawn, {"type": "custom", "name": "apply_patch"}]}),
+            json!({"type": "web_search"}),
+        ];
+        let tools = to_tools(&sent, None).unwrap();
+        let names: Vec<&str> = tools.chat.iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["Bash", "spawn_agent"]);
+        assert_eq!(tools.namespaces, [("spawn_agent".to_string(), "multi_agent_v1".to_string())]);
+        assert_eq!(tools.not_offered, ["web_search", "custom"]);
+        let clash = [bash.clone(), json!({"type": "namespace", "name": "ns", "tools": [bash]})];
+        let e = to_tools(&clash, None).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tools[1].tools[0].name"), "{}", e.message);
+        assert!(e.message.starts_with("tools[1].tools[0].name \"Bash\""), "{}", e.message);
 
         assert_eq!(thinking(None).unwrap(), None);
         assert_eq!(thinking(Some(&json!({"effort": "minimal"}))).unwrap(), Some(false));

@@ -226,6 +226,17 @@ fn responses_function_calls_and_their_outputs_make_the_round_trip() {
     );
     assert_eq!(st, 200, "{openai}");
     assert_eq!(again["usage"]["input_tokens"], openai["usage"]["prompt_tokens"], "{again}");
+
+    // As Codex sends its tools: functions in a namespace (their calls name it) and a hosted
+    // web search, which cannot run here: not offered to the model, and named in a header.
+    let mut codex = body.clone();
+    codex["tools"] = json!([{"type": "web_search", "external_web_access": false},
+        {"type": "namespace", "name": "leaf", "description": "The Leaf harness.", "tools": [tool]}]);
+    let resp = ureq::post(&url).send_json(codex).expect("accepted");
+    assert_eq!(resp.header("x-frognano-tools-not-offered"), Some("web_search"));
+    let r: Value = resp.into_json().unwrap();
+    let call = &r["output"][1];
+    assert_eq!((call["name"].as_str(), call["namespace"].as_str()), (Some("Bash"), Some("leaf")), "{r}");
 }
 
 #[test]
@@ -235,7 +246,7 @@ fn responses_refuse_what_they_cannot_do_and_name_the_field() {
     let cases = [
         (json!({"model": MODEL}), "input"),
         (json!({"model": MODEL, "input": "x", "previous_response_id": "resp_1"}), "previous_response_id"),
-        (json!({"model": MODEL, "input": "x", "tools": [{"type": "web_search"}]}), "tools[0].type"),
+        (json!({"model": MODEL, "input": "x", "tools": [{"type": "namespace", "name": "n"}]}), "tools[0].tools"),
         (
             json!({"model": MODEL, "input": [{"role": "user", "content": [{"type": "input_image"}]}]}),
             "input[0].content[0]",
