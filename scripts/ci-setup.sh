@@ -82,5 +82,13 @@ if [ ! -x "$tape_warm/node_modules/.bin/tape" ]; then
     (cd "$tape_warm" && npm install --ignore-scripts --no-audit --no-fund --loglevel=error)
 fi
 
+# Codex, the coding agent that speaks OpenAI's Responses API, for crates/serve/tests/codex.rs
+# (`codex exec` against `frognano serve`); its npm package carries the native binary.
+codex_dir=target/npm-warm/codex
+if [ ! -x "$codex_dir/node_modules/.bin/codex" ]; then
+    mkdir -p "$codex_dir"
+    (cd "$codex_dir" && npm install --no-audit --no-fund --loglevel=error "@openai/codex@0.171.0")
+fi
+
 # Demo model (SmolLM2-135M-Instruct Q4_1 GGUF): smollm2 parity, serve load test, solve e2e.
 ./scripts/fetch-demo-model.sh

@@ -150,7 +150,8 @@ impl frognano_model::CausalLm for ScriptedLm {
         self.vocab
     }
     fn max_context(&self) -> usize {
-        8192
+        // Room for a whole agent's prompt: Codex's tools and instructions are ~10K tokens.
+        65_536
     }
     fn new_cache(&self) -> frognano_model::cache::Cache {
         use frognano_model::cache::{Cache, KvType, LayerCache};
