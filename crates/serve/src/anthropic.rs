@@ -115,6 +115,10 @@ struct MessagesRequest {
     tool_choice: Option<Value>,
     #[serde(default)]
     thinking: Option<Value>,
+    #[serde(default)]
+    output_config: Option<Value>,
+    #[serde(default)]
+    output_format: Option<Value>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -293,11 +297,24 @@ fn to_messages(system: Option<&Value>, input: &[InputMessage]) -> Result<Vec<Mes
                     name: None,
                 });
             }
+            // A system message among the messages (Anthropic's mid-conversation system
+            // messages; Claude Code sends them). Before the first turn its text joins the
+            // system prompt; later it comes as a user turn in its place, since chat templates
+            // take one system message, at the start (Qwen3.5's refuses any other).
+            "system" => {
+                let text = text_of(&m.content, &format!("{at}.content"))?;
+                if out.iter().any(|m| m.role != "system") {
+                    out.push(Message::user(text));
+                } else if let Some(system) = out.first_mut() {
+                    *system = Message::system(format!("{}{BLOCK_SEPARATOR}{text}", system.text()));
+                } else {
+                    out.push(Message::system(text));
+                }
+            }
             other => {
-                let why = "the system prompt goes in `system`";
                 return Err(ApiError::invalid_param(
                     format!("{at}.role"),
-                    format!("{at}.role must be \"user\" or \"assistant\" ({why}); found {other:?}"),
+                    format!("{at}.role must be \"user\", \"assistant\" or \"system\"; found {other:?}"),
                 ));
             }
         }
@@ -391,6 +408,34 @@ fn thinking_on(thinking: Option<&Value>) -> Result<bool, ApiError> {
                 "thinking must be {{\"type\": \"enabled\" | \"adaptive\" | \"between_tools\" | \"disabled\"}}; \
                  found {t}"
             ),
+        )),
+    }
+}
+
+/// Structured outputs: `output_config.format` (or the earlier beta's `output_format`),
+/// `{"type": "json_schema", "schema": …}`, shapes the reply's text as `response_format` does
+/// on the chat endpoint (a grammar, docs/structured.md). `output_config.effort` is ignored.
+fn output_format(req: &MessagesRequest) -> Result<ResponseFormat, ApiError> {
+    let config = req.output_config.as_ref().and_then(|c| c.get("format")).filter(|f| !f.is_null());
+    let (at, format) = match (config, req.output_format.as_ref().filter(|f| !f.is_null())) {
+        (Some(f), _) => ("output_config.format", f),
+        (None, Some(f)) => ("output_format", f),
+        (None, None) => return Ok(ResponseFormat::Text),
+    };
+    match format.get("type").and_then(Value::as_str) {
+        Some("json_schema") => {
+            let schema = format.get("schema").ok_or_else(|| required(&format!("{at}.schema")))?;
+            let chat = json!({"type": "json_schema", "json_schema": {"name": "output", "schema": schema}});
+            let rename = |s: &str| s.replace("response_format.json_schema", at);
+            crate::structured::parse_response_format(Some(&chat)).map_err(|e| ApiError {
+                param: e.param.as_deref().map(rename),
+                message: rename(&e.message),
+                ..e
+            })
+        }
+        _ => Err(ApiError::invalid_param(
+            format!("{at}.type"),
+            format!("{at}.type must be \"json_schema\", found {}", format.get("type").unwrap_or(&Value::Null)),
         )),
     }
 }
@@ -576,12 +621,21 @@ async fn messages_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> R
             max_tokens: Some(max_tokens),
             stops,
             template_kwargs: Some(&conv.kwargs),
-            response_format: ResponseFormat::Text,
+            response_format: output_format(&req)?,
             logprobs: None,
         },
     )
     .await
-    .map_err(tool_error)?;
+    .map_err(|e| {
+        // A schema the grammar refuses is named where the request put it.
+        let at = if req.output_config.as_ref().is_some_and(|c| c.get("format").is_some()) {
+            "output_config.format"
+        } else {
+            "output_format"
+        };
+        let rename = |s: &str| s.replace("response_format.json_schema", at);
+        tool_error(ApiError { param: e.param.as_deref().map(rename), message: rename(&e.message), ..e })
+    })?;
     let id = message_id(&app);
     let injected = started.tool_prompt_injected;
     let response = if req.stream.unwrap_or(false) {
@@ -773,12 +827,45 @@ mod tests {
     }
 
     #[test]
+    fn system_messages_join_the_system_prompt_before_the_first_turn_and_are_user_turns_after() {
+        let input: Vec<InputMessage> = serde_json::from_value(json!([
+            {"role": "system", "content": [{"type": "text", "text": "Use tools."}]},
+            {"role": "user", "content": "Say hello."},
+            {"role": "system", "content": "Agent types: claude, Explore."},
+        ]))
+        .unwrap();
+        let m = to_messages(Some(&json!("Be brief.")), &input).unwrap();
+        let roles: Vec<&str> = m.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user", "user"]);
+        assert_eq!(m[0].text(), "Be brief.\n\nUse tools.");
+        assert_eq!(m[2].text(), "Agent types: claude, Explore.");
+        let alone = to_messages(None, &input[..1]).unwrap();
+        assert_eq!((alone[0].role.as_str(), alone[0].text().as_ref()), ("system", "Use tools."));
+    }
+
+    #[test]
+    fn output_formats_are_read_in_anthropics_names() {
+        let req = |v: Value| -> MessagesRequest { serde_json::from_value(v).unwrap() };
+        let schema = json!({"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]});
+        let f = output_format(&req(json!({"output_config": {"effort": "high", "format": {"type": "json_schema",
+            "schema": schema}}})));
+        assert_eq!(f.unwrap(), ResponseFormat::JsonSchema { name: "output".into(), schema: schema.clone() });
+        let f = output_format(&req(json!({"output_format": {"type": "json_schema", "schema": schema}})));
+        assert!(matches!(f.unwrap(), ResponseFormat::JsonSchema { .. }));
+        assert_eq!(output_format(&req(json!({"output_config": {"effort": "low"}}))).unwrap(), ResponseFormat::Text);
+        let e = output_format(&req(json!({"output_config": {"format": {"type": "yaml"}}}))).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("output_config.format.type"));
+        let e = output_format(&req(json!({"output_config": {"format": {"type": "json_schema"}}}))).unwrap_err();
+        assert_eq!(e.message, "output_config.format.schema: Field required");
+    }
+
+    #[test]
     fn bad_blocks_name_their_place() {
         let read = |v: Value| to_messages(None, &serde_json::from_value::<Vec<InputMessage>>(v).unwrap()).unwrap_err();
         let e = read(json!([{"role": "user", "content": [{"type": "image", "source": {}}]}]));
         assert_eq!(e.param.as_deref(), Some("messages[0].content[0]"));
         assert!(e.message.contains("\"image\""), "{}", e.message);
-        let e = read(json!([{"role": "system", "content": "x"}]));
+        let e = read(json!([{"role": "tool", "content": "x"}]));
         assert_eq!(e.param.as_deref(), Some("messages[0].role"));
         let e = read(json!([{"role": "user", "content": [{"type": "tool_result"}]}]));
         assert_eq!(e.message, "messages[0].content[0].tool_use_id: Field required");

@@ -280,6 +280,8 @@ struct Tools {
     namespaces: Vec<(String, String)>,
     /// The types of the tools not offered (hosted and free-form ones), in order, once each.
     not_offered: Vec<String>,
+    /// Where each chat tool is in the request (`tools[4].tools[1]`), for errors.
+    origin: Vec<String>,
 }
 
 /// A function tool (`{type: "function", name, description, parameters}`) in the chat form.
@@ -369,7 +371,7 @@ fn to_tools(tools: &[Value], choice: Option<&Value>) -> Result<Tools, ApiError> 
         message: rename(&e.message),
         ..e
     })?;
-    Ok(Tools { chat, choice, namespaces, not_offered })
+    Ok(Tools { chat, choice, namespaces, not_offered, origin })
 }
 
 /// [`validate_tools`] names the chat form's places (`tools[3].function.name`, one in a
@@ -691,7 +693,12 @@ async fn responses_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> 
             logprobs: None,
         },
     )
-    .await?;
+    .await
+    .map_err(|e| {
+        // A schema the grammar refuses is named where the request put it.
+        let rename = |s: &str| request_place(&s.replace("response_format.json_schema", "text.format"), &tools.origin);
+        ApiError { param: e.param.as_deref().map(rename), message: rename(&e.message), ..e }
+    })?;
     let id = app.response_id("resp").replacen("resp-", "resp_", 1);
     let created_at = unix_now();
     let injected = started.tool_prompt_injected;

@@ -448,6 +448,63 @@ fn anthropic_messages_whole_and_streamed_match_the_openai_endpoint() {
     }
 }
 
+/// A request shaped as Claude Code 2.1 sends its turns: the system prompt in blocks with
+/// `cache_control`, a system message after the user's (its mid-conversation system messages),
+/// adaptive thinking, `context_management` and `output_config.effort`, and a title request
+/// whose reply must follow a JSON schema (`output_config.format`).
+#[test]
+fn anthropic_takes_the_requests_claude_code_sends() {
+    let s = qwen_server(Some("Let me greet.\n</think>\n\nHello."));
+    let body = json!({"model": MODEL, "max_tokens": 32000, "stream": false,
+        "system": [{"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1;"},
+                   {"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Say hello.",
+                                                   "cache_control": {"type": "ephemeral"}}]},
+                     {"role": "system", "content": "Available agent types: claude, Explore."}],
+        "thinking": {"type": "adaptive"},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "output_config": {"effort": "high"},
+        "metadata": {"user_id": "{\"session_id\": \"s1\"}"}});
+    let (st, r) = anthropic(&s.url(), &body);
+    assert_eq!(st, 200, "{r}");
+    let blocks = r["content"].as_array().unwrap();
+    assert_eq!(text_of_blocks(blocks, "thinking", "thinking"), "Let me greet.\n");
+    assert_eq!(text_of_blocks(blocks, "text", "text"), "Hello.");
+    // The late system message is a user turn in its place (Qwen3.5's template takes one
+    // system message, at the start): the prompt renders as that chat form does.
+    let chat = json!([{"role": "system", "content": "x-anthropic-billing-header: cc_version=2.1;\n\nYou are a coding agent."},
+        {"role": "user", "content": "Say hello."}, {"role": "user", "content": "Available agent types: claude, Explore."}]);
+    let (st, openai) = post(
+        &format!("{}/v1/chat/completions", s.url()),
+        &json!({"model": MODEL, "messages": chat, "chat_template_kwargs": {"enable_thinking": true}}),
+    );
+    assert_eq!(st, 200, "{openai}");
+    let u = &r["usage"];
+    assert_eq!(
+        u["input_tokens"].as_u64().unwrap() + u["cache_read_input_tokens"].as_u64().unwrap(),
+        openai["usage"]["prompt_tokens"].as_u64().unwrap()
+    );
+
+    // The session title: text under a schema, enforced by a grammar (a random model here).
+    let plain = tiny_server();
+    let schema = json!({"type": "object", "properties": {"title": {"type": "string", "maxLength": 20}},
+                        "required": ["title"], "additionalProperties": false});
+    let title = json!({"model": MODEL, "max_tokens": 200, "temperature": 1.0,
+        "messages": [{"role": "user", "content": "<session>Say hello.</session>"}],
+        "output_config": {"effort": "high", "format": {"type": "json_schema", "schema": schema}}});
+    let (st, r) = anthropic(&plain.url(), &title);
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["stop_reason"], "end_turn", "{r}");
+    let text = text_of_blocks(r["content"].as_array().unwrap(), "text", "text");
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert!(v["title"].is_string(), "{v}");
+    let mut bad = title.clone();
+    bad["output_config"]["format"]["schema"] = json!({"type": "frog"});
+    let (st, e) = anthropic(&plain.url(), &bad);
+    assert_eq!(st, 400, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().starts_with("output_config.format"), "{e}");
+}
+
 #[test]
 fn anthropic_tool_use_and_tool_result_make_the_round_trip() {
     let s = qwen_server(Some(TOOL_REPLY));

@@ -273,6 +273,13 @@ fn responses_refuse_what_they_cannot_do_and_name_the_field() {
                 "text": {"format": {"type": "json_schema", "name": "N", "schema": schema, "strict": true}}}),
     );
     assert_eq!(st, 200, "{r}");
+    let (st, e) = post(
+        &url,
+        &json!({"model": MODEL, "input": "x",
+        "text": {"format": {"type": "json_schema", "name": "F", "schema": {"type": "frog"}}}}),
+    );
+    assert_eq!(st, 400, "{e}");
+    assert!(e["error"]["param"].as_str().unwrap().starts_with("text.format"), "{e}");
     if r["status"] == "completed" {
         let v: Value = serde_json::from_str(&output_text(&r)).expect("the reply is JSON");
         assert!(v["n"].is_i64(), "{v}");
