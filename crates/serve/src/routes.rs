@@ -528,6 +528,13 @@ pub(crate) async fn start_chat(app: &Arc<AppState>, input: ChatInput<'_>) -> Res
     )?;
     let constraint = match grammar {
         None => None,
+        // The server's own constraint of an `auto` reply (`--constrain-tools`), which the
+        // client did not ask for: a tool whose schema the grammar cannot take gets calls with
+        // any JSON object as arguments, rather than the request failing.
+        Some((grammar, "tools")) => match compile_grammar(app, grammar, "tools", &tools).await {
+            Ok(c) => Some(c),
+            Err(_) => constrain_loosened(app, &tools, &response_format, &choice, format, &text).await,
+        },
         Some((grammar, param)) => Some(compile_grammar(app, grammar, param, &tools).await?),
     };
     let mode = OutputMode::Chat {
@@ -542,6 +549,39 @@ pub(crate) async fn start_chat(app: &Arc<AppState>, input: ChatInput<'_>) -> Res
     let (tx, rx) = mpsc::unbounded_channel();
     submit(app, Job { prompt, request: gen, mode, stop_strings: stops, logprobs, events: tx, constraint })?;
     Ok(StartedChat { events: rx, prompt_tokens, tool_prompt_injected: injected })
+}
+
+/// The `auto` constraint over the tools with the schemas llguidance refuses loosened to any
+/// JSON object ([`crate::structured::loosen_refused_tools`]), each loosened tool named in the
+/// log; `None` (the reply unconstrained) if even that grammar is refused.
+async fn constrain_loosened(
+    app: &Arc<AppState>,
+    tools: &[Value],
+    response_format: &crate::structured::ResponseFormat,
+    choice: &ToolChoice,
+    format: &str,
+    text: &str,
+) -> Option<frognano_engine::Constraint> {
+    let (state, owned) = (Arc::clone(app), tools.to_vec());
+    let (loose, names) =
+        tokio::task::spawn_blocking(move || crate::structured::loosen_refused_tools(&state.constraints, &owned))
+            .await
+            .ok()?;
+    for name in &names {
+        tracing::warn!(
+            "tool {name:?}: its schema cannot be enforced by the grammar; its calls' arguments are any JSON object"
+        );
+    }
+    let grammar =
+        crate::structured::reply_grammar(response_format, choice, format, &loose, ends_in_open_think(text), true)
+            .ok()??;
+    match compile_grammar(app, grammar.0, "tools", &loose).await {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!("the tool calls of this reply are not constrained: {}", e.message);
+            None
+        }
+    }
 }
 
 /// Compiles a reply grammar off the async threads (llguidance can take a while on a large

@@ -198,6 +198,30 @@ pub fn refused_tool(constraints: &LazyConstraints, tools: &[Value]) -> Option<Ap
     })
 }
 
+/// The tools with every `parameters` schema that llguidance refuses alone replaced by any
+/// JSON object, and the names of those tools: what constrains an `auto` reply's calls
+/// (`--constrain-tools`, the server's own choice) when a schema cannot be enforced, so that one
+/// tool (Claude Code's `TaskCreate` uses `propertyNames`) does not fail the whole request.
+pub fn loosen_refused_tools(constraints: &LazyConstraints, tools: &[Value]) -> (Vec<Value>, Vec<String>) {
+    let mut loosened = Vec::new();
+    let tools = tools
+        .iter()
+        .map(|tool| {
+            let Some(schema) = tool.pointer("/function/parameters").filter(|p| p.is_object()) else {
+                return tool.clone();
+            };
+            if constraints.compile(&Grammar::JsonSchema(schema.clone())).is_ok() {
+                return tool.clone();
+            }
+            let mut loose = tool.clone();
+            loose["function"]["parameters"] = serde_json::json!({"type": "object"});
+            loosened.push(tool.pointer("/function/name").and_then(Value::as_str).unwrap_or_default().to_string());
+            loose
+        })
+        .collect();
+    (tools, loosened)
+}
+
 /// llguidance's reason without what only describes the grammar we built around the client's
 /// schema: its position in that grammar (`at 6(12): `) and the lines it quotes from it
 /// (`   4 | BLANK: …`), at most six lines.

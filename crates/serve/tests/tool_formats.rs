@@ -166,3 +166,34 @@ fn constrained_auto_replies_carry_no_malformed_call() {
         }
     }
 }
+
+/// A tool whose schema the grammar cannot take (Claude Code's `TaskCreate` uses
+/// `propertyNames`) does not fail a constrained `auto` request, which the client did not ask
+/// to be constrained: its calls' arguments are any JSON object, the other tools' stay under
+/// their schemas. A call the client forces of that tool is still a 400 naming it.
+#[test]
+fn a_schema_the_grammar_cannot_take_does_not_fail_an_auto_request() {
+    let mut loaded = frognano_model::load(tiny()).expect("tiny model loads");
+    loaded.chat_template = Some(qwen25_template());
+    let loaded = scripted(loaded, HERMES_REPLY);
+    let mut a = args("tiny");
+    a.constrain_tools = Some(true);
+    let s = frognano_serve::spawn_server_with_model(loaded, a).expect("server starts");
+    let url = format!("{}/v1/chat/completions", s.url());
+    let task = json!({"type": "function", "function": {"name": "TaskCreate", "description": "Create a task.",
+        "parameters": {"type": "object", "properties": {"metadata": {"type": "object",
+            "propertyNames": {"pattern": "^[a-z]+$"}}}}}});
+    let mut body = request(false);
+    body["tools"] = json!([read_tool(), task]);
+    body["max_tokens"] = json!(120);
+    let (st, _, r) = post_with_header(&url, &body);
+    assert_eq!(st, 200, "{r}");
+    for call in r["choices"][0]["message"]["tool_calls"].as_array().into_iter().flatten() {
+        let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+        assert!(args.is_object(), "{call}");
+    }
+    body["tool_choice"] = json!({"type": "function", "function": {"name": "TaskCreate"}});
+    let (st, _, e) = post_with_header(&url, &body);
+    assert_eq!(st, 400, "{e}");
+    assert_eq!(e["error"]["param"], "tools[1].function.parameters", "{e}");
+}
