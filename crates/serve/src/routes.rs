@@ -484,6 +484,11 @@ pub(crate) struct ChatInput<'a> {
     pub sampling: SamplingFields,
     /// Most tokens to generate (`None`: what the context leaves).
     pub max_tokens: Option<u64>,
+    /// `max_tokens` is a cap that may exceed what the context leaves (Anthropic's `max_tokens`,
+    /// which Claude Code sends as 32,000 whatever the model; the Responses API's
+    /// `max_output_tokens`): the reply then stops where the context ends. Otherwise a
+    /// `max_tokens` past the context is a 400, as OpenAI's chat endpoint answers.
+    pub cap_to_context: bool,
     /// Stop strings (checked by [`check_stop_list`]).
     pub stops: Vec<String>,
     /// Extra chat-template variables (`enable_thinking`).
@@ -509,8 +514,18 @@ pub(crate) struct StartedChat {
 /// outputs, forced or constrained tool calls), checks its length against the context and
 /// queues it (429 when the queue is full). Every chat front end goes through here.
 pub(crate) async fn start_chat(app: &Arc<AppState>, input: ChatInput<'_>) -> Result<StartedChat, ApiError> {
-    let ChatInput { messages, tools, choice, sampling, max_tokens, stops, template_kwargs, response_format, logprobs } =
-        input;
+    let ChatInput {
+        messages,
+        tools,
+        choice,
+        sampling,
+        max_tokens,
+        cap_to_context,
+        stops,
+        template_kwargs,
+        response_format,
+        logprobs,
+    } = input;
     let (text, prompt) = render_chat(app, messages, &tools, true, template_kwargs)?;
     let checkpoint = generation_checkpoint(app, messages, &tools, template_kwargs, &text, &prompt);
     let injected = app.template.as_ref().is_some_and(|t| t.injects_tool_prompt(messages, Some(&tools)));
@@ -543,6 +558,8 @@ pub(crate) async fn start_chat(app: &Arc<AppState>, input: ChatInput<'_>) -> Res
         parse_tool_calls: !tools.is_empty() && choice != ToolChoice::None,
         tools,
     };
+    let room = app.ctx.saturating_sub(prompt.len()).max(1) as u64;
+    let max_tokens = if cap_to_context { max_tokens.map(|m| m.min(room)) } else { max_tokens };
     let mut gen = generate_request(app, &sampling, max_tokens, None, prompt.len(), "messages", logprobs.unwrap_or(0))?;
     gen.checkpoint = checkpoint;
     let prompt_tokens = prompt.len();
@@ -648,6 +665,7 @@ async fn chat_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> Resul
             choice,
             sampling: req.sampling(),
             max_tokens: req.max_completion_tokens.or(req.max_tokens),
+            cap_to_context: false,
             stops,
             template_kwargs: req.chat_template_kwargs.as_ref(),
             response_format,

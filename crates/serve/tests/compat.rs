@@ -448,14 +448,17 @@ fn anthropic_messages_whole_and_streamed_match_the_openai_endpoint() {
     }
 }
 
-/// A request shaped as Claude Code 2.1 sends its turns: the system prompt in blocks with
+/// A request shaped as Claude Code 2.1 sends its turns: `max_tokens` past the context, the
+/// system prompt in blocks with
 /// `cache_control`, a system message after the user's (its mid-conversation system messages),
 /// adaptive thinking, `context_management` and `output_config.effort`, and a title request
 /// whose reply must follow a JSON schema (`output_config.format`).
 #[test]
 fn anthropic_takes_the_requests_claude_code_sends() {
     let s = qwen_server(Some("Let me greet.\n</think>\n\nHello."));
-    let body = json!({"model": MODEL, "max_tokens": 32000, "stream": false,
+    // Claude Code asks for 32,000 tokens whatever the model; past what the context leaves,
+    // `max_tokens` is a cap, not a 400 (here 100,000 against a context of 65,536).
+    let body = json!({"model": MODEL, "max_tokens": 100_000, "stream": false,
         "system": [{"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1;"},
                    {"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}],
         "messages": [{"role": "user", "content": [{"type": "text", "text": "Say hello.",
@@ -601,7 +604,8 @@ fn anthropic_errors_are_anthropics() {
             "prefilled reply",
         ),
         (
-            json!({"model": MODEL, "max_tokens": 99999, "messages": user}),
+            // `max_tokens` past the context is a cap; a prompt past it is refused.
+            json!({"model": MODEL, "max_tokens": 99999, "messages": [{"role": "user", "content": "hello ".repeat(5000)}]}),
             400,
             "invalid_request_error",
             "maximum context length",
