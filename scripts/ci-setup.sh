@@ -90,5 +90,13 @@ if [ ! -x "$codex_dir/node_modules/.bin/codex" ]; then
     (cd "$codex_dir" && npm install --no-audit --no-fund --loglevel=error "@openai/codex@0.171.0")
 fi
 
+# Claude Code, which speaks Anthropic's Messages API, for crates/serve/tests/claude_code.rs
+# (`claude -p` against `frognano serve`).
+claude_dir=target/npm-warm/claude-code
+if [ ! -x "$claude_dir/node_modules/.bin/claude" ]; then
+    mkdir -p "$claude_dir"
+    (cd "$claude_dir" && npm install --no-audit --no-fund --loglevel=error "@anthropic-ai/claude-code@2.1.197")
+fi
+
 # Demo model (SmolLM2-135M-Instruct Q4_1 GGUF): smollm2 parity, serve load test, solve e2e.
 ./scripts/fetch-demo-model.sh
