@@ -759,18 +759,14 @@ async fn count_tokens(State(app): State<Arc<AppState>>, headers: HeaderMap, body
 mod tests {
     use super::*;
 
-    fn delta(reasoning: &str, content: &str, calls: Vec<ToolCall>) -> Delta {
-        Delta { reasoning: reasoning.into(), content: content.into(), tool_calls: calls, logprobs: Vec::new() }
-    }
-
     #[test]
     fn blocks_have_consecutive_indices_and_blank_text_makes_no_block() {
         let mut w = BlockWriter::default();
-        let mut events = w.push(&delta("\nLet me", "", vec![]));
-        events.extend(w.push(&delta(" look.\n", "\n\n", vec![])));
+        let mut events = w.push(&Delta::of("\nLet me", "", vec![]));
+        events.extend(w.push(&Delta::of(" look.\n", "\n\n", vec![])));
         let call = ToolCall { id: "call_ab".into(), ..ToolCall::new("Bash", r#"{"command":"ls"}"#) };
-        events.extend(w.push(&delta("", "", vec![call])));
-        events.extend(w.push(&delta("", "\nDone", vec![])));
+        events.extend(w.push(&Delta::of("", "", vec![call])));
+        events.extend(w.push(&Delta::of("", "\nDone", vec![])));
         events.extend(w.finish());
         let kinds: Vec<String> = events
             .iter()

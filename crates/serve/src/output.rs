@@ -57,6 +57,12 @@ pub struct Delta {
 }
 
 impl Delta {
+    /// A delta of reasoning, text and calls (no log-probabilities), as tests write them.
+    #[cfg(test)]
+    pub(crate) fn of(reasoning: &str, content: &str, tool_calls: Vec<ToolCall>) -> Self {
+        Delta { reasoning: reasoning.into(), content: content.into(), tool_calls, logprobs: Vec::new() }
+    }
+
     /// Whether there is nothing to send.
     pub fn is_empty(&self) -> bool {
         self.reasoning.is_empty() && self.content.is_empty() && self.tool_calls.is_empty() && self.logprobs.is_empty()

@@ -798,18 +798,14 @@ fn stream_response(
 mod tests {
     use super::*;
 
-    fn delta(reasoning: &str, content: &str, calls: Vec<ToolCall>) -> Delta {
-        Delta { reasoning: reasoning.into(), content: content.into(), tool_calls: calls, logprobs: Vec::new() }
-    }
-
     #[test]
     fn items_are_built_by_their_events_in_order() {
         let mut w = ItemWriter::new("resp_ab01", vec![]);
-        let mut events = w.push(&delta("Let me", "", vec![]));
-        events.extend(w.push(&delta(" look.\n", "\n\n", vec![])));
+        let mut events = w.push(&Delta::of("Let me", "", vec![]));
+        events.extend(w.push(&Delta::of(" look.\n", "\n\n", vec![])));
         let call = ToolCall { id: "call_7".into(), ..ToolCall::new("Bash", r#"{"command":"ls"}"#) };
-        events.extend(w.push(&delta("", "", vec![call])));
-        events.extend(w.push(&delta("", "Done", vec![])));
+        events.extend(w.push(&Delta::of("", "", vec![call])));
+        events.extend(w.push(&Delta::of("", "Done", vec![])));
         events.extend(w.finish());
         let kinds: Vec<String> =
             events.iter().map(|e| format!("{} {}", e["type"].as_str().unwrap(), e["output_index"])).collect();

@@ -15,13 +15,7 @@ use common::*;
 #[test]
 fn claude_code_talks_to_the_server_through_the_messages_api() {
     let claude = root().join("target/npm-warm/claude-code/node_modules/.bin/claude");
-    if !claude.exists() {
-        assert!(
-            std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_none(),
-            "{} is missing; run scripts/ci-setup.sh",
-            claude.display()
-        );
-        eprintln!("SKIPPED claude_code_talks_to_the_server_through_the_messages_api: no {}", claude.display());
+    if !installed_or_skip(&claude, "claude_code_talks_to_the_server_through_the_messages_api") {
         return;
     }
     // One script for both requests: the title request's prompt already closes the thinking

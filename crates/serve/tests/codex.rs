@@ -14,13 +14,7 @@ use common::*;
 #[test]
 fn codex_exec_talks_to_the_server_through_the_responses_api() {
     let codex = root().join("target/npm-warm/codex/node_modules/.bin/codex");
-    if !codex.exists() {
-        assert!(
-            std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_none(),
-            "{} is missing; run scripts/ci-setup.sh",
-            codex.display()
-        );
-        eprintln!("SKIPPED codex_exec_talks_to_the_server_through_the_responses_api: no {}", codex.display());
+    if !installed_or_skip(&codex, "codex_exec_talks_to_the_server_through_the_responses_api") {
         return;
     }
     // Qwen3.5's template opens a thinking block: the script closes it, then answers.

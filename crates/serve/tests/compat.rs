@@ -73,19 +73,7 @@ fn anthropic_events(url: &str, body: &Value) -> Vec<(String, Value)> {
         .set("anthropic-version", "2023-06-01")
         .send_json(body.clone())
         .expect("stream accepted");
-    assert_eq!(resp.header("content-type"), Some("text/event-stream"));
-    let mut events = Vec::new();
-    let mut name = None;
-    for line in BufReader::new(resp.into_reader()).lines() {
-        let line = line.expect("line");
-        if let Some(n) = line.strip_prefix("event: ") {
-            name = Some(n.to_string());
-        } else if let Some(d) = line.strip_prefix("data: ") {
-            let data: Value = serde_json::from_str(d).expect("event data is JSON");
-            events.push((name.take().expect("every data line has an event name"), data));
-        }
-    }
-    events
+    sse_events(resp)
 }
 
 /// Checks the event grammar (message_start, blocks opened, filled and closed one at a time

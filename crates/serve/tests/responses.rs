@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-
 use common::*;
 use serde_json::{json, Value};
 
@@ -15,20 +13,7 @@ const MODEL: &str = "qwen35-tiny";
 
 /// POSTs a streaming request; returns every event as (name, data).
 fn events(url: &str, body: &Value) -> Vec<(String, Value)> {
-    let resp = ureq::post(&format!("{url}/v1/responses")).send_json(body.clone()).expect("stream accepted");
-    assert_eq!(resp.header("content-type"), Some("text/event-stream"));
-    let mut out = Vec::new();
-    let mut name = None;
-    for line in BufReader::new(resp.into_reader()).lines() {
-        let line = line.expect("line");
-        if let Some(n) = line.strip_prefix("event: ") {
-            name = Some(n.to_string());
-        } else if let Some(d) = line.strip_prefix("data: ") {
-            let data: Value = serde_json::from_str(d).expect("event data is JSON");
-            out.push((name.take().expect("every data line has an event name"), data));
-        }
-    }
-    out
+    sse_events(ureq::post(&format!("{url}/v1/responses")).send_json(body.clone()).expect("stream accepted"))
 }
 
 /// Checks the event grammar (numbered in order from 0, `response.created` and

@@ -133,17 +133,23 @@ fn a_template_without_tool_support_gets_the_tools_described() {
     assert_eq!(post_with_header(&url, &plain).1, None);
 }
 
-/// `frognano serve --constrain-tools`: a `tool_choice: "auto"` reply is sampled under the
-/// tools' grammar, so the malformed call the model wants to write (`"limit": }`) cannot come
-/// out; whatever it writes instead is free text or calls whose arguments parse.
-#[test]
-fn constrained_auto_replies_carry_no_malformed_call() {
+/// `frognano serve --constrain-tools` over the tiny model with Qwen2.5's template, writing
+/// [`HERMES_REPLY`] where the grammar lets it.
+fn constrained_server() -> frognano_serve::ServerHandle {
     let mut loaded = frognano_model::load(tiny()).expect("tiny model loads");
     loaded.chat_template = Some(qwen25_template());
     let loaded = scripted(loaded, HERMES_REPLY);
     let mut a = args("tiny");
     a.constrain_tools = Some(true);
-    let s = frognano_serve::spawn_server_with_model(loaded, a).expect("server starts");
+    frognano_serve::spawn_server_with_model(loaded, a).expect("server starts")
+}
+
+/// `frognano serve --constrain-tools`: a `tool_choice: "auto"` reply is sampled under the
+/// tools' grammar, so the malformed call the model wants to write (`"limit": }`) cannot come
+/// out; whatever it writes instead is free text or calls whose arguments parse.
+#[test]
+fn constrained_auto_replies_carry_no_malformed_call() {
+    let s = constrained_server();
     let url = format!("{}/v1/chat/completions", s.url());
     for seed in 0..4 {
         let mut body = request(false);
@@ -173,12 +179,7 @@ fn constrained_auto_replies_carry_no_malformed_call() {
 /// their schemas. A call the client forces of that tool is still a 400 naming it.
 #[test]
 fn a_schema_the_grammar_cannot_take_does_not_fail_an_auto_request() {
-    let mut loaded = frognano_model::load(tiny()).expect("tiny model loads");
-    loaded.chat_template = Some(qwen25_template());
-    let loaded = scripted(loaded, HERMES_REPLY);
-    let mut a = args("tiny");
-    a.constrain_tools = Some(true);
-    let s = frognano_serve::spawn_server_with_model(loaded, a).expect("server starts");
+    let s = constrained_server();
     let url = format!("{}/v1/chat/completions", s.url());
     let task = json!({"type": "function", "function": {"name": "TaskCreate", "description": "Create a task.",
         "parameters": {"type": "object", "properties": {"metadata": {"type": "object",

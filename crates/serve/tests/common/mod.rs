@@ -131,13 +131,7 @@ pub const TOOL_REPLY: &str = "Let me list the files.\n</think>\n\n<tool_call>\n<
 /// the check is skipped, except under `FROGNANO_REQUIRE_FIXTURES` (CI), where it fails.
 pub fn run_python_client_checks(venv: &str, script: &str, test: &str, what: &str) {
     let python = root().join(venv).join("bin/python");
-    if !python.exists() {
-        assert!(
-            std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_none(),
-            "{} is missing; run scripts/ci-setup.sh",
-            python.display()
-        );
-        eprintln!("SKIPPED {test}: no {} (run scripts/ci-setup.sh)", python.display());
+    if !installed_or_skip(&python, test) {
         return;
     }
     let plain = tiny_server();
@@ -152,4 +146,38 @@ pub fn run_python_client_checks(venv: &str, script: &str, test: &str, what: &str
     eprintln!("{stdout}{stderr}");
     assert!(out.status.success(), "the {what} checks failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains("all checks passed"));
+}
+
+/// Whether the client program `path` (installed by scripts/ci-setup.sh) is there; without
+/// it `test` is skipped with a note, except under `FROGNANO_REQUIRE_FIXTURES` (CI), where it
+/// fails.
+pub fn installed_or_skip(path: &std::path::Path, test: &str) -> bool {
+    if path.exists() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("FROGNANO_REQUIRE_FIXTURES").is_none(),
+        "{} is missing; run scripts/ci-setup.sh",
+        path.display()
+    );
+    eprintln!("SKIPPED {test}: no {} (run scripts/ci-setup.sh)", path.display());
+    false
+}
+
+/// A server-sent event stream as `(event name, data)` pairs, in order (every data line is
+/// JSON and follows an `event:` line).
+pub fn sse_events(resp: ureq::Response) -> Vec<(String, Value)> {
+    assert_eq!(resp.header("content-type"), Some("text/event-stream"));
+    let mut events = Vec::new();
+    let mut name = None;
+    for line in BufReader::new(resp.into_reader()).lines() {
+        let line = line.expect("line");
+        if let Some(n) = line.strip_prefix("event: ") {
+            name = Some(n.to_string());
+        } else if let Some(d) = line.strip_prefix("data: ") {
+            let data: Value = serde_json::from_str(d).expect("event data is JSON");
+            events.push((name.take().expect("every data line has an event name"), data));
+        }
+    }
+    events
 }
