@@ -619,7 +619,6 @@ async fn messages_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> R
             choice: conv.choice,
             sampling,
             max_tokens: Some(max_tokens),
-            cap_to_context: true,
             stops,
             template_kwargs: Some(&conv.kwargs),
             response_format: output_format(&req)?,

@@ -52,22 +52,13 @@ impl ApiError {
         }
     }
 
-    /// A prompt (plus requested completion) that does not fit the context. The message
-    /// contains "maximum context length", which clients look for.
-    pub fn context_length(max_context: usize, prompt_tokens: usize, max_tokens: Option<usize>, param: &str) -> Self {
-        let message = match max_tokens {
-            Some(m) => format!(
-                "This model's maximum context length is {max_context} tokens. However, you requested {} tokens \
-                 ({prompt_tokens} in the prompt, {m} in the completion). Please reduce the length of the prompt \
-                 or the completion.",
-                prompt_tokens + m
-            ),
-            None => format!(
-                "This model's maximum context length is {max_context} tokens. However, your prompt has \
-                 {prompt_tokens} tokens, which leaves no room for a completion. Please reduce the length of the \
-                 prompt."
-            ),
-        };
+    /// A prompt that does not fit the context (`max_tokens` is a cap, never refused for its
+    /// size). The message contains "maximum context length", which clients look for.
+    pub fn context_length(max_context: usize, prompt_tokens: usize, param: &str) -> Self {
+        let message = format!(
+            "This model's maximum context length is {max_context} tokens. However, your prompt has \
+             {prompt_tokens} tokens, which leaves no room for a completion. Please reduce the length of the prompt."
+        );
         ApiError { param: Some(param.into()), code: Some("context_length_exceeded"), ..Self::invalid(message) }
     }
 

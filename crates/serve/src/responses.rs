@@ -687,7 +687,6 @@ async fn responses_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> 
             choice: tools.choice,
             sampling: SamplingFields { temperature: req.temperature, top_p: req.top_p, ..SamplingFields::default() },
             max_tokens: req.max_output_tokens,
-            cap_to_context: true,
             stops: Vec::new(),
             template_kwargs: Some(&kwargs),
             response_format,

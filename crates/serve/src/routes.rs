@@ -209,7 +209,7 @@ pub(crate) fn check_text_fits(app: &AppState, bytes: usize, param: &str) -> Resu
                  reduce the length of the {param}.",
                 app.ctx, app.max_token_bytes
             ),
-            ..ApiError::context_length(app.ctx, at_least, None, param)
+            ..ApiError::context_length(app.ctx, at_least, param)
         });
     }
     Ok(())
@@ -252,15 +252,16 @@ pub(crate) fn generate_request(
         ApiError::invalid_param(param, msg)
     })?;
     if prompt_tokens >= app.ctx {
-        return Err(ApiError::context_length(app.ctx, prompt_tokens, None, prompt_param));
+        return Err(ApiError::context_length(app.ctx, prompt_tokens, prompt_param));
     }
     let room = app.ctx - prompt_tokens;
+    // `max_tokens` is a cap: past what the context leaves, the reply stops where the context
+    // ends (`finish_reason: "length"`), as llama.cpp's and Ollama's servers do. Agents ask for
+    // their own models' budgets whatever the model (opencode and Claude Code 32,000, Qwen Code
+    // 8,000), which a 400 here would turn into a failure on every turn of a 32K model.
     let max_tokens = match max_tokens {
         Some(0) => return Err(ApiError::invalid_param("max_tokens", "max_tokens must be at least 1")),
-        Some(m) if m as u128 + prompt_tokens as u128 > app.ctx as u128 => {
-            return Err(ApiError::context_length(app.ctx, prompt_tokens, Some(m as usize), prompt_param))
-        }
-        Some(m) => m as usize,
+        Some(m) => usize::try_from(m).unwrap_or(usize::MAX).min(room),
         None => default_max_tokens.unwrap_or(room).min(room),
     };
     Ok(GenerateRequest { sampling, max_tokens, stop_ids: app.eos_ids.clone(), top_logprobs, checkpoint: None })
@@ -484,11 +485,6 @@ pub(crate) struct ChatInput<'a> {
     pub sampling: SamplingFields,
     /// Most tokens to generate (`None`: what the context leaves).
     pub max_tokens: Option<u64>,
-    /// `max_tokens` is a cap that may exceed what the context leaves (Anthropic's `max_tokens`,
-    /// which Claude Code sends as 32,000 whatever the model; the Responses API's
-    /// `max_output_tokens`): the reply then stops where the context ends. Otherwise a
-    /// `max_tokens` past the context is a 400, as OpenAI's chat endpoint answers.
-    pub cap_to_context: bool,
     /// Stop strings (checked by [`check_stop_list`]).
     pub stops: Vec<String>,
     /// Extra chat-template variables (`enable_thinking`).
@@ -514,18 +510,8 @@ pub(crate) struct StartedChat {
 /// outputs, forced or constrained tool calls), checks its length against the context and
 /// queues it (429 when the queue is full). Every chat front end goes through here.
 pub(crate) async fn start_chat(app: &Arc<AppState>, input: ChatInput<'_>) -> Result<StartedChat, ApiError> {
-    let ChatInput {
-        messages,
-        tools,
-        choice,
-        sampling,
-        max_tokens,
-        cap_to_context,
-        stops,
-        template_kwargs,
-        response_format,
-        logprobs,
-    } = input;
+    let ChatInput { messages, tools, choice, sampling, max_tokens, stops, template_kwargs, response_format, logprobs } =
+        input;
     let (text, prompt) = render_chat(app, messages, &tools, true, template_kwargs)?;
     let checkpoint = generation_checkpoint(app, messages, &tools, template_kwargs, &text, &prompt);
     let injected = app.template.as_ref().is_some_and(|t| t.injects_tool_prompt(messages, Some(&tools)));
@@ -558,8 +544,6 @@ pub(crate) async fn start_chat(app: &Arc<AppState>, input: ChatInput<'_>) -> Res
         parse_tool_calls: !tools.is_empty() && choice != ToolChoice::None,
         tools,
     };
-    let room = app.ctx.saturating_sub(prompt.len()).max(1) as u64;
-    let max_tokens = if cap_to_context { max_tokens.map(|m| m.min(room)) } else { max_tokens };
     let mut gen = generate_request(app, &sampling, max_tokens, None, prompt.len(), "messages", logprobs.unwrap_or(0))?;
     gen.checkpoint = checkpoint;
     let prompt_tokens = prompt.len();
@@ -665,7 +649,6 @@ async fn chat_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> Resul
             choice,
             sampling: req.sampling(),
             max_tokens: req.max_completion_tokens.or(req.max_tokens),
-            cap_to_context: false,
             stops,
             template_kwargs: req.chat_template_kwargs.as_ref(),
             response_format,

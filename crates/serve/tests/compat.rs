@@ -347,7 +347,6 @@ fn ollama_errors_are_ollamas() {
             400,
             "options.repeat_penalty must be > 0",
         ),
-        (json!({"model": MODEL, "messages": user, "options": {"num_predict": 9999}}), 400, "maximum context length"),
         (json!({"model": MODEL, "messages": user, "think": "hard"}), 400, "think must be true, false"),
         (json!({"model": MODEL, "messages": user, "format": 7}), 400, "format must be \"json\""),
         // A schema llguidance refuses is named by Ollama's field, not OpenAI's.
