@@ -95,9 +95,19 @@ fn string_field<'a>(item: &'a Value, at: &str, field: &str) -> Result<&'a str, A
     }
 }
 
+/// What a tool output's image, file or audio part becomes: the model reads text, and an
+/// agent's session must go on after a tool (Codex's `view_image`) returns a picture.
+const NOT_READ: &str = "[an image, file or audio part: this model reads text only]";
+
 /// The text of a message's `content`: a string, or parts (`input_text`, `output_text`,
 /// `text`, `refusal`) joined by [`PART_SEPARATOR`]; images, files and audio are refused.
 fn content_text(content: Option<&Value>, at: &str) -> Result<String, ApiError> {
+    content_text_or(content, at, None)
+}
+
+/// [`content_text`], with `stand_in` (if given) as the text of a part that is not text
+/// instead of a 400.
+fn content_text_or(content: Option<&Value>, at: &str, stand_in: Option<&str>) -> Result<String, ApiError> {
     match content {
         None | Some(Value::Null) => Ok(String::new()),
         Some(Value::String(s)) => Ok(s.clone()),
@@ -108,6 +118,7 @@ fn content_text(content: Option<&Value>, at: &str) -> Result<String, ApiError> {
                 match part.get("type").and_then(Value::as_str) {
                     Some("input_text" | "output_text" | "text") => texts.push(string_field(part, &at, "text")?),
                     Some("refusal") => texts.push(string_field(part, &at, "refusal")?),
+                    Some(_) if stand_in.is_some() => texts.push(stand_in.unwrap_or_default()),
                     Some(other) => {
                         return Err(ApiError::invalid_param(
                             &at,
@@ -163,9 +174,9 @@ impl AssistantTurn {
     }
 }
 
-/// `instructions` and `input` in the server's chat form: `instructions` and every `system`
-/// or `developer` message make the system prompt (in their order: chat templates take one, at
-/// the start); consecutive `reasoning`, assistant `message` and `function_call` items make
+/// `instructions` and `input` in the server's chat form: `instructions` and the `system` or
+/// `developer` messages before the first turn make the system prompt (a later one is a user
+/// turn in its place); consecutive `reasoning`, assistant `message` and `function_call` items make
 /// one assistant turn; a `function_call_output` is a tool message.
 fn to_messages(instructions: Option<&Value>, input: &Value) -> Result<Vec<Message>, ApiError> {
     let mut system: Vec<String> = Vec::new();
@@ -200,7 +211,14 @@ fn to_messages(instructions: Option<&Value>, input: &Value) -> Result<Vec<Messag
                 let text = content_text(item.get("content"), &format!("{at}.content"))?;
                 match role {
                     "assistant" => assistant.get_or_insert_with(AssistantTurn::default).text.push(text),
-                    "system" | "developer" => system.push(text),
+                    // Before the first turn: the system prompt. Later (Codex's updates to
+                    // its instructions) a user turn in its place: chat templates take one
+                    // system message, at the start, and the prefix already run stays valid.
+                    "system" | "developer" if turns.is_empty() && assistant.is_none() => system.push(text),
+                    "system" | "developer" => {
+                        turns.extend(assistant.take().map(AssistantTurn::into_message));
+                        turns.push(Message::user(text));
+                    }
                     "user" => {
                         turns.extend(assistant.take().map(AssistantTurn::into_message));
                         turns.push(Message::user(text));
@@ -237,7 +255,7 @@ fn to_messages(instructions: Option<&Value>, input: &Value) -> Result<Vec<Messag
             "function_call_output" => {
                 turns.extend(assistant.take().map(AssistantTurn::into_message));
                 let call_id = string_field(item, &at, "call_id")?.to_string();
-                let output = content_text(item.get("output"), &format!("{at}.output"))?;
+                let output = content_text_or(item.get("output"), &format!("{at}.output"), Some(NOT_READ))?;
                 let mut tool = Message::tool(call_id.clone(), output);
                 tool.name = names.iter().find(|(id, _)| *id == call_id).map(|(_, n)| n.clone());
                 turns.push(tool);
@@ -866,6 +884,17 @@ mod tests {
         assert_eq!(m[2].calls()[0].function.arguments, r#"{"command":"ls"}"#);
         assert_eq!((m[3].tool_call_id.as_deref(), m[3].name.as_deref()), (Some("call_1"), Some("Bash")));
         assert_eq!(m[3].text(), "a.py");
+        let late = to_messages(
+            None,
+            &json!([{"role": "user", "content": "Hi"},
+            {"role": "developer", "content": "Sandbox: read-only."},
+            {"type": "function_call_output", "call_id": "c", "output": [{"type": "input_image", "image_url": "x"},
+                {"type": "input_text", "text": "a diagram"}]}]),
+        )
+        .unwrap();
+        let roles: Vec<&str> = late.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["user", "user", "tool"], "a late developer message is a user turn");
+        assert_eq!(late[2].text(), format!("{NOT_READ}\n\na diagram"), "a tool's image does not end the session");
         let plain = to_messages(None, &json!("Hi")).unwrap();
         assert_eq!((plain.len(), plain[0].role.as_str(), plain[0].text().as_ref()), (1, "user", "Hi"));
     }
