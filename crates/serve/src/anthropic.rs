@@ -146,9 +146,19 @@ fn check_model(app: &AppState, model: Option<&str>) -> Result<(), ApiError> {
     }
 }
 
+/// What an image or document block of a `tool_result` becomes: the model reads text, and an
+/// agent's session must go on after a tool (Claude Code's Read of a picture) returns one.
+const NOT_READ: &str = "[an image or document block: this model reads text only]";
+
 /// A string, or a list of text blocks joined by [`BLOCK_SEPARATOR`] (`system`, the content
 /// of a `tool_result`). `at` names the field in errors.
 fn text_of(value: &Value, at: &str) -> Result<String, ApiError> {
+    text_of_or(value, at, None)
+}
+
+/// [`text_of`], with `stand_in` (if given) as the text of a block that is not text instead
+/// of a 400.
+fn text_of_or(value: &Value, at: &str, stand_in: Option<&str>) -> Result<String, ApiError> {
     match value {
         Value::String(s) => Ok(s.clone()),
         Value::Array(blocks) => {
@@ -156,6 +166,7 @@ fn text_of(value: &Value, at: &str) -> Result<String, ApiError> {
             for (j, block) in blocks.iter().enumerate() {
                 match block_type(block, &format!("{at}[{j}]"))? {
                     "text" => texts.push(block_text(block, &format!("{at}[{j}]"))?),
+                    _ if stand_in.is_some() => texts.push(stand_in.unwrap_or_default().to_string()),
                     other => return Err(not_text(&format!("{at}[{j}]"), other)),
                 }
             }
@@ -242,7 +253,7 @@ fn to_messages(system: Option<&Value>, input: &[InputMessage]) -> Result<Vec<Mes
                             let id = string_field(block, &at, "tool_use_id")?;
                             let mut text = match block.get("content") {
                                 None | Some(Value::Null) => String::new(),
-                                Some(c) => text_of(c, &format!("{at}.content"))?,
+                                Some(c) => text_of_or(c, &format!("{at}.content"), Some(NOT_READ))?,
                             };
                             if block.get("is_error").and_then(Value::as_bool) == Some(true) {
                                 // The template has no field for it; the model reads it.
@@ -858,11 +869,15 @@ mod tests {
     #[test]
     fn bad_blocks_name_their_place() {
         let read = |v: Value| to_messages(None, &serde_json::from_value::<Vec<InputMessage>>(v).unwrap()).unwrap_err();
+        let read_ok = |v: Value| to_messages(None, &serde_json::from_value::<Vec<InputMessage>>(v).unwrap()).unwrap();
         let e = read(json!([{"role": "user", "content": [{"type": "image", "source": {}}]}]));
         assert_eq!(e.param.as_deref(), Some("messages[0].content[0]"));
         assert!(e.message.contains("\"image\""), "{}", e.message);
         let e = read(json!([{"role": "tool", "content": "x"}]));
         assert_eq!(e.param.as_deref(), Some("messages[0].role"));
+        let picture = read_ok(json!([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
+            "content": [{"type": "image", "source": {}}, {"type": "text", "text": "a.png"}]}]}]));
+        assert_eq!(picture[0].text(), format!("{NOT_READ}\n\na.png"), "a tool's picture does not end the session");
         let e = read(json!([{"role": "user", "content": [{"type": "tool_result"}]}]));
         assert_eq!(e.message, "messages[0].content[0].tool_use_id: Field required");
         let e = read(json!([{"role": "user", "content": 5}]));
