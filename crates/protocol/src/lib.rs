@@ -23,4 +23,5 @@ pub use llm::{
 };
 pub use message::{
     new_call_id, text_only_messages, ContentError, ContentPart, FunctionCall, Message, MessageContent, ToolCall,
+    NOT_READ_PART,
 };

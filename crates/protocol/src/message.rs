@@ -138,7 +138,9 @@ impl Message {
     /// The content as the text a text-only model reads, refusing what it cannot read: the
     /// string itself, the `text` parts joined with nothing between them (as Qwen's templates
     /// join them), or "" for `null` / no content. A part of any other type (an image, audio,
-    /// a file) is [`ContentError::NotText`].
+    /// a file) is [`ContentError::NotText`], except in a `tool` message, where it reads as
+    /// [`NOT_READ_PART`]: a client cannot take back what its tool returned, and an agent's
+    /// session must go on after a tool returns a picture.
     pub fn text_content(&self) -> Result<Cow<'_, str>, ContentError> {
         let parts = match &self.content {
             None => return Ok(Cow::Borrowed("")),
@@ -150,6 +152,7 @@ impl Message {
             match (part.kind.as_str(), &part.text) {
                 ("text", Some(t)) => text.push_str(t),
                 ("text", None) => return Err(ContentError::MissingText { index }),
+                (_, _) if self.role == "tool" => text.push_str(NOT_READ_PART),
                 (kind, _) => return Err(ContentError::NotText { index, kind: kind.to_string() }),
             }
         }
@@ -166,6 +169,9 @@ impl Message {
         Ok(Message { content: Some(MessageContent::Text(text)), ..self.clone() })
     }
 }
+
+/// What a part of a tool message that is not text reads as ([`Message::text_content`]).
+pub const NOT_READ_PART: &str = "[a part this model cannot read: it reads text only]";
 
 /// Why a message's content cannot be read as text ([`Message::text_content`]). Indices
 /// count the content's parts from 0.
@@ -348,6 +354,10 @@ mod tests {
         let empty_part: Message =
             serde_json::from_value(json!({"role": "user", "content": [{"type": "text"}]})).unwrap();
         assert_eq!(empty_part.text_content().unwrap_err(), ContentError::MissingText { index: 0 });
+        let picture: Message = serde_json::from_value(json!({"role": "tool", "tool_call_id": "c", "content": [
+            {"type": "image_url", "image_url": {"url": "u"}}, {"type": "text", "text": "a.png"}]}))
+        .unwrap();
+        assert_eq!(picture.text_content().unwrap(), format!("{NOT_READ_PART}a.png"), "a tool's picture is a note");
         let err = text_only_messages(&[Message::user("ok"), image]).unwrap_err();
         assert_eq!(err.0, 1);
         assert_eq!(text_only_messages(&[Message::user("hi")]).unwrap(), vec![Message::user("hi")]);
