@@ -28,7 +28,10 @@ use crate::api::{parse_body, validate_tools, SamplingFields};
 use crate::error::ApiError;
 use crate::output::{Delta, PartEvent, PartKind, PartWriter};
 use crate::pool::{JobEvent, JobSummary};
-use crate::routes::{check_stop_list, collect, read_body, render_chat, sse_response, start_chat, AppState, ChatInput};
+use crate::routes::{
+    check_stop_list, collect, next_event_keeping_alive, read_body, render_chat, sse_response, start_chat, AppState,
+    ChatInput,
+};
 use crate::structured::ResponseFormat;
 
 /// A `ping` is sent when nothing else was for this long (a long prompt being prefilled), so
@@ -710,17 +713,8 @@ fn stream_message(
             return;
         }
         let mut writer = BlockWriter::default();
-        loop {
-            let next = tokio::select! {
-                e = crate::routes::next_event(&mut rx, &tx) => e,
-                () = tokio::time::sleep(PING_EVERY) => {
-                    if tx.send(event("ping", &json!({"type": "ping"}))).await.is_err() {
-                        return;
-                    }
-                    continue;
-                }
-            };
-            let Some(job_event) = next else { break };
+        let ping = || event("ping", &json!({"type": "ping"}));
+        while let Some(job_event) = next_event_keeping_alive(&mut rx, &tx, PING_EVERY, ping).await {
             match job_event {
                 JobEvent::Delta(d) => {
                     for e in writer.push(&d) {

@@ -28,7 +28,9 @@ use crate::api::{parse_body, validate_tools, SamplingFields, ToolChoice};
 use crate::error::ApiError;
 use crate::output::{Delta, PartEvent, PartKind, PartWriter};
 use crate::pool::{JobEvent, JobSummary};
-use crate::routes::{collect, read_body, sse_response, start_chat, unix_now, AppState, ChatInput};
+use crate::routes::{
+    collect, next_event_keeping_alive, read_body, sse_response, start_chat, unix_now, AppState, ChatInput,
+};
 use crate::structured::ResponseFormat;
 
 /// A comment line is sent when nothing else was for this long (a long prompt being
@@ -763,17 +765,8 @@ fn stream_response(
                 return;
             }
         }
-        loop {
-            let next = tokio::select! {
-                e = crate::routes::next_event(&mut rx, &tx) => e,
-                () = tokio::time::sleep(KEEP_ALIVE_EVERY) => {
-                    if tx.send(Event::default().comment("keep-alive")).await.is_err() {
-                        return;
-                    }
-                    continue;
-                }
-            };
-            let Some(job_event) = next else { break };
+        let keep_alive = || Event::default().comment("keep-alive");
+        while let Some(job_event) = next_event_keeping_alive(&mut rx, &tx, KEEP_ALIVE_EVERY, keep_alive).await {
             match job_event {
                 JobEvent::Delta(d) => {
                     for e in writer.push(&d) {

@@ -364,6 +364,28 @@ pub(crate) async fn next_event<T>(
     }
 }
 
+/// [`next_event`] for a stream of server-sent events that must show it is alive: while the
+/// job sends nothing for `every` (a long prompt being prefilled), `keep_alive()` is sent
+/// (Anthropic's `ping`, an SSE comment), so that clients and proxies with read timeouts keep
+/// the stream. `None` once the job's channel closes or the client has gone.
+pub(crate) async fn next_event_keeping_alive(
+    rx: &mut mpsc::UnboundedReceiver<JobEvent>,
+    tx: &mpsc::Sender<Event>,
+    every: std::time::Duration,
+    keep_alive: impl Fn() -> Event,
+) -> Option<JobEvent> {
+    loop {
+        tokio::select! {
+            event = next_event(rx, tx) => return event,
+            () = tokio::time::sleep(every) => {
+                if tx.send(keep_alive()).await.is_err() {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
 pub(crate) fn sse_response(rx: mpsc::Receiver<Event>) -> Response {
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|event| (Ok::<_, Infallible>(event), rx))
