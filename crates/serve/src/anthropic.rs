@@ -151,7 +151,7 @@ fn check_model(app: &AppState, model: Option<&str>) -> Result<(), ApiError> {
 
 /// What an image or document block of a `tool_result` becomes: the model reads text, and an
 /// agent's session must go on after a tool (Claude Code's Read of a picture) returns one.
-const NOT_READ: &str = "[an image or document block: this model reads text only]";
+const NOT_READ: &str = frognano_protocol::NOT_READ_PART;
 
 /// A string, or a list of text blocks joined by [`BLOCK_SEPARATOR`] (`system`, the content
 /// of a `tool_result`). `at` names the field in errors.

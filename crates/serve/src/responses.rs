@@ -99,7 +99,7 @@ fn string_field<'a>(item: &'a Value, at: &str, field: &str) -> Result<&'a str, A
 
 /// What a tool output's image, file or audio part becomes: the model reads text, and an
 /// agent's session must go on after a tool (Codex's `view_image`) returns a picture.
-const NOT_READ: &str = "[an image, file or audio part: this model reads text only]";
+const NOT_READ: &str = frognano_protocol::NOT_READ_PART;
 
 /// The text of a message's `content`: a string, or parts (`input_text`, `output_text`,
 /// `text`, `refusal`) joined by [`PART_SEPARATOR`]; images, files and audio are refused.
