@@ -554,7 +554,7 @@ pub(crate) async fn start_chat(app: &Arc<AppState>, input: ChatInput<'_>) -> Res
         // The server's own constraint of an `auto` reply (`--constrain-tools`), which the
         // client did not ask for: a tool whose schema the grammar cannot take gets calls with
         // any JSON object as arguments, rather than the request failing.
-        Some((grammar, "tools")) => match compile_grammar(app, grammar, "tools", &tools).await {
+        Some((grammar, "tools")) => match compile_off_thread(app, grammar).await? {
             Ok(c) => Some(c),
             Err(_) => constrain_loosened(app, &tools, &response_format, &choice, format, &text).await,
         },
@@ -598,18 +598,30 @@ async fn constrain_loosened(
     let grammar =
         crate::structured::reply_grammar(response_format, choice, format, &loose, ends_in_open_think(text), true)
             .ok()??;
-    match compile_grammar(app, grammar.0, "tools", &loose).await {
+    match compile_off_thread(app, grammar.0).await.ok()? {
         Ok(c) => Some(c),
         Err(e) => {
-            tracing::warn!("the tool calls of this reply are not constrained: {}", e.message);
+            let why = crate::structured::refusal("tools", e).message;
+            tracing::warn!("the tool calls of this reply are not constrained: {why}");
             None
         }
     }
 }
 
 /// Compiles a reply grammar off the async threads (llguidance can take a while on a large
-/// schema); `param` is the request field it came from, and `tools` the request's tools, for
-/// the error ([`crate::structured::refusal`]). A refused tool-call grammar names the first tool
+/// schema): the constraint, or why the grammar was refused; `Err` only if the task failed.
+async fn compile_off_thread(
+    app: &Arc<AppState>,
+    grammar: frognano_engine::Grammar,
+) -> Result<Result<frognano_engine::Constraint, frognano_engine::ConstraintError>, ApiError> {
+    let state = Arc::clone(app);
+    tokio::task::spawn_blocking(move || state.constraints.compile(&grammar).map(|compiled| compiled.start()))
+        .await
+        .map_err(|e| ApiError::internal(format!("compiling the grammar failed: {e}")))
+}
+
+/// Compiles a reply grammar ([`compile_off_thread`]); `param` is the request field it came
+/// from, and `tools` the request's tools, for the error ([`crate::structured::refusal`]). A refused tool-call grammar names the first tool
 /// whose schema llguidance refuses alone; the tools are copied into a blocking task only then,
 /// not on every constrained request.
 pub(crate) async fn compile_grammar(
@@ -621,9 +633,8 @@ pub(crate) async fn compile_grammar(
     use crate::structured::{is_tool_call, refusal, refused_tool};
     use frognano_engine::ConstraintError;
     let failed = |e: tokio::task::JoinError| ApiError::internal(format!("compiling the grammar failed: {e}"));
-    let state = Arc::clone(app);
-    match tokio::task::spawn_blocking(move || state.constraints.compile(&grammar)).await.map_err(failed)? {
-        Ok(compiled) => Ok(compiled.start()),
+    match compile_off_thread(app, grammar).await? {
+        Ok(constraint) => Ok(constraint),
         Err(ConstraintError::Grammar(msg)) if is_tool_call(param) && !tools.is_empty() => {
             let (state, tools) = (Arc::clone(app), tools.to_vec());
             let named =

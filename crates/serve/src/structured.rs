@@ -202,7 +202,11 @@ pub fn refused_tool(constraints: &LazyConstraints, tools: &[Value]) -> Option<Ap
 /// JSON object, and the names of those tools: what constrains an `auto` reply's calls
 /// (`--constrain-tools`, the server's own choice) when a schema cannot be enforced, so that one
 /// tool (Claude Code's `TaskCreate` uses `propertyNames`) does not fail the whole request.
+/// The schemas are tried on the factory, not through [`LazyConstraints::compile`]'s few
+/// recent grammars: an agent's many tools would push out the loosened grammar its every turn
+/// reuses.
 pub fn loosen_refused_tools(constraints: &LazyConstraints, tools: &[Value]) -> (Vec<Value>, Vec<String>) {
+    let Ok(factory) = constraints.get() else { return (tools.to_vec(), Vec::new()) };
     let mut loosened = Vec::new();
     let tools = tools
         .iter()
@@ -210,7 +214,7 @@ pub fn loosen_refused_tools(constraints: &LazyConstraints, tools: &[Value]) -> (
             let Some(schema) = tool.pointer("/function/parameters").filter(|p| p.is_object()) else {
                 return tool.clone();
             };
-            if constraints.compile(&Grammar::JsonSchema(schema.clone())).is_ok() {
+            if factory.compile(&Grammar::JsonSchema(schema.clone())).is_ok() {
                 return tool.clone();
             }
             let mut loose = tool.clone();
