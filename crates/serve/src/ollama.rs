@@ -1,8 +1,9 @@
 //! Ollama's API (`/api/chat`, `/api/generate`, `/api/tags`, `/api/show`, `/api/ps`,
 //! `/api/version`, and `/`, the heartbeat), so Ollama clients (the `ollama` CLI, the Python and
-//! JS libraries, Open WebUI, editors' Ollama back ends) can point at `frognano serve`. Requests run on the same path as `/v1/chat/completions`
-//! ([`crate::routes::start_chat`]): the model's chat template, the tool-call codec, the same
-//! limits (body size, context, queue). Replies are Ollama's: a stream of JSON lines
+//! JS libraries, Open WebUI, editors' Ollama back ends) can point at `frognano serve`.
+//! Requests run on the same path as `/v1/chat/completions` ([`crate::routes::start_chat`]):
+//! the model's chat template, the tool-call codec, the same limits (body size, context,
+//! queue). Replies are Ollama's: a stream of JSON lines
 //! (`application/x-ndjson`) by default, one JSON object with `"stream": false`, errors as
 //! `{"error": "…"}` with Ollama's status codes. Field by field: docs/serve.md §7.
 
