@@ -430,28 +430,36 @@ fn thinking_on(thinking: Option<&Value>) -> Result<bool, ApiError> {
 /// `{"type": "json_schema", "schema": …}`, shapes the reply's text as `response_format` does
 /// on the chat endpoint (a grammar, docs/structured.md). `output_config.effort` is ignored.
 fn output_format(req: &MessagesRequest) -> Result<ResponseFormat, ApiError> {
-    let config = req.output_config.as_ref().and_then(|c| c.get("format")).filter(|f| !f.is_null());
-    let (at, format) = match (config, req.output_format.as_ref().filter(|f| !f.is_null())) {
-        (Some(f), _) => ("output_config.format", f),
-        (None, Some(f)) => ("output_format", f),
-        (None, None) => return Ok(ResponseFormat::Text),
-    };
+    let Some((at, format)) = format_field(req) else { return Ok(ResponseFormat::Text) };
     match format.get("type").and_then(Value::as_str) {
         Some("json_schema") => {
             let schema = format.get("schema").ok_or_else(|| required(&format!("{at}.schema")))?;
             let chat = json!({"type": "json_schema", "json_schema": {"name": "output", "schema": schema}});
-            let rename = |s: &str| s.replace("response_format.json_schema", at);
-            crate::structured::parse_response_format(Some(&chat)).map_err(|e| ApiError {
-                param: e.param.as_deref().map(rename),
-                message: rename(&e.message),
-                ..e
-            })
+            crate::structured::parse_response_format(Some(&chat)).map_err(|e| in_format_field(e, at))
         }
         _ => Err(ApiError::invalid_param(
             format!("{at}.type"),
             format!("{at}.type must be \"json_schema\", found {}", format.get("type").unwrap_or(&Value::Null)),
         )),
     }
+}
+
+/// Where the request asks for structured output, and what it asks: `output_config.format`,
+/// else `output_format`.
+fn format_field(req: &MessagesRequest) -> Option<(&'static str, &Value)> {
+    let config = req.output_config.as_ref().and_then(|c| c.get("format")).filter(|f| !f.is_null());
+    match (config, req.output_format.as_ref().filter(|f| !f.is_null())) {
+        (Some(f), _) => Some(("output_config.format", f)),
+        (None, Some(f)) => Some(("output_format", f)),
+        (None, None) => None,
+    }
+}
+
+/// An error about the chat form's `response_format.json_schema` named at `at`, the field
+/// the request put its format in.
+fn in_format_field(e: ApiError, at: &str) -> ApiError {
+    let rename = |s: &str| s.replace("response_format.json_schema", at);
+    ApiError { param: e.param.as_deref().map(rename), message: rename(&e.message), ..e }
 }
 
 /// Reads what both endpoints share: model, messages, system, tools, thinking.
@@ -642,13 +650,11 @@ async fn messages_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> R
     .await
     .map_err(|e| {
         // A schema the grammar refuses is named where the request put it.
-        let at = if req.output_config.as_ref().is_some_and(|c| c.get("format").is_some()) {
-            "output_config.format"
-        } else {
-            "output_format"
+        let e = match format_field(&req) {
+            Some((at, _)) => in_format_field(e, at),
+            None => e,
         };
-        let rename = |s: &str| s.replace("response_format.json_schema", at);
-        tool_error(ApiError { param: e.param.as_deref().map(rename), message: rename(&e.message), ..e })
+        tool_error(e)
     })?;
     let id = message_id(&app);
     let injected = started.tool_prompt_injected;
