@@ -62,9 +62,12 @@ fn error_type(status: StatusCode) -> &'static str {
     }
 }
 
-/// `{"type": "error", "error": {"type", "message"}}`.
+/// `{"type": "error", "error": {"type", "message"}}`. A prompt longer than the context is
+/// worded as Anthropic words it, which is what Claude Code looks for before it compacts the
+/// conversation.
 fn error_body(e: &ApiError) -> Value {
-    json!({"type": "error", "error": {"type": error_type(e.status), "message": e.message}})
+    let message = e.overflow.map_or_else(|| e.message.clone(), |o| o.anthropic_message());
+    json!({"type": "error", "error": {"type": error_type(e.status), "message": message}})
 }
 
 fn error_response(app: &AppState, e: ApiError) -> Response {

@@ -20,6 +20,54 @@ pub struct ApiError {
     pub code: Option<&'static str>,
     /// Seconds to wait before retrying, sent as `Retry-After` (a full queue's 429).
     pub retry_after: Option<u64>,
+    /// For a prompt that does not fit the context: its size and the context's, which each API
+    /// words as its clients look for ([`ApiError::context_length`]).
+    pub overflow: Option<ContextOverflow>,
+}
+
+/// A prompt longer than the context, as [`ApiError::context_length`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextOverflow {
+    /// The prompt's tokens: counted, or (when `at_least`) a lower bound from its bytes
+    /// (saturated at `u32::MAX`; kept small, as every handler returns `ApiError` by value).
+    pub prompt_tokens: u32,
+    /// Whether `prompt_tokens` is a lower bound (the text was refused before tokenizing).
+    pub at_least: bool,
+    /// The context's size in tokens.
+    pub max_context: u32,
+}
+
+impl ContextOverflow {
+    /// A prompt of `prompt_tokens` (a lower bound when `at_least`) against `max_context`.
+    pub fn new(prompt_tokens: usize, at_least: bool, max_context: usize) -> Self {
+        let small = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        ContextOverflow { prompt_tokens: small(prompt_tokens), at_least, max_context: small(max_context) }
+    }
+
+    /// The prompt's size as a message gives it: `N` or `at least N`.
+    pub fn prompt_size(&self) -> String {
+        if self.at_least {
+            format!("at least {}", self.prompt_tokens)
+        } else {
+            self.prompt_tokens.to_string()
+        }
+    }
+
+    /// Anthropic's wording, `prompt is too long: N tokens > M maximum`: Claude Code reads the
+    /// two numbers from it to compact the conversation (and by how much).
+    pub fn anthropic_message(&self) -> String {
+        format!("prompt is too long: {} tokens > {} maximum", self.prompt_size(), self.max_context)
+    }
+
+    /// The Responses API's wording (OpenAI's sentence, with the two sizes).
+    pub fn responses_message(&self) -> String {
+        format!(
+            "Your input exceeds the context window of this model ({} tokens; the context holds {}). Please adjust \
+             your input and try again.",
+            self.prompt_size(),
+            self.max_context
+        )
+    }
 }
 
 impl ApiError {
@@ -32,6 +80,7 @@ impl ApiError {
             param: None,
             code: None,
             retry_after: None,
+            overflow: None,
         }
     }
 
@@ -49,6 +98,7 @@ impl ApiError {
             param: Some("model".into()),
             code: Some("model_not_found"),
             retry_after: None,
+            overflow: None,
         }
     }
 
@@ -59,7 +109,12 @@ impl ApiError {
             "This model's maximum context length is {max_context} tokens. However, your prompt has \
              {prompt_tokens} tokens, which leaves no room for a completion. Please reduce the length of the prompt."
         );
-        ApiError { param: Some(param.into()), code: Some("context_length_exceeded"), ..Self::invalid(message) }
+        ApiError {
+            param: Some(param.into()),
+            code: Some("context_length_exceeded"),
+            overflow: Some(ContextOverflow::new(prompt_tokens, false, max_context)),
+            ..Self::invalid(message)
+        }
     }
 
     /// 404 for a path the server does not have.
@@ -71,6 +126,7 @@ impl ApiError {
             param: None,
             code: None,
             retry_after: None,
+            overflow: None,
         }
     }
 
@@ -83,6 +139,7 @@ impl ApiError {
             param: None,
             code: Some("request_too_large"),
             retry_after: None,
+            overflow: None,
         }
     }
 
@@ -97,6 +154,7 @@ impl ApiError {
             param: None,
             code: Some("server_overloaded"),
             retry_after: Some(retry),
+            overflow: None,
         }
     }
 
@@ -115,6 +173,7 @@ impl ApiError {
             param: None,
             code: Some("request_timeout"),
             retry_after: None,
+            overflow: None,
         }
     }
 
@@ -127,6 +186,7 @@ impl ApiError {
             param: None,
             code: None,
             retry_after: None,
+            overflow: None,
         }
     }
 

@@ -388,6 +388,10 @@ struct ChatRequest {
     stream: Option<bool>,
     #[serde(default)]
     think: Option<Value>,
+    /// Whether a conversation longer than the context loses its oldest messages (Ollama's
+    /// default) or is refused (`false`).
+    #[serde(default)]
+    truncate: Option<bool>,
 }
 
 /// `POST /api/generate`.
@@ -720,26 +724,72 @@ async fn chat_inner(
     if messages.is_empty() {
         return Ok(Json(shape.loaded()).into_response());
     }
-    let started = start_chat(
-        &app,
-        ChatInput {
-            messages: &messages,
-            tools,
-            choice,
-            sampling: options.sampling(),
-            max_tokens,
-            stops,
-            template_kwargs: kwargs.as_ref(),
-            response_format: format,
-            logprobs: None,
-        },
-    )
-    .await
-    .map_err(options_error)?;
+    let base = ChatInput {
+        messages: &[],
+        tools,
+        choice,
+        sampling: options.sampling(),
+        max_tokens,
+        stops,
+        template_kwargs: kwargs.as_ref(),
+        response_format: format,
+        logprobs: None,
+    };
+    let mut dropped = 0;
+    let mut started = start_chat(&app, ChatInput { messages: &messages, ..base.clone() }).await;
+    if matches!(&started, Err(e) if e.overflow.is_some()) && req.truncate.unwrap_or(true) {
+        // Too long for the context: Ollama's cut, then the request again.
+        let (state, all, tools, kwargs) = (Arc::clone(&app), messages.clone(), base.tools.clone(), kwargs.clone());
+        let kept;
+        (dropped, kept) = tokio::task::spawn_blocking(move || {
+            let start = fitting_start(&state, &all, &tools, kwargs.as_ref());
+            (start, kept_messages(&all, start))
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("fitting the conversation to the context failed: {e}")))?;
+        if dropped > 0 {
+            tracing::warn!(
+                dropped,
+                kept = kept.len(),
+                "/api/chat: the oldest {dropped} messages were dropped to fit the context of {} tokens",
+                app.ctx
+            );
+            started = start_chat(&app, ChatInput { messages: &kept, ..base }).await;
+        }
+    }
+    let started = started.map_err(options_error)?;
     shape.prepared = arrived.elapsed();
     shape.prompt_tokens = started.prompt_tokens;
-    let response = reply(app, shape, started.events, req.stream.unwrap_or(true)).await?;
+    let mut response = reply(app, shape, started.events, req.stream.unwrap_or(true)).await?;
+    if dropped > 0 {
+        response.headers_mut().insert("x-frognano-messages-dropped", dropped.into());
+    }
     Ok(crate::routes::with_tool_prompt_header(response, started.tool_prompt_injected))
+}
+
+/// Where a conversation longer than the context starts once Ollama's cut is made: the oldest
+/// messages dropped whole, the fewest that make the prompt fit (at least one token of room).
+/// The cut falls before a user message, so what is kept begins a turn, or at the last message,
+/// which is always kept; the system messages before the cut are kept too ([`kept_messages`]).
+/// 0 when even the last message with the system messages does not fit (the request is then
+/// refused, naming the sizes, as with `"truncate": false`). Each try renders and tokenizes
+/// the kept messages; the tries are a binary search over the cut points, as Ollama's.
+fn fitting_start(app: &AppState, messages: &[Message], tools: &[Value], kwargs: Option<&Map<String, Value>>) -> usize {
+    let fits = |start: usize| {
+        crate::routes::render_chat(app, &kept_messages(messages, start), tools, true, kwargs)
+            .is_ok_and(|(_, ids)| ids.len() < app.ctx)
+    };
+    let last = messages.len() - 1;
+    let cuts: Vec<usize> = (1..last).filter(|&i| messages[i].role == "user").chain(std::iter::once(last)).collect();
+    // The first cut point that fits, assuming (as Ollama does) that dropping more never makes
+    // the prompt longer.
+    cuts.get(cuts.partition_point(|&cut| !fits(cut))).copied().unwrap_or(0)
+}
+
+/// `messages` from `start` on, after the system messages of the dropped part.
+fn kept_messages(messages: &[Message], start: usize) -> Vec<Message> {
+    let system = messages[..start].iter().filter(|m| m.role == "system");
+    system.chain(&messages[start..]).cloned().collect()
 }
 
 // ---- /api/generate ------------------------------------------------------------------------------

@@ -714,10 +714,16 @@ async fn responses_inner(app: Arc<AppState>, headers: HeaderMap, body: Body) -> 
         },
     )
     .await
-    .map_err(|e| {
-        // A schema the grammar refuses is named where the request put it.
-        let rename = |s: &str| request_place(&s.replace("response_format.json_schema", "text.format"), &tools.origin);
-        ApiError { param: e.param.as_deref().map(rename), message: rename(&e.message), ..e }
+    .map_err(|e| match e.overflow {
+        // A prompt longer than the context: OpenAI's sentence, with the code Codex reads as a
+        // context window it ran out of (its next turn then compacts the conversation first).
+        Some(overflow) => ApiError { message: overflow.responses_message(), param: Some("input".into()), ..e },
+        None => {
+            // A schema the grammar refuses is named where the request put it.
+            let rename =
+                |s: &str| request_place(&s.replace("response_format.json_schema", "text.format"), &tools.origin);
+            ApiError { param: e.param.as_deref().map(rename), message: rename(&e.message), ..e }
+        }
     })?;
     let id = app.response_id("resp").replacen("resp-", "resp_", 1);
     let created_at = unix_now();

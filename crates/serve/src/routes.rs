@@ -209,6 +209,7 @@ pub(crate) fn check_text_fits(app: &AppState, bytes: usize, param: &str) -> Resu
                  reduce the length of the {param}.",
                 app.ctx, app.max_token_bytes
             ),
+            overflow: Some(crate::error::ContextOverflow::new(at_least, true, app.ctx)),
             ..ApiError::context_length(app.ctx, at_least, param)
         });
     }
@@ -496,6 +497,7 @@ pub(crate) fn ends_in_open_think(prompt: &str) -> bool {
 /// A chat request in the server's own terms, whichever API it came in through (OpenAI's
 /// `/v1/chat/completions`, Ollama's `/api/chat`, Anthropic's `/v1/messages`): each front end
 /// reads its own body into this, and [`start_chat`] renders, checks and queues it the same way.
+#[derive(Clone)]
 pub(crate) struct ChatInput<'a> {
     /// The conversation in OpenAI form.
     pub messages: &'a [Message],

@@ -595,7 +595,7 @@ fn anthropic_errors_are_anthropics() {
             json!({"model": MODEL, "max_tokens": 99999, "messages": [{"role": "user", "content": "hello ".repeat(5000)}]}),
             400,
             "invalid_request_error",
-            "maximum context length",
+            "prompt is too long: ",
         ),
         (
             json!({"model": MODEL, "max_tokens": 5, "messages": user, "tools": [{"name": "f"}]}),
