@@ -44,6 +44,11 @@ pub fn qwen35_template() -> ChatTemplate {
 /// The tiny checkpoint with the Qwen3.5 chat template; `script`, if given, replaces the
 /// network by a model that always writes that text (then eos).
 pub fn qwen_server(script: Option<&str>) -> ServerHandle {
+    qwen_server_with_context(script, None)
+}
+
+/// [`qwen_server`] with a context of `ctx` tokens (`--ctx`) where given.
+pub fn qwen_server_with_context(script: Option<&str>, ctx: Option<usize>) -> ServerHandle {
     let mut loaded = frognano_model::load(tiny()).expect("tiny model loads");
     loaded.chat_template = Some(qwen35_template());
     if let Some(text) = script {
@@ -51,6 +56,7 @@ pub fn qwen_server(script: Option<&str>) -> ServerHandle {
     }
     let mut a = args("qwen35-tiny");
     a.model_name = Some("qwen35-tiny".into());
+    a.ctx = ctx;
     spawn_server_with_model(loaded, a).expect("server starts")
 }
 
@@ -162,6 +168,30 @@ pub fn installed_or_skip(path: &std::path::Path, test: &str) -> bool {
     );
     eprintln!("SKIPPED {test}: no {} (run scripts/ci-setup.sh)", path.display());
     false
+}
+
+/// An agent's command-line client (installed by scripts/ci-setup.sh) with a fresh home and
+/// working folder of its own, so that a conversation there can be continued run after run.
+pub struct AgentCli {
+    /// The program.
+    pub bin: PathBuf,
+    /// Its home (settings, sessions).
+    pub home: tempfile::TempDir,
+    /// The folder it works in.
+    pub work: tempfile::TempDir,
+}
+
+impl AgentCli {
+    /// The client at `bin` (from the workspace root), or `None` where it is not installed
+    /// ([`installed_or_skip`]: `test` is skipped, or fails under CI).
+    pub fn installed(bin: &str, test: &str) -> Option<AgentCli> {
+        let bin = root().join(bin);
+        installed_or_skip(&bin, test).then(|| AgentCli {
+            bin,
+            home: tempfile::tempdir().unwrap(),
+            work: tempfile::tempdir().unwrap(),
+        })
+    }
 }
 
 /// A server-sent event stream as `(event name, data)` pairs, in order (every data line is
