@@ -91,13 +91,14 @@ pub fn generate_candidates(
             continue;
         }
         let Ok(source) = intake::read_file_at(repo, commit, &path) else { continue };
+        let Some(mut parsed) = mutate::ParsedSource::new(lang, &source) else { continue };
         for entity in mutate::entities(lang, &source) {
             for spec in &table {
                 if opts.operators.as_ref().is_some_and(|ops| !ops.contains(&spec.id)) {
                     continue;
                 }
                 let mut rng = mutate::candidate_rng(opts.seed, &path, &entity, spec.id);
-                let Some(edits) = mutate::mutate(lang, &source, &entity, spec, &mut rng) else { continue };
+                let Some(edits) = parsed.mutate(&entity, spec, &mut rng) else { continue };
                 let files = vec![FileMutation { path: path.clone(), edits }];
                 let key = candidate_key(commit, &files);
                 if seen.insert(key.clone()) {
