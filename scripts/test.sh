@@ -39,8 +39,19 @@ FROGNANO_SKIP_LOG="$(mktemp "${TMPDIR:-/tmp}/frognano-skips.XXXXXX")"
 export FROGNANO_SKIP_LOG
 # The summary is printed even when a test failed; either failure fails the run.
 status=0
-cargo test --workspace || status=$?
-step "cargo test"
+if cargo nextest --version >/dev/null 2>&1; then
+    # cargo-nextest (on CI's machines) keeps both cores busy across test binaries and starts the
+    # longest tests first (.config/nextest.toml). Examples are left out of this build: clippy
+    # above has type-checked them, and they are benchmarks, not tests.
+    cargo nextest run --workspace --lib --bins --tests || status=$?
+    step "cargo nextest run"
+    # nextest does not run documentation examples.
+    cargo test --workspace --doc || status=$?
+    step "cargo test --doc"
+else
+    cargo test --workspace || status=$?
+    step "cargo test"
+fi
 # Disk left after the build: a clean CI machine once ran out while linking test binaries.
 df -h . | tail -1 | awk '{print "disk after tests: " $4 " free of " $2 " (target/: " }' | tr -d '\n'
 du -sh target 2>/dev/null | cut -f1 | tr -d '\n'; echo ')'
