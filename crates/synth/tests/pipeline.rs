@@ -175,6 +175,9 @@ fn rust_fixture_yields_gradable_tasks() {
     let out = tmp.path().join("out");
     let mut opts = options(&repo, &out, 3, 14);
     opts.python = None;
+    // Two of these candidates loop forever, and each waits out the timeout (the fixture's own
+    // runs take seconds, rebuild included; 120 s of the two cores otherwise).
+    opts.min_timeout = Duration::from_secs(30);
     let summary = synthesize(&opts).unwrap();
     let instances = load(&out);
     assert!(instances.len() >= 3, "only {} tasks: {summary:?}", instances.len());
