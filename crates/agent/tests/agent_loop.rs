@@ -1,6 +1,6 @@
 //! The loop with a scripted model: exit reasons, limits and drift guards.
 
-mod common;
+use crate::common;
 
 use common::{Reply, ScriptedLlm};
 use frognano_agent::agent::{self, AgentConfig, Guards, ACT_NOTICE, CUT_NOTICE, MALFORMED_NOTICE, REPEAT_NOTICE};

@@ -7,7 +7,7 @@
 //! debug build needs minutes for its prompt, so the test is opt-in:
 //!
 //! ```sh
-//! cargo test --release -p frognano-agent --test coder_tool_call -- --ignored
+//! cargo test --release -p frognano-agent --test integration coder_tool_call:: -- --ignored
 //! ```
 
 use std::path::Path;

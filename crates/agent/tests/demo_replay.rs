@@ -3,9 +3,9 @@
 //!
 //! The recorded trajectory (`demo/fix-median.trajectory.json`) was made by our own loop with
 //! the scripted replies in `record_demo_trajectory`; regenerate it with
-//! `cargo test -p frognano-agent --test demo_replay -- --ignored`.
+//! `cargo test -p frognano-agent --test integration demo_replay:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use common::{Reply, ScriptedLlm};
 use frognano_agent::agent::{self, AgentConfig};

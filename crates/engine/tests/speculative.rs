@@ -494,7 +494,7 @@ fn hybrid_without_head() -> Arc<dyn CausalLm> {
 /// on an edit, where the reply copies the code it changes: greedy tokens, log-probabilities
 /// and the final state with lookup drafts equal plain decoding's (drafts accepted and
 /// rejected), and `auto` gives the same text. Opt-in (a 1.1 GB model, minutes in a debug
-/// build): `cargo test --release -p frognano-engine --test speculative -- --ignored`.
+/// build): `cargo test --release -p frognano-engine --test integration speculative:: -- --ignored`.
 #[test]
 #[ignore = "needs models/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf and a release build"]
 fn greedy_tokens_and_states_are_unchanged_by_lookup_on_qwen25_coder() {

@@ -8,7 +8,7 @@ use frognano_gpu::attention::{self, AttnPath, AttnScratch, DeviceKv, KvDtype};
 use frognano_gpu::{Buffer, Gpu};
 use frognano_model::cache::{KvRows, KvType};
 
-mod common;
+use crate::common;
 use common::{device, max_diff, values};
 
 const ALL: [KvDtype; 4] = [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0];

@@ -4,7 +4,7 @@
 use frognano_gpu::{deltanet, Buffer, Gpu};
 use frognano_model::kernels::{self as cpu, conv, delta_rule};
 
-mod common;
+use crate::common;
 use common::{device, values};
 
 /// `n` pseudo-random values in [-1, 1].

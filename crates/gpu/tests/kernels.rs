@@ -3,7 +3,7 @@
 
 use frognano_gpu::{kernels, Buffer};
 
-mod common;
+use crate::common;
 use common::{device, max_diff, values};
 
 #[test]

@@ -10,7 +10,7 @@ use frognano_model::quant::QuantType;
 use frognano_model::tensor::{round_bf16, round_f16, Bytes, DType, Matrix};
 use half::{bf16, f16};
 
-mod common;
+use crate::common;
 use common::{device, values};
 
 fn lcg(s: &mut u64) -> u64 {

@@ -6,7 +6,7 @@
 //! one-token kernel) within that spread of the same prompt in one batch. Skips loudly without the model (fails under
 //! `FROGNANO_REQUIRE_FIXTURES`).
 
-mod smollm2_fixture;
+use crate::smollm2_fixture;
 
 use frognano_model::kernels::attention::{ONLINE_FROM, TILED_FROM};
 use frognano_model::{load, KvType};

@@ -5,7 +5,7 @@
 //! Without the model these tests skip loudly, or fail when `FROGNANO_REQUIRE_FIXTURES` is set
 //! (CI).
 
-mod smollm2_fixture;
+use crate::smollm2_fixture;
 
 use frognano_model::load;
 use smollm2_fixture::{argmax, cases, demo_model};

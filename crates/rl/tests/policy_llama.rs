@@ -6,7 +6,7 @@
 use candle_core::{DType, Tensor};
 use frognano_rl::policy::{LlamaSpec, Policy, PolicyOptions, SaveFormat};
 
-mod common;
+use crate::common;
 use common::{engine_logits, max_abs_diff, rows};
 
 /// Log-softmax of each `vocab`-wide row.

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use candle_core::{DType, Device, Tensor};
 use frognano_rl::policy::{LlamaSpec, LoraConfig, Policy, PolicyOptions, SaveFormat};
 
-mod common;
+use crate::common;
 use common::{engine_logits, max_abs_diff, perturb_b, rows};
 
 fn spec() -> LlamaSpec {

@@ -12,7 +12,7 @@ use candle_core::{DType, Device, Tensor};
 use frognano_rl::optim::GradSum;
 use frognano_rl::policy::{LlamaSpec, LoraConfig, Policy, PolicyOptions, SaveFormat};
 
-mod common;
+use crate::common;
 use common::{engine_logits, fixture, max_abs_diff, perturb_b, rows};
 
 fn scale(v: &[f32]) -> f32 {

@@ -6,7 +6,7 @@
 use candle_core::{DType, Device, Tensor};
 use frognano_rl::policy::{LoraConfig, Policy, PolicyOptions, SaveFormat};
 
-mod common;
+use crate::common;
 use common::{engine_logits, fixture, max_abs_diff, rows};
 
 /// `input_ids`, `logits_full` (transformers 5.23, f32, CPU) and `logits_full_f64` (the same in

@@ -6,7 +6,7 @@ use frognano_sandbox::{Command, Output, Sandbox, SandboxSpec};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-mod cgroup_setup;
+use crate::cgroup_setup;
 
 /// A scratch folder outside `/tmp` (the sandbox's own `/tmp` would hide anything under the
 /// host's, so escapes are tried against folders the sandbox does show, read-only).

@@ -3,7 +3,7 @@
 
 use frognano_sandbox::{Command, Isolation, Limit, Sandbox, SandboxError, SandboxSpec};
 
-mod cgroup_setup;
+use crate::cgroup_setup;
 use std::path::Path;
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 use frognano_sandbox::{Command, Limit, Sandbox, SandboxSpec};
 use std::path::Path;
 
-mod cgroup_setup;
+use crate::cgroup_setup;
 use std::time::Duration;
 
 fn sandbox(spec: SandboxSpec) -> Sandbox {

@@ -4,7 +4,7 @@
 
 use frognano_sandbox::{Isolation, Sandbox, SandboxSpec};
 
-mod cgroup_setup;
+use crate::cgroup_setup;
 
 #[test]
 fn stale_groups_of_dead_processes_are_removed_at_the_first_sandbox() {

@@ -2,7 +2,7 @@
 //! one `forward_batch` (or, when some check drafts, one `forward_batch_stepwise`) per step,
 //! and every client still gets exactly its own reply.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 //! compacted and goes on. Without the binary the tests are skipped, except under
 //! `FROGNANO_REQUIRE_FIXTURES` (CI), where they fail.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

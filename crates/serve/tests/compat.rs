@@ -5,7 +5,7 @@
 //! endpoint's for the same conversation; tool calls make the round trip through the Qwen3.5
 //! template on a scripted model.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 

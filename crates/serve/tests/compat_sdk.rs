@@ -2,7 +2,7 @@
 //! (scripts/serve_compat_sdk_test.py), from the git-ignored venv `.venv-compat` that
 //! scripts/ci-setup.sh creates.
 
-mod common;
+use crate::common;
 
 #[test]
 fn ollama_and_anthropic_python_clients() {

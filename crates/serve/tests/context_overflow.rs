@@ -4,7 +4,7 @@
 //! `/api/chat`, which drops the oldest messages until the rest fits (`"truncate": false`
 //! refuses instead). The real clients' side: codex.rs, claude_code.rs.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

@@ -1,7 +1,7 @@
 //! The server over plain HTTP, started in-process on an ephemeral port with the tiny
 //! checkpoint (random weights) or a scripted model that writes a known reply.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::time::{Duration, Instant};

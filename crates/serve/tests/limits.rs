@@ -5,7 +5,7 @@
 //! ephemeral port over a model written here (the tiny checkpoint's tokenizer), so what the
 //! model does per token is known.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -6,7 +6,7 @@
 //! test runs on the tiny checkpoint and says so on a `SKIPPED (needs the demo model)` line;
 //! with `FROGNANO_REQUIRE_FIXTURES` set (CI) a missing demo model fails the test instead.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::time::Instant;

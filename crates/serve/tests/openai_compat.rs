@@ -10,7 +10,7 @@
 //! a missing model fails instead). The rest use the tiny checkpoint, whose ChatML template
 //! has the same string-only form.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::OnceLock;

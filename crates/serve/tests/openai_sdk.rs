@@ -1,7 +1,7 @@
 //! The server driven by the official `openai` Python SDK (scripts/serve_openai_sdk_test.py),
 //! from the git-ignored venv `.venv-openai` that scripts/ci-setup.sh creates.
 
-mod common;
+use crate::common;
 
 #[test]
 fn openai_python_sdk() {

@@ -4,7 +4,7 @@
 //! tool calls and their outputs make the round trip through the Qwen3.5 template on a
 //! scripted model.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

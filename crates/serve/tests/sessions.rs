@@ -1,7 +1,7 @@
 //! `serve --session-dir`: a conversation's next turn after a restart of the server starts from
 //! the state saved on disk, not from an empty one, and replies as an uninterrupted server would.
 
-mod common;
+use crate::common;
 
 use common::*;
 use frognano_serve::spawn_server;

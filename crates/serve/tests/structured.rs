@@ -4,7 +4,7 @@
 //! offered tools, and schemas or combinations that cannot be enforced are 400s naming the
 //! field.
 
-mod common;
+use crate::common;
 
 use common::*;
 use frognano_serve::{spawn_server, ServerHandle};

@@ -4,7 +4,7 @@
 //! (SmolLM2's, from the demo model) gets the tools described, says so in the
 //! `x-frognano-tool-prompt` header, and renders a tool round instead of refusing it.
 
-mod common;
+use crate::common;
 
 use common::*;
 use frognano_model::chat::ChatTemplate;
