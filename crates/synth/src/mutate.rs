@@ -445,7 +445,11 @@ fn qualified_name(node: Node, src: &str, lang: Language) -> String {
 /// expressions or arrow functions bound to a name (`const f = () => …`, `{ f: function () … }`,
 /// `exports.f = …`); anonymous callbacks are part of the function that contains them.
 pub fn entities(lang: Language, source: &str) -> Vec<Entity> {
-    let Some(tree) = lang.parse(source) else { return Vec::new() };
+    lang.parse(source).map_or_else(Vec::new, |tree| entities_of(lang, &tree, source))
+}
+
+/// [`entities`] of `source` as parsed into `tree`.
+fn entities_of(lang: Language, tree: &Tree, source: &str) -> Vec<Entity> {
     let mut out = Vec::new();
     for n in descendants(tree.root_node()) {
         let kind = match (lang, n.kind()) {
@@ -977,6 +981,11 @@ impl<'s> ParsedSource<'s> {
         let tree = parser.parse(source, None)?;
         let line_starts = std::iter::once(0).chain(source.match_indices('\n').map(|(i, _)| i + 1)).collect();
         Some(ParsedSource { lang, source, tree, parser, line_starts })
+    }
+
+    /// [`entities`] of this file, from its tree.
+    pub fn entities(&self) -> Vec<Entity> {
+        entities_of(self.lang, &self.tree, self.source)
     }
 
     /// [`mutate`] on this file.

@@ -92,7 +92,7 @@ pub fn generate_candidates(
         }
         let Ok(source) = intake::read_file_at(repo, commit, &path) else { continue };
         let Some(mut parsed) = mutate::ParsedSource::new(lang, &source) else { continue };
-        for entity in mutate::entities(lang, &source) {
+        for entity in parsed.entities() {
             for spec in &table {
                 if opts.operators.as_ref().is_some_and(|ops| !ops.contains(&spec.id)) {
                     continue;
