@@ -31,8 +31,8 @@
 //!
 //! [`causal_one_reference`] is the plain version; the vector kernels (AVX-512 VNNI `vpdpbusd`,
 //! or AVX2 `maddubs`, for the integer dots, the repo's matmul dots in `quant::x86`; AVX2 FMA
-//! for the rest) compute the same operations in the same order, so tests hold them to it bit
-//! for bit. Against exact attention on the dequantized cache the differences are the query's
+//! for the rest, but the softmax step in 512-bit registers where the CPU has AVX-512F)
+//! compute the same operations in the same order, so tests hold them to it bit for bit. Against exact attention on the dequantized cache the differences are the query's
 //! 8-bit rounding and f32 rounding (tests state the bounds).
 
 use std::ops::Range;
@@ -410,14 +410,15 @@ pub(super) mod x86 {
     use crate::kernels::attention::x86::{scores_one_token, Isa as F16Isa};
     use crate::kernels::attention::AttnShape;
     use crate::kernels::flash::x86::add_weighted_rows;
-    use crate::quant::ggml::{self, x86::expf8};
+    use crate::quant::ggml::{self, x86::expf16, x86::expf8};
     use crate::quant::x86::{dot_i8, dot_u8_i8, nibbles};
     use crate::quant::QuantType;
 
     /// Which vector kernel runs.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub(crate) enum Isa {
-        /// AVX-512 VNNI (with VL) for the integer dots, AVX2, FMA and F16C for the rest.
+        /// AVX-512 VNNI (with VL) for the integer dots, the softmax step in 512-bit registers,
+        /// AVX2, FMA and F16C for the rest.
         Vnni,
         /// AVX2 with FMA and F16C.
         Avx2,
@@ -501,7 +502,7 @@ pub(super) mod x86 {
     /// straight from f16, for up to four heads at a time (`$add`). Each head gets what
     /// [`super::item_reference`] computes for its KV head on these keys.
     macro_rules! item_f16_kernel {
-        ($name:ident, $feat:literal, $isa:expr, $add:ident, $cols:expr) => {
+        ($name:ident, $feat:literal, $isa:expr, $add:ident, $cols:expr, $softmax:ident) => {
             #[target_feature(enable = $feat)]
             unsafe fn $name(c: &F16Ctx, keys: Range<usize>, w: &mut Scratch) -> Partial {
                 let (g, dh) = (c.group, c.dh);
@@ -536,7 +537,7 @@ pub(super) mod x86 {
                             TILE,
                         );
                         for h in 0..g {
-                            w.alpha[h] = softmax_step(&mut p, kvh * g + h, &mut w.sc[h * TILE..(h + 1) * TILE], live);
+                            w.alpha[h] = $softmax(&mut p, kvh * g + h, &mut w.sc[h * TILE..(h + 1) * TILE], live);
                         }
                         let rows = c.vc.as_ptr().add(c.at(t0, kvh));
                         let mut h0 = 0;
@@ -559,8 +560,8 @@ pub(super) mod x86 {
         };
     }
 
-    item_f16_kernel!(item_f16_512, "avx2,fma,f16c,avx512f", F16Isa::Avx512, add_f16_values_512, 64);
-    item_f16_kernel!(item_f16_avx2, "avx2,fma,f16c", F16Isa::Avx2, add_f16_values, 16);
+    item_f16_kernel!(item_f16_512, "avx2,fma,f16c,avx512f", F16Isa::Avx512, add_f16_values_512, 64, softmax_step_512);
+    item_f16_kernel!(item_f16_avx2, "avx2,fma,f16c", F16Isa::Avx2, add_f16_values, 16, softmax_step);
 
     /// For `M` heads (sums at `acc[h·dh..]`, the tile's weights at `sc[h·TILE..]`, `α` at
     /// `alpha[h]`): `acc = acc·α`, then `acc += p_j·v_j` for the keys `j < live` in order,
@@ -743,7 +744,7 @@ pub(super) mod x86 {
     /// bytes `4i..4i + 4` of key `l`'s block, so eight dot-accumulates against the query's
     /// four-byte groups (each broadcast) leave each key's block sum in its own lane.
     macro_rules! item_kernel {
-        ($name:ident, $feat:literal, $dot_q8:ident, $q8_bias:expr, $dot_q4:ident, $dequantize:ident, $add_values:ident) => {
+        ($name:ident, $feat:literal, $dot_q8:ident, $q8_bias:expr, $dot_q4:ident, $dequantize:ident, $add_values:ident, $softmax:ident) => {
             /// One work item; `Q4`: the keys are Q4_0 blocks (else Q8_0).
             #[target_feature(enable = $feat)]
             pub(super) unsafe fn $name<const Q4: bool>(
@@ -791,7 +792,7 @@ pub(super) mod x86 {
                         for (g8, sg) in sacc.iter().enumerate().take(groups) {
                             _mm256_storeu_ps(sc.add(8 * g8), _mm256_mul_ps(*sg, scale));
                         }
-                        let alpha = softmax_step(&mut p, h, std::slice::from_raw_parts_mut(sc, TILE), live);
+                        let alpha = $softmax(&mut p, h, std::slice::from_raw_parts_mut(sc, TILE), live);
                         $add_values(&mut p.acc[h * dh..(h + 1) * dh], &w.sc[h * TILE..], &w.vt, live, alpha);
                     }
                 }
@@ -807,9 +808,10 @@ pub(super) mod x86 {
         128,
         add_dot_vnni,
         dequantize_values_512,
-        add_values_512
+        add_values_512,
+        softmax_step_512
     );
-    item_kernel!(item_avx2, "avx2,fma,f16c", add_dot_i8, 0, add_dot_u8, dequantize_values, add_values);
+    item_kernel!(item_avx2, "avx2,fma,f16c", add_dot_i8, 0, add_dot_u8, dequantize_values, add_values, softmax_step);
 
     /// Asks for the key and value rows of KV head `kvh` of keys `keys` (the next tile) to be
     /// brought into the cache: a head's rows lie `kv_heads` heads apart, a stride the hardware
@@ -1033,6 +1035,46 @@ pub(super) mod x86 {
             _mm256_storeu_ps(at, e);
             sum = _mm256_add_ps(sum, e);
         }
+        _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
+        p.l[h] = p.l[h] * alpha + tree8(&lanes);
+        alpha
+    }
+
+    /// [`softmax_step`] sixteen keys to a register (AVX-512F): the same bits. The maximum is
+    /// exact in any order; the exponentials are lane for lane [`expf16`], which gives
+    /// [`expf8`]'s bits; the sum adds each register's low eight lanes and then its high eight
+    /// to the eight-lane sum, so lane `j mod 8` takes the keys in the order [`softmax_step`]
+    /// adds them.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f")]
+    unsafe fn softmax_step_512(p: &mut Partial, h: usize, sc: &mut [f32], live: usize) -> f32 {
+        const _: () = assert!(TILE.is_multiple_of(16));
+        let neg = _mm512_set1_ps(f32::NEG_INFINITY);
+        let mask = |g16: usize| -> __mmask16 {
+            let n = live.saturating_sub(16 * g16).min(16);
+            ((1u32 << n) - 1) as __mmask16
+        };
+        let mut mx = neg;
+        for g16 in 0..live.div_ceil(16) {
+            mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(neg, mask(g16), sc.as_ptr().add(16 * g16)));
+        }
+        let mt = _mm512_reduce_max_ps(mx);
+        let m_new = p.m[h].max(mt);
+        let alpha = ggml::expf(p.m[h] - m_new);
+        p.m[h] = m_new;
+        let m_v = _mm512_set1_ps(m_new);
+        let mut sum = _mm256_setzero_ps();
+        for g16 in 0..TILE / 16 {
+            let at = sc.as_mut_ptr().add(16 * g16);
+            let e = if 16 * g16 < live {
+                _mm512_maskz_mov_ps(mask(g16), expf16(_mm512_sub_ps(_mm512_loadu_ps(at), m_v)))
+            } else {
+                _mm512_setzero_ps()
+            };
+            _mm512_storeu_ps(at, e);
+            sum = _mm256_add_ps(sum, _mm512_castps512_ps256(e));
+            sum = _mm256_add_ps(sum, _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(e))));
+        }
+        let mut lanes = [0.0f32; 8];
         _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
         p.l[h] = p.l[h] * alpha + tree8(&lanes);
         alpha
