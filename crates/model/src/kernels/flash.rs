@@ -602,14 +602,13 @@ mod x86_512 {
     //! value load serves all of them). Each lane's arithmetic is the AVX2 kernel's: a key's
     //! score is its own lane's chain of multiply-adds over the elements in ascending order,
     //! an element's sum its own lane's chain over the keys, so the width changes no bit. The
-    //! softmax between them (a few operations per key against `2 · head_dim` multiply-adds per
-    //! key and row) stays in eight-lane AVX2 code, which fixes the weight sum's lane tree
-    //! (key `j` in lane `j mod 8`) and `expf`'s bits.
+    //! softmax between them takes sixteen keys to a register too, with the AVX2 step's weight
+    //! sum (key `j` in lane `j mod 8`, the same lane tree) and `expf`'s bits.
 
     use std::arch::x86_64::*;
 
-    use super::x86::softmax_step;
     use super::Tile;
+    use crate::quant::ggml::x86::expf16;
 
     /// Whether this CPU runs [`step_group`].
     pub(super) fn supported() -> bool {
@@ -659,8 +658,7 @@ mod x86_512 {
         }
         let mut alpha = [0.0f32; R];
         for ((pr, mlr), al) in p.iter_mut().zip(ml.iter_mut()).zip(alpha.iter_mut()) {
-            let raw: [__m256; 8] = std::array::from_fn(|c| _mm256_loadu_ps(pr.as_ptr().add(8 * c)));
-            *al = softmax_step(&raw, visible, scale, mlr, pr);
+            *al = softmax_step_512(visible, scale, mlr, pr);
         }
         let dh = tile.dh;
         let mut e0 = 0;
@@ -672,6 +670,41 @@ mod x86_512 {
             values::<R, 1>(o, e0, &p, &alpha, tile, visible);
             e0 += 16;
         }
+    }
+
+    /// [`super::x86::softmax_step`] on the raw scores in `p`, sixteen keys to a register: the
+    /// same bits. The maximum is exact in any order, the exponentials are lane for lane
+    /// `expf16` (which gives `expf8`'s bits), and each register's low eight lanes and then its
+    /// high eight are added to the eight-lane sum, so that lane `j mod 8` takes its keys in
+    /// the AVX2 step's order (a half past `visible` adds zeros, which changes no sum).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn softmax_step_512(visible: usize, scale: f32, ml: &mut (f32, f32), p: &mut [f32; 64]) -> f32 {
+        let chunks = visible.div_ceil(16);
+        let neg_inf = _mm512_set1_ps(f32::NEG_INFINITY);
+        let scale_v = _mm512_set1_ps(scale);
+        let mut masks = [0 as __mmask16; 4];
+        let mut x = [neg_inf; 4];
+        let mut maxv = neg_inf;
+        for c in 0..chunks {
+            let live = (visible - 16 * c).min(16);
+            masks[c] = ((1u32 << live) - 1) as __mmask16;
+            x[c] = _mm512_mask_mul_ps(neg_inf, masks[c], _mm512_loadu_ps(p.as_ptr().add(16 * c)), scale_v);
+            maxv = _mm512_max_ps(maxv, x[c]);
+        }
+        let (alpha, m_new) = super::rescale(ml.0, _mm512_reduce_max_ps(maxv));
+        let mv = _mm512_set1_ps(m_new);
+        let mut sum = _mm256_setzero_ps();
+        for c in 0..chunks {
+            let e = _mm512_maskz_mov_ps(masks[c], expf16(_mm512_sub_ps(x[c], mv)));
+            sum = _mm256_add_ps(sum, _mm512_castps512_ps256(e));
+            sum = _mm256_add_ps(sum, _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(e))));
+            _mm512_storeu_ps(p.as_mut_ptr().add(16 * c), e);
+        }
+        let mut lanes = [0.0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
+        *ml = (m_new, ml.1 * alpha + super::tree8(&lanes));
+        alpha
     }
 
     /// `p[r][16c..16c + 16]` = the dot products of row `r`'s query with keys `16c..16c + 16`
