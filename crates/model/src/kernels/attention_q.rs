@@ -32,8 +32,9 @@
 //! [`causal_one_reference`] is the plain version; the vector kernels (AVX-512 VNNI `vpdpbusd`,
 //! or AVX2 `maddubs`, for the integer dots, the repo's matmul dots in `quant::x86`; AVX2 FMA
 //! for the rest, but the softmax step in 512-bit registers where the CPU has AVX-512F)
-//! compute the same operations in the same order, so tests hold them to it bit for bit. Against exact attention on the dequantized cache the differences are the query's
-//! 8-bit rounding and f32 rounding (tests state the bounds).
+//! compute the same operations in the same order, so tests hold them to it bit for bit.
+//! Against exact attention on the dequantized cache the differences are the query's 8-bit
+//! rounding and f32 rounding (tests state the bounds).
 
 use std::ops::Range;
 
