@@ -1,8 +1,9 @@
 //! The integration tests of this crate, built as one test binary: each file beside this one
 //! is a module here. A binary per file linked the crate and all its dependencies once per
 //! file, about 4 s of a clean build each (a quarter of CI's build, session 31). A file that
-//! sets environment variables or runs its own binary again keeps a binary of its own
-//! (Cargo.toml). Run one file's tests with `cargo test -p CRATE --test integration FILE::`.
+//! sets environment variables, runs its own binary again or counts the process's allocations
+//! (`prompt_memory.rs`, whose global allocator would count every test of a shared binary)
+//! keeps a binary of its own (Cargo.toml). Run one file's tests with `cargo test -p CRATE --test integration FILE::`.
 
 mod smollm2_fixture;
 
@@ -26,8 +27,6 @@ mod kv_cache;
 mod llama_cpp_templates;
 #[path = "llama_safetensors.rs"]
 mod llama_safetensors;
-#[path = "prompt_memory.rs"]
-mod prompt_memory;
 #[path = "quant_tiles.rs"]
 mod quant_tiles;
 #[path = "qwen35.rs"]
