@@ -54,10 +54,21 @@ fn evict() {
     }
 }
 
-/// Seconds per call of `f`: the best of a few timed rounds after one warm-up call, or that
-/// call alone when it took over a second. With `--cold`, the best of nine calls, each timed
-/// alone after [`evict`].
-fn time(mut f: impl FnMut() -> Vec<f32>) -> (f64, Vec<f32>) {
+/// Seconds per call of `f`, timed on a thread of the pool as the model runs its forward passes
+/// (`kernels::on_pool`): called from the main thread, each call would also pay for handing its
+/// work to the pool and waking a worker, ~80 µs a call here, more than a short call's kernel
+/// (SmolLM2's one-token attention at 512 keys: 0.13 ms from the main thread, 0.05 ms on the
+/// pool). See [`time_here`].
+fn time(f: impl FnMut() -> Vec<f32> + Send) -> (f64, Vec<f32>) {
+    let mut out = None;
+    rayon::scope(|_| out = Some(time_here(f)));
+    out.expect("the scope ran its closure")
+}
+
+/// [`time`] on the calling thread: the best of a few timed rounds after one warm-up call, or
+/// that call alone when it took over a second. With `--cold`, the best of nine calls, each
+/// timed alone after [`evict`].
+fn time_here(mut f: impl FnMut() -> Vec<f32>) -> (f64, Vec<f32>) {
     if COLD.get().is_some() {
         let mut best = f64::INFINITY;
         let mut out = Vec::new();

@@ -653,8 +653,8 @@ fn attend(
         // rounding of the output. One token (decode) takes a one-token kernel instead, which
         // reads each key row where it lies, where the tiled kernel would transpose every key of
         // the context for the one row of each head: on an f16 cache with llama.cpp's scores
-        // (the query rounded to f16, as its f16 K·Q converts it; its whole order below
-        // `attention::ONLINE_FROM` keys, an online softmax from there), on a Q8_0/Q4_0 cache
+        // (the query rounded to f16, as its f16 K·Q converts it, then an online softmax), on
+        // a Q8_0/Q4_0 cache
         // `kernels::attention_q` (the query quantized to Q8_0, integer block dots, as
         // llama.cpp's flash attention does with a quantized K).
         let shape = AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, scale };

@@ -2,13 +2,13 @@
 //! demo model, SmolLM2-135M-Instruct Q4_1: bytes per token as the block formats give them,
 //! Q8_0 and Q4_0 within a stated distance of f16 on real logits and greedy text, and a prompt
 //! past `TILED_FROM` (the tiled online-softmax kernel) within llama.cpp's own batch-vs-one-token
-//! spread of the one-token path, and a token decoded past `ONLINE_FROM` keys (the online
-//! one-token kernel) within that spread of the same prompt in one batch. Skips loudly without the model (fails under
+//! spread of the one-token path, and a token decoded after such a prompt (the online one-token
+//! kernel) within that spread of the same prompt in one batch. Skips loudly without the model (fails under
 //! `FROGNANO_REQUIRE_FIXTURES`).
 
 use crate::smollm2_fixture;
 
-use frognano_model::kernels::attention::{ONLINE_FROM, TILED_FROM};
+use frognano_model::kernels::attention::TILED_FROM;
 use frognano_model::{load, KvType};
 use smollm2_fixture::{argmax, cases, demo_model};
 
@@ -114,13 +114,14 @@ fn a_long_prompt_takes_the_tiled_kernel_within_llama_cpps_spread() {
 }
 
 #[test]
-fn decode_past_online_from_stays_within_llama_cpps_spread() {
+fn a_token_decoded_after_a_long_prompt_stays_within_llama_cpps_spread() {
     let Some(path) = demo_model("kv_cache") else { return };
     let m = load(path.to_str().unwrap()).unwrap();
-    // The fixture prompts end to end, past ONLINE_FROM tokens: the last one decoded alone
-    // after the rest takes the online one-token kernel on the f16 cache.
+    // The fixture prompts end to end, past TILED_FROM tokens (the batch takes the tiled
+    // kernel): the last one decoded alone after the rest takes the online one-token kernel on
+    // the f16 cache.
     let mut ids: Vec<u32> = Vec::new();
-    while ids.len() < ONLINE_FROM + 40 {
+    while ids.len() < TILED_FROM + 40 {
         for c in cases() {
             ids.extend(&c.ids);
         }

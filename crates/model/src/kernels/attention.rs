@@ -10,7 +10,7 @@
 //! A single new token (decode) follows `ggml_vec_dot_f16`'s order instead (`F16Dot::Vec`: four
 //! 16-lane accumulators per step of 64, and 64 value slots).
 //!
-//! [`causal`] computes the same numbers with vector code in that same order, vectorised across
+//! [`causal_in_llama_order`] computes the same numbers with vector code in that same order, vectorised across
 //! what is independent: for a batch sixteen keys at a time for the scores (one lane per key,
 //! the cache transposed into blocks of 16 keys), for one token one key at a time in four
 //! 16-lane accumulators; the exponentials a register at a time; the value sum slot by slot,
@@ -25,10 +25,13 @@
 //! exponentials per register), else the reference; `FROGNANO_PLAIN_KERNELS=1` asks for the
 //! reference. Tests hold each kernel the CPU runs to the reference bit for bit.
 //!
-//! From [`ONLINE_FROM`] keys on, one token on an f16 cache (heads of whole steps of 64) takes
-//! the online kernel instead ([`super::attention_q::causal_one_f16`]): the same scores, then an
+//! [`causal`] sends one token on an f16 cache with heads of whole steps of 64 (decode) to the
+//! online kernel instead ([`super::attention_q::causal_one_f16`]): the same scores, then an
 //! online softmax over tiles with f32 weights, which changes the bits but reads each value row
-//! into registers once; [`causal_in_llama_order`] keeps llama.cpp's order at every length.
+//! into registers once, 1.5–5× faster than this order at every length from 32 to 1,024 keys
+//! (`attention_speed`, SmolLM2's, Qwen2.5-Coder's and Qwen3.5-4B's heads); llama.cpp's own
+//! CPU default, flash attention, does not keep this order either. [`causal_in_llama_order`]
+//! keeps llama.cpp's order at every length, and `FROGNANO_PLAIN_KERNELS=1` runs it.
 //!
 //! A quantized cache (`--kv-cache q8_0|q4_0`) has its own one-token kernel,
 //! [`super::attention_q`]: the query quantized to Q8_0 and each key scored by an integer block
@@ -70,9 +73,9 @@ pub const TILED_FROM: usize = 512;
 
 /// Causal attention of `q` (`[t, heads, head_dim]`, values already f16-rounded) against the
 /// cache `k`/`v` (`[pos0 + t, kv_heads · head_dim]`). For an f16 cache it follows llama.cpp's
-/// summation `order` ([`F16Dot::for_batch`]), bit-identical to [`causal_reference`], for one
-/// token (decode) below [`ONLINE_FROM`] keys and a batch below [`TILED_FROM`] positions; one
-/// token from [`ONLINE_FROM`] keys on runs [`super::attention_q::causal_one_f16`]. One token on
+/// summation `order` ([`F16Dot::for_batch`]), bit-identical to [`causal_reference`], for a
+/// batch below [`TILED_FROM`] positions and one token on heads that are not whole steps of 64;
+/// one token on heads of 64·k runs [`super::attention_q::causal_one_f16`]. One token on
 /// a quantized (Q8_0/Q4_0) cache runs [`super::attention_q::causal_one`] (integer block dots against the
 /// query quantized to Q8_0). A longer batch, a batch on a quantized cache and every call on an
 /// f32 cache run the tiled online-softmax kernel ([`super::flash::causal_tiled`]). `FROGNANO_PLAIN_KERNELS=1` asks for [`causal_reference`]
@@ -86,20 +89,13 @@ pub fn causal(q: &[f32], k: &KvRows, v: &KvRows, s: AttnShape, order: F16Dot) ->
     }
     let tiled = order == F16Dot::Gemm && s.pos0 + s.t >= TILED_FROM;
     if let (Some(kb), Some(vb), false) = (k.f16_bits(), v.f16_bits(), tiled) {
-        if order == F16Dot::Vec && s.pos0 + 1 >= ONLINE_FROM && super::attention_q::supports_f16(&s) {
+        if order == F16Dot::Vec && super::attention_q::supports_f16(&s) {
             return super::attention_q::causal_one_f16(q, kb, vb, s);
         }
         return causal_in_llama_order(q, k, v, s, order);
     }
     super::flash::causal_tiled(q, k, v, s)
 }
-
-/// One token (decode) on an f16 cache from this many keys on takes the online kernel
-/// ([`super::attention_q::causal_one_f16`]): it reads each key and value row once into
-/// registers where llama.cpp's order keeps 64 value sums per head (256 KiB per KV head of
-/// Qwen3.5-4B, in L2 rather than L1) and a full score row. Below it decode keeps llama.cpp's
-/// bits.
-pub const ONLINE_FROM: usize = 1024;
 
 /// [`causal`] on an f16 cache (`k`, `v`) always in llama.cpp's non-flash order `order`:
 /// the vector kernels this CPU has, else [`causal_reference`]; bit-identical to it either way.
@@ -533,8 +529,8 @@ pub(super) mod x86 {
         /// `dh` a multiple of 64) into `og`, in `ggml_vec_dot_f16`'s order like [`head`], but
         /// reading the cache once per item, front to back: each key is converted once for all
         /// the heads, sixteen keys' score sums are reduced together ([`reduce16_each`]), and
-        /// the value sums take the rows in streams ([`weighted_values_heads`]). Decode below
-        /// [`super::super::ONLINE_FROM`] keys, and [`super::super::causal_in_llama_order`].
+        /// the value sums take the rows in streams ([`weighted_values_heads`]).
+        /// [`super::super::causal_in_llama_order`] for one token.
         #[target_feature(enable = "avx512f,fma,f16c")]
         pub(super) unsafe fn heads_vec(qg: &[f32], kv: &Kv, n: usize, scale: f32, s: &mut Scratch, og: &mut [f32]) {
             let ns = n.div_ceil(16) * 16;
@@ -1377,14 +1373,14 @@ mod tests {
         // Whatever `causal` picks here for an f16 cache (a vector kernel, or the plain path for
         // a head of 40 or a CPU without one), it returns the reference's bits, except that a
         // batch from `TILED_FROM` positions on takes the tiled kernel (its own order) and one
-        // token from `ONLINE_FROM` keys on the online kernel (the bits of its own reference).
+        // token on heads of 64·k the online kernel (the bits of its own reference).
         let plain = crate::kernels::plain_kernels();
         for (t, pos0, hq, hkv, dh, amp) in CASES {
             let [q, k, v] = inputs(t, pos0, hq, hkv, dh, amp);
             let s = shape(t, pos0, hq, hkv, dh);
             let (kc, vc) = (f16_cache(&k, hkv, dh), f16_cache(&v, hkv, dh));
             for order in [F16Dot::Gemm, F16Dot::Vec] {
-                let online = order == F16Dot::Vec && pos0 + 1 >= ONLINE_FROM && dh % 64 == 0 && !plain;
+                let online = order == F16Dot::Vec && t == 1 && dh % 64 == 0 && !plain;
                 let want = if online {
                     crate::kernels::attention_q::causal_one_f16_reference(&q, &bits(&k), &bits(&v), s)
                 } else {

@@ -19,8 +19,8 @@
 //!   Qwen3.5-4B 4); their length depends only on the context length, so a result does not depend
 //!   on the thread count.
 //!
-//! On an f16 cache ([`causal_one_f16`], what one token from
-//! [`super::attention::ONLINE_FROM`] keys on takes) the query stays f32 (for Qwen3.5 rounded to
+//! On an f16 cache ([`causal_one_f16`], what one token takes on heads of 64·k) the query
+//! stays f32 (for Qwen3.5 rounded to
 //! f16 first, as llama.cpp's f16 K·Q does) and a key's score is `ggml_vec_dot_f16`'s sum, the
 //! bits of llama.cpp's non-flash decode; the value rows are converted from f16 as they are
 //! loaded, and the rest is the steps above. Its vector kernel takes one chunk of keys of
