@@ -177,7 +177,7 @@ pub(super) mod x86 {
         /// Whether this CPU runs the kernel.
         pub(in crate::kernels) fn supported(self) -> bool {
             let wide = match self {
-                // (AVX2 too: the online kernel's softmax steps are AVX2 code; every AVX-512 CPU has it.)
+                // (AVX2 too: parts of the online kernel are AVX2 code; every AVX-512 CPU has it.)
                 Isa::Avx512 => is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx2"),
                 Isa::Avx2 => is_x86_feature_detected!("avx2"),
             };
