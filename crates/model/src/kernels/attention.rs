@@ -10,11 +10,11 @@
 //! A single new token (decode) follows `ggml_vec_dot_f16`'s order instead (`F16Dot::Vec`: four
 //! 16-lane accumulators per step of 64, and 64 value slots).
 //!
-//! [`causal_in_llama_order`] computes the same numbers with vector code in that same order, vectorised across
-//! what is independent: for a batch sixteen keys at a time for the scores (one lane per key,
-//! the cache transposed into blocks of 16 keys), for one token one key at a time in four
-//! 16-lane accumulators; the exponentials a register at a time; the value sum slot by slot,
-//! each slot's keys in ascending order. One token on heads of whole steps of 64 (decode, where a
+//! [`causal_in_llama_order`] computes the same numbers with vector code in that same order,
+//! vectorised across what is independent: for a batch sixteen keys at a time for the scores
+//! (one lane per key, the cache transposed into blocks of 16 keys), for one token one key at a
+//! time in four 16-lane accumulators; the exponentials a register at a time; the value sum slot
+//! by slot, each slot's keys in ascending order. One token on heads of whole steps of 64 (decode, where a
 //! long context spends its time) reads the cache once per work item, front to back: each key
 //! serves every query head of its KV head, sixteen (AVX2: eight) keys' reduction trees run
 //! together in shuffles, and from `SPLIT_FROM` keys on, when the KV heads are fewer than the
