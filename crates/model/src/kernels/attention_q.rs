@@ -411,7 +411,8 @@ pub(super) mod x86 {
     use crate::kernels::attention::x86::{scores_one_token, Isa as F16Isa};
     use crate::kernels::attention::AttnShape;
     use crate::kernels::flash::x86::add_weighted_rows;
-    use crate::quant::ggml::{self, x86::expf16, x86::expf8};
+    use crate::kernels::flash::x86_512::softmax_step_512 as flash_step_512;
+    use crate::quant::ggml::{self, x86::expf8};
     use crate::quant::x86::{dot_i8, dot_u8_i8, nibbles};
     use crate::quant::QuantType;
 
@@ -1041,43 +1042,15 @@ pub(super) mod x86 {
         alpha
     }
 
-    /// [`softmax_step`] sixteen keys to a register (AVX-512F): the same bits. The maximum is
-    /// exact in any order; the exponentials are lane for lane [`expf16`], which gives
-    /// [`expf8`]'s bits; the sum adds each register's low eight lanes and then its high eight
-    /// to the eight-lane sum, so lane `j mod 8` takes the keys in the order [`softmax_step`]
-    /// adds them.
+    /// [`softmax_step`] sixteen keys to a register (AVX-512F), the same bits: the tiled
+    /// kernel's 512-bit step (`flash::x86_512::softmax_step_512`) on the scaled scores (scale
+    /// 1). Weights past `live` are left as they were (the value sums read `j < live` only).
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f")]
     unsafe fn softmax_step_512(p: &mut Partial, h: usize, sc: &mut [f32], live: usize) -> f32 {
-        const _: () = assert!(TILE.is_multiple_of(16));
-        let neg = _mm512_set1_ps(f32::NEG_INFINITY);
-        let mask = |g16: usize| -> __mmask16 {
-            let n = live.saturating_sub(16 * g16).min(16);
-            ((1u32 << n) - 1) as __mmask16
-        };
-        let mut mx = neg;
-        for g16 in 0..live.div_ceil(16) {
-            mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(neg, mask(g16), sc.as_ptr().add(16 * g16)));
-        }
-        let mt = _mm512_reduce_max_ps(mx);
-        let m_new = p.m[h].max(mt);
-        let alpha = ggml::expf(p.m[h] - m_new);
+        let (alpha, m_new, sum) = flash_step_512(sc, live, 1.0, p.m[h]);
         p.m[h] = m_new;
-        let m_v = _mm512_set1_ps(m_new);
-        let mut sum = _mm256_setzero_ps();
-        for g16 in 0..TILE / 16 {
-            let at = sc.as_mut_ptr().add(16 * g16);
-            let e = if 16 * g16 < live {
-                _mm512_maskz_mov_ps(mask(g16), expf16(_mm512_sub_ps(_mm512_loadu_ps(at), m_v)))
-            } else {
-                _mm512_setzero_ps()
-            };
-            _mm512_storeu_ps(at, e);
-            sum = _mm256_add_ps(sum, _mm512_castps512_ps256(e));
-            sum = _mm256_add_ps(sum, _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(e))));
-        }
-        let mut lanes = [0.0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
-        p.l[h] = p.l[h] * alpha + tree8(&lanes);
+        p.l[h] = p.l[h] * alpha + sum;
         alpha
     }
 

@@ -596,7 +596,7 @@ pub(super) mod x86 {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86_512 {
+pub(super) mod x86_512 {
     //! [`super::x86::step_group`] with 512-bit registers: the scores sixteen keys and the value
     //! sums sixteen elements per register, up to four rows of a group at once (every key and
     //! value load serves all of them). Each lane's arithmetic is the AVX2 kernel's: a key's
@@ -658,7 +658,9 @@ mod x86_512 {
         }
         let mut alpha = [0.0f32; R];
         for ((pr, mlr), al) in p.iter_mut().zip(ml.iter_mut()).zip(alpha.iter_mut()) {
-            *al = softmax_step_512(visible, scale, mlr, pr);
+            let (a, m_new, sum) = softmax_step_512(pr, visible, scale, mlr.0);
+            *mlr = (m_new, mlr.1 * a + sum);
+            *al = a;
         }
         let dh = tile.dh;
         let mut e0 = 0;
@@ -672,15 +674,28 @@ mod x86_512 {
         }
     }
 
-    /// [`super::x86::softmax_step`] on the raw scores in `p`, sixteen keys to a register: the
-    /// same bits. The maximum is exact in any order, the exponentials are lane for lane
-    /// `expf16` (which gives `expf8`'s bits), and each register's low eight lanes and then its
-    /// high eight are added to the eight-lane sum, so that lane `j mod 8` takes its keys in
-    /// the AVX2 step's order (a half past `visible` adds zeros, which changes no sum).
+    /// One row's online-softmax step on its raw scores `sc[..visible]`, sixteen keys to a
+    /// register, with the bits of the eight-lane AVX2 steps (this kernel's
+    /// [`super::x86::softmax_step`] and `attention_q`'s, which both one-token and tiled kernels
+    /// take on AVX-512 CPUs): the scores times `scale` (the one-token kernels pass scaled
+    /// scores and 1, which changes no bit), `m' = max(m, max_j s_j)` (exact in any order),
+    /// `α = expf(m − m')`, the weights `expf(s_j − m')` lane for lane by `expf16` (which gives
+    /// `expf8`'s bits) in place of the scores (zero past `visible` in its last register), and
+    /// their sum with key `j` in lane `j mod 8`: each register's low eight lanes and then its
+    /// high eight are added to the eight-lane sum, the AVX2 steps' order (a half past
+    /// `visible` adds zeros, which changes no sum), then [`super::tree8`]. Returns
+    /// `(α, m', Σ)`; the caller's weight sum becomes `l·α + Σ`. `sc` holds at least
+    /// `visible` rounded up to 16, and `visible` ≤ 64.
     #[inline]
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-    unsafe fn softmax_step_512(visible: usize, scale: f32, ml: &mut (f32, f32), p: &mut [f32; 64]) -> f32 {
+    pub(in crate::kernels) unsafe fn softmax_step_512(
+        sc: &mut [f32],
+        visible: usize,
+        scale: f32,
+        m: f32,
+    ) -> (f32, f32, f32) {
         let chunks = visible.div_ceil(16);
+        debug_assert!(chunks <= 4 && sc.len() >= 16 * chunks);
         let neg_inf = _mm512_set1_ps(f32::NEG_INFINITY);
         let scale_v = _mm512_set1_ps(scale);
         let mut masks = [0 as __mmask16; 4];
@@ -689,22 +704,21 @@ mod x86_512 {
         for c in 0..chunks {
             let live = (visible - 16 * c).min(16);
             masks[c] = ((1u32 << live) - 1) as __mmask16;
-            x[c] = _mm512_mask_mul_ps(neg_inf, masks[c], _mm512_loadu_ps(p.as_ptr().add(16 * c)), scale_v);
+            x[c] = _mm512_mask_mul_ps(neg_inf, masks[c], _mm512_loadu_ps(sc.as_ptr().add(16 * c)), scale_v);
             maxv = _mm512_max_ps(maxv, x[c]);
         }
-        let (alpha, m_new) = super::rescale(ml.0, _mm512_reduce_max_ps(maxv));
+        let (alpha, m_new) = super::rescale(m, _mm512_reduce_max_ps(maxv));
         let mv = _mm512_set1_ps(m_new);
         let mut sum = _mm256_setzero_ps();
         for c in 0..chunks {
             let e = _mm512_maskz_mov_ps(masks[c], expf16(_mm512_sub_ps(x[c], mv)));
             sum = _mm256_add_ps(sum, _mm512_castps512_ps256(e));
             sum = _mm256_add_ps(sum, _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(e))));
-            _mm512_storeu_ps(p.as_mut_ptr().add(16 * c), e);
+            _mm512_storeu_ps(sc.as_mut_ptr().add(16 * c), e);
         }
         let mut lanes = [0.0f32; 8];
         _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
-        *ml = (m_new, ml.1 * alpha + super::tree8(&lanes));
-        alpha
+        (alpha, m_new, super::tree8(&lanes))
     }
 
     /// `p[r][16c..16c + 16]` = the dot products of row `r`'s query with keys `16c..16c + 16`
