@@ -213,13 +213,20 @@ fn qwen_xml(tools: &[&Tool], rule: &CallRule) -> String {
         ));
         functions.push(f);
     }
-    rules.push_str(
-        "any_param: \"<parameter=\" PARAM_NAME \">\\n\" raw_value \"\\n\"\nPARAM_NAME: /[A-Za-z0-9_.-]{1,64}/\n\
-         raw_value[lazy]: /(?s:.*)<\\/parameter>/\n",
-    );
+    rules.push_str(&format!(
+        "any_param: \"<parameter=\" PARAM_NAME \">\\n\" raw_value \"\\n\"\nPARAM_NAME: /[A-Za-z0-9_.-]{{1,64}}/\n\
+         raw_value[lazy]: /(?s:.*)<\\/parameter>/ & {NO_CALL_TAGS}\n",
+    ));
     let body = format!("\"\\n\" ({}) \"</tool_call>\"", functions.join(" | "));
     format!("{}{rules}", tagged_calls(rule, &body))
 }
+
+/// A raw value holds no `<tool_call>` or `</tool_call>`: the codec ends a call's body at the
+/// first of them (as every Qwen XML parser does), so such a value would close the call early
+/// and lose the parameters after it. `</function>`, `<function=` and `<parameter=` inside a
+/// value are read back whole (the body ends at its last `</function>`, a value at its
+/// `</parameter>`), so code that mentions them can still be written.
+const NO_CALL_TAGS: &str = "~/(?s:.*)<\\/?tool_call>(?s:.*)/";
 
 /// The rule body for one Qwen XML parameter value, including the closing `\n</parameter>`,
 /// and whether it is a lazy lexeme (a raw string).
@@ -246,8 +253,8 @@ fn xml_value(schema: &Value) -> (String, bool) {
         // value may not contain the tag), at most `maxLength` characters when set.
         None => match schema.get("maxLength").and_then(Value::as_u64) {
             // The newline before the closing tag is not part of the value.
-            Some(n) => (format!("/(?s:.{{0,{n}}})\\n?<\\/parameter>/"), true),
-            None => ("/(?s:.*)<\\/parameter>/".to_string(), true),
+            Some(n) => (format!("/(?s:.{{0,{n}}})\\n?<\\/parameter>/ & {NO_CALL_TAGS}"), true),
+            None => (format!("/(?s:.*)<\\/parameter>/ & {NO_CALL_TAGS}"), true),
         },
     }
 }
@@ -257,6 +264,7 @@ mod tests {
     use super::*;
     use crate::constraint::test_vocab::{factory, feed, Fed};
     use crate::constraint::CompiledGrammar;
+    use frognano_protocol::codec::{HermesJson, QwenXml, ToolCallFormat};
 
     fn compiled(format: &str, rule: CallRule, thinking: bool) -> (CompiledGrammar, u32) {
         let (f, _, end) = factory();
@@ -298,6 +306,32 @@ mod tests {
         }
         // A call left open cannot end the turn.
         assert_eq!(feed(&g, end, "<tool_call>\n<function=Bash>\n<parameter=command>\nls"), Fed::Open);
+    }
+
+    /// A raw value cannot hold a call tag: the codec would close the call there and lose the
+    /// parameters after it (a demo-model reply under `Named("get_weather")` once wrote
+    /// `php\n}</function>\n</tool_call>\n` as the city, and parsed without its `unit`).
+    /// The function and parameter tags, which the codec reads back whole, are allowed.
+    #[test]
+    fn qwen_xml_values_hold_no_call_tags() {
+        let (g, end) = compiled("qwen_xml", CallRule::Named("get_weather".into()), false);
+        let seen = "<tool_call>\n<function=get_weather>\n<parameter=city>\nphp\n}</function>\n</tool_call>\n</parameter>\n<parameter=unit>\ncelsius\n</parameter>\n</function>\n</tool_call>";
+        let cut = seen.find("}</function>\n</tool_call>").unwrap() + "}</function>\n</tool_call".len();
+        assert!(matches!(feed(&g, end, seen), Fed::Refused { at, .. } if at == cut), "{:?}", feed(&g, end, seen));
+        let (g, end) = compiled("qwen_xml", CallRule::Required, false);
+        for value in ["a <tool_call> b", "x</tool_call>"] {
+            let text = format!(
+                "<tool_call>\n<function=Bash>\n<parameter=command>\n{value}\n</parameter>\n</function>\n</tool_call>"
+            );
+            assert!(matches!(feed(&g, end, &text), Fed::Refused { .. }), "{value:?} was accepted");
+        }
+        let code = "grep -n '</function>\\|<parameter=' src/*.rs";
+        let text = format!(
+            "<tool_call>\n<function=Bash>\n<parameter=command>\n{code}\n</parameter>\n</function>\n</tool_call>"
+        );
+        assert_eq!(feed(&g, end, &text), Fed::MayEnd);
+        let parsed = QwenXml.parse_reply(&text, false, &tools());
+        assert_eq!(parsed.tool_calls[0].function.arguments, serde_json::json!({"command": code}).to_string());
     }
 
     /// `maxLength` bounds a raw string value.
@@ -342,6 +376,16 @@ mod tests {
         }
         let (g, end) = compiled("hermes", CallRule::Named("Bash".into()), false);
         assert_eq!(feed(&g, end, bash), Fed::Complete);
+        // A JSON string may hold the call tags; the codec reads such a call whole.
+        let grep = r#"<tool_call>
+{"name": "Bash", "arguments": {"command": "grep -c '</tool_call>' log.txt"}}
+</tool_call>"#;
+        assert_eq!(feed(&g, end, grep), Fed::Complete);
+        let parsed = HermesJson.parse_reply(grep, false, &tools());
+        assert_eq!(
+            parsed.tool_calls[0].function.arguments,
+            json!({"command": "grep -c '</tool_call>' log.txt"}).to_string()
+        );
     }
 
     #[test]

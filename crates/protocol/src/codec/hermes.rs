@@ -80,8 +80,7 @@ impl CallSyntax for ToolCallTags {
     }
 
     fn body(&self, _which: usize, body: &str, end: bool, tools: &[Value]) -> Body {
-        let close = body.find(CALL_CLOSE);
-        let reopen = body.find(CALL_OPEN);
+        let (close, reopen) = call_tags(body);
         match (close, reopen.filter(|r| close.is_none_or(|c| *r < c))) {
             (Some(c), None) => {
                 let len = c + CALL_CLOSE.len();
@@ -122,6 +121,53 @@ impl ToolCallTags {
             calls
         }
     }
+}
+
+/// Where the first `</tool_call>` and the first `<tool_call>` of a call body are, leaving out
+/// those inside a string of a JSON body (one that starts, after whitespace, with `{` or `[`):
+/// a Hermes call whose argument mentions the tags (a file's text, a grep for them) is read
+/// whole, as the grammar that made it allowed. Only the first tag found outside strings is
+/// returned (the other `None`), which is all [`ToolCallTags::body`] needs. After the JSON
+/// value closes, or once a raw newline shows that a string was not JSON (its strings cannot
+/// hold one), the tags count wherever they are, as in any other body. Each answer depends
+/// only on the text before the tag, so a streamed body decides as the whole one does.
+fn call_tags(body: &str) -> (Option<usize>, Option<usize>) {
+    let plain = |from: usize| {
+        let at = |tag: &str| body.get(from..).and_then(|b| b.find(tag)).map(|i| from + i);
+        (at(CALL_CLOSE), at(CALL_OPEN))
+    };
+    let start = body.len() - body.trim_start().len();
+    if !body[start..].starts_with(['{', '[']) {
+        return plain(0);
+    }
+    let bytes = body.as_bytes();
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (i, &b) in bytes.iter().enumerate().skip(start) {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                b'\n' => return plain(0),
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return plain(i + 1);
+                }
+            }
+            b'<' if body[i..].starts_with(CALL_CLOSE) => return (Some(i), None),
+            b'<' if body[i..].starts_with(CALL_OPEN) => return (None, Some(i)),
+            _ => {}
+        }
+    }
+    (None, None)
 }
 
 /// `text` without a markdown fence around it (```` ```json … ``` ````), if it has one.
@@ -254,6 +300,26 @@ mod tests {
         let p = assert_split_invariant(&HermesJson, &text["<think>\n".len()..], true, &tool_schemas());
         assert_eq!(p.reasoning.as_deref(), Some("I need the file.\n\nthen done"));
         assert_eq!(calls(&p).len(), 1);
+    }
+
+    /// A JSON string may mention the call tags (a file written, a grep for them): the call is
+    /// read whole, whatever pieces it streams in. A tag outside the JSON still ends it.
+    #[test]
+    fn call_tags_inside_json_strings_are_text() {
+        let content = "<tool_call>\n{\"name\": \"x\"}\n</tool_call>\n";
+        let call = json!({"name": "Write", "arguments": {"file_path": "t.txt", "content": content}});
+        let text = format!("Saving.\n<tool_call>\n{call}\n</tool_call>\nDone.");
+        let p = assert_split_invariant(&HermesJson, &text, false, &tool_schemas());
+        assert_eq!(calls(&p), vec![("Write".into(), call["arguments"].clone())]);
+        assert_eq!((p.content.as_str(), p.malformed.len()), ("Saving.\nDone.", 0));
+        // A string broken by a raw newline is not JSON: the first tag ends the body, as before.
+        let broken = "<tool_call>\n{\"name\": \"Read\", \"arguments\": {\"file_path\": \"a\n</tool_call>\nafter";
+        let p = assert_split_invariant(&HermesJson, broken, false, &tool_schemas());
+        assert_eq!((p.tool_calls.len(), p.malformed.len(), p.content.as_str()), (0, 1, "after"));
+        // A body left open before the next call's tag, and a tag after the JSON's end.
+        let reopened = "<tool_call>\n{\"name\": \"Read\", \"arguments\": {\"file_path\": \"a\"}}\n<tool_call>\n{\"name\": \"Glob\", \"arguments\": {\"pattern\": \"*\"}}\n</tool_call>";
+        let p = assert_split_invariant(&HermesJson, reopened, false, &tool_schemas());
+        assert_eq!(p.tool_calls.len(), 2, "{p:?}");
     }
 
     #[test]
