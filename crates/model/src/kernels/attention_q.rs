@@ -48,8 +48,12 @@ use crate::quant::{f16_at, ggml, ActFormat, QuantType, QuantizedActs};
 /// `TILE · head_dim · 4` bytes: 32 KiB at a head of 256, in L1 while every head reads them).
 pub const TILE: usize = 32;
 
-/// A chunk for every this many keys (a work item much shorter would not pay for a thread).
-pub const KEYS_PER_CHUNK: usize = 512;
+/// A chunk for every this many keys: short contexts too are cut in a few chunks, so that
+/// every thread takes a share (with one chunk below 512 keys, SmolLM2's decode at 150
+/// positions on two threads ran 10 % slower than llama.cpp's order, which cuts by heads; with
+/// chunks of 128 it runs 6 % faster, and 4 % faster than chunks of 512 after 8K). Shorter
+/// work items would not pay for their partial sums.
+pub const KEYS_PER_CHUNK: usize = 128;
 
 /// Chunks of one KV head at most (their partial sums are kept until the combination).
 pub const MAX_CHUNKS: usize = 64;
@@ -1108,11 +1112,11 @@ mod tests {
         (40, 8, 1, 64, 3.0),                                // a tile and a part, GQA 8
         (95, 9, 3, 64, 4.0),                                // SmolLM2's heads, three tiles
         (300, 4, 1, 96, 2.0),                               // a head of three blocks (the 32-column value path)
-        (511, 16, 4, 256, 1.0),                             // Qwen3.5-4B's heads, one chunk exactly
-        (512, 6, 3, 64, 8.0),                               // two chunks, the second of one key
-        (1100, 12, 2, 128, 3.0),                            // three chunks, GQA 6
+        (511, 16, 4, 256, 1.0),                             // Qwen3.5-4B's heads, four chunks exactly
+        (512, 6, 3, 64, 8.0),                               // five chunks, the last of one key
+        (1100, 12, 2, 128, 3.0),                            // nine chunks, GQA 6
         (777, 8, 1, 128, 16.0),                             // wide scores: weights that underflow to 0
-        (2047, 4, 4, 32, 2.0),                              // GQA 1, four chunks
+        (2047, 4, 4, 32, 2.0),                              // GQA 1, sixteen chunks
         (1500, 8, 2, 64, 2.0),                              // GQA 4
         (MAX_CHUNKS * KEYS_PER_CHUNK + 700, 2, 1, 32, 1.0), // more keys than MAX_CHUNKS minimum chunks
     ];
@@ -1156,7 +1160,8 @@ mod tests {
             assert!(cl.is_multiple_of(TILE) && cl * want >= n && cl < n.div_ceil(want) + TILE, "n={n}: chunks of {cl}");
             assert!(chunks <= want && (chunks - 1) * cl < n, "n={n}: {chunks} chunks of {cl}");
         }
-        assert_eq!(chunk_len(1100), 384, "1,100 keys: three chunks of 384");
+        assert_eq!(chunk_len(1100), 128, "1,100 keys: nine chunks of 128");
+        assert_eq!(chunk_len(300), 128, "300 keys: three chunks, so two threads share them");
     }
 
     #[cfg(target_arch = "x86_64")]
