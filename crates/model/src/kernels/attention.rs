@@ -16,10 +16,8 @@
 //! time in four 16-lane accumulators; the exponentials a register at a time; the value sum slot
 //! by slot, each slot's keys in ascending order. One token on heads of whole steps of 64 (decode, where a
 //! long context spends its time) reads the cache once per work item, front to back: each key
-//! serves every query head of its KV head, sixteen (AVX2: eight) keys' reduction trees run
-//! together in shuffles, and from `SPLIT_FROM` keys on, when the KV heads are fewer than the
-//! threads, each KV head's keys and value slots are cut across the threads in phases. It picks
-//! at run time the AVX-512 kernel (with FMA and
+//! serves every query head of its KV head, and sixteen (AVX2: eight) keys' reduction trees run
+//! together in shuffles. It picks at run time the AVX-512 kernel (with FMA and
 //! F16C) where the CPU has it, else the AVX2 one (FMA, F16C), which is the AVX-512 one with
 //! every 16-lane register as two 256-bit halves, lane for lane (so eight keys, eight
 //! exponentials per register), else the reference; `FROGNANO_PLAIN_KERNELS=1` asks for the
@@ -290,110 +288,11 @@ pub(super) mod x86 {
     pub(super) fn causal(isa: Isa, q: &[f32], kc: &[u16], vc: &[u16], s: AttnShape, order: F16Dot) -> Vec<f32> {
         // The AVX-512 kernel takes one head per item (its loads do not share rows between
         // heads); the AVX2 one as many of a KV head's as the threads leave.
-        let parts = split_parts(s, order);
-        if parts > 1 {
-            return causal_split(isa, q, kc, vc, s, parts);
-        }
         let m = match isa {
             Isa::Avx512 if !avx512::multi_head(order, s.head_dim) => 1,
             _ => heads_per_item(s.t * s.heads, s.heads / s.kv_heads),
         };
         causal_items(isa, m, q, kc, vc, s, order)
-    }
-
-    /// Decode from this many keys on may take [`causal_split`]: below it a call is too short
-    /// for three rounds of threads to pay.
-    pub(super) const SPLIT_FROM: usize = 1024;
-
-    /// How many parts [`causal_split`] cuts the keys and the value slots of one token into
-    /// on this thread pool, or 1 when whole KV heads already give every thread two items
-    /// (or the context is short, or `order` is not one token's).
-    pub(super) fn split_parts(s: AttnShape, order: F16Dot) -> usize {
-        if order != F16Dot::Vec || s.t != 1 || s.pos0 + 1 < SPLIT_FROM || !s.head_dim.is_multiple_of(64) {
-            return 1;
-        }
-        (2 * rayon::current_num_threads()).div_ceil(s.kv_heads).min(16)
-    }
-
-    /// A pointer the phases of [`causal_split`] write through from several threads, each to
-    /// its own part of the buffer.
-    #[derive(Clone, Copy)]
-    struct Shared(*mut f32);
-    // SAFETY: every user writes a disjoint range (the scores of its keys, the sums of its
-    // slots), and the buffer outlives the parallel loop that uses it.
-    unsafe impl Send for Shared {}
-    unsafe impl Sync for Shared {}
-
-    /// One token's attention ([`F16Dot::Vec`], `head_dim` a multiple of 64) with the work of
-    /// each KV head cut into `parts` across the threads, for long contexts where the KV heads
-    /// alone are fewer than the threads (SmolLM2 has 3, Qwen2.5-Coder 2): the scores of each
-    /// part's keys, then every head's softmax, then the value sums of each part's slots (slot
-    /// `j mod 64` of key `j`), then their combination. Each phase does exactly what the
-    /// one-item kernel does on its share, so the result has the same bits.
-    pub(super) fn causal_split(isa: Isa, q: &[f32], kc: &[u16], vc: &[u16], s: AttnShape, parts: usize) -> Vec<f32> {
-        assert!(isa.supported(), "the {isa:?} attention kernel needs a CPU that has it");
-        let AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, scale } = s;
-        assert!(t == 1 && dh.is_multiple_of(64) && parts > 0, "causal_split takes one token and head_dim 64·k");
-        let (group, n) = (hq / hkv, pos0 + 1);
-        let ns = n.div_ceil(16) * 16;
-        let per_part = n.div_ceil(16).div_ceil(parts) * 16;
-        let kv = |kvh: usize| Kv { kc, vc, kt: &[], hkv, kvh, dh };
-        let mut sc = vec![0.0f32; hq * ns];
-        let sc_at = Shared(sc.as_mut_ptr());
-        (0..hkv * parts).into_par_iter().for_each(|i| {
-            let (kvh, p) = (i / parts, i % parts);
-            let keys = (p * per_part).min(n)..((p + 1) * per_part).min(n);
-            let qg = &q[kvh * group * dh..(kvh + 1) * group * dh];
-            let out = sc_at;
-            // SAFETY: the ISA was checked; this item writes the scores of its own keys of its
-            // own heads (rows `kvh·group..` of `ns`), inside the buffer.
-            unsafe {
-                let at = out.0.add(kvh * group * ns);
-                match isa {
-                    Isa::Avx512 => avx512::scores_range(qg, &kv(kvh), n, keys.clone(), scale, at.add(keys.start), ns),
-                    Isa::Avx2 => avx2::scores_vec(qg, &kv(kvh), keys.clone(), scale, at.add(keys.start), ns),
-                }
-            }
-        });
-        sc.par_chunks_mut(ns).for_each(|row| {
-            // SAFETY: the ISA was checked.
-            unsafe {
-                match isa {
-                    Isa::Avx512 => avx512::softmax_f16(row, n),
-                    Isa::Avx2 => avx2::softmax_f16(row, n),
-                }
-            }
-        });
-        const SLOTS: usize = 64;
-        let per_slots = SLOTS.div_ceil(parts);
-        let mut acc = vec![0.0f32; hq * SLOTS * dh];
-        let acc_at = Shared(acc.as_mut_ptr());
-        (0..hkv * parts).into_par_iter().for_each(|i| {
-            let (kvh, p) = (i / parts, i % parts);
-            let slots = (p * per_slots).min(SLOTS)..((p + 1) * per_slots).min(SLOTS);
-            let scg = &sc[kvh * group * ns..(kvh + 1) * group * ns];
-            let out = acc_at;
-            // SAFETY: the ISA was checked; this item writes the sums of its own slots of its
-            // own heads, inside the buffer.
-            unsafe {
-                let at = out.0.add(kvh * group * SLOTS * dh);
-                match isa {
-                    Isa::Avx512 => avx512::values_range(&kv(kvh), scg, n, slots, at, group),
-                    Isa::Avx2 => avx2::weighted_values(&kv(kvh), scg, n, SLOTS, slots, at, group),
-                }
-            }
-        });
-        let mut o = vec![0.0f32; hq * dh];
-        for (og, accg) in o.chunks_exact_mut(group * dh).zip(acc.chunks_exact_mut(group * SLOTS * dh)) {
-            // SAFETY: the ISA was checked.
-            unsafe {
-                match isa {
-                    Isa::Avx512 => avx512::combine_slots(accg, n, dh, og),
-                    Isa::Avx2 => avx2::combine_slots(accg, n, SLOTS, dh, og),
-                }
-            }
-        }
-        o
     }
 
     /// [`causal`] in work items of `m` consecutive query heads of one token, all on one KV
@@ -1298,7 +1197,7 @@ mod tests {
         (1, 300, 9, 3, 64, 3.0),    // decode at a longer position
         (1, 169, 4, 2, 64, 2.0),    // decode, the value tile of 256 keys three quarters full
         (1, 1030, 6, 1, 128, 4.0),  // decode, Coder-1.5B's head (dh 128, 6 heads per KV head)
-        (1, 1100, 9, 3, 64, 3.0),   // decode past SPLIT_FROM: the work cut across threads
+        (1, 1100, 9, 3, 64, 3.0),   // decode past 1,024 keys
         (2, 70, 4, 1, 80, 1.0),     // a head of 80: the f64 tail of the one-token order
         (24, 509, 12, 2, 128, 2.0), // a prefill chunk past 512 cached positions, GQA 6:1
         (6, 2, 2, 1, 40, 1.0),      // head_dim not a multiple of 16: the plain path
@@ -1339,16 +1238,6 @@ mod tests {
                         let got = x86::causal_items(isa, m, &q, &bits(&k), &bits(&v), s, order);
                         let what =
                             format!("{isa:?} {order:?} t={t} pos0={pos0} hq={hq} hkv={hkv} dh={dh}, {m} per item");
-                        assert_same_bits(&got, &want, &what);
-                    }
-                }
-                // One token's work cut across the threads in any number of parts (keys and
-                // value slots) gives the same bits too.
-                if t == 1 && dh % 64 == 0 {
-                    let want = causal_reference(&q, &k, &v, s, F16Dot::Vec);
-                    for parts in [1, 2, 3, 5, 16] {
-                        let got = x86::causal_split(isa, &q, &bits(&k), &bits(&v), s, parts);
-                        let what = format!("{isa:?} split in {parts} pos0={pos0} hq={hq} hkv={hkv} dh={dh}");
                         assert_same_bits(&got, &want, &what);
                     }
                 }
