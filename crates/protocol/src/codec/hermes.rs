@@ -141,29 +141,19 @@ fn call_tags(body: &str) -> (Option<usize>, Option<usize>) {
         return plain(0);
     }
     let bytes = body.as_bytes();
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let mut walk = json::JsonWalk::default();
     for (i, &b) in bytes.iter().enumerate().skip(start) {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                b'\n' => return plain(0),
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' => {
-                depth = depth.saturating_sub(1);
-                if depth == 0 {
-                    return plain(i + 1);
+        match walk.step(b) {
+            json::JsonByte::InString if b == b'\n' => return plain(0),
+            json::JsonByte::Closed => return plain(i + 1),
+            json::JsonByte::Outside if b == b'<' => {
+                if bytes[i..].starts_with(CALL_CLOSE.as_bytes()) {
+                    return (Some(i), None);
+                }
+                if bytes[i..].starts_with(CALL_OPEN.as_bytes()) {
+                    return (None, Some(i));
                 }
             }
-            b'<' if body[i..].starts_with(CALL_CLOSE) => return (Some(i), None),
-            b'<' if body[i..].starts_with(CALL_OPEN) => return (None, Some(i)),
             _ => {}
         }
     }

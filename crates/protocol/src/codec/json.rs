@@ -27,36 +27,58 @@ pub(crate) fn bad(text: &str, error: CodecError) -> Item {
 /// yet. Strings (with their escapes) are skipped, so brackets inside them do not count; a
 /// mismatched closing bracket still closes a level, so the end is found even in broken JSON.
 pub(crate) fn json_value_end(s: &str) -> Option<usize> {
-    let bytes = s.as_bytes();
-    if !matches!(bytes.first(), Some(b'{' | b'[')) {
+    if !s.starts_with(['{', '[']) {
         return None;
     }
-    let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    for (i, &b) in bytes.iter().enumerate() {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
+    let mut walk = JsonWalk::default();
+    s.bytes().position(|b| walk.step(b) == JsonByte::Closed).map(|i| i + 1)
+}
+
+/// A walk over JSON text a byte at a time that knows whether each byte is inside a string
+/// (escapes included) and when the outermost object or array closes.
+#[derive(Debug, Default)]
+pub(crate) struct JsonWalk {
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+}
+
+/// Where one byte of a [`JsonWalk`] falls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JsonByte {
+    /// Inside a string (its closing quote included).
+    InString,
+    /// Between tokens, or a token outside strings.
+    Outside,
+    /// The bracket that closed the outermost value.
+    Closed,
+}
+
+impl JsonWalk {
+    /// Takes the next byte.
+    pub(crate) fn step(&mut self, b: u8) -> JsonByte {
+        if self.in_string {
+            match (self.escaped, b) {
+                (true, _) => self.escaped = false,
+                (false, b'\\') => self.escaped = true,
+                (false, b'"') => self.in_string = false,
                 _ => {}
             }
-            continue;
+            return JsonByte::InString;
         }
         match b {
-            b'"' => in_string = true,
-            b'{' | b'[' => depth += 1,
+            b'"' => self.in_string = true,
+            b'{' | b'[' => self.depth += 1,
             b'}' | b']' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(i + 1);
+                self.depth = self.depth.saturating_sub(1);
+                if self.depth == 0 {
+                    return JsonByte::Closed;
                 }
             }
             _ => {}
         }
+        JsonByte::Outside
     }
-    None
 }
 
 /// Parses JSON, repairing what models commonly get wrong (see the module docs) when the
