@@ -41,6 +41,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::attention::AttnShape;
+use super::flash::tree8;
 use crate::cache::KvRows;
 use crate::quant::{f16_at, ggml, ActFormat, QuantType, QuantizedActs};
 
@@ -331,13 +332,6 @@ fn combine(parts: &[Partial], dh: usize, h0: usize, og: &mut [f32]) {
         }
         oh.iter_mut().for_each(|o| *o /= l);
     }
-}
-
-/// The weight sum's lane tree: `[l0..l7]` as `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`.
-#[inline(always)]
-fn tree8(l: &[f32; 8]) -> f32 {
-    let s: [f32; 4] = std::array::from_fn(|i| l[i + 4] + l[i]);
-    (s[2] + s[0]) + (s[3] + s[1])
 }
 
 /// Query head `qh`'s score against key `j` (KV head `kvh`), plain.

@@ -150,7 +150,7 @@ struct Tile {
 /// The weight sum's lane tree: `[l0..l7]` as `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`
 /// (the AVX2 kernel's halves, then `movehl`, then `movehdup`).
 #[inline(always)]
-fn tree8(l: &[f32; 8]) -> f32 {
+pub(super) fn tree8(l: &[f32; 8]) -> f32 {
     let s: [f32; 4] = std::array::from_fn(|i| l[i + 4] + l[i]);
     (s[2] + s[0]) + (s[3] + s[1])
 }
