@@ -261,6 +261,17 @@ fn run_from(
             }) {
                 Ok(reply) => reply,
                 Err(LlmError::ContextOverflow(_)) => break 'run ExitReason::MaxContextLen,
+                Err(e @ LlmError::MalformedRepeatedly { .. }) => {
+                    // The model did reply: its last reply is the run's last step, so the record
+                    // shows what it wrote (the history stays without it, as for every retry).
+                    if let LlmError::MalformedRepeatedly { text, .. } = &e {
+                        let usage = StepUsage { model_sec: asked.elapsed().as_secs_f64(), ..StepUsage::default() };
+                        let assistant = Message::assistant(text.clone());
+                        t.steps.push(Step { step, assistant, observations: vec![], usage: Some(usage) });
+                    }
+                    t.error = Some(e.to_string());
+                    break 'run ExitReason::LlmQueryError;
+                }
                 Err(e) => {
                     t.error = Some(e.to_string());
                     break 'run ExitReason::LlmQueryError;
@@ -471,11 +482,8 @@ fn query(
                 copy.push(Message::user(notice));
                 scratch = Some(copy);
             }
-            Err(LlmError::Malformed { error, .. }) => {
-                return Err(LlmError::Other(format!(
-                    "the model replied with malformed tool calls {} times in a row; last: {error}",
-                    retries + 1
-                )));
+            Err(LlmError::Malformed { text, error, .. }) => {
+                return Err(LlmError::MalformedRepeatedly { attempts: retries + 1, text, error });
             }
             other => return other,
         }

@@ -536,7 +536,9 @@ fn solve_inner(
         None => agent::run_with_events(llm.as_mut(), &mut tools, &task, &config, cancel, &mut checkpoint, on_event),
     };
     if t.exit_reason == ExitReason::LlmQueryError && t.steps.is_empty() {
-        // Nothing happened: a setup problem (endpoint, model), not a run worth recording.
+        // Nothing happened: a setup problem (endpoint, model), not a run worth recording. (A
+        // model that kept writing malformed calls did reply: that run is recorded, the broken
+        // reply its last step.)
         bail!(
             "the model could not be queried ({}): {}. If the server rejects the request, check \
              that the model supports tool calls",

@@ -149,6 +149,8 @@ impl Solver for AgentSolver {
         );
         if t.exit_reason == ExitReason::LlmQueryError && t.steps.is_empty() {
             // Nothing happened: the model could not be asked at all, not an attempt to grade.
+            // (A model that kept writing malformed calls did reply: its attempt is graded, the
+            // broken reply its last step.)
             anyhow::bail!("the model could not be queried ({}): {}", self.name, t.error.unwrap_or_default());
         }
         // A patch that cannot be taken is an error of the attempt, never an empty patch.

@@ -123,6 +123,9 @@ fn malformed_replies_past_the_retries_end_the_run_with_an_error() {
     assert_eq!(t.exit_reason, ExitReason::LlmQueryError);
     assert!(t.error.as_deref().unwrap().contains("malformed tool calls 4 times in a row"));
     assert!(!history_text(&t).contains("command: echo hi"));
+    // The last broken reply is the run's one step, for whoever reviews it.
+    assert_eq!(t.steps.len(), 1);
+    assert_eq!((t.steps[0].assistant.text().as_ref(), t.steps[0].observations.len()), (MALFORMED, 0));
 }
 
 #[test]

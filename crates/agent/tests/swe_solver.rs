@@ -140,8 +140,9 @@ fn malformed_call_solver() -> AgentSolver {
 
 /// `eval run` / `synth calibrate` with a local model sample the agent's tool calls under the
 /// grammar, as `frognano solve` does (default on for a model that is not Qwen3.5): a model
-/// that only writes malformed calls cannot even start an attempt without it, and with it
-/// every attempt runs.
+/// that only writes malformed calls gets nothing done without it (its attempt ends with
+/// `llm_query_error`, the broken reply recorded, an empty patch), and with it every attempt
+/// runs.
 #[test]
 fn in_process_attempts_sample_tool_calls_under_the_grammar() {
     let dir = tempfile::tempdir().unwrap();
@@ -158,8 +159,13 @@ fn in_process_attempts_sample_tool_calls_under_the_grammar() {
 
     let free = malformed_call_solver().with_constrained_tools(Some(false)).with_isolation(isolation);
     assert!(!free.constrains_tools());
-    let err = free.solve(&instance, &repo, 0).unwrap_err().to_string();
-    assert!(err.contains("could not be queried"), "{err}");
+    let broken = free.solve(&instance, &repo, 0).unwrap();
+    assert_eq!((broken.exit_reason.as_str(), broken.patch.as_str()), ("llm_query_error", ""));
+    let traj = broken.trajectory.unwrap();
+    assert!(traj["error"].as_str().unwrap().contains("malformed tool calls 4 times in a row"), "{traj}");
+    let steps = traj["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 1, "{traj}");
+    assert!(steps[0]["assistant"]["content"].as_str().unwrap().contains("cat lib.sh"), "{traj}");
 
     // No architecture known (not Qwen3.5): constrained by default.
     let constrained = malformed_call_solver().with_constrained_tools(None).with_isolation(isolation);

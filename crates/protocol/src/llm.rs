@@ -197,6 +197,17 @@ pub enum LlmError {
         /// Response body (shortened).
         body: String,
     },
+    /// Every reply of a step, retries included, held malformed tool calls (the agent loop's
+    /// retries ran out).
+    #[error("the model replied with malformed tool calls {attempts} times in a row; last: {error}")]
+    MalformedRepeatedly {
+        /// Replies tried.
+        attempts: u32,
+        /// The last reply's raw text.
+        text: String,
+        /// What was wrong with (the first of) its calls.
+        error: CodecError,
+    },
     /// The endpoint given is not a plain `http://` URL.
     #[error("{0}")]
     InvalidEndpoint(String),
