@@ -463,6 +463,9 @@ fn query(
     let mut attempt = 0;
     loop {
         let msgs = scratch.as_deref().unwrap_or(messages);
+        // A retry must be one tool call: the broken reply meant to call, and where calls are
+        // sampled under the tools' grammar this makes the retry well formed.
+        let tool_choice = if attempt > 0 && tool_choice == ToolChoice::Auto { ToolChoice::One } else { tool_choice };
         let request = ChatRequest { messages: msgs, tools: &config.tools, sampling: &config.sampling, tool_choice };
         match llm.complete(&request) {
             Err(LlmError::Malformed { text, .. }) if retries == 0 => {

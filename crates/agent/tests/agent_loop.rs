@@ -6,6 +6,7 @@ use common::{Reply, ScriptedLlm};
 use frognano_agent::agent::{self, AgentConfig, Guards, ACT_NOTICE, CUT_NOTICE, MALFORMED_NOTICE, REPEAT_NOTICE};
 use frognano_agent::tools::ToolBox;
 use frognano_agent::trajectory::{ExitReason, Trajectory};
+use frognano_protocol::ToolChoice;
 use frognano_sandbox::{Sandbox, SandboxSpec};
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -111,7 +112,9 @@ fn a_malformed_reply_is_retried_and_never_enters_the_history() {
     assert!(retry[3].text().starts_with(MALFORMED_NOTICE));
     // It shows the call written right, in the model's format.
     assert!(retry[3].text().ends_with("write each call exactly as <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>"), "{}", retry[3].text());
-    // The next real request is the clean history.
+    // The retries must be one call (the grammar enforces it where calls are constrained); the
+    // next real request is the clean history, calls optional again.
+    assert_eq!(llm.tool_choices, [ToolChoice::Auto, ToolChoice::One, ToolChoice::One, ToolChoice::Auto]);
     assert_eq!(llm.requests[3].len(), 4);
     assert!(llm.requests[3].iter().all(|m| !m.text().contains(MALFORMED_NOTICE)));
 }
