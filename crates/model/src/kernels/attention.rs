@@ -559,7 +559,7 @@ pub(super) mod x86 {
         /// Only the slots `slots` are summed (the others' sums are not touched), into `acc`,
         /// which holds `64 · dh` sums for each of the `m` heads; [`combine_slots`] finishes.
         #[target_feature(enable = "avx512f,fma,f16c")]
-        pub(super) unsafe fn values_range(
+        unsafe fn values_range(
             kv: &Kv,
             sc: &[f32],
             n: usize,
@@ -612,7 +612,7 @@ pub(super) mod x86 {
         /// combined as `ggml_vec_dot_f16` does, then the tree over `l` (slots no key reached
         /// count as 0).
         #[target_feature(enable = "avx512f,fma,f16c")]
-        pub(super) unsafe fn combine_slots(acc: &mut [f32], n: usize, dh: usize, og: &mut [f32]) {
+        unsafe fn combine_slots(acc: &mut [f32], n: usize, dh: usize, og: &mut [f32]) {
             const SLOTS: usize = 64;
             for (h, oh) in og.chunks_exact_mut(dh).enumerate() {
                 let acc_h = &mut acc[h * SLOTS * dh..(h + 1) * SLOTS * dh];
@@ -727,7 +727,7 @@ pub(super) mod x86 {
         /// sums in f64, one multiply by 1/sum), then every weight rounded to f16; lanes past
         /// `n` are zero.
         #[target_feature(enable = "avx512f,fma,f16c")]
-        pub(super) unsafe fn softmax_f16(sc: &mut [f32], n: usize) {
+        unsafe fn softmax_f16(sc: &mut [f32], n: usize) {
             let nb = n.div_ceil(16);
             let max_v = _mm512_set1_ps(max_score(&sc[..n]));
             let mut sum = 0.0f64;
@@ -1031,7 +1031,7 @@ pub(super) mod x86 {
         /// two halves (lanes past `n` zeroed by a mask, the block's sum by the tree from the two
         /// halves), then every weight rounded to f16.
         #[target_feature(enable = "avx2,fma,f16c")]
-        pub(super) unsafe fn softmax_f16(sc: &mut [f32], n: usize) {
+        unsafe fn softmax_f16(sc: &mut [f32], n: usize) {
             let nb = n.div_ceil(16);
             let max_v = _mm256_set1_ps(max_score(&sc[..n]));
             let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -1068,7 +1068,7 @@ pub(super) mod x86 {
         /// Only the slots `range` are summed (the others' sums are not touched), into `acc`,
         /// which holds `slots · dh` sums for each of the `m` heads; [`combine_slots`] finishes.
         #[target_feature(enable = "avx2,fma,f16c")]
-        pub(super) unsafe fn weighted_values(
+        unsafe fn weighted_values(
             kv: &Kv,
             sc: &[f32],
             n: usize,
@@ -1112,7 +1112,7 @@ pub(super) mod x86 {
         /// slots) or `ggml_vec_dot_f16`'s combine and tree (64); slots no key reached count
         /// as 0.
         #[target_feature(enable = "avx2,fma,f16c")]
-        pub(super) unsafe fn combine_slots(acc: &mut [f32], n: usize, slots: usize, dh: usize, og: &mut [f32]) {
+        unsafe fn combine_slots(acc: &mut [f32], n: usize, slots: usize, dh: usize, og: &mut [f32]) {
             for (h, oh) in og.chunks_exact_mut(dh).enumerate() {
                 let acc_h = &mut acc[h * slots * dh..(h + 1) * slots * dh];
                 acc_h[n.min(slots) * dh..].fill(0.0);
