@@ -8,9 +8,9 @@
 //! - `qwen_xml` (Qwen3.5, FrogNano): `<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n
 //!   </parameter>\n…</function>\n</tool_call>`. Parameters in the schema's order, each
 //!   required one present, optional ones skippable, none other; string values are raw text
-//!   (up to `maxLength` when the schema sets one), `enum` strings one of theirs, integers,
-//!   numbers and booleans as JSON literals of bounded length, anything else JSON under its
-//!   schema.
+//!   (up to `maxLength` when the schema sets one) holding no `<tool_call>` or `</tool_call>`
+//!   (the codec ends a call's body there), `enum` strings one of theirs, integers, numbers
+//!   and booleans as JSON literals of bounded length, anything else JSON under its schema.
 //! - `hermes` (Qwen2.5, Qwen3, Hermes and most fine-tunes): `<tool_call>\n{"name": NAME,
 //!   "arguments": {…}}\n</tool_call>`, the object under a schema whose `name` is one tool's
 //!   and whose `arguments` follow that tool's `parameters`.

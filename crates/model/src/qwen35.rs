@@ -654,9 +654,8 @@ fn attend(
         // reads each key row where it lies, where the tiled kernel would transpose every key of
         // the context for the one row of each head: on an f16 cache with llama.cpp's scores
         // (the query rounded to f16, as its f16 K·Q converts it, then an online softmax), on
-        // a Q8_0/Q4_0 cache
-        // `kernels::attention_q` (the query quantized to Q8_0, integer block dots, as
-        // llama.cpp's flash attention does with a quantized K).
+        // a Q8_0/Q4_0 cache `kernels::attention_q` (the query quantized to Q8_0, integer
+        // block dots, as llama.cpp's flash attention does with a quantized K).
         let shape = AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, scale };
         let mut o = if t == 1 && k_cache.kv_type() == KvType::F16 {
             q.iter_mut().for_each(|x| *x = crate::kernels::round_f16(*x));

@@ -3,7 +3,8 @@
 //! file, about 4 s of a clean build each (a quarter of CI's build, session 31). A file that
 //! sets environment variables, runs its own binary again or counts the process's allocations
 //! (`prompt_memory.rs`, whose global allocator would count every test of a shared binary)
-//! keeps a binary of its own (Cargo.toml). Run one file's tests with `cargo test -p CRATE --test integration FILE::`.
+//! keeps a binary of its own (Cargo.toml). Run one file's tests with
+//! `cargo test -p CRATE --test integration FILE::`.
 
 mod smollm2_fixture;
 

@@ -3,8 +3,8 @@
 //! Q8_0 and Q4_0 within a stated distance of f16 on real logits and greedy text, and a prompt
 //! past `TILED_FROM` (the tiled online-softmax kernel) within llama.cpp's own batch-vs-one-token
 //! spread of the one-token path, and a token decoded after such a prompt (the online one-token
-//! kernel) within that spread of the same prompt in one batch. Skips loudly without the model (fails under
-//! `FROGNANO_REQUIRE_FIXTURES`).
+//! kernel) within that spread of the same prompt in one batch. Skips loudly without the model
+//! (fails under `FROGNANO_REQUIRE_FIXTURES`).
 
 use crate::smollm2_fixture;
 

@@ -14,14 +14,13 @@
 //! vectorised across what is independent: for a batch sixteen keys at a time for the scores
 //! (one lane per key, the cache transposed into blocks of 16 keys), for one token one key at a
 //! time in four 16-lane accumulators; the exponentials a register at a time; the value sum slot
-//! by slot, each slot's keys in ascending order. One token on heads of whole steps of 64 (decode, where a
-//! long context spends its time) reads the cache once per work item, front to back: each key
-//! serves every query head of its KV head, and sixteen (AVX2: eight) keys' reduction trees run
-//! together in shuffles. It picks at run time the AVX-512 kernel (with FMA and
-//! F16C) where the CPU has it, else the AVX2 one (FMA, F16C), which is the AVX-512 one with
-//! every 16-lane register as two 256-bit halves, lane for lane (so eight keys, eight
-//! exponentials per register), else the reference; `FROGNANO_PLAIN_KERNELS=1` asks for the
-//! reference. Tests hold each kernel the CPU runs to the reference bit for bit.
+//! by slot, each slot's keys in ascending order. One token on heads of whole steps of 64 reads
+//! the cache once per work item, front to back: each key serves every query head of its KV
+//! head, and sixteen (AVX2: eight) keys' reduction trees run together in shuffles. It picks at
+//! run time the AVX-512 kernel (with FMA and F16C) where the CPU has it, else the AVX2 one
+//! (FMA, F16C), which is the AVX-512 one with every 16-lane register as two 256-bit halves,
+//! lane for lane (so eight keys, eight exponentials per register), else the reference;
+//! `FROGNANO_PLAIN_KERNELS=1` asks for the reference. Tests hold each kernel the CPU runs to the reference bit for bit.
 //!
 //! [`causal`] sends one token on an f16 cache with heads of whole steps of 64 (decode) to the
 //! online kernel instead ([`super::attention_q::causal_one_f16`]): the same scores, then an
@@ -559,14 +558,7 @@ pub(super) mod x86 {
         /// Only the slots `slots` are summed (the others' sums are not touched), into `acc`,
         /// which holds `64 · dh` sums for each of the `m` heads; [`combine_slots`] finishes.
         #[target_feature(enable = "avx512f,fma,f16c")]
-        unsafe fn values_range(
-            kv: &Kv,
-            sc: &[f32],
-            n: usize,
-            slots: std::ops::Range<usize>,
-            acc: *mut f32,
-            m: usize,
-        ) {
+        unsafe fn values_range(kv: &Kv, sc: &[f32], n: usize, slots: std::ops::Range<usize>, acc: *mut f32, m: usize) {
             const SLOTS: usize = 64;
             let (dh, ns) = (kv.dh, n.div_ceil(16) * 16);
             for t0 in (0..n).step_by(ROUNDS * SLOTS) {

@@ -20,10 +20,9 @@
 //!   on the thread count.
 //!
 //! On an f16 cache ([`causal_one_f16`], what one token takes on heads of 64·k) the query
-//! stays f32 (for Qwen3.5 rounded to
-//! f16 first, as llama.cpp's f16 K·Q does) and a key's score is `ggml_vec_dot_f16`'s sum, the
-//! bits of llama.cpp's non-flash decode; the value rows are converted from f16 as they are
-//! loaded, and the rest is the steps above. Its vector kernel takes one chunk of keys of
+//! stays f32 (for Qwen3.5 rounded to f16 first, as llama.cpp's f16 K·Q does) and a key's
+//! score is `ggml_vec_dot_f16`'s sum, the bits of llama.cpp's non-flash decode; the value
+//! rows are converted from f16 as they are loaded, and the rest is the steps above. Its vector kernel takes one chunk of keys of
 //! every KV head per work item, so that an item reads whole cache rows as they lie in memory
 //! (a KV head's share of a Qwen3.5-4B row is a quarter of it), and asks for the next tile's
 //! rows ahead. Against llama.cpp's order (64 value sums per head, kept in L2 for a head of
