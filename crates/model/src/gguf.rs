@@ -553,6 +553,16 @@ impl GgufFile {
             .map(Some)
     }
 
+    /// An array of numbers (floats or integers) as `f64`, `None` when absent.
+    pub fn get_f64_array(&self, key: &str) -> Result<Option<Vec<f64>>> {
+        let Some(v) = self.get(key) else { return Ok(None) };
+        let arr = v.as_array().ok_or_else(|| self.wrong_type(key, "an array of numbers", v))?;
+        arr.iter()
+            .map(|e| e.as_f64().ok_or_else(|| self.wrong_type(key, "an array of numbers", v)))
+            .collect::<Result<_>>()
+            .map(Some)
+    }
+
     fn info(&self, name: &str) -> Result<&TensorInfo> {
         self.tensor(name).ok_or_else(|| ModelError::MissingTensor { path: self.path.clone(), name: name.to_string() })
     }

@@ -4,7 +4,9 @@
 //!
 //! * tokenizer: `tokenizer.ggml.model = gpt2` (byte-level BPE) with `tokens`, `merges`,
 //!   `token_type` (3 = control, 4 = user-defined become added tokens) and the pre-tokenizer
-//!   named by `tokenizer.ggml.pre`; an unknown `pre` is refused rather than guessed;
+//!   named by `tokenizer.ggml.pre`; an unknown `pre` is refused rather than guessed. Or
+//!   `tokenizer.ggml.model = llama` (SentencePiece) with `tokens`, `scores`, `token_type` and
+//!   `add_space_prefix`;
 //! * chat template: `tokenizer.chat_template`, with `bos_token` / `eos_token` set from the ids;
 //! * stop ids: `eos_token_id`, `eot_token_id`, `eom_token_id`, and the control tokens llama.cpp
 //!   also treats as end of generation (`<|im_end|>`, `<|eot_id|>`, `<|endoftext|>`, …).
@@ -12,7 +14,9 @@
 use crate::chat::ChatTemplate;
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
-use crate::tokenizer::{pretokenizer_patterns, AddedTokenSpec, BpeParts, Tokenizer};
+use crate::tokenizer::{
+    pretokenizer_ignores_merges, pretokenizer_patterns, AddedTokenSpec, BpeParts, SpmParts, Tokenizer,
+};
 
 /// Control-token texts that end generation even when the file does not name them.
 const EOG_TEXTS: &[&str] = &[
@@ -26,6 +30,10 @@ const EOG_TEXTS: &[&str] = &[
     "<｜end▁of▁sentence｜>",
 ];
 
+/// GGUF token type of ordinary tokens.
+const TOKEN_NORMAL: i64 = 1;
+/// GGUF token type of the unknown token.
+const TOKEN_UNKNOWN: i64 = 2;
 /// GGUF token type of control tokens.
 const TOKEN_CONTROL: i64 = 3;
 /// GGUF token type of user-defined tokens.
@@ -36,11 +44,18 @@ pub fn tokenizer_from_gguf(f: &GgufFile) -> Result<Tokenizer> {
     let model = f.get_str("tokenizer.ggml.model")?.ok_or_else(|| {
         ModelError::format(f.path(), "metadata `tokenizer.ggml.model` is missing: the file has no tokenizer")
     })?;
-    if model != "gpt2" {
-        return Err(ModelError::format(
-            f.path(),
-            format!("tokenizer.ggml.model {model:?} is not supported (only \"gpt2\" byte-level BPE)"),
-        ));
+    match model {
+        "gpt2" => {}
+        "llama" => return spm_tokenizer(f),
+        _ => {
+            return Err(ModelError::format(
+                f.path(),
+                format!(
+                    "tokenizer.ggml.model {model:?} is not supported (\"gpt2\": byte-level BPE, \"llama\": \
+                     SentencePiece)"
+                ),
+            ))
+        }
     }
     let pre = f.get_str("tokenizer.ggml.pre")?.unwrap_or("default");
     let patterns = pretokenizer_patterns(pre).ok_or_else(|| {
@@ -88,9 +103,53 @@ pub fn tokenizer_from_gguf(f: &GgufFile) -> Result<Tokenizer> {
         patterns: patterns.iter().map(|p| p.to_string()).collect(),
         nfc: matches!(pre, "qwen2" | "qwen35"),
         bos,
-        ignore_merges: matches!(pre, "qwen35" | "llama-bpe" | "llama3"),
+        ignore_merges: pretokenizer_ignores_merges(pre),
     };
     Tokenizer::from_bpe_parts(parts, f.path())
+}
+
+/// A SentencePiece vocabulary (`tokenizer.ggml.model = llama`): pieces, their scores and
+/// types. As in llama.cpp, a space is prepended unless `add_space_prefix` is false, and a BOS
+/// is added unless `add_bos_token` is false.
+fn spm_tokenizer(f: &GgufFile) -> Result<Tokenizer> {
+    let tokens: Vec<String> = f
+        .get_str_array("tokenizer.ggml.tokens")?
+        .ok_or_else(|| ModelError::format(f.path(), "metadata `tokenizer.ggml.tokens` is missing"))?
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let scores = f.get_f64_array("tokenizer.ggml.scores")?.ok_or_else(|| {
+        ModelError::format(
+            f.path(),
+            "metadata `tokenizer.ggml.scores` is missing (a SentencePiece vocabulary needs it)",
+        )
+    })?;
+    let types = f.get_i64_array("tokenizer.ggml.token_type")?.unwrap_or_else(|| vec![TOKEN_NORMAL; tokens.len()]);
+    let added = types
+        .iter()
+        .enumerate()
+        .filter(|(id, &t)| (t == TOKEN_CONTROL || t == TOKEN_USER_DEFINED) && *id < tokens.len())
+        .map(|(id, &t)| AddedTokenSpec { id: id as u32, content: tokens[id].clone(), special: t == TOKEN_CONTROL })
+        .collect();
+    let unk = match f.get_u64("tokenizer.ggml.unknown_token_id")? {
+        Some(id) => Some(id as u32),
+        None => types.iter().position(|&t| t == TOKEN_UNKNOWN).map(|id| id as u32),
+    };
+    let bos = if f.get_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(true) {
+        f.get_u64("tokenizer.ggml.bos_token_id")?.map(|v| v as u32)
+    } else {
+        None
+    };
+    let parts = SpmParts {
+        normal: types.iter().map(|&t| t == TOKEN_NORMAL).collect(),
+        scores: scores.into_iter().map(|s| s as f32).collect(),
+        tokens,
+        added,
+        unk,
+        add_space_prefix: f.get_bool("tokenizer.ggml.add_space_prefix")?.unwrap_or(true),
+        bos,
+    };
+    Tokenizer::from_spm_parts(parts, f.path())
 }
 
 fn token_text(f: &GgufFile, key: &str) -> Result<Option<String>> {

@@ -21,14 +21,21 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+use tokenizers::decoders::strip::Strip;
 use tokenizers::models::bpe::BPE;
+use tokenizers::normalizers::prepend::Prepend;
+use tokenizers::normalizers::replace::Replace;
 use tokenizers::normalizers::unicode::NFC;
+use tokenizers::normalizers::utils::Sequence as NormalizerSequence;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::processors::template::TemplateProcessing;
-use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
+use tokenizers::{AddedToken, DecoderWrapper, NormalizerWrapper, PreTokenizerWrapper, SplitDelimiterBehavior};
 
 use crate::error::{ModelError, Result};
 
@@ -43,22 +50,76 @@ pub const LLAMA3_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}
 /// The GPT-2 pre-tokenizer regex (what `ByteLevel` with `use_regex: true` applies).
 pub const GPT2_PATTERN: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
 
-/// The pre-tokenizer regexes, applied in order, for a GGUF `tokenizer.ggml.pre` name.
+/// Pre-tokenizer regex of Mistral's Tekken vocabulary (Mistral Nemo, Mistral Small 3,
+/// Devstral, Ministral): GPT-4o's letter runs split at case changes, without contractions,
+/// digits one per token.
+pub const TEKKEN_PATTERN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Pre-tokenizer regex of GPT-4o's o200k vocabulary (`gpt-4o`, Llama 4): letter runs split at
+/// case changes with an optional contraction, digits in groups of up to three.
+pub const GPT4O_PATTERN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// CJK ideographs and Hangul, one piece per run (DeepSeek's vocabularies).
+const DEEPSEEK_CJK: &str = "[\u{4E00}-\u{9FA5}\u{0800}-\u{4E00}\u{AC00}-\u{D7FF}]+";
+/// Letters of DeepSeek LLM's vocabulary (the cased scripts), with an optional leading space.
+const DEEPSEEK_LLM_LETTERS: &str = concat!(
+    "\\s?[A-Za-z\u{B5}\u{C0}-\u{D6}\u{D8}-\u{F6}\u{F8}-\u{1BA}\u{1BC}-\u{1BF}\u{1C4}-",
+    "\u{293}\u{295}-\u{2AF}\u{370}-\u{373}\u{376}\u{377}\u{37B}-\u{37D}\u{37F}\u{386}",
+    "\u{388}-\u{38A}\u{38C}\u{38E}-\u{3A1}\u{3A3}-\u{3F5}\u{3F7}-\u{481}\u{48A}-\u{52F}",
+    "\u{531}-\u{556}\u{10A0}-\u{10C5}\u{13A0}-\u{13F5}\u{13F8}-\u{13FD}\u{1C90}-\u{1CBA}",
+    "\u{1CBD}-\u{1CBF}\u{1D00}-\u{1D2B}\u{1D6B}-\u{1D77}\u{1D79}-\u{1D9A}\u{1E00}-",
+    "\u{1F15}\u{1F18}-\u{1F1D}\u{1F20}-\u{1F45}\u{1F48}-\u{1F4D}\u{1F50}-\u{1F57}\u{1F59}",
+    "\u{1F5B}\u{1F5D}\u{1F5F}-\u{1F7D}\u{1F80}-\u{1FB4}\u{1FB6}-\u{1FBC}\u{1FBE}\u{1FC2}-",
+    "\u{1FC4}\u{1FC6}-\u{1FCC}\u{1FD0}-\u{1FD3}\u{1FD6}-\u{1FDB}\u{1FE0}-\u{1FEC}\u{1FF2}",
+    "-\u{1FF4}\u{1FF6}-\u{1FFC}\u{2102}\u{2107}\u{210A}-\u{2113}\u{2115}\u{2119}-\u{211D}",
+    "\u{2124}\u{2126}\u{2128}\u{212A}-\u{212D}\u{212F}-\u{2134}\u{2139}\u{213C}-\u{213F}",
+    "\u{2145}-\u{2149}\u{214E}\u{2183}\u{2184}\u{2C00}-\u{2C7B}\u{2C7E}-\u{2CE4}\u{2CEB}-",
+    "\u{2CEE}\u{2CF2}\u{2CF3}\u{A640}-\u{A66D}\u{A680}-\u{A69B}\u{A722}-\u{A76F}\u{A771}-",
+    "\u{A787}\u{A78B}-\u{A78E}\u{AB70}-\u{ABBF}\u{FB00}-\u{FB06}\u{FB13}-\u{FB17}\u{FF21}",
+    "-\u{FF3A}\u{FF41}-\u{FF5A}\u{10400}-\u{1044F}\u{104B0}-\u{104D3}\u{104D8}-\u{104FB}",
+    "\u{10C80}-\u{10CB2}\u{10CC0}-\u{10CF2}\u{118A0}-\u{118DF}\u{1E900}-\u{1E943}]+",
+);
+
+/// The pre-tokenizer regexes, applied in order, for a GGUF `tokenizer.ggml.pre` name (the
+/// names llama.cpp's converter writes; a vocabulary's own `tokenizer.json` describes the same
+/// splits).
 ///
-/// Known names: `qwen35` (Qwen3.5/3.6), `qwen2` (Qwen2–Qwen3), `llama-bpe` / `llama3`
-/// (Llama 3), `gpt2`, and `smollm` (SmolLM/SmolLM2: every digit split off first, then the
-/// GPT-2 pattern, like their tokenizer.json's `Digits(individual_digits)` + `ByteLevel`).
-/// Returns `None` for any other name; the caller should then refuse the file rather than
-/// guess, since a wrong pattern silently changes token ids.
+/// Known names: `qwen35` (Qwen3.5/3.6); `qwen2` (Qwen2–Qwen3) and the vocabularies that share
+/// its pattern (`deepseek-r1-qwen`, `stablelm2`, `megrez`); `llama-bpe` / `llama3` /
+/// `llama-v3` (Llama 3) and `falcon3`, `pixtral`, `dbrx`, `smaug-bpe`; `gpt2` / `gpt-2` /
+/// `default` and `mpt`, `olmo`, `phi-2`, `jais`; `smollm` and the other vocabularies that split
+/// every digit off before GPT-2's pattern (`starcoder`, `refact`, `command-r`, `codeshell`,
+/// `exaone`, `minerva-7b`); `deepseek-coder`; `deepseek-llm`; `tekken` (Mistral Nemo, Mistral
+/// Small 3, Devstral); `gpt-4o` / `llama4`. Returns `None` for any other name; the caller
+/// should then refuse the file rather than guess, since a wrong pattern silently changes token
+/// ids.
 pub fn pretokenizer_patterns(pre: &str) -> Option<&'static [&'static str]> {
     match pre {
         "qwen35" => Some(&[QWEN35_PATTERN]),
-        "qwen2" => Some(&[QWEN2_PATTERN]),
-        "llama-bpe" | "llama3" => Some(&[LLAMA3_PATTERN]),
-        "gpt2" | "default" => Some(&[GPT2_PATTERN]),
-        "smollm" => Some(&[r"\p{N}", GPT2_PATTERN]),
+        "qwen2" | "deepseek-r1-qwen" | "stablelm2" | "megrez" => Some(&[QWEN2_PATTERN]),
+        "llama-bpe" | "llama3" | "llama-v3" | "falcon3" | "pixtral" | "dbrx" | "smaug-bpe" => Some(&[LLAMA3_PATTERN]),
+        "gpt2" | "gpt-2" | "default" | "mpt" | "olmo" | "phi-2" | "jais" => Some(&[GPT2_PATTERN]),
+        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" | "minerva-7b" => {
+            Some(&[r"\p{N}", GPT2_PATTERN])
+        }
+        "deepseek-coder" => Some(&["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", DEEPSEEK_CJK, r"\p{N}"]),
+        "deepseek-llm" => Some(&[
+            "[\r\n]",
+            DEEPSEEK_LLM_LETTERS,
+            "\\s?[!-/:-~\u{FF01}-\u{FF0F}\u{FF1A}-\u{FF5E}\u{2018}-\u{201F}\u{3000}-\u{3002}]+",
+            r"\s+$",
+            DEEPSEEK_CJK,
+            r"\p{N}+",
+        ]),
+        "tekken" => Some(&[TEKKEN_PATTERN]),
+        "gpt-4o" | "llama4" => Some(&[GPT4O_PATTERN]),
         _ => None,
     }
+}
+
+/// Whether a vocabulary of this `tokenizer.ggml.pre` looks a whole pre-tokenized piece up
+/// before merging (vocabularies converted from tiktoken rank files, whose merges do not
+/// rebuild every token; llama.cpp's `ignore_merges`).
+pub fn pretokenizer_ignores_merges(pre: &str) -> bool {
+    matches!(pre, "qwen35" | "llama-bpe" | "llama3" | "llama-v3" | "falcon3" | "pixtral" | "tekken")
 }
 
 /// One added (control or user-defined) token of a tokenizer built with
@@ -96,6 +157,27 @@ pub struct BpeParts {
     /// Like tiktoken, look a whole pre-tokenized piece up in the vocabulary before merging
     /// (Qwen and Llama 3 vocabularies come from tiktoken rank files and need this).
     pub ignore_merges: bool,
+}
+
+/// The parts of a SentencePiece tokenizer, as a GGUF file of `tokenizer.ggml.model = llama`
+/// stores them (`tokenizer.ggml.tokens`, `.scores`, `.token_type`, `.add_space_prefix`).
+#[derive(Clone, Debug, Default)]
+pub struct SpmParts {
+    /// Every piece, id = index, spaces as `▁`; bytes as `<0xNN>` pieces.
+    pub tokens: Vec<String>,
+    /// Each piece's score: of two mergeable pairs, the one whose union scores higher joins first.
+    pub scores: Vec<f32>,
+    /// Whether each piece is an ordinary one (GGUF token type 1), which merges may build;
+    /// control, user-defined, byte, unknown and unused pieces are never merged into.
+    pub normal: Vec<bool>,
+    /// Control and user-defined tokens (GGUF token types 3 and 4), matched in the raw text.
+    pub added: Vec<AddedTokenSpec>,
+    /// The unknown piece (`<unk>`), for text no piece or byte piece covers.
+    pub unk: Option<u32>,
+    /// Prepend a space (as `▁`) to the text, as SentencePiece does (GGUF's default: true).
+    pub add_space_prefix: bool,
+    /// Token prepended by [`Tokenizer::encode`] (GGUF `add_bos_token` with `bos_token_id`).
+    pub bos: Option<u32>,
 }
 
 /// A text tokenizer: text ↔ token ids.
@@ -148,16 +230,7 @@ impl Tokenizer {
     pub fn from_bpe_parts(parts: BpeParts, origin: impl AsRef<Path>) -> Result<Self> {
         let origin = origin.as_ref();
         let bad = |msg: String| ModelError::format(origin, msg);
-        let n = parts.tokens.len();
-        let mut vocab: HashMap<String, u32> = HashMap::with_capacity(n);
-        for (id, token) in parts.tokens.iter().enumerate() {
-            let id = u32::try_from(id).map_err(|_| bad("tokenizer.ggml.tokens: too many tokens".into()))?;
-            if let Some(first) = vocab.insert(token.clone(), id) {
-                return Err(bad(format!(
-                    "tokenizer.ggml.tokens: token {token:?} appears twice (ids {first} and {id})"
-                )));
-            }
-        }
+        let vocab = vocab_map(&parts.tokens, origin)?;
         for (i, (left, right)) in parts.merges.iter().enumerate() {
             for side in [left, right] {
                 if !vocab.contains_key(side) {
@@ -167,28 +240,7 @@ impl Tokenizer {
                 }
             }
         }
-        for added in &parts.added {
-            match parts.tokens.get(added.id as usize) {
-                Some(t) if *t == added.content => {}
-                Some(t) => {
-                    return Err(bad(format!(
-                        "added token {:?} has id {}, but token {} is {t:?}",
-                        added.content, added.id, added.id
-                    )))
-                }
-                None => {
-                    return Err(bad(format!(
-                        "added token {:?} has id {}, outside the {n} tokens",
-                        added.content, added.id
-                    )))
-                }
-            }
-        }
-        if let Some(bos) = parts.bos {
-            if bos as usize >= n {
-                return Err(bad(format!("bos token id {bos} is outside the {n} tokens")));
-            }
-        }
+        check_added(&parts.tokens, &parts.added, parts.bos, origin)?;
 
         let bpe = BPE::builder()
             .vocab_and_merges(vocab.into_iter().collect::<tokenizers::models::bpe::Vocab>(), parts.merges)
@@ -208,25 +260,87 @@ impl Tokenizer {
         pre.push(ByteLevel::new(false, false, false).into());
         inner.with_pre_tokenizer(Some(Sequence::new(pre)));
         inner.with_decoder(Some(ByteLevelDecoder::new(false, false, false)));
-        if let Some(bos) = parts.bos {
-            let bos_text = parts.tokens[bos as usize].clone();
-            let template = TemplateProcessing::builder()
-                .try_single(format!("{bos_text}:0 $A:0"))
-                .and_then(|b| b.try_pair(format!("{bos_text}:0 $A:0 {bos_text}:1 $B:1")))
-                .map_err(|e| bad(format!("bos token {bos_text:?}: {e}")))?
-                .special_tokens(vec![(bos_text.clone(), bos)])
-                .build()
-                .map_err(|e| bad(format!("bos token {bos_text:?}: {e}")))?;
-            inner.with_post_processor(Some(template));
+        finish(inner, &parts.tokens, parts.added, parts.bos, origin)
+    }
+
+    /// Builds a SentencePiece tokenizer (`tokenizer.ggml.model = llama` in GGUF: Llama 2,
+    /// Mistral 7B, TinyLlama, CodeLlama, Phi-3) in memory from its parts. SentencePiece's BPE
+    /// joins, again and again, the adjacent pair of pieces whose union is the vocabulary piece
+    /// of the highest score; that is a BPE whose merges are every split of every normal piece
+    /// into two normal pieces, ranked by the whole piece's score (as Hugging Face converts
+    /// these vocabularies to `tokenizer.json`):
+    ///
+    /// * normalizer: spaces become `▁`, and with `add_space_prefix` a `▁` is prepended;
+    /// * model: that BPE, characters without a piece falling back to `<0xNN>` byte pieces;
+    /// * decoder: `▁` to space, byte pieces to bytes, the prepended space stripped;
+    /// * post-processor and added tokens as [`Tokenizer::from_bpe_parts`].
+    ///
+    /// Errors (a duplicate piece, lengths that disagree, an added token whose id disagrees) are
+    /// [`ModelError::Format`] naming `origin` and the field.
+    pub fn from_spm_parts(parts: SpmParts, origin: impl AsRef<Path>) -> Result<Self> {
+        let origin = origin.as_ref();
+        let bad = |msg: String| ModelError::format(origin, msg);
+        let n = parts.tokens.len();
+        for (field, len) in
+            [("tokenizer.ggml.scores", parts.scores.len()), ("tokenizer.ggml.token_type", parts.normal.len())]
+        {
+            if len != n {
+                return Err(bad(format!("{field} has {len} entries for {n} tokens")));
+            }
         }
-        // Added tokens that are in the vocabulary keep their vocabulary id.
-        let (special, plain): (Vec<_>, Vec<_>) = parts.added.into_iter().partition(|a| a.special);
-        let to_added = |a: AddedTokenSpec| {
-            AddedToken::from(a.content, a.special).normalized(false).single_word(false).lstrip(false).rstrip(false)
+        let vocab = vocab_map(&parts.tokens, origin)?;
+        check_added(&parts.tokens, &parts.added, parts.bos, origin)?;
+        if let Some(unk) = parts.unk.filter(|&u| u as usize >= n) {
+            return Err(bad(format!("unknown token id {unk} is outside the {n} tokens")));
+        }
+        let normal = |piece: &str| vocab.get(piece).is_some_and(|&id| parts.normal[id as usize]);
+        // (score, id, split) of every merge, best first; ties keep the lower id and the
+        // shorter left piece, so the order does not depend on hashing.
+        let mut ranked: Vec<(f32, u32, usize)> = Vec::new();
+        for (id, piece) in parts.tokens.iter().enumerate() {
+            if !parts.normal[id] {
+                continue;
+            }
+            for (at, _) in piece.char_indices().skip(1) {
+                if normal(&piece[..at]) && normal(&piece[at..]) {
+                    ranked.push((parts.scores[id], id as u32, at));
+                }
+            }
+        }
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        let merges = ranked
+            .into_iter()
+            .map(|(_, id, at)| {
+                let piece = &parts.tokens[id as usize];
+                (piece[..at].to_string(), piece[at..].to_string())
+            })
+            .collect();
+        let mut model = BPE::builder()
+            .vocab_and_merges(vocab.into_iter().collect::<tokenizers::models::bpe::Vocab>(), merges)
+            .byte_fallback(true)
+            .fuse_unk(true);
+        if let Some(unk) = parts.unk {
+            model = model.unk_token(parts.tokens[unk as usize].clone());
+        }
+        let model = model.build().map_err(|e| bad(format!("tokenizer.ggml.tokens: {e}")))?;
+        let mut inner = tokenizers::Tokenizer::new(model);
+        let to_piece = Replace::new(" ", "\u{2581}").map_err(|e| bad(format!("normalizer: {e}")))?;
+        let normalizer: NormalizerWrapper = if parts.add_space_prefix {
+            NormalizerSequence::new(vec![Prepend::new("\u{2581}".into()).into(), to_piece.into()]).into()
+        } else {
+            to_piece.into()
         };
-        inner.add_special_tokens(special.into_iter().map(to_added)).map_err(|e| bad(format!("added tokens: {e}")))?;
-        inner.add_tokens(plain.into_iter().map(to_added)).map_err(|e| bad(format!("added tokens: {e}")))?;
-        Ok(Self { inner, origin: origin.to_path_buf() })
+        inner.with_normalizer(Some(normalizer)).map_err(|e| bad(format!("normalizer: {e}")))?;
+        let mut decoders: Vec<DecoderWrapper> = vec![
+            Replace::new("\u{2581}", " ").map_err(|e| bad(format!("decoder: {e}")))?.into(),
+            ByteFallback::new().into(),
+            Fuse::new().into(),
+        ];
+        if parts.add_space_prefix {
+            decoders.push(Strip::new(' ', 1, 0).into());
+        }
+        inner.with_decoder(Some(DecoderSequence::new(decoders)));
+        finish(inner, &parts.tokens, parts.added, parts.bos, origin)
     }
 
     /// Where this tokenizer came from (a file path, or the GGUF file it was built from).
@@ -353,6 +467,70 @@ impl Tokenizer {
     pub fn stream_decoder(&self, skip_special: bool) -> StreamDecoder<&Tokenizer> {
         StreamDecoder::new(self, skip_special)
     }
+}
+
+/// Id of every token; a token that appears twice is an error naming both ids.
+fn vocab_map(tokens: &[String], origin: &Path) -> Result<HashMap<String, u32>> {
+    let mut vocab: HashMap<String, u32> = HashMap::with_capacity(tokens.len());
+    for (id, token) in tokens.iter().enumerate() {
+        let id = u32::try_from(id).map_err(|_| ModelError::format(origin, "tokenizer.ggml.tokens: too many tokens"))?;
+        if let Some(first) = vocab.insert(token.clone(), id) {
+            return Err(ModelError::format(
+                origin,
+                format!("tokenizer.ggml.tokens: token {token:?} appears twice (ids {first} and {id})"),
+            ));
+        }
+    }
+    Ok(vocab)
+}
+
+/// Every added token is the token of its id, and `bos` is a token.
+fn check_added(tokens: &[String], added: &[AddedTokenSpec], bos: Option<u32>, origin: &Path) -> Result<()> {
+    let n = tokens.len();
+    for a in added {
+        let msg = match tokens.get(a.id as usize) {
+            Some(t) if *t == a.content => continue,
+            Some(t) => format!("added token {:?} has id {}, but token {} is {t:?}", a.content, a.id, a.id),
+            None => format!("added token {:?} has id {}, outside the {n} tokens", a.content, a.id),
+        };
+        return Err(ModelError::format(origin, msg));
+    }
+    match bos {
+        Some(bos) if bos as usize >= n => {
+            Err(ModelError::format(origin, format!("bos token id {bos} is outside the {n} tokens")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `inner` with its post-processor (prepending `bos` when set) and its added tokens.
+fn finish(
+    mut inner: tokenizers::Tokenizer,
+    tokens: &[String],
+    added: Vec<AddedTokenSpec>,
+    bos: Option<u32>,
+    origin: &Path,
+) -> Result<Tokenizer> {
+    let bad = |msg: String| ModelError::format(origin, msg);
+    if let Some(bos) = bos {
+        let bos_text = tokens[bos as usize].clone();
+        let template = TemplateProcessing::builder()
+            .try_single(format!("{bos_text}:0 $A:0"))
+            .and_then(|b| b.try_pair(format!("{bos_text}:0 $A:0 {bos_text}:1 $B:1")))
+            .map_err(|e| bad(format!("bos token {bos_text:?}: {e}")))?
+            .special_tokens(vec![(bos_text.clone(), bos)])
+            .build()
+            .map_err(|e| bad(format!("bos token {bos_text:?}: {e}")))?;
+        inner.with_post_processor(Some(template));
+    }
+    // Added tokens that are in the vocabulary keep their vocabulary id.
+    let (special, plain): (Vec<_>, Vec<_>) = added.into_iter().partition(|a| a.special);
+    let to_added = |a: AddedTokenSpec| {
+        AddedToken::from(a.content, a.special).normalized(false).single_word(false).lstrip(false).rstrip(false)
+    };
+    inner.add_special_tokens(special.into_iter().map(to_added)).map_err(|e| bad(format!("added tokens: {e}")))?;
+    inner.add_tokens(plain.into_iter().map(to_added)).map_err(|e| bad(format!("added tokens: {e}")))?;
+    Ok(Tokenizer { inner, origin: origin.to_path_buf() })
 }
 
 /// One token's exact bytes ([`Tokenizer::token_bytes`]).

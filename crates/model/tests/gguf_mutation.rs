@@ -80,7 +80,15 @@ fn mutate(base: &[u8], header: usize, rng: &mut Lcg) -> Vec<u8> {
 fn exercise(bytes: Vec<u8>) -> bool {
     let Ok(f) = GgufFile::from_bytes(Arc::new(bytes), "mutated.gguf") else { return false };
     for (k, _) in f.metadata() {
-        let _ = (f.get_u64(k), f.get_f64(k), f.get_str(k), f.get_bool(k), f.get_str_array(k), f.get_i64_array(k));
+        let _ = (
+            f.get_u64(k),
+            f.get_f64(k),
+            f.get_str(k),
+            f.get_bool(k),
+            f.get_str_array(k),
+            f.get_i64_array(k),
+            f.get_f64_array(k),
+        );
     }
     for t in f.tensors() {
         let _ = f.tensor_bytes(&t.name);

@@ -26,6 +26,8 @@ mod gguf_mutation;
 mod kv_cache;
 #[path = "llama_cpp_templates.rs"]
 mod llama_cpp_templates;
+#[path = "llama_cpp_vocabs.rs"]
+mod llama_cpp_vocabs;
 #[path = "llama_safetensors.rs"]
 mod llama_safetensors;
 #[path = "quant_tiles.rs"]

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use frognano_model::tokenizer::{pretokenizer_patterns, AddedTokenSpec, BpeParts, Tokenizer};
+use frognano_model::tokenizer::{pretokenizer_patterns, AddedTokenSpec, BpeParts, SpmParts, Tokenizer};
 use frognano_model::ModelError;
 use serde_json::Value;
 
@@ -314,6 +314,136 @@ fn in_memory_bpe_rejects_bad_parts() {
     p.patterns = vec!["(unclosed".into()];
     assert!(err(p).contains("regex"));
     assert!(pretokenizer_patterns("no-such-pre").is_none());
+}
+
+/// The pieces each named pre-tokenizer cuts `text` into (its regexes on a byte-level
+/// vocabulary of single bytes, so every piece is visible in the ids).
+fn pieces(pre: &str, text: &str) -> Vec<String> {
+    let mut parts = tiny_parts();
+    parts.merges.clear();
+    parts.patterns = pretokenizer_patterns(pre).unwrap().iter().map(|s| s.to_string()).collect();
+    parts.nfc = false;
+    let tok = Tokenizer::from_bpe_parts(parts, "tiny.gguf").unwrap_or_else(|e| panic!("{pre}: {e}"));
+    use tokenizers::PreTokenizer;
+    let mut n = tokenizers::PreTokenizedString::from(text);
+    tok.inner().get_pre_tokenizer().unwrap().pre_tokenize(&mut n).unwrap();
+    let table: std::collections::HashMap<char, u8> = (0u8..=255).map(|b| (byte_char(b), b)).collect();
+    n.get_splits(tokenizers::OffsetReferential::Original, tokenizers::OffsetType::Byte)
+        .into_iter()
+        .map(|(piece, _, _)| String::from_utf8(piece.chars().map(|c| table[&c]).collect()).unwrap())
+        .collect()
+}
+
+/// Every pre-tokenizer name compiles, and the ones no reference vocabulary covers
+/// (llama_cpp_vocabs.rs) cut as their models' tokenizers do: Tekken and GPT-4o split letter runs
+/// where the case changes; Tekken's digits go one per piece, GPT-4o's in threes.
+#[test]
+fn named_pretokenizers_cut_text_as_their_models() {
+    for pre in [
+        "qwen35",
+        "qwen2",
+        "deepseek-r1-qwen",
+        "stablelm2",
+        "megrez",
+        "llama-bpe",
+        "llama3",
+        "llama-v3",
+        "falcon3",
+        "pixtral",
+        "dbrx",
+        "smaug-bpe",
+        "gpt2",
+        "gpt-2",
+        "default",
+        "mpt",
+        "olmo",
+        "phi-2",
+        "jais",
+        "smollm",
+        "starcoder",
+        "refact",
+        "command-r",
+        "codeshell",
+        "exaone",
+        "minerva-7b",
+        "deepseek-coder",
+        "deepseek-llm",
+        "tekken",
+        "gpt-4o",
+        "llama4",
+    ] {
+        assert_eq!(pieces(pre, "a b").concat(), "a b", "{pre}");
+    }
+    assert_eq!(pieces("tekken", "parseHTTPResponse 2024"), ["parse", "HTTPResponse", " ", "2", "0", "2", "4"]);
+    assert_eq!(pieces("gpt-4o", "parseHTTPResponse 2024"), ["parse", "HTTPResponse", " ", "202", "4"]);
+    assert_eq!(pieces("gpt-4o", "don't"), ["don't"]);
+    assert_eq!(pieces("tekken", "don't"), ["don", "'t"]);
+    assert_eq!(pieces("qwen2", "parseHTTPResponse"), ["parseHTTPResponse"]);
+}
+
+/// A SentencePiece vocabulary of ten pieces: `▁`, `a`, `b`, `ab`, `▁a`, one byte piece
+/// (`!`), and the unknown and control pieces. `ab` scores `ab_score`, `▁a` scores -2.
+fn tiny_spm(ab_score: f32) -> SpmParts {
+    let tokens = ["<unk>", "<s>", "</s>", "<0x21>", "\u{2581}", "a", "b", "ab", "\u{2581}a"];
+    // GGUF token types: 2 unknown, 3 control, 6 byte, 1 normal.
+    let types = [2, 3, 3, 6, 1, 1, 1, 1, 1];
+    SpmParts {
+        tokens: tokens.iter().map(|t| t.to_string()).collect(),
+        scores: vec![0.0, 0.0, 0.0, 0.0, -1.0, -3.0, -4.0, ab_score, -2.0],
+        normal: types.iter().map(|&t| t == 1).collect(),
+        added: vec![
+            AddedTokenSpec { id: 1, content: "<s>".into(), special: true },
+            AddedTokenSpec { id: 2, content: "</s>".into(), special: true },
+        ],
+        unk: Some(0),
+        add_space_prefix: true,
+        bos: Some(1),
+    }
+}
+
+/// SentencePiece joins first the pair whose union scores highest, falls back to byte pieces,
+/// prepends a space and strips it again when decoding.
+#[test]
+fn sentencepiece_merges_by_score() {
+    let enc = |ab_score: f32, text: &str| {
+        let tok = Tokenizer::from_spm_parts(tiny_spm(ab_score), "tiny.gguf").unwrap();
+        (tok.encode_with(text, false).unwrap(), tok)
+    };
+    // `ab` above `▁a`: `▁ a b` → `▁ ab`; below it: `▁a b`.
+    assert_eq!(enc(-1.5, "ab").0, vec![4, 7]);
+    assert_eq!(enc(-2.5, "ab").0, vec![8, 6]);
+    // `!` has no piece: its byte piece; a space between words is `▁`.
+    let (ids, tok) = enc(-1.5, "a !");
+    assert_eq!(ids, vec![8, 4, 3]);
+    assert_eq!(tok.decode(&ids, false).unwrap(), "a !");
+    // The BOS comes with `encode`; control tokens written in the text are their ids.
+    assert_eq!(tok.encode("ab").unwrap(), vec![1, 4, 7]);
+    assert_eq!(tok.encode_with("</s>", false).unwrap(), vec![2]);
+    // Without the space prefix nothing is prepended, and decoding strips nothing.
+    let mut parts = tiny_spm(-1.5);
+    parts.add_space_prefix = false;
+    let tok = Tokenizer::from_spm_parts(parts, "tiny.gguf").unwrap();
+    assert_eq!(tok.encode_with("ab a", false).unwrap(), vec![7, 8]);
+    assert_eq!(tok.decode(&[4, 7], false).unwrap(), " ab");
+}
+
+/// Inconsistent SentencePiece parts are errors naming the field.
+#[test]
+fn sentencepiece_parts_errors_name_the_field() {
+    let err = |p: SpmParts| Tokenizer::from_spm_parts(p, "bad.gguf").unwrap_err().to_string();
+    let mut p = tiny_spm(-1.5);
+    p.scores.truncate(2);
+    let msg = err(p);
+    assert!(msg.contains("bad.gguf") && msg.contains("tokenizer.ggml.scores has 2 entries for 9 tokens"), "{msg}");
+    let mut p = tiny_spm(-1.5);
+    p.normal.pop();
+    assert!(err(p).contains("tokenizer.ggml.token_type has 8 entries"));
+    let mut p = tiny_spm(-1.5);
+    p.tokens[6] = "a".into();
+    assert!(err(p).contains("appears twice"));
+    let mut p = tiny_spm(-1.5);
+    p.unk = Some(40);
+    assert!(err(p).contains("unknown token id 40"));
 }
 
 #[test]

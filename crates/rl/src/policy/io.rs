@@ -257,7 +257,11 @@ pub(crate) fn write_gguf_side_files(path: &Path, dst: &Path) -> anyhow::Result<(
     let mut cfg = serde_json::json!({
         "tokenizer_class": "PreTrainedTokenizerFast",
         "clean_up_tokenization_spaces": false,
-        "add_bos_token": f.get_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(false),
+        // SentencePiece vocabularies add a BOS unless the file says otherwise (as llama.cpp
+        // and `tokenizer_from_gguf` read them); byte-level BPE ones only when it says so.
+        "add_bos_token": f
+            .get_bool("tokenizer.ggml.add_bos_token")?
+            .unwrap_or(f.get_str("tokenizer.ggml.model")? == Some("llama")),
     });
     for (field, key) in [
         ("bos_token", "tokenizer.ggml.bos_token_id"),
