@@ -104,10 +104,12 @@ impl TokenizerEnv for VocabEnv {
 
     fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
         // Text goes through the real tokenizer (so forced text gets the ids the model was
-        // trained on); bytes that are not UTF-8, or text the tokenizer fails on, fall back
-        // to the longest-match walk of the trie.
-        self.trie.tokenize_with_greedy_fallback(s, |text| {
-            self.tokenizer.encode_with(text, false).unwrap_or_else(|_| self.trie.greedy_tokenize(text.as_bytes()))
+        // trained on); bytes that are not UTF-8, text the tokenizer fails on, and ids that do
+        // not spell the text exactly (a SentencePiece vocabulary prepends a space to every
+        // text it is given) fall back to the longest-match walk of the trie.
+        self.trie.tokenize_with_greedy_fallback(s, |text| match self.tokenizer.encode_with(text, false) {
+            Ok(ids) if self.trie.decode(&ids) == text.as_bytes() => ids,
+            _ => self.trie.greedy_tokenize(text.as_bytes()),
         })
     }
 }
@@ -542,6 +544,33 @@ pub(crate) mod test_vocab {
 mod tests {
     use super::test_vocab::{factory, id, tiny_tokenizer};
     use super::*;
+
+    /// Grammar text is tokenized to ids that spell it exactly, also on a SentencePiece
+    /// vocabulary, whose tokenizer prepends a space (`▁`) to every text it is given: `ab` is
+    /// not `▁ab`.
+    #[test]
+    fn forced_text_on_a_sentencepiece_vocabulary_has_no_space_prefix() {
+        use frognano_model::tokenizer::{AddedTokenSpec, SpmParts};
+        let mut tokens: Vec<String> = (0..=255u8).map(|b| format!("<0x{b:02X}>")).collect();
+        tokens.extend(["\u{2581}", "a", "b", "ab", "\u{2581}ab", "</s>"].map(String::from));
+        let n = tokens.len();
+        let parts = SpmParts {
+            normal: (0..n).map(|i| (256..n - 1).contains(&i)).collect(),
+            scores: (0..n).map(|i| -(i as f32)).collect(),
+            added: vec![AddedTokenSpec { id: n as u32 - 1, content: "</s>".into(), special: true }],
+            tokens,
+            unk: None,
+            add_space_prefix: true,
+            bos: None,
+        };
+        let tok = Arc::new(Tokenizer::from_spm_parts(parts, "tiny-spm").unwrap());
+        assert_eq!(tok.encode_with("ab", false).unwrap(), vec![260], "the tokenizer itself gives `▁ab`");
+        let f = ConstraintFactory::new(Arc::clone(&tok), n, &[n as u32 - 1]).unwrap();
+        let env = f.parsers.tok_env();
+        let ids = env.tokenize_bytes(b"ab");
+        assert_eq!(env.tok_trie().decode(&ids), b"ab", "{ids:?}");
+        assert_eq!(env.tok_trie().decode(&env.tokenize_bytes(b" ab")), b" ab");
+    }
 
     /// An agent's every turn asks for the same tool grammar: it is compiled once and shared
     /// until RECENT_GRAMMARS other grammars have been compiled since it was last used.
