@@ -539,6 +539,20 @@ fn new_environment() -> Environment<'static> {
             ValueKind::Undefined | ValueKind::Seq | ValueKind::String | ValueKind::Map | ValueKind::Bytes
         )
     });
+    // Python's `iter(x)` fails on None: `tools is iterable and tools | length > 0` (Qwen3-Coder's
+    // and Nemotron's templates) must be false for `tools=None`, as transformers passes it when
+    // a request has no tools, not an error on `length`.
+    env.add_test("iterable", |v: JValue| {
+        matches!(
+            v.kind(),
+            ValueKind::Undefined
+                | ValueKind::Seq
+                | ValueKind::String
+                | ValueKind::Map
+                | ValueKind::Bytes
+                | ValueKind::Iterable
+        )
+    });
     env
 }
 
