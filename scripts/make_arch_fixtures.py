@@ -21,6 +21,8 @@ The architectures (docs/model.md §8):
   ministral3-tiny  model_type ministral3 (Ministral 3), GGUF mistral3: the llama graph with YaRN
                 RoPE and Llama 4's attention temperature; the original context is 16 tokens so
                 that the temperature changes from position 16 on, within the prompt
+  smollm3-tiny  model_type smollm3 (SmolLM3), GGUF smollm3: the llama graph without RoPE in every
+                fourth layer (4 layers here, so the last has none), tied head
 
 The GGUF files are written with gguf-py, the package that ships inside llama.cpp, following
 what llama.cpp's convert_hf_to_gguf.py does for these classes (read in the vendored
@@ -32,7 +34,7 @@ fixture's, in both forms: fixtures/qwen35-tiny/tokenizer.json and its GGUF metad
 
 llama.cpp runs from the venv of scripts/setup-llama-reference.sh (llama-cpp-python 0.3.36, 2
 threads, f16 KV cache; the script also installs the pyyaml gguf-py imports). Usage:
-    .venv-llama/bin/python scripts/make_arch_fixtures.py
+    .venv-llama/bin/python scripts/make_arch_fixtures.py [NAME ...]   (default: all)
 """
 import json
 import math
@@ -78,6 +80,10 @@ ARCHS = {
         rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=16,
                              beta_fast=32.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=0.5,
                              llama_4_scaling_beta=0.1))),
+    "smollm3-tiny": dict(gguf_arch="smollm3", seed=71, config=dict(
+        BASE, architectures=["SmolLM3ForCausalLM"], model_type="smollm3", tie_word_embeddings=True,
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, use_sliding_window=False,
+        no_rope_layer_interval=4, no_rope_layers=[1, 1, 1, 0])),
 }
 
 
@@ -207,7 +213,7 @@ def write_gguf(gguf, path, name, arch, cfg, weights, qtype=None):
     w.add_key_length(cfg["head_dim"])
     w.add_value_length(cfg["head_dim"])
     w.add_rope_dimension_count(cfg["head_dim"])
-    if arch in ("llama", "mistral3"):
+    if arch in ("llama", "mistral3", "smollm3"):
         w.add_vocab_size(cfg["vocab_size"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if qtype else gguf.LlamaFileType.ALL_F32)
     # The tokenizer, chat template and stop ids of the Qwen3.5 tiny fixture, as they are.
@@ -232,9 +238,9 @@ def write_gguf(gguf, path, name, arch, cfg, weights, qtype=None):
         else:
             _, _, layer, suffix = hf.split(".", 3)
             g = f"blk.{layer}.{GGUF_LAYER[suffix]}"
-            if arch in ("llama", "mistral3") and suffix == "self_attn.q_proj.weight":
+            if arch in ("llama", "mistral3", "smollm3") and suffix == "self_attn.q_proj.weight":
                 a = permute(a, heads, heads)
-            elif arch in ("llama", "mistral3") and suffix == "self_attn.k_proj.weight":
+            elif arch in ("llama", "mistral3", "smollm3") and suffix == "self_attn.k_proj.weight":
                 a = permute(a, heads, kv_heads)
         if qtype is not None and a.ndim == 2:
             w.add_tensor(g, gguf.quants.quantize(np.ascontiguousarray(a), qtype), raw_dtype=qtype)
@@ -302,7 +308,13 @@ def main():
     import gguf
 
     os.makedirs(OUT, exist_ok=True)
+    wanted = sys.argv[1:] or list(ARCHS)
+    unknown = [n for n in wanted if n not in ARCHS]
+    if unknown:
+        sys.exit(f"unknown fixture(s) {unknown}; known: {list(ARCHS)}")
     for name, spec in ARCHS.items():
+        if name not in wanted:
+            continue
         cfg = {k: v for k, v in spec["config"].items() if v is not None}
         weights = random_weights(cfg, spec["seed"])
         d = os.path.join(OUT, name)

@@ -263,6 +263,13 @@ impl GpuModel {
     /// Uploads a llama-family model (Llama 2/3, SmolLM2, Mistral, Qwen2, Qwen3; its weights as stored).
     pub fn from_llama(dev: &Gpu, m: &Llama) -> Result<GpuModel> {
         let c = &m.cfg;
+        if !c.nope_layers.is_empty() {
+            // The device kernels rotate every layer's queries and keys.
+            return Err(GpuError::Unsupported(format!(
+                "{}'s layers without RoPE ({:?}) do not run on a GPU yet; run it on the CPU",
+                c.arch, c.nope_layers
+            )));
+        }
         let mut layers = Vec::with_capacity(m.layers.len());
         for l in &m.layers {
             let bias = match &l.bias_qkv {

@@ -43,7 +43,7 @@ impl GgufArch {
     pub fn from_name(arch: &str) -> Option<Self> {
         match arch {
             "qwen35" => Some(GgufArch::Qwen35),
-            "llama" | "mistral" | "mistral3" | "granite" => Some(GgufArch::Llama),
+            "llama" | "mistral" | "mistral3" | "granite" | "smollm3" => Some(GgufArch::Llama),
             "qwen2" => Some(GgufArch::Qwen2),
             "qwen3" => Some(GgufArch::Qwen3),
             _ => None,
@@ -148,7 +148,7 @@ impl<'f> GgufWeights<'f> {
             ModelError::format(
                 file.path(),
                 format!(
-                    "general.architecture {name:?} is not supported; supported: llama, mistral, mistral3, granite, qwen2, qwen3, qwen35"
+                    "general.architecture {name:?} is not supported; supported: llama, mistral, mistral3, granite, smollm3, qwen2, qwen3, qwen35"
                 ),
             )
         })?;

@@ -80,6 +80,9 @@ pub struct LlamaConfig {
     /// Llama 4 attention temperature (Ministral 3): queries at position `p` are scaled by
     /// `1 + beta · ln(1 + ⌊p / floor⌋)`, as `(beta, floor)`.
     pub attn_temperature: Option<(f32, f32)>,
+    /// Layers whose queries and keys get no RoPE at all (SmolLM3's "NoPE" layers: every
+    /// fourth); empty for the other architectures.
+    pub nope_layers: Vec<usize>,
 }
 
 /// YaRN RoPE scaling as ggml computes it (`rope_yarn` in ggml-cpu's ops.cpp): pair `i` turns
@@ -434,10 +437,13 @@ impl Llama {
             Some(beta) if beta != 0.0 && arch == "mistral3" => Some((beta as f32, original_context as f32)),
             _ => None,
         };
+        let num_layers = f.req_usize(&key("block_count"))?;
+        // llama.cpp's smollm3: no RoPE in every fourth layer (a fixed step, not a GGUF key).
+        let nope_layers = if arch == "smollm3" { nope_every(num_layers, 4) } else { Vec::new() };
         Ok(LlamaConfig {
             arch: arch.clone(),
             hidden_size: d,
-            num_layers: f.req_usize(&key("block_count"))?,
+            num_layers,
             num_heads: heads,
             num_kv_heads: kv_heads,
             head_dim,
@@ -456,6 +462,7 @@ impl Llama {
             rope_freq_scale,
             yarn,
             attn_temperature,
+            nope_layers,
         })
     }
 
@@ -469,10 +476,10 @@ impl Llama {
     pub fn config_from_json(v: &serde_json::Value) -> std::result::Result<(LlamaConfig, bool), String> {
         use serde_json::Value;
         let model_type = v.get("model_type").and_then(Value::as_str).unwrap_or("");
-        if !matches!(model_type, "llama" | "mistral" | "ministral3" | "qwen2" | "qwen3") {
+        if !matches!(model_type, "llama" | "mistral" | "ministral3" | "qwen2" | "qwen3" | "smollm3") {
             return Err(format!(
-                "unknown model_type {model_type:?}; expected \"llama\", \"mistral\", \"ministral3\", \"qwen2\" or \
-                 \"qwen3\""
+                "unknown model_type {model_type:?}; expected \"llama\", \"mistral\", \"ministral3\", \"qwen2\", \
+                 \"qwen3\" or \"smollm3\""
             ));
         }
         let int = |key: &str, default: Option<usize>| -> std::result::Result<usize, String> {
@@ -604,10 +611,12 @@ impl Llama {
         let yarn = yarn.map(|(factor, original, beta, mscale_all_dim)| {
             YarnRope::new(factor, original, beta, mscale_all_dim, 1.0, head_dim, rope_theta as f32)
         });
+        let num_layers = int("num_hidden_layers", None)?;
+        let nope_layers = if model_type == "smollm3" { smollm3_nope_layers(v, num_layers)? } else { Vec::new() };
         let cfg = LlamaConfig {
             arch: model_type.into(),
             hidden_size: d,
-            num_layers: int("num_hidden_layers", None)?,
+            num_layers,
             num_heads: heads,
             num_kv_heads: kv_heads,
             head_dim,
@@ -625,6 +634,7 @@ impl Llama {
             rope_freq_scale,
             yarn,
             attn_temperature,
+            nope_layers,
         };
         let tied = v.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false);
         Ok((cfg, tied))
@@ -815,10 +825,12 @@ impl Llama {
         pos0: usize,
         kc: &mut KvRows,
         vc: &mut KvRows,
+        rope: bool,
     ) -> Vec<f32> {
         let c = &self.cfg;
         let (hq, hkv, dh) = (c.num_heads, c.num_kv_heads, c.head_dim);
-        let angles: Vec<Vec<(f32, f32)>> = (0..t).map(|i| self.rope_angles(pos0 + i)).collect();
+        let angles: Vec<Vec<(f32, f32)>> =
+            if rope { (0..t).map(|i| self.rope_angles(pos0 + i)).collect() } else { vec![Vec::new(); t] };
         crate::kernels::for_each_row(&mut q, hq * dh, |i, row| {
             let temp = attn_temperature(c.attn_temperature, pos0 + i);
             for head in row.chunks_exact_mut(dh) {
@@ -869,6 +881,41 @@ pub fn rope_angles(cfg: &LlamaConfig, theta_scale: f32, freq_factors: Option<&[f
             }
         })
         .collect()
+}
+
+/// The layers of `num_layers` without RoPE when every `step`-th one has none (layer
+/// `step − 1`, `2·step − 1`, …).
+pub fn nope_every(num_layers: usize, step: usize) -> Vec<usize> {
+    (0..num_layers).filter(|il| (il + 1) % step == 0).collect()
+}
+
+/// SmolLM3's NoPE layers from its `config.json`: `no_rope_layers` (one 0/1 per layer, 1 where
+/// RoPE applies), else every `no_rope_layer_interval`-th layer (default 4), as transformers
+/// reads them.
+fn smollm3_nope_layers(v: &serde_json::Value, num_layers: usize) -> std::result::Result<Vec<usize>, String> {
+    if let Some(list) = v.get("no_rope_layers").filter(|l| !l.is_null()) {
+        let flags = list.as_array().filter(|a| a.len() == num_layers).ok_or_else(|| {
+            format!("field `no_rope_layers`: expected {num_layers} entries of 0 or 1 (one per layer), found {list}")
+        })?;
+        return flags
+            .iter()
+            .enumerate()
+            .filter_map(|(il, f)| match f.as_u64() {
+                Some(0) => Some(Ok(il)),
+                Some(1) => None,
+                _ => Some(Err(format!("field `no_rope_layers`: entry {il} is {f}, expected 0 or 1"))),
+            })
+            .collect();
+    }
+    let step = match v.get("no_rope_layer_interval") {
+        None | Some(serde_json::Value::Null) => 4,
+        Some(x) => x
+            .as_u64()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| format!("field `no_rope_layer_interval`: expected a positive integer, found {x}"))?
+            as usize,
+    };
+    Ok(nope_every(num_layers, step))
 }
 
 /// Llama 4's attention temperature (Ministral 3, `LlamaConfig::attn_temperature` as
@@ -986,6 +1033,7 @@ impl LayerStack for Llama {
                 q = rms_norm(&q, qn, c.rms_norm_eps);
                 k = rms_norm(&k, kn, c.rms_norm_eps);
             }
+            let rope = !c.nope_layers.contains(&li);
             let mut r0 = 0;
             let mut work = Vec::with_capacity(segs.len());
             let n = segs.len();
@@ -1007,7 +1055,16 @@ impl LayerStack for Llama {
                     for p in 0..pieces {
                         let a = r0 + p * step;
                         let (qs, ks) = (q[a * q_w..(a + step) * q_w].to_vec(), k[a * kv_w..(a + step) * kv_w].to_vec());
-                        out.extend(self.attend(qs, ks, &v[a * kv_w..(a + step) * kv_w], step, pos0 + p * step, kc, vc));
+                        out.extend(self.attend(
+                            qs,
+                            ks,
+                            &v[a * kv_w..(a + step) * kv_w],
+                            step,
+                            pos0 + p * step,
+                            kc,
+                            vc,
+                            rope,
+                        ));
                     }
                     out
                 })

@@ -166,6 +166,7 @@ impl LlamaSpec {
             rope_freq_scale: 1.0,
             yarn: None,
             attn_temperature: None,
+            nope_layers: Vec::new(),
         }
     }
 
