@@ -23,6 +23,10 @@ The architectures (docs/model.md §8):
                 that the temperature changes from position 16 on, within the prompt
   smollm3-tiny  model_type smollm3 (SmolLM3), GGUF smollm3: the llama graph without RoPE in every
                 fourth layer (4 layers here, so the last has none), tied head
+  phi3-tiny     model_type phi3 (Phi-3.5 / Phi-4-mini), GGUF phi3: fused qkv_proj and gate_up_proj,
+                3/4 of each head rotated, LongRoPE with an original context of 16 tokens (so
+                llama.cpp's 256-token context takes the long factors and the attention factor
+                √(1 + ln 256 / ln 16)), untied
 
 The GGUF files are written with gguf-py, the package that ships inside llama.cpp, following
 what llama.cpp's convert_hf_to_gguf.py does for these classes (read in the vendored
@@ -84,6 +88,11 @@ ARCHS = {
         BASE, architectures=["SmolLM3ForCausalLM"], model_type="smollm3", tie_word_embeddings=True,
         num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, use_sliding_window=False,
         no_rope_layer_interval=4, no_rope_layers=[1, 1, 1, 0])),
+    "phi3-tiny": dict(gguf_arch="phi3", seed=81, config=dict(
+        BASE, architectures=["Phi3ForCausalLM"], model_type="phi3", tie_word_embeddings=False,
+        partial_rotary_factor=0.75, original_max_position_embeddings=16, sliding_window=2047,
+        rope_scaling=dict(type="longrope", long_factor=[1.0, 1.3, 2.1, 4.5, 9.0, 17.0],
+                          short_factor=[1.0, 1.05, 1.1, 1.2, 1.5, 2.0]))),
 }
 
 
@@ -127,6 +136,19 @@ def random_weights(cfg, seed):
     add("model.norm.weight", (d,), 0.2, 1.0)
     if not cfg["tie_word_embeddings"]:
         add("lm_head.weight", (vocab, d), 0.5)
+    if cfg["model_type"] == "phi3":
+        # Phi3ForCausalLM stores q/k/v and gate/up each as one matrix.
+        fused = {}
+        for name, a in w.items():
+            if name.endswith("self_attn.q_proj.weight"):
+                p = name[: -len("q_proj.weight")]
+                fused[p + "qkv_proj.weight"] = np.concatenate([a, w[p + "k_proj.weight"], w[p + "v_proj.weight"]])
+            elif name.endswith("mlp.gate_proj.weight"):
+                p = name[: -len("gate_proj.weight")]
+                fused[p + "gate_up_proj.weight"] = np.concatenate([a, w[p + "up_proj.weight"]])
+            elif not name.endswith(("k_proj.weight", "v_proj.weight", "up_proj.weight")):
+                fused[name] = a
+        w = fused
     return w
 
 
@@ -184,6 +206,7 @@ GGUF_LAYER = {
     "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
     "post_attention_layernorm.weight": "ffn_norm.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
     "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight",
+    "self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight",
 }
 
 
@@ -191,7 +214,9 @@ def write_gguf(gguf, path, name, arch, cfg, weights, qtype=None):
     tok = gguf.GGUFReader(TOKENIZER_GGUF)
     w = gguf.GGUFWriter(path, arch=arch)
     w.add_type("model")
-    w.add_name(name)
+    # (llama.cpp gives the special tokens of a model whose name holds "phi3" Phi-3's strip
+    # attributes, looking up `</s>`, which the tiny vocabulary lacks.)
+    w.add_name(name.replace("phi3", "phi-three"))
     w.add_block_count(cfg["num_hidden_layers"])
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(cfg["hidden_size"])
@@ -212,7 +237,15 @@ def write_gguf(gguf, path, name, arch, cfg, weights, qtype=None):
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_key_length(cfg["head_dim"])
     w.add_value_length(cfg["head_dim"])
-    w.add_rope_dimension_count(cfg["head_dim"])
+    rot = cfg.get("partial_rotary_factor", 1.0)
+    w.add_rope_dimension_count(int(rot * cfg["hidden_size"]) // cfg["num_attention_heads"])
+    if arch == "phi3":
+        # conversion/phi.py's Phi3MiniModel: the original context, the sliding window (which
+        # llama.cpp then ignores), and LongRoPE's attention factor.
+        orig, longest = cfg["original_max_position_embeddings"], cfg["max_position_embeddings"]
+        w.add_rope_scaling_orig_ctx_len(orig)
+        w.add_sliding_window(cfg["sliding_window"])
+        w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(longest / orig) / math.log(orig)))
     if arch in ("llama", "mistral3", "smollm3"):
         w.add_vocab_size(cfg["vocab_size"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if qtype else gguf.LlamaFileType.ALL_F32)
@@ -246,8 +279,11 @@ def write_gguf(gguf, path, name, arch, cfg, weights, qtype=None):
             w.add_tensor(g, gguf.quants.quantize(np.ascontiguousarray(a), qtype), raw_dtype=qtype)
         else:
             w.add_tensor(g, np.ascontiguousarray(a))
-    if "rope_scaling" in cfg:
+    if cfg.get("rope_scaling", {}).get("rope_type") == "llama3":
         w.add_tensor("rope_freqs.weight", llama3_factors(cfg))
+    if arch == "phi3":
+        for kind in ["long", "short"]:
+            w.add_tensor(f"rope_factors_{kind}.weight", np.array(cfg["rope_scaling"][f"{kind}_factor"], dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

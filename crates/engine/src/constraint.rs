@@ -562,6 +562,7 @@ mod tests {
             unk: None,
             add_space_prefix: true,
             bos: None,
+            strip_after: Vec::new(),
         };
         let tok = Arc::new(Tokenizer::from_spm_parts(parts, "tiny-spm").unwrap());
         assert_eq!(tok.encode_with("ab", false).unwrap(), vec![260], "the tokenizer itself gives `▁ab`");

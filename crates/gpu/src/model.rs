@@ -93,7 +93,7 @@ enum RopeTable {
     Qwen35(frognano_model::kernels::Rope),
     /// The llama family: ggml's angles (frognano_model::llama::rope_angles) and the
     /// attention temperature of Llama 4 / Ministral 3.
-    Llama { cfg: LlamaConfig, theta_scale: f32, freq_factors: Option<Vec<f32>>, temperature: Option<(f32, f32)> },
+    Llama { cfg: Box<LlamaConfig>, theta_scale: f32, freq_factors: Option<Vec<f32>>, temperature: Option<(f32, f32)> },
 }
 
 impl RopeTable {
@@ -315,7 +315,8 @@ impl GpuModel {
             conv_k: 0,
         };
         let (theta_scale, freq_factors) = m.rope_parts();
-        let rope = RopeTable::Llama { cfg: c.clone(), theta_scale, freq_factors, temperature: c.attn_temperature };
+        let rope =
+            RopeTable::Llama { cfg: Box::new(c.clone()), theta_scale, freq_factors, temperature: c.attn_temperature };
         let head = m.output.as_ref().map(|h| DeviceMatrix::upload(dev, h)).transpose()?;
         let kv_type = device_kv_type(m.kv_type(), shape.head_dim);
         GpuModel::assemble(

@@ -125,15 +125,34 @@ fn spm_tokenizer(f: &GgufFile) -> Result<Tokenizer> {
         )
     })?;
     let types = f.get_i64_array("tokenizer.ggml.token_type")?.unwrap_or_else(|| vec![TOKEN_NORMAL; tokens.len()]);
-    let added = types
+    let added: Vec<AddedTokenSpec> = types
         .iter()
         .enumerate()
         .filter(|(id, &t)| (t == TOKEN_CONTROL || t == TOKEN_USER_DEFINED) && *id < tokens.len())
         .map(|(id, &t)| AddedTokenSpec { id: id as u32, content: tokens[id].clone(), special: t == TOKEN_CONTROL })
         .collect();
+    // The file's unknown id, else `<unk>`, else the first unknown-type piece (Phi-3's
+    // vocabulary also types its `[PAD…]` pieces unknown).
     let unk = match f.get_u64("tokenizer.ggml.unknown_token_id")? {
         Some(id) => Some(id as u32),
-        None => types.iter().position(|&t| t == TOKEN_UNKNOWN).map(|id| id as u32),
+        None => tokens
+            .iter()
+            .position(|t| t == "<unk>")
+            .or_else(|| types.iter().position(|&t| t == TOKEN_UNKNOWN))
+            .map(|id| id as u32),
+    };
+    // llama.cpp's rule for Phi-3 (by the model's name, as the file does not say): its control
+    // and user-defined tokens but `<unk>`, `<s>` and `<|endoftext|>` swallow the whitespace
+    // after them, as Phi-3's Hugging Face tokenizer marks them `rstrip`.
+    let name = f.get_str("general.name")?.unwrap_or("").to_lowercase();
+    let strip_after = if name.contains("phi-3") || name.contains("phi3") {
+        added
+            .iter()
+            .filter(|a: &&AddedTokenSpec| !matches!(a.content.as_str(), "<unk>" | "<s>" | "<|endoftext|>"))
+            .map(|a| a.id)
+            .collect()
+    } else {
+        Vec::new()
     };
     let bos = if f.get_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(true) {
         f.get_u64("tokenizer.ggml.bos_token_id")?.map(|v| v as u32)
@@ -148,6 +167,7 @@ fn spm_tokenizer(f: &GgufFile) -> Result<Tokenizer> {
         unk,
         add_space_prefix: f.get_bool("tokenizer.ggml.add_space_prefix")?.unwrap_or(true),
         bos,
+        strip_after,
     };
     Tokenizer::from_spm_parts(parts, f.path())
 }

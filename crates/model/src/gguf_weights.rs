@@ -36,6 +36,9 @@ pub enum GgufArch {
     /// `qwen3` (llama layout with per-head q/k RMSNorms `attn_q_norm`/`attn_k_norm`, no
     /// biases, q/k rows in Hugging Face order).
     Qwen3,
+    /// `phi3` (Phi-3, Phi-3.5, Phi-4-mini: llama with fused `attn_qkv` and `ffn_up` = gate and
+    /// up, rows in Hugging Face order, LongRoPE factors).
+    Phi3,
 }
 
 impl GgufArch {
@@ -46,6 +49,7 @@ impl GgufArch {
             "llama" | "mistral" | "mistral3" | "granite" | "smollm3" => Some(GgufArch::Llama),
             "qwen2" => Some(GgufArch::Qwen2),
             "qwen3" => Some(GgufArch::Qwen3),
+            "phi3" => Some(GgufArch::Phi3),
             _ => None,
         }
     }
@@ -55,7 +59,7 @@ impl GgufArch {
         match self {
             GgufArch::Qwen35 => Layout { value_heads: HeadOrder::Tiled, rope: RopeStyle::Halves },
             GgufArch::Llama => Layout { value_heads: HeadOrder::Grouped, rope: RopeStyle::Interleaved },
-            GgufArch::Qwen2 | GgufArch::Qwen3 => Layout::HUGGING_FACE,
+            GgufArch::Qwen2 | GgufArch::Qwen3 | GgufArch::Phi3 => Layout::HUGGING_FACE,
         }
     }
 }
@@ -84,6 +88,8 @@ const LAYER_NAMES: &[(&str, &str)] = &[
     ("mlp.gate_proj.weight", "ffn_gate.weight"),
     ("mlp.up_proj.weight", "ffn_up.weight"),
     ("mlp.down_proj.weight", "ffn_down.weight"),
+    ("self_attn.qkv_proj.weight", "attn_qkv.weight"),
+    ("mlp.gate_up_proj.weight", "ffn_up.weight"),
 ];
 
 /// The llama.cpp name of the Hugging Face tensor `hf` in a file of architecture `arch`, or
@@ -148,7 +154,7 @@ impl<'f> GgufWeights<'f> {
             ModelError::format(
                 file.path(),
                 format!(
-                    "general.architecture {name:?} is not supported; supported: llama, mistral, mistral3, granite, smollm3, qwen2, qwen3, qwen35"
+                    "general.architecture {name:?} is not supported; supported: llama, mistral, mistral3, granite, smollm3, phi3, qwen2, qwen3, qwen35"
                 ),
             )
         })?;

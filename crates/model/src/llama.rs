@@ -83,6 +83,18 @@ pub struct LlamaConfig {
     /// Layers whose queries and keys get no RoPE at all (SmolLM3's "NoPE" layers: every
     /// fourth); empty for the other architectures.
     pub nope_layers: Vec<usize>,
+    /// Phi-3's layout: q/k/v stored as one `qkv_proj` (`attn_qkv`) and gate/up as one
+    /// `gate_up_proj` (`ffn_up`), split by rows as they are loaded.
+    pub fused_projections: bool,
+    /// Phi-3's order: queries scaled by `1/√dh` before attention (before their f16 rounding,
+    /// as llama.cpp's graph does), not the scores after it.
+    pub prescale_queries: bool,
+    /// Phi-3's LongRoPE: the per-pair divisors of the angle in use (`long_factor` when the
+    /// context is longer than the original one, else `short_factor`).
+    pub longrope_factors: Option<Vec<f32>>,
+    /// Multiplies RoPE's cos and sin (LongRoPE's `√(1 + ln(scale) / ln(original))`; 1 for
+    /// none; YaRN has its own).
+    pub rope_attn_factor: f32,
 }
 
 /// YaRN RoPE scaling as ggml computes it (`rope_yarn` in ggml-cpu's ops.cpp): pair `i` turns
@@ -359,7 +371,7 @@ impl Llama {
     pub fn config_from_gguf(f: &GgufFile) -> Result<LlamaConfig> {
         let arch = f.get_str("general.architecture")?.unwrap_or("").to_string();
         let gguf_arch = match GgufArch::from_name(&arch) {
-            Some(a @ (GgufArch::Llama | GgufArch::Qwen2 | GgufArch::Qwen3)) => a,
+            Some(a @ (GgufArch::Llama | GgufArch::Qwen2 | GgufArch::Qwen3 | GgufArch::Phi3)) => a,
             _ => {
                 return Err(ModelError::format(
                     f.path(),
@@ -440,6 +452,18 @@ impl Llama {
         let num_layers = f.req_usize(&key("block_count"))?;
         // llama.cpp's smollm3: no RoPE in every fourth layer (a fixed step, not a GGUF key).
         let nope_layers = if arch == "smollm3" { nope_every(num_layers, 4) } else { Vec::new() };
+        // Phi-3's LongRoPE: per-pair factors for contexts up to the original length and beyond
+        // it; as llama.cpp, the long ones when the context is longer than the original (the
+        // model's whole context is what FrogNano allocates by default).
+        let phi3 = gguf_arch == GgufArch::Phi3;
+        let longrope_factors = if f.contains("rope_factors_long.weight") {
+            let name =
+                if max_context > original_context { "rope_factors_long.weight" } else { "rope_factors_short.weight" };
+            Some(f.f32(name, rope_dim / 2)?)
+        } else {
+            None
+        };
+        let rope_attn_factor = f.get_f64(&key("rope.scaling.attn_factor"))?.unwrap_or(1.0) as f32;
         Ok(LlamaConfig {
             arch: arch.clone(),
             hidden_size: d,
@@ -463,6 +487,10 @@ impl Llama {
             yarn,
             attn_temperature,
             nope_layers,
+            fused_projections: phi3,
+            prescale_queries: phi3,
+            longrope_factors,
+            rope_attn_factor,
         })
     }
 
@@ -476,10 +504,10 @@ impl Llama {
     pub fn config_from_json(v: &serde_json::Value) -> std::result::Result<(LlamaConfig, bool), String> {
         use serde_json::Value;
         let model_type = v.get("model_type").and_then(Value::as_str).unwrap_or("");
-        if !matches!(model_type, "llama" | "mistral" | "ministral3" | "qwen2" | "qwen3" | "smollm3") {
+        if !matches!(model_type, "llama" | "mistral" | "ministral3" | "qwen2" | "qwen3" | "smollm3" | "phi3") {
             return Err(format!(
                 "unknown model_type {model_type:?}; expected \"llama\", \"mistral\", \"ministral3\", \"qwen2\", \
-                 \"qwen3\" or \"smollm3\""
+                 \"qwen3\", \"smollm3\" or \"phi3\""
             ));
         }
         let int = |key: &str, default: Option<usize>| -> std::result::Result<usize, String> {
@@ -523,6 +551,7 @@ impl Llama {
                 return Err(format!("field `{key}`: biases are not supported"));
             }
         }
+        // (Phi-3's `sliding_window` is ignored, as llama.cpp ignores it: attention is full.)
         if flag("use_sliding_window") {
             return Err("field `use_sliding_window`: sliding-window attention is not supported".into());
         }
@@ -545,6 +574,22 @@ impl Llama {
         };
         let (mut llama3_scaling, mut rope_freq_scale) = (None, 1.0f32);
         let (mut yarn, mut attn_temperature) = (None, None);
+        let mut longrope: Option<(Vec<f32>, f32)> = None;
+        // Phi-3 rotates the first `partial_rotary_factor` of each head (Phi-4-mini: 3/4).
+        let rope_dim = match v.get("partial_rotary_factor").filter(|x| !x.is_null()) {
+            Some(x) if model_type == "phi3" => {
+                let f = x
+                    .as_f64()
+                    .filter(|f| *f > 0.0 && *f <= 1.0)
+                    .ok_or_else(|| format!("field `partial_rotary_factor`: expected a number in (0, 1], found {x}"))?;
+                let n = (head_dim as f64 * f) as usize;
+                if n == 0 || !n.is_multiple_of(2) {
+                    return Err(format!("field `partial_rotary_factor`: {f} of head_dim {head_dim} is {n} dimensions, not a positive even number"));
+                }
+                n
+            }
+            _ => head_dim,
+        };
         for scaling in [v.get("rope_scaling"), rope] {
             let Some(s) = scaling.filter(|s| s.is_object()) else { continue };
             let kind = s.get("rope_type").or_else(|| s.get("type")).and_then(Value::as_str).unwrap_or("default");
@@ -601,10 +646,33 @@ impl Llama {
                         attn_temperature = Some((b as f32, original));
                     }
                 }
+                "longrope" | "su" => {
+                    let original = match s.get("original_max_position_embeddings") {
+                        Some(x) if !x.is_null() => positive("original_max_position_embeddings", 0.0)? as usize,
+                        _ => int("original_max_position_embeddings", None)?,
+                    };
+                    let pick = if max_context > original { "long_factor" } else { "short_factor" };
+                    let factors = s
+                        .get(pick)
+                        .and_then(Value::as_array)
+                        .filter(|a| a.len() == rope_dim / 2)
+                        .and_then(|a| a.iter().map(|x| x.as_f64().map(|f| f as f32)).collect::<Option<Vec<f32>>>())
+                        .ok_or_else(|| {
+                            format!(
+                                "field `rope_scaling.{pick}`: expected {} numbers (one per rotated pair)",
+                                rope_dim / 2
+                            )
+                        })?;
+                    // transformers' LongRoPE: √(1 + ln(scale) / ln(original)) unless given.
+                    let scale = max_context as f64 / original as f64;
+                    let computed = if scale > 1.0 { (1.0 + scale.ln() / (original as f64).ln()).sqrt() } else { 1.0 };
+                    longrope = Some((factors, float(s, "attention_factor", computed)? as f32));
+                }
                 other => {
                     return Err(format!(
-                    "RoPE scaling {other:?} is not supported (only \"default\", \"linear\", \"llama3\" and \"yarn\")"
-                ))
+                        "RoPE scaling {other:?} is not supported (only \"default\", \"linear\", \"llama3\", \"yarn\" \
+                         and \"longrope\")"
+                    ))
                 }
             }
         }
@@ -613,6 +681,11 @@ impl Llama {
         });
         let num_layers = int("num_hidden_layers", None)?;
         let nope_layers = if model_type == "smollm3" { smollm3_nope_layers(v, num_layers)? } else { Vec::new() };
+        let phi3 = model_type == "phi3";
+        let (longrope_factors, rope_attn_factor) = match longrope {
+            Some((f, a)) => (Some(f), a),
+            None => (None, 1.0),
+        };
         let cfg = LlamaConfig {
             arch: model_type.into(),
             hidden_size: d,
@@ -624,7 +697,7 @@ impl Llama {
             vocab_size: int("vocab_size", None)?,
             rms_norm_eps: float(v, "rms_norm_eps", 1e-6)? as f32,
             rope_theta: rope_theta as f32,
-            rope_dim: head_dim,
+            rope_dim,
             rope_style: RopeStyle::Halves,
             max_context,
             qkv_bias: model_type == "qwen2",
@@ -635,6 +708,10 @@ impl Llama {
             yarn,
             attn_temperature,
             nope_layers,
+            fused_projections: phi3,
+            prescale_queries: phi3,
+            longrope_factors,
+            rope_attn_factor,
         };
         let tied = v.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false);
         Ok((cfg, tied))
@@ -665,7 +742,8 @@ impl Llama {
         let layers = map
             .layers
             .iter()
-            .map(|l| {
+            .enumerate()
+            .map(|(i, l)| {
                 let bias_qkv = match &l.qkv_bias {
                     Some([q, k, v]) => Some([src.vector(q)?, src.vector(k)?, src.vector(v)?]),
                     None => None,
@@ -674,17 +752,25 @@ impl Llama {
                     Some([q, k]) => Some([src.vector(q)?, src.vector(k)?]),
                     None => None,
                 };
+                let ([wq, wk, wv], [gate, up]) = if cfg.fused_projections {
+                    fused_projections(src, i, l)?
+                } else {
+                    (
+                        [src.matrix(&l.q_proj)?, src.matrix(&l.k_proj)?, src.matrix(&l.v_proj)?],
+                        [src.matrix(&l.gate)?, src.matrix(&l.up)?],
+                    )
+                };
                 Ok(LlamaLayer {
                     attn_norm: src.vector(&l.attn_norm)?,
-                    wq: src.matrix(&l.q_proj)?,
-                    wk: src.matrix(&l.k_proj)?,
-                    wv: src.matrix(&l.v_proj)?,
+                    wq,
+                    wk,
+                    wv,
                     wo: src.matrix(&l.o_proj)?,
                     bias_qkv,
                     qk_norm,
                     ffn_norm: src.vector(&l.ffn_norm)?,
-                    gate: src.matrix(&l.gate)?,
-                    up: src.matrix(&l.up)?,
+                    gate,
+                    up,
                     down: src.matrix(&l.down)?,
                 })
             })
@@ -693,7 +779,7 @@ impl Llama {
         let freq_factors = match (&map.rope_freqs, &cfg.llama3_scaling) {
             (Some(w), _) => Some(src.vector(w)?),
             (None, Some(s)) => Some(s.freq_factors(cfg.rope_theta, cfg.rope_dim)),
-            (None, None) => None,
+            (None, None) => cfg.longrope_factors.clone(),
         };
         Ok(Llama::new(cfg, embed, output, layers, norm, freq_factors))
     }
@@ -831,12 +917,16 @@ impl Llama {
         let (hq, hkv, dh) = (c.num_heads, c.num_kv_heads, c.head_dim);
         let angles: Vec<Vec<(f32, f32)>> =
             if rope { (0..t).map(|i| self.rope_angles(pos0 + i)).collect() } else { vec![Vec::new(); t] };
+        let scale = 1.0 / (dh as f32).sqrt();
         crate::kernels::for_each_row(&mut q, hq * dh, |i, row| {
             let temp = attn_temperature(c.attn_temperature, pos0 + i);
             for head in row.chunks_exact_mut(dh) {
                 self.rope(head, &angles[i]);
                 if temp != 1.0 {
                     head.iter_mut().for_each(|e| *e *= temp);
+                }
+                if c.prescale_queries {
+                    head.iter_mut().for_each(|e| *e *= scale);
                 }
                 head.iter_mut().for_each(|e| *e = round_f16(*e));
             }
@@ -848,7 +938,7 @@ impl Llama {
         });
         kc.push(&k);
         vc.push(v);
-        let scale = 1.0 / (dh as f32).sqrt();
+        let scale = if c.prescale_queries { 1.0 } else { scale };
         // llama.cpp's K·Q and softmax·V are f16 matmuls whose summation order depends on the
         // batch size (module docs of `quant::ggml`); its KV cache has 256-cell granularity.
         let shape = AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, scale };
@@ -869,7 +959,7 @@ pub fn rope_angles(cfg: &LlamaConfig, theta_scale: f32, freq_factors: Option<&[f
             theta *= theta_scale;
             let interp = scale * extrap;
             match &cfg.yarn {
-                None => (interp.cos(), interp.sin()),
+                None => (interp.cos() * cfg.rope_attn_factor, interp.sin() * cfg.rope_attn_factor),
                 Some(y) => {
                     let [low, high] = y.corr_dims;
                     let ramp = 1.0 - ((i as f32 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
@@ -881,6 +971,20 @@ pub fn rope_angles(cfg: &LlamaConfig, theta_scale: f32, freq_factors: Option<&[f
             }
         })
         .collect()
+}
+
+/// A Phi-3 layer's fused projections, split by rows: `qkv_proj` (`[q + 2·kv, d]`) into q, k
+/// and v, `gate_up_proj` (`[2·ffn, d]`) into gate and up, each named in errors by the fused
+/// tensor.
+fn fused_projections(src: &dyn TensorSource, layer: usize, l: &LlamaLayerMap) -> Result<([Matrix; 3], [Matrix; 2])> {
+    let (q, d) = l.q_proj.dims2();
+    let (kv, ffn) = (l.k_proj.dims2().0, l.gate.dims2().0);
+    let fused = |suffix: &str, rows: usize| WeightSpec::new(layer_name(layer, suffix), [rows, d], Role::Linear);
+    let qkv = src.matrix(&fused("self_attn.qkv_proj.weight", q + 2 * kv))?;
+    let gate_up = src.matrix(&fused("mlp.gate_up_proj.weight", 2 * ffn))?;
+    let [wq, wk, wv]: [Matrix; 3] = qkv.split_rows(&[q, kv, kv]).try_into().expect("three parts");
+    let [gate, up]: [Matrix; 2] = gate_up.split_rows(&[ffn, ffn]).try_into().expect("two parts");
+    Ok(([wq, wk, wv], [gate, up]))
 }
 
 /// The layers of `num_layers` without RoPE when every `step`-th one has none (layer

@@ -207,7 +207,7 @@ fn read_model(spec: impl AsRef<str>, quant: Option<QuantType>, pack: bool) -> Re
             }
             (Box::new(m), eos, bytes)
         }
-        "llama" | "mistral" | "ministral3" | "qwen2" | "qwen3" | "smollm3" => {
+        "llama" | "mistral" | "ministral3" | "qwen2" | "qwen3" | "smollm3" | "phi3" => {
             let st = SafetensorsDir::open(&path)?;
             let (cfg, tied) = Llama::config_from_json(&v).map_err(|msg| ModelError::format(&cfg_path, msg))?;
             let mut bytes = st.byte_len();
@@ -226,7 +226,7 @@ fn read_model(spec: impl AsRef<str>, quant: Option<QuantType>, pack: bool) -> Re
                 &cfg_path,
                 format!(
                     "unknown model_type {other:?}; supported: \"qwen3_5\", \"qwen3_5_text\", \"llama\", \"mistral\", \
-                     \"ministral3\", \"qwen2\", \"qwen3\", \"smollm3\""
+                     \"ministral3\", \"qwen2\", \"qwen3\", \"smollm3\", \"phi3\""
                 ),
             ))
         }
@@ -284,7 +284,7 @@ fn load_gguf(path: &Path, quant: Option<QuantType>, pack: bool) -> Result<Loaded
             }
             Box::new(m)
         }
-        GgufArch::Llama | GgufArch::Qwen2 | GgufArch::Qwen3 => {
+        GgufArch::Llama | GgufArch::Qwen2 | GgufArch::Qwen3 | GgufArch::Phi3 => {
             let mut m = Llama::load(Llama::config_from_gguf(&f)?, &weights, true)?;
             if let Some(q) = quant {
                 m.quantize_weights(q);

@@ -81,6 +81,12 @@ impl Bytes {
     pub fn as_slice(&self) -> &[u8] {
         &(*self.owner).as_ref()[self.start..self.start + self.len]
     }
+    /// Bytes `at..at + len` of these, sharing their owner (and file map); the caller checks
+    /// the range.
+    pub fn slice(&self, at: usize, len: usize) -> Self {
+        assert!(at + len <= self.len, "slice {at}+{len} of {} bytes", self.len);
+        Bytes { owner: self.owner.clone(), start: self.start + at, len, map: self.map.clone() }
+    }
     /// Number of bytes.
     pub fn len(&self) -> usize {
         self.len
@@ -151,6 +157,23 @@ impl Matrix {
         let row = dtype.row_bytes(cols).expect("matrix width is a whole number of blocks");
         assert_eq!(bytes.len(), rows * row, "matrix byte length");
         Matrix { rows, cols, dtype, bytes, packed: None, only_packed: false, low_rank: None }
+    }
+
+    /// This matrix cut by rows into consecutive parts of `rows[i]` rows each (which must add
+    /// up to all of them), each a view of the same bytes: a fused projection (Phi-3's
+    /// `qkv_proj`) as its parts. Only for a matrix as loaded (not packed, no low-rank update).
+    pub fn split_rows(&self, rows: &[usize]) -> Vec<Matrix> {
+        assert!(self.packed.is_none() && self.low_rank.is_none(), "split_rows takes a matrix as loaded");
+        assert_eq!(rows.iter().sum::<usize>(), self.rows, "the parts' rows add up to the matrix's");
+        let row = self.dtype.row_bytes(self.cols).expect("matrix width is a whole number of blocks");
+        let mut at = 0;
+        rows.iter()
+            .map(|&n| {
+                let m = Matrix::new(n, self.cols, self.dtype, self.bytes.slice(at * row, n * row));
+                at += n;
+                m
+            })
+            .collect()
     }
 
     /// Adds (or with `None` removes) a low-rank update `scale · B·A` to every product of this

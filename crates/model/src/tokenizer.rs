@@ -178,6 +178,9 @@ pub struct SpmParts {
     pub add_space_prefix: bool,
     /// Token prepended by [`Tokenizer::encode`] (GGUF `add_bos_token` with `bos_token_id`).
     pub bos: Option<u32>,
+    /// Added tokens that swallow the whitespace after them (Phi-3's chat tokens: its Hugging
+    /// Face tokenizer marks them `rstrip`, so `<|user|>\nHi` is `<|user|>`, `▁Hi`).
+    pub strip_after: Vec<u32>,
 }
 
 /// A text tokenizer: text ↔ token ids.
@@ -260,7 +263,7 @@ impl Tokenizer {
         pre.push(ByteLevel::new(false, false, false).into());
         inner.with_pre_tokenizer(Some(Sequence::new(pre)));
         inner.with_decoder(Some(ByteLevelDecoder::new(false, false, false)));
-        finish(inner, &parts.tokens, parts.added, parts.bos, origin)
+        finish(inner, &parts.tokens, parts.added, parts.bos, &[], origin)
     }
 
     /// Builds a SentencePiece tokenizer (`tokenizer.ggml.model = llama` in GGUF: Llama 2,
@@ -340,7 +343,7 @@ impl Tokenizer {
             decoders.push(Strip::new(' ', 1, 0).into());
         }
         inner.with_decoder(Some(DecoderSequence::new(decoders)));
-        finish(inner, &parts.tokens, parts.added, parts.bos, origin)
+        finish(inner, &parts.tokens, parts.added, parts.bos, &parts.strip_after, origin)
     }
 
     /// Where this tokenizer came from (a file path, or the GGUF file it was built from).
@@ -503,12 +506,14 @@ fn check_added(tokens: &[String], added: &[AddedTokenSpec], bos: Option<u32>, or
     }
 }
 
-/// `inner` with its post-processor (prepending `bos` when set) and its added tokens.
+/// `inner` with its post-processor (prepending `bos` when set) and its added tokens (those
+/// of `strip_after` swallowing the whitespace after them).
 fn finish(
     mut inner: tokenizers::Tokenizer,
     tokens: &[String],
     added: Vec<AddedTokenSpec>,
     bos: Option<u32>,
+    strip_after: &[u32],
     origin: &Path,
 ) -> Result<Tokenizer> {
     let bad = |msg: String| ModelError::format(origin, msg);
@@ -526,7 +531,8 @@ fn finish(
     // Added tokens that are in the vocabulary keep their vocabulary id.
     let (special, plain): (Vec<_>, Vec<_>) = added.into_iter().partition(|a| a.special);
     let to_added = |a: AddedTokenSpec| {
-        AddedToken::from(a.content, a.special).normalized(false).single_word(false).lstrip(false).rstrip(false)
+        let rstrip = strip_after.contains(&a.id);
+        AddedToken::from(a.content, a.special).normalized(false).single_word(false).lstrip(false).rstrip(rstrip)
     };
     inner.add_special_tokens(special.into_iter().map(to_added)).map_err(|e| bad(format!("added tokens: {e}")))?;
     inner.add_tokens(plain.into_iter().map(to_added)).map_err(|e| bad(format!("added tokens: {e}")))?;

@@ -1,6 +1,7 @@
 //! The llama-family architectures people run as agents — Qwen2 (q/k/v biases), Qwen3
 //! (per-head q/k norms), Llama 3 (RoPE scaling), Mistral, Ministral 3 (YaRN, attention
-//! temperature) and SmolLM3 (layers without RoPE) — against llama.cpp, each loaded
+//! temperature), SmolLM3 (layers without RoPE) and Phi-3 (fused projections, partial RoPE,
+//! LongRoPE) — against llama.cpp, each loaded
 //! from GGUF and from a Hugging Face folder: tiny random-weight checkpoints and llama.cpp's
 //! logits on them (fixtures/arch/, written by scripts/make_arch_fixtures.py).
 //!
@@ -212,6 +213,14 @@ fn ministral3_with_yarn_and_attention_temperature_matches_llama_cpp() {
 #[test]
 fn smollm3_with_nope_layers_matches_llama_cpp() {
     both_sources("smollm3-tiny", "smollm3", "smollm3");
+}
+
+/// Phi-3 (Phi-3.5, Phi-4-mini): fused q/k/v and gate/up projections, 3/4 of each head
+/// rotated, LongRoPE's long factors and attention factor (the fixture's original context is 16
+/// tokens), queries scaled before attention.
+#[test]
+fn phi3_with_fused_projections_and_longrope_matches_llama_cpp() {
+    both_sources("phi3-tiny", "phi3", "phi3");
 }
 
 /// Mistral's sliding window caps the context of a checkpoint folder: within the window,

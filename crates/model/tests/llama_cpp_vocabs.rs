@@ -160,3 +160,19 @@ fn llama_spm() {
 fn phi3() {
     check("phi-3", Nfc::None);
 }
+
+/// Phi-3's chat tokens swallow the whitespace after them, as its Hugging Face tokenizer marks
+/// them `rstrip` (and llama.cpp gives files named Phi-3 the same rule): a rendered turn reads
+/// `<|user|>`, `▁Hi`, `<|end|>`, `<|assistant|>`, without the newlines between.
+#[test]
+fn phi3_chat_tokens_swallow_the_newline_after_them() {
+    let Some((gguf, _)) = cases("phi-3") else { return };
+    let tok = tokenizer_from_gguf(&GgufFile::open(&gguf).unwrap()).unwrap();
+    let id = |t: &str| tok.token_to_id(t).unwrap();
+    let hi = tok.encode_with("Hi", false).unwrap();
+    let want: Vec<u32> = [vec![id("<|user|>")], hi, vec![id("<|end|>"), id("<|assistant|>")]].concat();
+    assert_eq!(tok.encode_with("<|user|>\nHi<|end|>\n<|assistant|>\n", false).unwrap(), want);
+    // `<s>` keeps what follows.
+    assert_eq!(tok.encode_with("<s>\n", false).unwrap()[0], id("<s>"));
+    assert!(tok.encode_with("<s>\n", false).unwrap().len() > 1);
+}

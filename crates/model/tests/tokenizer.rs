@@ -398,6 +398,7 @@ fn tiny_spm(ab_score: f32) -> SpmParts {
         unk: Some(0),
         add_space_prefix: true,
         bos: Some(1),
+        strip_after: Vec::new(),
     }
 }
 

@@ -167,6 +167,10 @@ impl LlamaSpec {
             yarn: None,
             attn_temperature: None,
             nope_layers: Vec::new(),
+            fused_projections: false,
+            prescale_queries: false,
+            longrope_factors: None,
+            rope_attn_factor: 1.0,
         }
     }
 
