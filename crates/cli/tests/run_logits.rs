@@ -141,3 +141,37 @@ fn quant_q4_k_on_load_runs_real_q4_k_blocks_on_the_demo_model() {
 
 /// Largest `q4_k / q8_0` weight-byte ratio the demo-model test accepts.
 const Q4K_OVER_Q8_BYTES: f64 = 0.95;
+
+/// `frognano run NAME:TAG` runs a model pulled with Ollama from Ollama's store
+/// (`$OLLAMA_MODELS`), as `run` on the same GGUF file does; an unknown name says where it
+/// looked.
+#[test]
+fn run_takes_an_ollama_model_by_its_name() {
+    let store = tempfile::tempdir().unwrap();
+    let hex = "0f".repeat(32);
+    std::fs::create_dir_all(store.path().join("blobs")).unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::fs::copy(root.join("fixtures/arch/qwen3-tiny.gguf"), store.path().join(format!("blobs/sha256-{hex}")))
+        .unwrap();
+    let manifest = store.path().join("manifests/registry.ollama.ai/library/tiny-coder/1b");
+    std::fs::create_dir_all(manifest.parent().unwrap()).unwrap();
+    let layer =
+        serde_json::json!({"mediaType": "application/vnd.ollama.image.model", "digest": format!("sha256:{hex}")});
+    std::fs::write(&manifest, serde_json::json!({"layers": [layer]}).to_string()).unwrap();
+    let run = |model: &str| {
+        bin()
+            .env("OLLAMA_MODELS", store.path())
+            .args(["run", model, "-p", "Hello there", "--temperature", "0", "--max-tokens", "6"])
+            .output()
+            .unwrap()
+    };
+    let by_name = run("tiny-coder:1b");
+    assert!(by_name.status.success(), "{}", String::from_utf8_lossy(&by_name.stderr));
+    let by_file = run("fixtures/arch/qwen3-tiny.gguf");
+    assert_eq!(by_name.stdout, by_file.stdout);
+    assert!(!by_name.stdout.is_empty());
+    let missing = run("tiny-coder:7b");
+    assert!(!missing.status.success());
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(err.contains("tiny-coder:7b") && err.contains("no Ollama model of that name"), "{err}");
+}

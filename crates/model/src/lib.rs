@@ -28,6 +28,7 @@ pub mod kernels;
 pub mod llama;
 pub mod load;
 pub mod memory;
+pub mod ollama_store;
 pub mod quant;
 pub mod qwen35;
 pub mod qwen35_gguf;

@@ -75,11 +75,16 @@ pub fn is_qwen35_architecture(name: &str) -> bool {
     matches!(name, "qwen35" | "qwen3_5" | "qwen3_5_text")
 }
 
-/// Resolves `spec` (folder or hub id) to a folder on disk.
+/// Resolves `spec` to a path on disk: a file or folder as given, an Ollama reference
+/// (`qwen2.5-coder:1.5b`: the GGUF blob in Ollama's store, [`crate::ollama_store`]), or a
+/// Hugging Face hub id (`owner/name`: its snapshot in the local hub cache).
 pub fn resolve_path(spec: &str) -> Result<PathBuf> {
     let p = Path::new(spec);
     if p.exists() {
         return Ok(p.to_path_buf());
+    }
+    if crate::ollama_store::looks_like_reference(spec) {
+        return crate::ollama_store::resolve(spec);
     }
     if crate::hub::looks_like_repo_id(spec) {
         return crate::hub::resolve(spec, "main");
@@ -172,10 +177,18 @@ fn release_freed_heap() {
     }
 }
 
+/// Whether the file starts with GGUF's magic (`GGUF`): a GGUF file without the extension, such
+/// as the blobs of Ollama's store.
+fn has_gguf_magic(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && &magic == b"GGUF"
+}
+
 /// [`load_on_cpu`] without the heap handed back.
 fn read_model(spec: impl AsRef<str>, quant: Option<QuantType>, pack: bool) -> Result<LoadedModel> {
     let path = resolve_path(spec.as_ref())?;
-    if path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+    if path.is_file() && (path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) || has_gguf_magic(&path)) {
         return load_gguf(&path, quant, pack);
     }
     if !path.is_dir() {

@@ -191,3 +191,42 @@ fn qwen35_gguf_with_its_mtp_head_drafts_as_the_safetensors_head() {
         (gb, ob) = b.mtp_forward(&[db], &ob, &mut m2, false).unwrap();
     }
 }
+
+/// A model pulled with Ollama loads by its Ollama name: the manifest names the GGUF blob
+/// (`blobs/sha256-…`, no extension), which loads as the same file does.
+#[test]
+fn an_ollama_model_loads_by_its_name_from_the_store() {
+    use frognano_model::ollama_store::resolve_in;
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/arch/qwen3-tiny.gguf");
+    let store = tempfile::tempdir().unwrap();
+    let hex = "ab".repeat(32);
+    std::fs::create_dir_all(store.path().join("blobs")).unwrap();
+    let blob = store.path().join(format!("blobs/sha256-{hex}"));
+    std::fs::copy(&src, &blob).unwrap();
+    let manifest = store.path().join("manifests/registry.ollama.ai/library/qwen3-tiny/q8");
+    std::fs::create_dir_all(manifest.parent().unwrap()).unwrap();
+    let layers = serde_json::json!({"schemaVersion": 2, "layers": [
+        {"mediaType": "application/vnd.ollama.image.template", "digest": format!("sha256:{}", "cd".repeat(32)), "size": 10},
+        {"mediaType": "application/vnd.ollama.image.model", "digest": format!("sha256:{hex}"), "size": 1},
+    ]});
+    std::fs::write(&manifest, layers.to_string()).unwrap();
+    assert_eq!(resolve_in(store.path(), "qwen3-tiny:q8").unwrap(), Some(blob.clone()));
+    assert_eq!(resolve_in(store.path(), "qwen3-tiny:other").unwrap(), None);
+    let by_blob = frognano_model::load(blob.to_str().unwrap()).unwrap();
+    let by_file = frognano_model::load(src.to_str().unwrap()).unwrap();
+    assert_eq!(by_blob.architecture, by_file.architecture);
+    let ids = [1u32, 2, 3];
+    let (mut a, mut b) = (by_blob.model.new_cache(), by_file.model.new_cache());
+    assert_eq!(
+        by_blob.model.forward(&ids, &mut a, false).unwrap(),
+        by_file.model.forward(&ids, &mut b, false).unwrap()
+    );
+    // A manifest without a model layer, or whose blob is gone, says so.
+    std::fs::write(&manifest, r#"{"layers": []}"#).unwrap();
+    let e = resolve_in(store.path(), "qwen3-tiny:q8").unwrap_err().to_string();
+    assert!(e.contains("q8") && e.contains("no `application/vnd.ollama.image.model` layer"), "{e}");
+    std::fs::write(&manifest, layers.to_string()).unwrap();
+    std::fs::remove_file(&blob).unwrap();
+    let e = resolve_in(store.path(), "qwen3-tiny:q8").unwrap_err().to_string();
+    assert!(e.contains("model blob") && e.contains("is missing"), "{e}");
+}
