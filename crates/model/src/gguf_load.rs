@@ -61,12 +61,7 @@ pub fn tokenizer_from_gguf(f: &GgufFile) -> Result<Tokenizer> {
     let patterns = pretokenizer_patterns(pre).ok_or_else(|| {
         ModelError::format(f.path(), format!("tokenizer.ggml.pre {pre:?} is not a pre-tokenizer FrogNano knows"))
     })?;
-    let tokens: Vec<String> = f
-        .get_str_array("tokenizer.ggml.tokens")?
-        .ok_or_else(|| ModelError::format(f.path(), "metadata `tokenizer.ggml.tokens` is missing"))?
-        .into_iter()
-        .map(str::to_string)
-        .collect();
+    let Vocab { tokens, added, bos, .. } = vocab(f, false)?;
     let merges = f
         .get_str_array("tokenizer.ggml.merges")?
         .unwrap_or_default()
@@ -78,24 +73,6 @@ pub fn tokenizer_from_gguf(f: &GgufFile) -> Result<Tokenizer> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let types = f.get_i64_array("tokenizer.ggml.token_type")?.unwrap_or_default();
-    if !types.is_empty() && types.len() != tokens.len() {
-        return Err(ModelError::format(
-            f.path(),
-            format!("tokenizer.ggml.token_type has {} entries for {} tokens", types.len(), tokens.len()),
-        ));
-    }
-    let added = types
-        .iter()
-        .enumerate()
-        .filter(|(_, &t)| t == TOKEN_CONTROL || t == TOKEN_USER_DEFINED)
-        .map(|(id, &t)| AddedTokenSpec { id: id as u32, content: tokens[id].clone(), special: t == TOKEN_CONTROL })
-        .collect();
-    let bos = if f.get_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(false) {
-        f.get_u64("tokenizer.ggml.bos_token_id")?.map(|v| v as u32)
-    } else {
-        None
-    };
     let parts = BpeParts {
         tokens,
         merges,
@@ -108,29 +85,58 @@ pub fn tokenizer_from_gguf(f: &GgufFile) -> Result<Tokenizer> {
     Tokenizer::from_bpe_parts(parts, f.path())
 }
 
-/// A SentencePiece vocabulary (`tokenizer.ggml.model = llama`): pieces, their scores and
-/// types. As in llama.cpp, a space is prepended unless `add_space_prefix` is false, and a BOS
-/// is added unless `add_bos_token` is false.
-fn spm_tokenizer(f: &GgufFile) -> Result<Tokenizer> {
+/// What both kinds of vocabulary read the same way.
+struct Vocab {
+    /// `tokenizer.ggml.tokens`.
+    tokens: Vec<String>,
+    /// `tokenizer.ggml.token_type`, one per token (all normal when absent).
+    types: Vec<i64>,
+    /// Control (type 3) and user-defined (type 4) tokens.
+    added: Vec<AddedTokenSpec>,
+    /// The BOS `encode` prepends: `bos_token_id` when `add_bos_token` says so, which it does by
+    /// default for SentencePiece (`bos_by_default`), as llama.cpp reads it.
+    bos: Option<u32>,
+}
+
+fn vocab(f: &GgufFile, bos_by_default: bool) -> Result<Vocab> {
     let tokens: Vec<String> = f
         .get_str_array("tokenizer.ggml.tokens")?
         .ok_or_else(|| ModelError::format(f.path(), "metadata `tokenizer.ggml.tokens` is missing"))?
         .into_iter()
         .map(str::to_string)
         .collect();
+    let types = f.get_i64_array("tokenizer.ggml.token_type")?.unwrap_or_else(|| vec![TOKEN_NORMAL; tokens.len()]);
+    if types.len() != tokens.len() {
+        return Err(ModelError::format(
+            f.path(),
+            format!("tokenizer.ggml.token_type has {} entries for {} tokens", types.len(), tokens.len()),
+        ));
+    }
+    let added = types
+        .iter()
+        .enumerate()
+        .filter(|(_, &t)| t == TOKEN_CONTROL || t == TOKEN_USER_DEFINED)
+        .map(|(id, &t)| AddedTokenSpec { id: id as u32, content: tokens[id].clone(), special: t == TOKEN_CONTROL })
+        .collect();
+    let bos = if f.get_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(bos_by_default) {
+        f.get_u64("tokenizer.ggml.bos_token_id")?.map(|v| v as u32)
+    } else {
+        None
+    };
+    Ok(Vocab { tokens, types, added, bos })
+}
+
+/// A SentencePiece vocabulary (`tokenizer.ggml.model = llama`): pieces, their scores and
+/// types. As in llama.cpp, a space is prepended unless `add_space_prefix` is false, and a BOS
+/// is added unless `add_bos_token` is false.
+fn spm_tokenizer(f: &GgufFile) -> Result<Tokenizer> {
+    let Vocab { tokens, types, added, bos } = vocab(f, true)?;
     let scores = f.get_f64_array("tokenizer.ggml.scores")?.ok_or_else(|| {
         ModelError::format(
             f.path(),
             "metadata `tokenizer.ggml.scores` is missing (a SentencePiece vocabulary needs it)",
         )
     })?;
-    let types = f.get_i64_array("tokenizer.ggml.token_type")?.unwrap_or_else(|| vec![TOKEN_NORMAL; tokens.len()]);
-    let added: Vec<AddedTokenSpec> = types
-        .iter()
-        .enumerate()
-        .filter(|(id, &t)| (t == TOKEN_CONTROL || t == TOKEN_USER_DEFINED) && *id < tokens.len())
-        .map(|(id, &t)| AddedTokenSpec { id: id as u32, content: tokens[id].clone(), special: t == TOKEN_CONTROL })
-        .collect();
     // The file's unknown id, else `<unk>`, else the first unknown-type piece (Phi-3's
     // vocabulary also types its `[PAD…]` pieces unknown).
     let unk = match f.get_u64("tokenizer.ggml.unknown_token_id")? {
@@ -153,11 +159,6 @@ fn spm_tokenizer(f: &GgufFile) -> Result<Tokenizer> {
             .collect()
     } else {
         Vec::new()
-    };
-    let bos = if f.get_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(true) {
-        f.get_u64("tokenizer.ggml.bos_token_id")?.map(|v| v as u32)
-    } else {
-        None
     };
     let parts = SpmParts {
         normal: types.iter().map(|&t| t == TOKEN_NORMAL).collect(),
