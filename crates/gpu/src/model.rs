@@ -57,6 +57,8 @@ struct AttnWeights {
     qk_norm: Option<[Buffer; 2]>,
     /// Qwen3.5: q_proj gives `[query | gate]` per head, and the output is gated.
     gated: bool,
+    /// Whether RoPE turns q and k (not in SmolLM3's NoPE layers).
+    rope: bool,
 }
 
 /// A Gated DeltaNet mixer's weights.
@@ -203,6 +205,7 @@ impl GpuModel {
                     bias: None,
                     qk_norm: Some([upload_vec(dev, &a.q_norm)?, upload_vec(dev, &a.k_norm)?]),
                     gated: true,
+                    rope: true,
                 }),
                 Mixer::DeltaNet(n) => {
                     let key_head: Vec<i32> = n.key_head.iter().map(|&h| h as i32).collect();
@@ -260,18 +263,12 @@ impl GpuModel {
         )
     }
 
-    /// Uploads a llama-family model (Llama 2/3, SmolLM2, Mistral, Qwen2, Qwen3; its weights as stored).
+    /// Uploads a llama-family model (Llama 2/3, SmolLM2/3, Phi-3, Mistral, Qwen2, Qwen3; its
+    /// weights as stored).
     pub fn from_llama(dev: &Gpu, m: &Llama) -> Result<GpuModel> {
         let c = &m.cfg;
-        if !c.nope_layers.is_empty() {
-            // The device kernels rotate every layer's queries and keys.
-            return Err(GpuError::Unsupported(format!(
-                "{}'s layers without RoPE ({:?}) do not run on a GPU yet; run it on the CPU",
-                c.arch, c.nope_layers
-            )));
-        }
         let mut layers = Vec::with_capacity(m.layers.len());
-        for l in &m.layers {
+        for (li, l) in m.layers.iter().enumerate() {
             let bias = match &l.bias_qkv {
                 Some([q, k, v]) => Some([upload_vec(dev, q)?, upload_vec(dev, k)?, upload_vec(dev, v)?]),
                 None => None,
@@ -291,6 +288,7 @@ impl GpuModel {
                     bias,
                     qk_norm,
                     gated: false,
+                    rope: !c.nope_layers.contains(&li),
                 }),
                 gate: DeviceMatrix::upload(dev, &l.gate)?,
                 up: DeviceMatrix::upload(dev, &l.up)?,
@@ -545,7 +543,7 @@ impl GpuModel {
                         kernels::rms_norm(dev, q, qn.ptr(), q, t * hq, dh, s.eps)?;
                         kernels::rms_norm(dev, k, kn.ptr(), k, t * hkv, dh, s.eps)?;
                     }
-                    if half > 0 {
+                    if half > 0 && a.rope {
                         attention::rope(dev, q, cs_q, t, hq, dh, s.rot_dim, s.halves)?;
                         attention::rope(dev, k, cs_k, t, hkv, dh, s.rot_dim, s.halves)?;
                     }

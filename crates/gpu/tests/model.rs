@@ -149,20 +149,11 @@ fn qwen35_gguf_on_the_device_follows_the_cpu_path() {
     }
 }
 
-/// SmolLM3's layers without RoPE are not on the device path yet: refused, naming them.
-#[test]
-fn smollm3_is_refused_on_the_device_with_its_nope_layers_named() {
-    let path = fixture("arch/smollm3-tiny.gguf");
-    let cpu = frognano_model::load::load_on_cpu(path.to_str().unwrap(), None, false).unwrap();
-    let err = GpuModel::from_cpu(&device(), &*cpu.model).err().expect("refused").to_string();
-    assert!(err.contains("smollm3") && err.contains("[3]") && err.contains("CPU"), "{err}");
-}
-
 #[test]
 fn llama_family_on_the_device_follows_the_cpu_path() {
     // GGUF files of each llama-family variant: Llama 3 RoPE, Qwen2 biases, Qwen3 q/k norms,
     // Mistral, Ministral 3's YaRN and attention temperature, Phi-3's fused projections,
-    // partial RoPE and LongRoPE, and a Q8_0 file.
+    // partial RoPE and LongRoPE, SmolLM3's layers without RoPE, and a Q8_0 file.
     for name in [
         "llama3-tiny.gguf",
         "qwen2-tiny.gguf",
@@ -170,6 +161,7 @@ fn llama_family_on_the_device_follows_the_cpu_path() {
         "mistral-tiny.gguf",
         "ministral3-tiny.gguf",
         "phi3-tiny.gguf",
+        "smollm3-tiny.gguf",
         "qwen3-tiny-q8_0.gguf",
     ] {
         let (cpu, gpu) = both(&format!("arch/{name}"));
