@@ -57,6 +57,10 @@ pub const TEKKEN_PATTERN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p
 /// Pre-tokenizer regex of GPT-4o's o200k vocabulary (`gpt-4o`, Llama 4): letter runs split at
 /// case changes with an optional contraction, digits in groups of up to three.
 pub const GPT4O_PATTERN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Pre-tokenizer regex of ByteDance's Seed-Coder: Qwen2's with every digit alone and no run of
+/// punctuation taking the line breaks after it.
+pub const SEED_CODER_PATTERN: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// CJK ideographs and Hangul, one piece per run (DeepSeek's vocabularies).
 const DEEPSEEK_CJK: &str = "[\u{4E00}-\u{9FA5}\u{0800}-\u{4E00}\u{AC00}-\u{D7FF}]+";
 /// Letters of DeepSeek LLM's vocabulary (the cased scripts), with an optional leading space.
@@ -82,24 +86,30 @@ const DEEPSEEK_LLM_LETTERS: &str = concat!(
 /// names llama.cpp's converter writes; a vocabulary's own `tokenizer.json` describes the same
 /// splits).
 ///
-/// Known names: `qwen35` (Qwen3.5/3.6); `qwen2` (Qwen2–Qwen3) and the vocabularies that share
-/// its pattern (`deepseek-r1-qwen`, `stablelm2`, `megrez`); `llama-bpe` / `llama3` /
-/// `llama-v3` (Llama 3) and `falcon3`, `pixtral`, `dbrx`, `smaug-bpe`; `gpt2` / `gpt-2` /
-/// `default` and `mpt`, `olmo`, `phi-2`, `jais`; `smollm` and the other vocabularies that split
-/// every digit off before GPT-2's pattern (`starcoder`, `refact`, `command-r`, `codeshell`,
-/// `exaone`, `minerva-7b`); `deepseek-coder`; `deepseek-llm`; `tekken` (Mistral Nemo, Mistral
-/// Small 3, Devstral); `gpt-4o` / `llama4`. Returns `None` for any other name; the caller
-/// should then refuse the file rather than guess, since a wrong pattern silently changes token
-/// ids.
+/// Known names (llama.cpp's, grouped as it groups them): `qwen35` (Qwen3.5/3.6); `qwen2`
+/// (Qwen2–Qwen3) and the vocabularies that share its pattern (`deepseek-r1-qwen`, `stablelm2`,
+/// `megrez`, …); `llama-bpe` / `llama3` / `llama-v3` (Llama 3) and `falcon3`, `pixtral`, `dbrx`,
+/// …; `gpt2` / `gpt-2` / `default` and `mpt`, `olmo`, `phi-2`, `mellum`, …; `smollm` and the
+/// other vocabularies that split every digit off before GPT-2's pattern (`starcoder`, `refact`,
+/// `command-r`, `codeshell`, `exaone`, `minerva-7b`, `mellum2`); `deepseek-coder`;
+/// `deepseek-llm`; `seed-coder`; `tekken` (Mistral Nemo, Mistral Small 3, Devstral); `gpt-4o`
+/// / `llama4`. Returns `None` for any other name; the caller should then refuse the file
+/// rather than guess, since a wrong pattern silently changes token ids.
 pub fn pretokenizer_patterns(pre: &str) -> Option<&'static [&'static str]> {
     match pre {
         "qwen35" => Some(&[QWEN35_PATTERN]),
-        "qwen2" | "deepseek-r1-qwen" | "stablelm2" | "megrez" => Some(&[QWEN2_PATTERN]),
-        "llama-bpe" | "llama3" | "llama-v3" | "falcon3" | "pixtral" | "dbrx" | "smaug-bpe" => Some(&[LLAMA3_PATTERN]),
-        "gpt2" | "gpt-2" | "default" | "mpt" | "olmo" | "phi-2" | "jais" => Some(&[GPT2_PATTERN]),
-        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" | "minerva-7b" => {
+        "qwen2" | "deepseek-r1-qwen" | "stablelm2" | "megrez" | "kormo" | "f2llmv2" | "hunyuan" | "solar-open" => {
+            Some(&[QWEN2_PATTERN])
+        }
+        "llama-bpe" | "llama3" | "llama-v3" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2"
+        | "jina-v5-nano" | "dbrx" | "smaug-bpe" => Some(&[LLAMA3_PATTERN]),
+        "gpt2" | "gpt-2" | "default" | "mpt" | "olmo" | "phi-2" | "jais" | "gigachat" | "a.x-4.0" | "mellum"
+        | "exaone4" | "trillion" | "granite-docling" | "jina-es" | "jina-de" | "jina-v2-es" | "jina-v2-de"
+        | "jina-v1-en" | "jina-v2-code" | "roberta-bpe" | "modern-bert" => Some(&[GPT2_PATTERN]),
+        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" | "minerva-7b" | "mellum2" => {
             Some(&[r"\p{N}", GPT2_PATTERN])
         }
+        "seed-coder" => Some(&[SEED_CODER_PATTERN]),
         "deepseek-coder" => Some(&["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", DEEPSEEK_CJK, r"\p{N}"]),
         "deepseek-llm" => Some(&[
             "[\r\n]",
@@ -110,7 +120,7 @@ pub fn pretokenizer_patterns(pre: &str) -> Option<&'static [&'static str]> {
             r"\p{N}+",
         ]),
         "tekken" => Some(&[TEKKEN_PATTERN]),
-        "gpt-4o" | "llama4" => Some(&[GPT4O_PATTERN]),
+        "gpt-4o" | "llama4" | "kanana2" | "talkie" => Some(&[GPT4O_PATTERN]),
         _ => None,
     }
 }
@@ -119,7 +129,20 @@ pub fn pretokenizer_patterns(pre: &str) -> Option<&'static [&'static str]> {
 /// before merging (vocabularies converted from tiktoken rank files, whose merges do not
 /// rebuild every token; llama.cpp's `ignore_merges`).
 pub fn pretokenizer_ignores_merges(pre: &str) -> bool {
-    matches!(pre, "qwen35" | "llama-bpe" | "llama3" | "llama-v3" | "falcon3" | "pixtral" | "tekken")
+    matches!(
+        pre,
+        "qwen35"
+            | "llama-bpe"
+            | "llama3"
+            | "llama-v3"
+            | "falcon3"
+            | "falcon-h1"
+            | "pixtral"
+            | "midm-2.0"
+            | "lfm2"
+            | "jina-v5-nano"
+            | "tekken"
+    )
 }
 
 /// One added (control or user-defined) token of a tokenizer built with

@@ -371,6 +371,12 @@ fn named_pretokenizers_cut_text_as_their_models() {
         "tekken",
         "gpt-4o",
         "llama4",
+        "seed-coder",
+        "mellum",
+        "mellum2",
+        "hunyuan",
+        "lfm2",
+        "kanana2",
     ] {
         assert_eq!(pieces(pre, "a b").concat(), "a b", "{pre}");
     }
@@ -379,6 +385,9 @@ fn named_pretokenizers_cut_text_as_their_models() {
     assert_eq!(pieces("gpt-4o", "don't"), ["don't"]);
     assert_eq!(pieces("tekken", "don't"), ["don", "'t"]);
     assert_eq!(pieces("qwen2", "parseHTTPResponse"), ["parseHTTPResponse"]);
+    // Seed-Coder: digits alone, and punctuation does not take the line break after it.
+    assert_eq!(pieces("seed-coder", "f(12);\n"), ["f", "(", "1", "2", ");", "\n"]);
+    assert_eq!(pieces("qwen2", "f(12);\n"), ["f", "(", "1", "2", ");\n"]);
 }
 
 /// A SentencePiece vocabulary of ten pieces: `▁`, `a`, `b`, `ab`, `▁a`, one byte piece
