@@ -23,6 +23,8 @@ The architectures (docs/model.md §8):
                 that the temperature changes from position 16 on, within the prompt
   smollm3-tiny  model_type smollm3 (SmolLM3), GGUF smollm3: the llama graph without RoPE in every
                 fourth layer (4 layers here, so the last has none), tied head
+  granite-tiny  model_type granite (IBM Granite 3.x), GGUF granite: the llama graph with four
+                multipliers (embeddings, residual adds, attention scores, logits), untied
   phi3-tiny     model_type phi3 (Phi-3.5 / Phi-4-mini), GGUF phi3: fused qkv_proj and gate_up_proj,
                 3/4 of each head rotated, LongRoPE with an original context of 16 tokens (so
                 llama.cpp's 256-token context takes the long factors and the attention factor
@@ -88,6 +90,10 @@ ARCHS = {
         BASE, architectures=["SmolLM3ForCausalLM"], model_type="smollm3", tie_word_embeddings=True,
         num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, use_sliding_window=False,
         no_rope_layer_interval=4, no_rope_layers=[1, 1, 1, 0])),
+    "granite-tiny": dict(gguf_arch="granite", seed=91, config=dict(
+        BASE, architectures=["GraniteForCausalLM"], model_type="granite", tie_word_embeddings=False,
+        attention_bias=False, mlp_bias=False,
+        embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.125, logits_scaling=2.0)),
     "phi3-tiny": dict(gguf_arch="phi3", seed=81, config=dict(
         BASE, architectures=["Phi3ForCausalLM"], model_type="phi3", tie_word_embeddings=False,
         partial_rotary_factor=0.75, original_max_position_embeddings=16, sliding_window=2047,
@@ -238,7 +244,7 @@ def write_gguf(gguf, path, name, arch, cfg, weights, qtype=None):
     w.add_key_length(cfg["head_dim"])
     w.add_value_length(cfg["head_dim"])
     rot = cfg.get("partial_rotary_factor", 1.0)
-    w.add_rope_dimension_count(int(rot * cfg["hidden_size"]) // cfg["num_attention_heads"])
+    w.add_rope_dimension_count(int(rot * cfg["head_dim"]))
     if arch == "phi3":
         # conversion/phi.py's Phi3MiniModel: the original context, the sliding window (which
         # llama.cpp then ignores), and LongRoPE's attention factor.
@@ -246,8 +252,14 @@ def write_gguf(gguf, path, name, arch, cfg, weights, qtype=None):
         w.add_rope_scaling_orig_ctx_len(orig)
         w.add_sliding_window(cfg["sliding_window"])
         w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(longest / orig) / math.log(orig)))
-    if arch in ("llama", "mistral3", "smollm3"):
+    if arch in ("llama", "mistral3", "smollm3", "granite"):
         w.add_vocab_size(cfg["vocab_size"])
+    if arch == "granite":
+        # conversion/granite.py: the `_multiplier` fields as `_scale` keys.
+        w.add_attention_scale(cfg["attention_multiplier"])
+        w.add_embedding_scale(cfg["embedding_multiplier"])
+        w.add_residual_scale(cfg["residual_multiplier"])
+        w.add_logit_scale(cfg["logits_scaling"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if qtype else gguf.LlamaFileType.ALL_F32)
     # The tokenizer, chat template and stop ids of the Qwen3.5 tiny fixture, as they are.
     for key in ["tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
@@ -271,9 +283,9 @@ def write_gguf(gguf, path, name, arch, cfg, weights, qtype=None):
         else:
             _, _, layer, suffix = hf.split(".", 3)
             g = f"blk.{layer}.{GGUF_LAYER[suffix]}"
-            if arch in ("llama", "mistral3", "smollm3") and suffix == "self_attn.q_proj.weight":
+            if arch in ("llama", "mistral3", "smollm3", "granite") and suffix == "self_attn.q_proj.weight":
                 a = permute(a, heads, heads)
-            elif arch in ("llama", "mistral3", "smollm3") and suffix == "self_attn.k_proj.weight":
+            elif arch in ("llama", "mistral3", "smollm3", "granite") and suffix == "self_attn.k_proj.weight":
                 a = permute(a, heads, kv_heads)
         if qtype is not None and a.ndim == 2:
             w.add_tensor(g, gguf.quants.quantize(np.ascontiguousarray(a), qtype), raw_dtype=qtype)

@@ -267,6 +267,12 @@ impl GpuModel {
     /// weights as stored).
     pub fn from_llama(dev: &Gpu, m: &Llama) -> Result<GpuModel> {
         let c = &m.cfg;
+        if c.granite.is_some() {
+            // The device graph has no place for Granite's four multipliers yet.
+            return Err(GpuError::Unsupported(
+                "Granite's multipliers do not run on a GPU yet; run it on the CPU".into(),
+            ));
+        }
         let mut layers = Vec::with_capacity(m.layers.len());
         for (li, l) in m.layers.iter().enumerate() {
             let bias = match &l.bias_qkv {

@@ -149,6 +149,15 @@ fn qwen35_gguf_on_the_device_follows_the_cpu_path() {
     }
 }
 
+/// Granite's multipliers are not on the device path yet: refused, not run without them.
+#[test]
+fn granite_is_refused_on_the_device() {
+    let path = fixture("arch/granite-tiny.gguf");
+    let cpu = frognano_model::load::load_on_cpu(path.to_str().unwrap(), None, false).unwrap();
+    let err = GpuModel::from_cpu(&device(), &*cpu.model).err().expect("refused").to_string();
+    assert!(err.contains("Granite") && err.contains("CPU"), "{err}");
+}
+
 #[test]
 fn llama_family_on_the_device_follows_the_cpu_path() {
     // GGUF files of each llama-family variant: Llama 3 RoPE, Qwen2 biases, Qwen3 q/k norms,

@@ -95,6 +95,23 @@ pub struct LlamaConfig {
     /// Multiplies RoPE's cos and sin (LongRoPE's `√(1 + ln(scale) / ln(original))`; 1 for
     /// none; YaRN has its own).
     pub rope_attn_factor: f32,
+    /// Granite's multipliers ([`GraniteScales`]); `None` for every other architecture.
+    pub granite: Option<GraniteScales>,
+}
+
+/// IBM Granite's four multipliers on the llama graph (GGUF `granite.*_scale`, `config.json`
+/// `*_multiplier` / `logits_scaling`), applied where llama.cpp's granite graph applies them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GraniteScales {
+    /// The token embeddings times this (`embedding_scale`).
+    pub embedding: f32,
+    /// Each attention and MLP output times this before it is added to the residual stream
+    /// (`residual_scale`).
+    pub residual: f32,
+    /// The attention's score scale, instead of `1/√dh` (`attention.scale`).
+    pub attention: f32,
+    /// The logits divided by this (times its reciprocal, as ggml does; `logit_scale`).
+    pub logits: f32,
 }
 
 /// YaRN RoPE scaling as ggml computes it (`rope_yarn` in ggml-cpu's ops.cpp): pair `i` turns
@@ -464,6 +481,28 @@ impl Llama {
             None
         };
         let rope_attn_factor = f.get_f64(&key("rope.scaling.attn_factor"))?.unwrap_or(1.0) as f32;
+        // llama.cpp's granite: a scale of 0 (or none) is no scale; the logit scale is required.
+        let granite = if arch == "granite" {
+            let scale =
+                |k: &str| -> Result<Option<f32>> { Ok(f.get_f64(&key(k))?.filter(|&x| x != 0.0).map(|x| x as f32)) };
+            let logits = scale("logit_scale")?.ok_or_else(|| {
+                ModelError::format(f.path(), format!("metadata `{}` is missing (Granite needs it)", key("logit_scale")))
+            })?;
+            if f.get_bool(&key("rope.scaling.finetuned"))? == Some(false) {
+                return Err(ModelError::format(
+                    f.path(),
+                    format!("{} = false (Granite without RoPE) is not supported", key("rope.scaling.finetuned")),
+                ));
+            }
+            Some(GraniteScales {
+                embedding: scale("embedding_scale")?.unwrap_or(1.0),
+                residual: scale("residual_scale")?.unwrap_or(1.0),
+                attention: scale("attention.scale")?.unwrap_or(1.0 / (head_dim as f32).sqrt()),
+                logits,
+            })
+        } else {
+            None
+        };
         Ok(LlamaConfig {
             arch: arch.clone(),
             hidden_size: d,
@@ -491,6 +530,7 @@ impl Llama {
             prescale_queries: phi3,
             longrope_factors,
             rope_attn_factor,
+            granite,
         })
     }
 
@@ -504,10 +544,13 @@ impl Llama {
     pub fn config_from_json(v: &serde_json::Value) -> std::result::Result<(LlamaConfig, bool), String> {
         use serde_json::Value;
         let model_type = v.get("model_type").and_then(Value::as_str).unwrap_or("");
-        if !matches!(model_type, "llama" | "mistral" | "ministral3" | "qwen2" | "qwen3" | "smollm3" | "phi3") {
+        if !matches!(
+            model_type,
+            "llama" | "mistral" | "ministral3" | "qwen2" | "qwen3" | "smollm3" | "phi3" | "granite"
+        ) {
             return Err(format!(
                 "unknown model_type {model_type:?}; expected \"llama\", \"mistral\", \"ministral3\", \"qwen2\", \
-                 \"qwen3\", \"smollm3\" or \"phi3\""
+                 \"qwen3\", \"smollm3\", \"phi3\" or \"granite\""
             ));
         }
         let int = |key: &str, default: Option<usize>| -> std::result::Result<usize, String> {
@@ -682,6 +725,22 @@ impl Llama {
         let num_layers = int("num_hidden_layers", None)?;
         let nope_layers = if model_type == "smollm3" { smollm3_nope_layers(v, num_layers)? } else { Vec::new() };
         let phi3 = model_type == "phi3";
+        let granite = if model_type == "granite" {
+            let m = |key: &str, default: f64| -> std::result::Result<f32, String> {
+                match float(v, key, default)? {
+                    x if x > 0.0 => Ok(x as f32),
+                    x => Err(format!("field `{key}`: {x} must be positive")),
+                }
+            };
+            Some(GraniteScales {
+                embedding: m("embedding_multiplier", 1.0)?,
+                residual: m("residual_multiplier", 1.0)?,
+                attention: m("attention_multiplier", 1.0 / (head_dim as f64).sqrt())?,
+                logits: m("logits_scaling", 1.0)?,
+            })
+        } else {
+            None
+        };
         let (longrope_factors, rope_attn_factor) = match longrope {
             Some((f, a)) => (Some(f), a),
             None => (None, 1.0),
@@ -712,6 +771,7 @@ impl Llama {
             prescale_queries: phi3,
             longrope_factors,
             rope_attn_factor,
+            granite,
         };
         let tied = v.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false);
         Ok((cfg, tied))
@@ -917,7 +977,7 @@ impl Llama {
         let (hq, hkv, dh) = (c.num_heads, c.num_kv_heads, c.head_dim);
         let angles: Vec<Vec<(f32, f32)>> =
             if rope { (0..t).map(|i| self.rope_angles(pos0 + i)).collect() } else { vec![Vec::new(); t] };
-        let scale = 1.0 / (dh as f32).sqrt();
+        let scale = c.granite.map_or(1.0 / (dh as f32).sqrt(), |g| g.attention);
         crate::kernels::for_each_row(&mut q, hq * dh, |i, row| {
             let temp = attn_temperature(c.attn_temperature, pos0 + i);
             for head in row.chunks_exact_mut(dh) {
@@ -1128,6 +1188,9 @@ impl LayerStack for Llama {
         let mut h = vec![0.0f32; t * d];
         for (row, &id) in h.chunks_exact_mut(d).zip(ids) {
             self.embed.row_into(id as usize, row);
+            if let Some(g) = &c.granite {
+                row.iter_mut().for_each(|e| *e *= g.embedding);
+            }
         }
         for (li, l) in self.layers.iter().enumerate() {
             let x = rms_norm(&h, &l.attn_norm, c.rms_norm_eps);
@@ -1174,13 +1237,14 @@ impl LayerStack for Llama {
                 })
                 .collect();
             let a = l.wo.matmul(&outs.concat(), t);
-            h.iter_mut().zip(&a).for_each(|(h, a)| *h += a);
+            let residual = c.granite.map_or(1.0, |g| g.residual);
+            h.iter_mut().zip(&a).for_each(|(h, a)| *h += a * residual);
             let x = rms_norm(&h, &l.ffn_norm, c.rms_norm_eps);
             let [mut g, u]: [Vec<f32>; 2] =
                 Matrix::matmul_many(&[&l.gate, &l.up], &x, t).try_into().expect("two products for two matrices");
             crate::kernels::for_each_row(&mut g, ffn, |i, row| ggml::swiglu(row, &u[i * ffn..(i + 1) * ffn], ffn));
             let y = l.down.matmul(&g, t);
-            h.iter_mut().zip(&y).for_each(|(h, y)| *h += y);
+            h.iter_mut().zip(&y).for_each(|(h, y)| *h += y * residual);
         }
         for (rows, cache) in segs.iter_mut() {
             cache.pos += *rows;
@@ -1191,6 +1255,11 @@ impl LayerStack for Llama {
     fn logits(&self, rows: &[f32], n: usize) -> Vec<f32> {
         let x = rms_norm(rows, &self.norm, self.cfg.rms_norm_eps);
         let head = self.output.as_ref().unwrap_or(&self.embed);
-        head.matmul(&x, n)
+        let mut logits = head.matmul(&x, n);
+        if let Some(g) = &self.cfg.granite {
+            let inv = 1.0 / g.logits;
+            logits.iter_mut().for_each(|e| *e *= inv);
+        }
+        logits
     }
 }

@@ -220,7 +220,7 @@ fn read_model(spec: impl AsRef<str>, quant: Option<QuantType>, pack: bool) -> Re
             }
             (Box::new(m), eos, bytes)
         }
-        "llama" | "mistral" | "ministral3" | "qwen2" | "qwen3" | "smollm3" | "phi3" => {
+        "llama" | "mistral" | "ministral3" | "qwen2" | "qwen3" | "smollm3" | "phi3" | "granite" => {
             let st = SafetensorsDir::open(&path)?;
             let (cfg, tied) = Llama::config_from_json(&v).map_err(|msg| ModelError::format(&cfg_path, msg))?;
             let mut bytes = st.byte_len();
@@ -239,7 +239,7 @@ fn read_model(spec: impl AsRef<str>, quant: Option<QuantType>, pack: bool) -> Re
                 &cfg_path,
                 format!(
                     "unknown model_type {other:?}; supported: \"qwen3_5\", \"qwen3_5_text\", \"llama\", \"mistral\", \
-                     \"ministral3\", \"qwen2\", \"qwen3\", \"smollm3\", \"phi3\""
+                     \"ministral3\", \"qwen2\", \"qwen3\", \"smollm3\", \"phi3\", \"granite\""
                 ),
             ))
         }

@@ -1,7 +1,7 @@
 //! The llama-family architectures people run as agents — Qwen2 (q/k/v biases), Qwen3
 //! (per-head q/k norms), Llama 3 (RoPE scaling), Mistral, Ministral 3 (YaRN, attention
-//! temperature), SmolLM3 (layers without RoPE) and Phi-3 (fused projections, partial RoPE,
-//! LongRoPE) — against llama.cpp, each loaded
+//! temperature), SmolLM3 (layers without RoPE), Phi-3 (fused projections, partial RoPE,
+//! LongRoPE) and Granite (four multipliers) — against llama.cpp, each loaded
 //! from GGUF and from a Hugging Face folder: tiny random-weight checkpoints and llama.cpp's
 //! logits on them (fixtures/arch/, written by scripts/make_arch_fixtures.py).
 //!
@@ -215,6 +215,13 @@ fn smollm3_with_nope_layers_matches_llama_cpp() {
     both_sources("smollm3-tiny", "smollm3", "smollm3");
 }
 
+/// IBM Granite 3.x: the llama graph with multipliers on the embeddings, the residual adds, the
+/// attention scores and the logits.
+#[test]
+fn granite_with_its_multipliers_matches_llama_cpp() {
+    both_sources("granite-tiny", "granite", "granite");
+}
+
 /// Phi-3 (Phi-3.5, Phi-4-mini): fused q/k/v and gate/up projections, 3/4 of each head
 /// rotated, LongRoPE's long factors and attention factor (the fixture's original context is 16
 /// tokens), queries scaled before attention.
@@ -278,6 +285,8 @@ fn unsupported_settings_are_named_not_ignored() {
     assert!(e.contains("`no_rope_layers`: expected 4 entries of 0 or 1 (one per layer)"), "{e}");
     let e = load_err_with("smollm3-tiny", |v| v["no_rope_layers"] = serde_json::json!([1, 1, 2, 0]));
     assert!(e.contains("`no_rope_layers`: entry 2 is 2, expected 0 or 1"), "{e}");
+    let e = load_err_with("granite-tiny", |v| v["logits_scaling"] = (-1.0).into());
+    assert!(e.contains("`logits_scaling`: -1 must be positive"), "{e}");
     let e = load_err_with("qwen3-tiny", |v| v["model_type"] = "qwen3_moe".into());
     assert!(e.contains("unknown model_type \"qwen3_moe\""), "{e}");
 }

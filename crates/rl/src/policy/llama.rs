@@ -171,6 +171,7 @@ impl LlamaSpec {
             prescale_queries: false,
             longrope_factors: None,
             rope_attn_factor: 1.0,
+            granite: None,
         }
     }
 
