@@ -10,7 +10,8 @@
 //! 3. `[TOOL_CALLS]`: Mistral — with `[ARGS]` in the template, the `NAME[ARGS]{…}` style;
 //! 4. `<|start_header_id|>ipython<|end_header_id|>` (the turn Llama 3.x gives tool results)
 //!    or `<|python_tag|>`: Llama 3 JSON;
-//! 5. anything else: Hermes JSON, the form most fine-tunes answer in and the one FrogNano
+//! 5. `<|tool_call|>`: Granite's (and Phi-4-mini's) JSON list;
+//! 6. anything else: Hermes JSON, the form most fine-tunes answer in and the one FrogNano
 //!    describes tools in when a template has no tool support of its own.
 
 use std::fmt;
@@ -18,7 +19,9 @@ use std::str::FromStr;
 
 use serde_json::Value;
 
-use super::{CodecError, HermesJson, Llama3Json, MistralJson, MistralStyle, QwenXml, ReplyParser, ToolCallFormat};
+use super::{
+    CodecError, GraniteJson, HermesJson, Llama3Json, MistralJson, MistralStyle, QwenXml, ReplyParser, ToolCallFormat,
+};
 use crate::message::ToolCall;
 
 /// A tool-call format by name: what `--tool-parser` takes and what detection picks. It is
@@ -33,6 +36,8 @@ pub enum ToolParser {
     Llama3Json,
     /// [`MistralJson`] (`mistral`) with the rendering style of the template.
     Mistral(MistralStyle),
+    /// [`GraniteJson`] (`granite`): IBM Granite 3.x, Phi-4-mini.
+    Granite,
 }
 
 /// A `--tool-parser` name that is not one of [`ToolParser::NAMES`].
@@ -45,7 +50,7 @@ pub struct UnknownToolParser {
 
 impl ToolParser {
     /// Every name [`from_name`](Self::from_name) knows.
-    pub const NAMES: [&'static str; 4] = ["qwen_xml", "hermes", "llama3_json", "mistral"];
+    pub const NAMES: [&'static str; 5] = ["qwen_xml", "hermes", "llama3_json", "mistral", "granite"];
 
     /// The format called `name` (one of [`NAMES`](Self::NAMES); `mistral` renders in the
     /// JSON-list style).
@@ -55,6 +60,7 @@ impl ToolParser {
             "hermes" => Ok(ToolParser::Hermes),
             "llama3_json" => Ok(ToolParser::Llama3Json),
             "mistral" => Ok(ToolParser::Mistral(MistralStyle::JsonList)),
+            "granite" => Ok(ToolParser::Granite),
             other => Err(UnknownToolParser { name: other.to_string() }),
         }
     }
@@ -70,19 +76,24 @@ impl ToolParser {
             ToolParser::Mistral(if has("[ARGS]") { MistralStyle::ArgsTag } else { MistralStyle::JsonList })
         } else if has("<|start_header_id|>ipython<|end_header_id|>") || has("<|python_tag|>") {
             ToolParser::Llama3Json
+        } else if has("<|tool_call|>") {
+            ToolParser::Granite
         } else {
             ToolParser::Hermes
         }
     }
 
     /// The format a reply's own markers show, for text from a server that did not parse
-    /// it: `[TOOL_CALLS]` Mistral, `<|python_tag|>` Llama 3, `<function=` Qwen XML, else
+    /// it: `[TOOL_CALLS]` Mistral, `<|python_tag|>` Llama 3, `<|tool_call|>` Granite,
+    /// `<function=` Qwen XML, else
     /// Hermes (which also reads Qwen XML inside `<tool_call>` and JSON calls on their own).
     pub fn for_reply(text: &str) -> Self {
         if text.contains("[TOOL_CALLS]") {
             ToolParser::Mistral(MistralStyle::JsonList)
         } else if text.contains("<|python_tag|>") {
             ToolParser::Llama3Json
+        } else if text.contains("<|tool_call|>") {
+            ToolParser::Granite
         } else if text.contains("<function=") {
             ToolParser::QwenXml
         } else {
@@ -98,6 +109,7 @@ impl ToolParser {
             ToolParser::Llama3Json => &Llama3Json,
             ToolParser::Mistral(MistralStyle::JsonList) => &MistralJson { style: MistralStyle::JsonList },
             ToolParser::Mistral(MistralStyle::ArgsTag) => &MistralJson { style: MistralStyle::ArgsTag },
+            ToolParser::Granite => &GraniteJson,
         }
     }
 }
@@ -158,7 +170,7 @@ mod tests {
         let err = ToolParser::from_name("xml").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown tool parser \"xml\"; the known ones are qwen_xml, hermes, llama3_json, mistral"
+            "unknown tool parser \"xml\"; the known ones are qwen_xml, hermes, llama3_json, mistral, granite"
         );
     }
 
@@ -174,6 +186,8 @@ mod tests {
         assert_eq!(ToolParser::detect(small32), ToolParser::Mistral(MistralStyle::ArgsTag));
         let llama = "{{- '<|start_header_id|>ipython<|end_header_id|>\\n\\n' }}";
         assert_eq!(ToolParser::detect(llama), ToolParser::Llama3Json);
+        let granite = "respond only with <|tool_call|> followed by a JSON list of tools used.";
+        assert_eq!(ToolParser::detect(granite), ToolParser::Granite);
         assert_eq!(ToolParser::detect("{{ messages }}"), ToolParser::Hermes);
     }
 }

@@ -29,6 +29,7 @@
 //! ([`inline_tools`]) and answer in it.
 
 mod detect;
+mod granite;
 mod hermes;
 mod json;
 mod llama3_json;
@@ -37,6 +38,7 @@ mod qwen_xml;
 mod scan;
 
 pub use detect::{detect_format, ToolParser, UnknownToolParser};
+pub use granite::GraniteJson;
 pub use hermes::{inline_tools, tools_system_prompt, HermesJson};
 pub use llama3_json::Llama3Json;
 pub use mistral::{MistralJson, MistralStyle};
