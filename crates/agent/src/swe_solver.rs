@@ -99,11 +99,12 @@ impl AgentSolver {
     /// This solver with every attempt's replies sampled under a grammar of the tool calls
     /// (`Some(true)`), free (`Some(false)`), or — `None`, as `frognano solve` decides —
     /// constrained unless the model is a Qwen3.5/FrogNano one (whose own format it was
-    /// trained on). See `EngineLlm::constrain_tools`.
+    /// trained on) or its format has no grammar. See `EngineLlm::constrain_tools`.
     pub fn with_constrained_tools(mut self, constrain: Option<bool>) -> Self {
         let qwen35 = self.architecture.as_deref().is_some_and(frognano_model::load::is_qwen35_architecture);
+        let grammar = frognano_engine::tool_grammar::has_grammar(self.chat.tool_parser);
         self.tool_constraints = constrain
-            .unwrap_or(!qwen35)
+            .unwrap_or(!qwen35 && grammar)
             .then(|| Arc::new(self.chat.lazy_constraints(self.scheduler.model().vocab_size())));
         self
     }

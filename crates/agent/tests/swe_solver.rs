@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use frognano_agent::agent::AgentConfig;
 use frognano_agent::swe_solver::AgentSolver;
+use frognano_protocol::codec::ToolParser;
 use frognano_protocol::Sampling;
 use frognano_sandbox::{Isolation, Sandbox};
 use frognano_swe::executor::ExecOptions;
@@ -167,6 +168,12 @@ fn in_process_attempts_sample_tool_calls_under_the_grammar() {
     assert_eq!(steps.len(), 1, "{traj}");
     assert!(steps[0]["assistant"]["content"].as_str().unwrap().contains("cat lib.sh"), "{traj}");
 
+    // A format without a grammar (Mistral's, Granite's) samples freely by default: constraining
+    // it would fail every turn.
+    for parser in [ToolParser::Mistral(Default::default()), ToolParser::Granite] {
+        let solver = malformed_call_solver().with_tool_parser(Some(parser)).with_constrained_tools(None);
+        assert!(!solver.constrains_tools(), "{parser}");
+    }
     // No architecture known (not Qwen3.5): constrained by default.
     let constrained = malformed_call_solver().with_constrained_tools(None).with_isolation(isolation);
     assert!(constrained.constrains_tools());

@@ -30,6 +30,13 @@ use crate::constraint::{with_json_options, ConstraintError, Grammar};
 /// The formats [`tool_call_grammar`] can write, by codec name.
 pub const GRAMMAR_FORMATS: &[&str] = &["qwen_xml", "hermes", "llama3_json"];
 
+/// Whether replies in the format `parser` can be sampled under a tool-call grammar (Mistral's
+/// and Granite's cannot yet: their calls are sampled freely).
+pub fn has_grammar(parser: frognano_protocol::codec::ToolParser) -> bool {
+    use frognano_protocol::codec::ToolCallFormat;
+    GRAMMAR_FORMATS.contains(&parser.name())
+}
+
 /// Which tool calls a reply must or may make.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallRule {

@@ -238,8 +238,12 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
         );
     }
     let tool_parser = args.tool_parser.or(template_parser).unwrap_or(ToolParser::Hermes);
-    let constrain_tools =
-        args.constrain_tools.unwrap_or(!frognano_model::load::is_qwen35_architecture(&loaded.architecture));
+    // On by default, except for Qwen3.5 (which writes its own format as trained) and formats
+    // without a grammar (Mistral's, Granite's: every request with tools would be refused).
+    let constrain_tools = args.constrain_tools.unwrap_or(
+        !frognano_model::load::is_qwen35_architecture(&loaded.architecture)
+            && frognano_engine::tool_grammar::has_grammar(tool_parser),
+    );
     if constrain_tools {
         tracing::info!("tool calls of tool_choice \"auto\" replies are constrained by a grammar (--no-constrain-tools to turn off)");
     }
