@@ -2,7 +2,8 @@
 //! Hermes JSON parsed (a malformed call next to a good one keeps the good one, streaming and
 //! not), `--tool-parser` overrides the template, and a template without tool support
 //! (SmolLM2's, from the demo model) gets the tools described, says so in the
-//! `x-frognano-tool-prompt` header, and renders a tool round instead of refusing it.
+//! `x-frognano-tool-prompt` header, and renders a tool round instead of refusing it; a format
+//! without a grammar (Mistral's) is served unconstrained by default.
 
 use crate::common;
 
@@ -197,4 +198,26 @@ fn a_schema_the_grammar_cannot_take_does_not_fail_an_auto_request() {
     let (st, _, e) = post_with_header(&url, &body);
     assert_eq!(st, 400, "{e}");
     assert_eq!(e["error"]["param"], "tools[1].function.parameters", "{e}");
+}
+
+/// A model that is not Qwen3.5 and answers in a format without a grammar (Mistral's here,
+/// Granite's too) is served unconstrained by default: its requests with tools are answered
+/// and its calls parsed, not refused because the calls cannot be constrained.
+#[test]
+fn a_format_without_a_grammar_is_served_unconstrained_by_default() {
+    let mut loaded = frognano_model::load(root().join("fixtures/arch/mistral-tiny.gguf").to_str().unwrap())
+        .expect("mistral-tiny loads");
+    assert_eq!(loaded.architecture, "llama");
+    let nemo = root().join("fixtures/tokenizer/llama-cpp-templates/mistralai-Mistral-Nemo-Instruct-2407.jinja");
+    let template = ChatTemplate::from_file(nemo).expect("template");
+    loaded.chat_template =
+        Some(template.with_special_token("bos_token", "<s>").with_special_token("eos_token", "</s>"));
+    let loaded = scripted(loaded, "[TOOL_CALLS][{\"name\": \"Read\", \"arguments\": {\"file_path\": \"a.txt\"}}]");
+    let s = frognano_serve::spawn_server_with_model(loaded, args("mistral-tiny")).expect("server starts");
+    let (st, _, r) = post_with_header(&format!("{}/v1/chat/completions", s.url()), &request(false));
+    assert_eq!(st, 200, "{r}");
+    let calls = r["choices"][0]["message"]["tool_calls"].as_array().expect("tool calls");
+    assert_eq!(calls[0]["function"]["name"], "Read");
+    let args: Value = serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(args, json!({"file_path": "a.txt"}));
 }
