@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::json;
 use super::scan::{Body, CallSyntax, Scanner};
-use super::{parse_arguments_object, python_json, CodecError, ReplyParser, ToolCallFormat};
+use super::{name_arguments_json, CodecError, ReplyParser, ToolCallFormat};
 use crate::message::ToolCall;
 
 /// The `<|tool_call|>[…]` format.
@@ -31,12 +31,7 @@ impl ToolCallFormat for GraniteJson {
         if calls.is_empty() {
             return Ok(String::new());
         }
-        let mut items = Vec::with_capacity(calls.len());
-        for call in calls {
-            let args = Value::Object(parse_arguments_object(&call.function.name, &call.function.arguments)?);
-            let name = Value::String(call.function.name.clone());
-            items.push(format!("{{\"name\": {name}, \"arguments\": {}}}", python_json(&args)));
-        }
+        let items = calls.iter().map(name_arguments_json).collect::<Result<Vec<_>, _>>()?;
         Ok(format!("{TOOL_CALL}[{}]", items.join(", ")))
     }
 

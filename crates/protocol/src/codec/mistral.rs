@@ -15,7 +15,9 @@ use serde_json::Value;
 
 use super::json::{self, Item};
 use super::scan::{Body, CallSyntax, Scanner};
-use super::{parse_arguments_object, python_json, shorten, CodecError, ReplyParser, ToolCallFormat};
+use super::{
+    name_arguments_json, parse_arguments_object, python_json, shorten, CodecError, ReplyParser, ToolCallFormat,
+};
 use crate::message::ToolCall;
 
 /// How a Mistral template writes calls (parsing reads both).
@@ -56,14 +58,20 @@ impl ToolCallFormat for MistralJson {
         }
         let mut items = Vec::with_capacity(calls.len());
         for call in calls {
-            let args = Value::Object(parse_arguments_object(&call.function.name, &call.function.arguments)?);
-            let name = Value::String(call.function.name.clone());
             items.push(match self.style {
-                MistralStyle::ArgsTag => format!("{TOOL_CALLS}{}{ARGS}{}", call.function.name, python_json(&args)),
-                MistralStyle::JsonList if is_mistral_id(&call.id) => {
-                    format!("{{\"name\": {name}, \"arguments\": {}, \"id\": \"{}\"}}", python_json(&args), call.id)
+                MistralStyle::ArgsTag => {
+                    let args = Value::Object(parse_arguments_object(&call.function.name, &call.function.arguments)?);
+                    format!("{TOOL_CALLS}{}{ARGS}{}", call.function.name, python_json(&args))
                 }
-                MistralStyle::JsonList => format!("{{\"name\": {name}, \"arguments\": {}}}", python_json(&args)),
+                MistralStyle::JsonList => {
+                    let object = name_arguments_json(call)?;
+                    if is_mistral_id(&call.id) {
+                        // The id goes last, inside the object.
+                        format!("{}, \"id\": \"{}\"}}", &object[..object.len() - 1], call.id)
+                    } else {
+                        object
+                    }
+                }
             });
         }
         Ok(match self.style {
