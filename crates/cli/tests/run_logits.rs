@@ -170,6 +170,12 @@ fn run_takes_an_ollama_model_by_its_name() {
     let by_file = run("fixtures/arch/qwen3-tiny.gguf");
     assert_eq!(by_name.stdout, by_file.stdout);
     assert!(!by_name.stdout.is_empty());
+    // A bare name is its `latest` tag, as in Ollama.
+    let latest = store.path().join("manifests/registry.ollama.ai/library/tiny-coder/latest");
+    std::fs::copy(&manifest, &latest).unwrap();
+    let by_bare_name = run("tiny-coder");
+    assert!(by_bare_name.status.success(), "{}", String::from_utf8_lossy(&by_bare_name.stderr));
+    assert_eq!(by_bare_name.stdout, by_file.stdout);
     let missing = run("tiny-coder:7b");
     assert!(!missing.status.success());
     let err = String::from_utf8_lossy(&missing.stderr);

@@ -76,8 +76,9 @@ pub fn is_qwen35_architecture(name: &str) -> bool {
 }
 
 /// Resolves `spec` to a path on disk: a file or folder as given, an Ollama reference
-/// (`qwen2.5-coder:1.5b`: the GGUF blob in Ollama's store, [`crate::ollama_store`]), or a
-/// Hugging Face hub id (`owner/name`: its snapshot in the local hub cache).
+/// (`qwen2.5-coder:1.5b`: the GGUF blob in Ollama's store, [`crate::ollama_store`]), a
+/// Hugging Face hub id (`owner/name`: its snapshot in the local hub cache), or a bare name
+/// with a `latest` tag in Ollama's store (`llama3.2`).
 pub fn resolve_path(spec: &str) -> Result<PathBuf> {
     let p = Path::new(spec);
     if p.exists() {
@@ -88,6 +89,9 @@ pub fn resolve_path(spec: &str) -> Result<PathBuf> {
     }
     if crate::hub::looks_like_repo_id(spec) {
         return crate::hub::resolve(spec, "main");
+    }
+    if let Some(blob) = crate::ollama_store::resolve_untagged(spec)? {
+        return Ok(blob);
     }
     Err(ModelError::io(p, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or folder")))
 }

@@ -1,7 +1,7 @@
 //! Models already pulled with Ollama: a reference such as `qwen2.5-coder:1.5b`,
 //! `library/llama3.2:latest` or `hf.co/bartowski/Qwen2.5-Coder-1.5B-Instruct-GGUF:Q4_K_M` names
 //! the GGUF file Ollama keeps in its store, so `frognano run qwen2.5-coder:1.5b` needs no second
-//! download.
+//! download; a bare name (`llama3.2`) that is no path means its `latest` tag, as in Ollama.
 //!
 //! The store is `$OLLAMA_MODELS`, else `~/.ollama/models`, else the system service's
 //! `/usr/share/ollama/.ollama/models`. A reference `[host/][namespace/]name[:tag]` (host
@@ -60,7 +60,10 @@ pub fn resolve_in(store: &Path, spec: &str) -> Result<Option<PathBuf>> {
     let Some(manifest) = manifest_path(store, spec) else { return Ok(None) };
     let text = match std::fs::read_to_string(&manifest) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        // (The system service's store is often unreadable to other users: not this store's.)
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied) => {
+            return Ok(None)
+        }
         Err(e) => return Err(ModelError::io(&manifest, e)),
     };
     let v: serde_json::Value = serde_json::from_str(&text)
@@ -82,6 +85,22 @@ pub fn resolve_in(store: &Path, spec: &str) -> Result<Option<PathBuf>> {
         return Err(ModelError::format(&manifest, format!("its model blob {} is missing", blob.display())));
     }
     Ok(Some(blob))
+}
+
+/// A bare name (`llama3.2`, as `ollama run llama3.2` takes it) that no path has: its `latest`
+/// tag's GGUF blob, when an Ollama store has one; `Ok(None)` otherwise (the caller then says
+/// the path does not exist).
+pub fn resolve_untagged(spec: &str) -> Result<Option<PathBuf>> {
+    let plain = !spec.is_empty() && spec.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if !plain || Path::new(spec).exists() {
+        return Ok(None);
+    }
+    for store in store_dirs() {
+        if let Some(blob) = resolve_in(&store, spec)? {
+            return Ok(Some(blob));
+        }
+    }
+    Ok(None)
 }
 
 /// The GGUF blob of the Ollama model `spec`, from the first store that has it ([`store_dirs`]);
