@@ -393,12 +393,10 @@ fn solve_inner(
                  or --replay TRAJECTORY.json)"
             )
         })?;
-        // Grammar-constrained tool calls: on by default except for Qwen3.5/FrogNano models and
-        // formats without a grammar (Mistral's, Granite's).
         let llm = llm.with_tool_parser(args.tool_parser);
-        let constrain = args
-            .constrain_tools
-            .unwrap_or(!llm.is_qwen35() && frognano_engine::tool_grammar::has_grammar(llm.tool_parser()));
+        let constrain = args.constrain_tools.unwrap_or_else(|| {
+            frognano_engine::tool_grammar::constrain_tools_by_default(llm.architecture(), llm.tool_parser())
+        });
         Some(if constrain { llm.constrain_tools() } else { llm })
     } else {
         None

@@ -101,10 +101,14 @@ impl AgentSolver {
     /// constrained unless the model is a Qwen3.5/FrogNano one (whose own format it was
     /// trained on) or its format has no grammar. See `EngineLlm::constrain_tools`.
     pub fn with_constrained_tools(mut self, constrain: Option<bool>) -> Self {
-        let qwen35 = self.architecture.as_deref().is_some_and(frognano_model::load::is_qwen35_architecture);
-        let grammar = frognano_engine::tool_grammar::has_grammar(self.chat.tool_parser);
+        let by_default = || {
+            frognano_engine::tool_grammar::constrain_tools_by_default(
+                self.architecture.as_deref(),
+                self.chat.tool_parser,
+            )
+        };
         self.tool_constraints = constrain
-            .unwrap_or(!qwen35 && grammar)
+            .unwrap_or_else(by_default)
             .then(|| Arc::new(self.chat.lazy_constraints(self.scheduler.model().vocab_size())));
         self
     }

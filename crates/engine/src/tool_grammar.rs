@@ -37,6 +37,13 @@ pub fn has_grammar(parser: frognano_protocol::codec::ToolParser) -> bool {
     GRAMMAR_FORMATS.contains(&parser.name())
 }
 
+/// Whether tool calls are constrained when the user does not say (`solve`, `eval run`,
+/// `serve`): yes, unless the model is a Qwen3.5/FrogNano one (by its `architecture`; it writes
+/// its own Qwen XML as trained) or its format `parser` has no grammar.
+pub fn constrain_tools_by_default(architecture: Option<&str>, parser: frognano_protocol::codec::ToolParser) -> bool {
+    !architecture.is_some_and(frognano_model::load::is_qwen35_architecture) && has_grammar(parser)
+}
+
 /// Which tool calls a reply must or may make.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallRule {

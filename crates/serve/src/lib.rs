@@ -238,12 +238,11 @@ fn state_from_loaded(loaded: LoadedModel, args: &ServeConfig) -> anyhow::Result<
         );
     }
     let tool_parser = args.tool_parser.or(template_parser).unwrap_or(ToolParser::Hermes);
-    // On by default, except for Qwen3.5 (which writes its own format as trained) and formats
-    // without a grammar (Mistral's, Granite's: every request with tools would be refused).
-    let constrain_tools = args.constrain_tools.unwrap_or(
-        !frognano_model::load::is_qwen35_architecture(&loaded.architecture)
-            && frognano_engine::tool_grammar::has_grammar(tool_parser),
-    );
+    // (Without a grammar, Mistral's and Granite's formats would get every request with tools
+    // refused.)
+    let constrain_tools = args.constrain_tools.unwrap_or_else(|| {
+        frognano_engine::tool_grammar::constrain_tools_by_default(Some(&loaded.architecture), tool_parser)
+    });
     if constrain_tools {
         tracing::info!("tool calls of tool_choice \"auto\" replies are constrained by a grammar (--no-constrain-tools to turn off)");
     }
