@@ -31,7 +31,7 @@ impl ToolCallFormat for GraniteJson {
         if calls.is_empty() {
             return Ok(String::new());
         }
-        let items = calls.iter().map(name_arguments_json).collect::<Result<Vec<_>, _>>()?;
+        let items = calls.iter().map(|c| name_arguments_json(c, None)).collect::<Result<Vec<_>, _>>()?;
         Ok(format!("{TOOL_CALL}[{}]", items.join(", ")))
     }
 

@@ -64,13 +64,7 @@ impl ToolCallFormat for MistralJson {
                     format!("{TOOL_CALLS}{}{ARGS}{}", call.function.name, python_json(&args))
                 }
                 MistralStyle::JsonList => {
-                    let object = name_arguments_json(call)?;
-                    if is_mistral_id(&call.id) {
-                        // The id goes last, inside the object.
-                        format!("{}, \"id\": \"{}\"}}", &object[..object.len() - 1], call.id)
-                    } else {
-                        object
-                    }
+                    name_arguments_json(call, Some(call.id.as_str()).filter(|id| is_mistral_id(id)))?
                 }
             });
         }

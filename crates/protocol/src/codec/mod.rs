@@ -240,12 +240,16 @@ pub fn parse_arguments_object(name: &str, arguments: &str) -> Result<Map<String,
     }
 }
 
-/// A call as the JSON object `{"name": NAME, "arguments": {…}}` (Python separators), what
-/// the Mistral and Granite templates write inside their call lists; its arguments must be an
-/// object.
-fn name_arguments_json(call: &ToolCall) -> Result<String, CodecError> {
+/// A call as the JSON object `{"name": NAME, "arguments": {…}}` (Python separators), with
+/// `"id": ID` last when given: what the Mistral and Granite templates write inside their call
+/// lists. Its arguments must be an object.
+fn name_arguments_json(call: &ToolCall, id: Option<&str>) -> Result<String, CodecError> {
     let args = Value::Object(parse_arguments_object(&call.function.name, &call.function.arguments)?);
-    Ok(format!("{{\"name\": {}, \"arguments\": {}}}", Value::String(call.function.name.clone()), python_json(&args)))
+    let name = Value::String(call.function.name.clone());
+    Ok(match id {
+        Some(id) => format!("{{\"name\": {name}, \"arguments\": {}, \"id\": \"{id}\"}}", python_json(&args)),
+        None => format!("{{\"name\": {name}, \"arguments\": {}}}", python_json(&args)),
+    })
 }
 
 /// JSON with Python's default separators (`", "` and `": "`), non-ASCII kept: what a chat
