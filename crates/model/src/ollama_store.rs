@@ -35,8 +35,12 @@ pub fn store_dirs() -> Vec<PathBuf> {
 /// existing.
 pub fn looks_like_reference(spec: &str) -> bool {
     let Some((name, tag)) = spec.rsplit_once(':') else { return false };
-    let ok = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-    ok(tag) && name.split('/').count() <= 3 && name.split('/').all(ok) && !Path::new(spec).exists()
+    is_part(tag) && name.split('/').count() <= 3 && name.split('/').all(is_part) && !Path::new(spec).exists()
+}
+
+/// Whether `s` can be one part of a reference (host, namespace, name or tag).
+fn is_part(s: &str) -> bool {
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
 }
 
 /// The manifest path of `spec` under the store `store` (`None` for a reference with more
@@ -91,12 +95,16 @@ pub fn resolve_in(store: &Path, spec: &str) -> Result<Option<PathBuf>> {
 /// tag's GGUF blob, when an Ollama store has one; `Ok(None)` otherwise (the caller then says
 /// the path does not exist).
 pub fn resolve_untagged(spec: &str) -> Result<Option<PathBuf>> {
-    let plain = !spec.is_empty() && spec.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-    if !plain || Path::new(spec).exists() {
+    if !is_part(spec) || Path::new(spec).exists() {
         return Ok(None);
     }
-    for store in store_dirs() {
-        if let Some(blob) = resolve_in(&store, spec)? {
+    find(&store_dirs(), spec)
+}
+
+/// The GGUF blob of `spec` in the first of `stores` that has it.
+fn find(stores: &[PathBuf], spec: &str) -> Result<Option<PathBuf>> {
+    for store in stores {
+        if let Some(blob) = resolve_in(store, spec)? {
             return Ok(Some(blob));
         }
     }
@@ -107,10 +115,8 @@ pub fn resolve_untagged(spec: &str) -> Result<Option<PathBuf>> {
 /// an error names the stores looked in.
 pub fn resolve(spec: &str) -> Result<PathBuf> {
     let stores = store_dirs();
-    for store in &stores {
-        if let Some(blob) = resolve_in(store, spec)? {
-            return Ok(blob);
-        }
+    if let Some(blob) = find(&stores, spec)? {
+        return Ok(blob);
     }
     let looked: Vec<String> = stores.iter().map(|s| s.display().to_string()).collect();
     Err(ModelError::format(
