@@ -977,7 +977,8 @@ impl Llama {
         let (hq, hkv, dh) = (c.num_heads, c.num_kv_heads, c.head_dim);
         let angles: Vec<Vec<(f32, f32)>> =
             if rope { (0..t).map(|i| self.rope_angles(pos0 + i)).collect() } else { vec![Vec::new(); t] };
-        let scale = c.granite.map_or(1.0 / (dh as f32).sqrt(), |g| g.attention);
+        // The scores' scale: Granite's own, else 1/√dh; Phi-3 applies it to the queries.
+        let score_scale = c.granite.map_or(1.0 / (dh as f32).sqrt(), |g| g.attention);
         crate::kernels::for_each_row(&mut q, hq * dh, |i, row| {
             let temp = attn_temperature(c.attn_temperature, pos0 + i);
             for head in row.chunks_exact_mut(dh) {
@@ -986,7 +987,7 @@ impl Llama {
                     head.iter_mut().for_each(|e| *e *= temp);
                 }
                 if c.prescale_queries {
-                    head.iter_mut().for_each(|e| *e *= scale);
+                    head.iter_mut().for_each(|e| *e *= score_scale);
                 }
                 head.iter_mut().for_each(|e| *e = round_f16(*e));
             }
@@ -998,7 +999,7 @@ impl Llama {
         });
         kc.push(&k);
         vc.push(v);
-        let scale = if c.prescale_queries { 1.0 } else { scale };
+        let scale = if c.prescale_queries { 1.0 } else { score_scale };
         // llama.cpp's K·Q and softmax·V are f16 matmuls whose summation order depends on the
         // batch size (module docs of `quant::ggml`); its KV cache has 256-cell granularity.
         let shape = AttnShape { t, pos0, heads: hq, kv_heads: hkv, head_dim: dh, scale };
